@@ -1,0 +1,75 @@
+"""The three roles of Concord, stored as Django groups (created by migration common.0001_roles).
+
+- Annotator: labels comparisons in projects they are a member of.
+- Reviewer: rates checkpoints in human-eval rounds and records stopping decisions.
+- ML engineer: staff; imports data, launches and watches training runs from the admin.
+
+A user may hold several roles; a superuser counts as every role.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+
+ANNOTATOR = "Annotator"
+REVIEWER = "Reviewer"
+ML_ENGINEER = "ML engineer"
+ALL_ROLES = (ANNOTATOR, REVIEWER, ML_ENGINEER)
+
+# Apps whose model permissions the ML engineer group holds (kept in sync after every migrate).
+ML_ENGINEER_APPS = ("annotation", "training", "monitoring")
+
+
+def user_roles(user: AbstractBaseUser | AnonymousUser) -> frozenset[str]:
+    """The roles the user holds; every role for an active superuser, none for anonymous users."""
+    if not user.is_authenticated or not user.is_active:
+        return frozenset()
+    if user.is_superuser:
+        return frozenset(ALL_ROLES)
+    # Cached on the instance: the navigation asks on every page.
+    cached = getattr(user, "_concord_roles", None)
+    if cached is None:
+        cached = frozenset(user.groups.filter(name__in=ALL_ROLES).values_list("name", flat=True))
+        user._concord_roles = cached
+    return cached
+
+
+def has_role(user: AbstractBaseUser | AnonymousUser, role: str) -> bool:
+    """True when the user holds ``role`` (one of ALL_ROLES)."""
+    if role not in ALL_ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {ALL_ROLES}")
+    return role in user_roles(user)
+
+
+def role_assign(*, user: AbstractBaseUser, role: str) -> None:
+    """Put the user in the role's group; an ML engineer also becomes staff (the admin is their tool)."""
+    if role not in ALL_ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {ALL_ROLES}")
+    group, _ = Group.objects.get_or_create(name=role)
+    user.groups.add(group)
+    if role == ML_ENGINEER and not user.is_staff:
+        user.is_staff = True
+        user.save(update_fields=["is_staff"])
+    if hasattr(user, "_concord_roles"):
+        del user._concord_roles
+
+
+def sync_role_permissions(**kwargs: Any) -> None:
+    """Give the ML engineer group every model permission of the Concord apps (post_migrate hook).
+
+    Permissions only exist after migrate has created the content types, so this cannot live in the
+    data migration that creates the groups. ``flush`` (used between transactional tests) empties the
+    groups table and then sends post_migrate, so the groups are made again here too.
+    """
+    from django.contrib.auth.models import Permission
+
+    app_config = kwargs.get("app_config")
+    if app_config is not None and app_config.label not in ML_ENGINEER_APPS:
+        return
+    for role in ALL_ROLES:
+        group, _ = Group.objects.get_or_create(name=role)
+    group = Group.objects.get(name=ML_ENGINEER)
+    perms = Permission.objects.filter(content_type__app_label__in=ML_ENGINEER_APPS)
+    group.permissions.add(*perms)
