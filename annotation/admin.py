@@ -1,0 +1,45 @@
+from django.contrib import admin
+
+from annotation.models import Comparison, Judgement, Project, Prompt, Response
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "overlap", "allow_ties", "allow_both_bad", "created_at")
+    prepopulated_fields = {"slug": ("name",)}
+    filter_horizontal = ("members",)
+    search_fields = ("name", "slug")
+
+
+@admin.register(Prompt)
+class PromptAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "short_text", "cluster", "created_at")
+    list_filter = ("project",)
+    search_fields = ("text",)
+    readonly_fields = ("content_hash",)
+
+    @admin.display(description="text")
+    def short_text(self, obj: Prompt) -> str:
+        return obj.text[:80]
+
+
+@admin.register(Response)
+class ResponseAdmin(admin.ModelAdmin):
+    list_display = ("id", "prompt_id", "model_name", "created_at")
+    search_fields = ("text", "model_name")
+    readonly_fields = ("content_hash",)
+
+
+@admin.register(Comparison)
+class ComparisonAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "external_id", "gold", "created_at")
+    list_filter = ("project",)
+    raw_id_fields = ("prompt", "response_a", "response_b")
+    readonly_fields = ("content_hash",)
+
+
+@admin.register(Judgement)
+class JudgementAdmin(admin.ModelAdmin):
+    list_display = ("id", "comparison_id", "annotator", "choice", "strength", "shown_left")
+    list_filter = ("choice", "comparison__project")
+    raw_id_fields = ("comparison", "annotator")

@@ -1,0 +1,256 @@
+"""Parse and validate comparison JSONL (the import format of ARCHITECTURE.md) before anything is written.
+
+Each line becomes an ``ImportedComparison`` or a list of ``LineError``s naming the line and field. The
+service writes only when the whole file is clean (all or nothing).
+
+Accepted rows::
+
+    {"prompt": "text" | [{"role": "user", "content": "..."}, ...],
+     "response_a": "text", "response_b": "text", "model_a": "...", "model_b": "...",
+     "id": "...", "gold": "a" | "b" | "tie",
+     "judgements": [{"annotator": "name", "choice": "a" | "b" | "tie", "strength": 1,
+                     "rationale": "...", "shown_left": "a" | "b", "elapsed_ms": 1234}],
+     "metadata": {...}}
+
+or TRL style ``{"prompt", "chosen", "rejected"}`` (chosen becomes response A, recorded in metadata).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from annotation.models import MAX_STRENGTH, Choice, Side
+
+MAX_LINE_BYTES = 1_000_000
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class LineError:
+    """What is wrong with one line of the file: 1-based line number, field (or '' for the line)."""
+
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" + (f", field {self.field!r}" if self.field else "")
+        return f"{where}: {self.message}"
+
+
+class ImportValidationError(Exception):
+    """The file has errors; nothing was imported. ``errors`` lists every one found."""
+
+    def __init__(self, errors: list[LineError]) -> None:
+        self.errors = errors
+        shown = "; ".join(str(e) for e in errors[:20])
+        more = f" (and {len(errors) - 20} more)" if len(errors) > 20 else ""
+        super().__init__(f"{len(errors)} error(s), nothing imported: {shown}{more}")
+
+
+@dataclass(frozen=True)
+class ImportedJudgement:
+    annotator: str
+    choice: str
+    strength: int
+    rationale: str
+    shown_left: str
+    elapsed_ms: int | None
+
+
+@dataclass(frozen=True)
+class ImportedComparison:
+    """One validated row. ``prompt_text`` is the text, or the last user turn of ``messages``."""
+
+    line: int
+    prompt_text: str
+    messages: list[dict[str, str]] | None
+    response_a: str
+    response_b: str
+    model_a: str
+    model_b: str
+    external_id: str
+    gold: str
+    judgements: tuple[ImportedJudgement, ...]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt_hash(self) -> str:
+        return content_hash(self.messages if self.messages is not None else self.prompt_text)
+
+    @property
+    def comparison_hash(self) -> str:
+        prompt = self.messages if self.messages is not None else self.prompt_text
+        return content_hash([prompt, self.response_a, self.response_b])
+
+
+def content_hash(value: object) -> str:
+    """SHA-256 of the value's canonical JSON: equal content, equal hash, whatever the key order."""
+    canonical = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class _Row:
+    """Collects the errors of one line while its fields are read."""
+
+    def __init__(self, line: int, data: dict[str, Any]) -> None:
+        self.line, self.data, self.errors = line, data, []
+
+    def fail(self, name: str, message: str) -> None:
+        self.errors.append(LineError(self.line, name, message))
+
+    def text(self, name: str, *, required: bool) -> str:
+        value = self.data.get(name)
+        if value is None:
+            if required:
+                self.fail(name, "is required")
+            return ""
+        if not isinstance(value, str):
+            self.fail(name, f"must be a string, not {type(value).__name__}")
+            return ""
+        if required and not value.strip():
+            self.fail(name, "must not be empty")
+        return value
+
+
+def _parse_prompt(row: _Row) -> tuple[str, list[dict[str, str]] | None]:
+    value = row.data.get("prompt")
+    if isinstance(value, str):
+        if not value.strip():
+            row.fail("prompt", "must not be empty")
+        return value, None
+    if isinstance(value, list) and value:
+        messages: list[dict[str, str]] = []
+        for turn_no, turn in enumerate(value):
+            if (
+                not isinstance(turn, dict)
+                or turn.get("role") not in ROLES
+                or not isinstance(turn.get("content"), str)
+            ):
+                row.fail(f"prompt[{turn_no}]", f"must be {{role: one of {ROLES}, content: string}}")
+                return "", None
+            messages.append({"role": turn["role"], "content": turn["content"]})
+        if messages[-1]["role"] != "user":
+            row.fail("prompt", "a conversation must end with a user turn")
+        return messages[-1]["content"], messages
+    if value is None:
+        row.fail("prompt", "is required")
+    else:
+        row.fail("prompt", "must be a string or a non-empty list of {role, content} turns")
+    return "", None
+
+
+def _parse_judgements(row: _Row) -> tuple[ImportedJudgement, ...]:
+    raw = row.data.get("judgements", [])
+    if not isinstance(raw, list):
+        row.fail("judgements", "must be a list")
+        return ()
+    parsed: list[ImportedJudgement] = []
+    seen: set[str] = set()
+    choices = {c.value for c in Choice}
+    for index, item in enumerate(raw):
+        where = f"judgements[{index}]"
+        if not isinstance(item, dict):
+            row.fail(where, "must be an object")
+            continue
+        name = item.get("annotator")
+        if not isinstance(name, str) or not name.strip() or len(name) > 150:
+            row.fail(f"{where}.annotator", "must be a non-empty name of at most 150 characters")
+            continue
+        if name in seen:
+            row.fail(f"{where}.annotator", f"{name!r} judges this comparison twice")
+            continue
+        seen.add(name)
+        choice = item.get("choice")
+        if choice not in choices:
+            row.fail(
+                f"{where}.choice", f"unknown choice {choice!r}; expected one of {sorted(choices)}"
+            )
+            continue
+        strength = item.get("strength", 1)
+        if isinstance(strength, bool) or not isinstance(strength, int):
+            row.fail(f"{where}.strength", "must be an integer")
+            continue
+        if not 1 <= strength <= MAX_STRENGTH:
+            row.fail(f"{where}.strength", f"must be between 1 and {MAX_STRENGTH}, got {strength}")
+            continue
+        shown_left = item.get("shown_left", "")
+        if shown_left not in ("", *(s.value for s in Side)):
+            row.fail(f"{where}.shown_left", "must be 'a' or 'b'")
+            continue
+        elapsed = item.get("elapsed_ms")
+        if elapsed is not None and (
+            isinstance(elapsed, bool) or not isinstance(elapsed, int) or elapsed < 0
+        ):
+            row.fail(f"{where}.elapsed_ms", "must be a non-negative integer")
+            continue
+        rationale = item.get("rationale", "")
+        if not isinstance(rationale, str):
+            row.fail(f"{where}.rationale", "must be a string")
+            continue
+        parsed.append(
+            ImportedJudgement(name.strip(), choice, strength, rationale, shown_left, elapsed)
+        )
+    return tuple(parsed)
+
+
+def parse_row(line: int, raw: str) -> ImportedComparison | list[LineError]:
+    """Validate one JSONL line; returns the comparison or the line's errors."""
+    if len(raw.encode("utf-8")) > MAX_LINE_BYTES:
+        return [LineError(line, "", f"line is longer than {MAX_LINE_BYTES} bytes")]
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return [LineError(line, "", f"malformed JSON: {exc.msg} at column {exc.colno}")]
+    if not isinstance(data, dict):
+        return [LineError(line, "", "each line must be a JSON object")]
+    row = _Row(line, data)
+    prompt_text, messages = _parse_prompt(row)
+    metadata = data.get("metadata", {})
+    if not isinstance(metadata, dict):
+        row.fail("metadata", "must be an object")
+        metadata = {}
+    if "chosen" in data or "rejected" in data:  # TRL style: chosen is A, rejected is B
+        response_a = row.text("chosen", required=True)
+        response_b = row.text("rejected", required=True)
+        metadata = {**metadata, "trl_preferred": "a"}
+    else:
+        response_a = row.text("response_a", required=True)
+        response_b = row.text("response_b", required=True)
+    if response_a and response_a == response_b:
+        row.fail("response_b", "is identical to response_a")
+    gold = data.get("gold") or ""
+    if gold not in ("", Choice.A, Choice.B, Choice.TIE):
+        row.fail("gold", f"unknown gold answer {gold!r}; expected 'a', 'b' or 'tie'")
+    external_id = data.get("id", "")
+    if not isinstance(external_id, str | int) or isinstance(external_id, bool):
+        row.fail("id", "must be a string or an integer")
+        external_id = ""
+    judgements = _parse_judgements(row)
+    model_a, model_b = row.text("model_a", required=False), row.text("model_b", required=False)
+    if row.errors:
+        return row.errors
+    return ImportedComparison(
+        line=line,
+        prompt_text=prompt_text,
+        messages=messages,
+        response_a=response_a,
+        response_b=response_b,
+        model_a=model_a,
+        model_b=model_b,
+        external_id=str(external_id),
+        gold=gold,
+        judgements=judgements,
+        metadata=metadata,
+    )
+
+
+def parse_jsonl(lines: Iterable[str]) -> Iterator[ImportedComparison | list[LineError]]:
+    """Parse every non-blank line, yielding comparisons or error lists in file order."""
+    for number, raw in enumerate(lines, start=1):
+        if raw.strip():
+            yield parse_row(number, raw)

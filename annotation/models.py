@@ -1,0 +1,188 @@
+"""The annotation domain: projects, prompts, responses, comparisons and annotators' judgements.
+
+Invariants live in the schema: one judgement per (comparison, annotator), strength and overlap in range,
+a comparison never sets a response against itself, content hashes make re-imports idempotent.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+
+class Choice(models.TextChoices):
+    """An annotator's verdict on a comparison, in terms of the stored responses (not screen sides)."""
+
+    A = "a", "Response A is better"
+    B = "b", "Response B is better"
+    TIE = "tie", "About the same"
+    BOTH_BAD = "both_bad", "Both are bad"
+
+
+class Side(models.TextChoices):
+    """Which stored response was shown on the left of the screen."""
+
+    A = "a", "A on the left"
+    B = "b", "B on the left"
+
+
+MAX_STRENGTH = 3
+MAX_OVERLAP = 20
+
+
+class Project(models.Model):
+    """A labelling project: its guidelines, how many annotators judge each pair, what verdicts exist."""
+
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=100, unique=True)
+    guidelines = models.TextField(blank=True, help_text="Markdown shown to annotators.")
+    overlap = models.PositiveSmallIntegerField(
+        default=3, help_text="Distinct annotators who judge each comparison."
+    )
+    allow_ties = models.BooleanField(default=True)
+    allow_both_bad = models.BooleanField(default=False)
+    strength_scale = models.PositiveSmallIntegerField(
+        default=MAX_STRENGTH,
+        help_text="Levels of preference strength offered (1 = no strength, 3 = slight/clear/much).",
+    )
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, related_name="annotation_projects", blank=True
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(overlap__gte=1, overlap__lte=MAX_OVERLAP), name="project_overlap_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(strength_scale__gte=1, strength_scale__lte=MAX_STRENGTH),
+                name="project_strength_scale_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Prompt(models.Model):
+    """A prompt: plain text, or a multi-turn conversation ending with the user's turn."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="prompts")
+    text = models.TextField(help_text="The prompt, or the last user turn of a conversation.")
+    messages = models.JSONField(
+        null=True, blank=True, help_text="[{role, content}, ...] for a multi-turn conversation."
+    )
+    content_hash = models.CharField(max_length=64)
+    metadata = models.JSONField(default=dict, blank=True)
+    cluster = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "content_hash"], name="prompt_unique_content"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class Response(models.Model):
+    """One model's response to a prompt."""
+
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="responses")
+    text = models.TextField()
+    model_name = models.CharField(max_length=200, blank=True)
+    content_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["prompt", "content_hash"], name="response_unique_content"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_name or 'response'}: {self.text[:60]}"
+
+
+class Comparison(models.Model):
+    """A pair of responses to one prompt, to be judged by ``project.overlap`` annotators."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="comparisons")
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="comparisons")
+    response_a = models.ForeignKey(Response, on_delete=models.PROTECT, related_name="+")
+    response_b = models.ForeignKey(Response, on_delete=models.PROTECT, related_name="+")
+    gold = models.CharField(max_length=8, choices=Choice.choices, blank=True)
+    external_id = models.CharField(max_length=200, blank=True)
+    content_hash = models.CharField(max_length=64)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "content_hash"], name="comparison_unique_content"
+            ),
+            models.CheckConstraint(
+                condition=~Q(response_a=F("response_b")), name="comparison_distinct_responses"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"comparison {self.pk} ({self.project.slug})"
+
+
+class Judgement(models.Model):
+    """An annotator's verdict on a comparison. At most one per annotator and comparison."""
+
+    comparison = models.ForeignKey(Comparison, on_delete=models.CASCADE, related_name="judgements")
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="judgements"
+    )
+    choice = models.CharField(max_length=8, choices=Choice.choices)
+    strength = models.PositiveSmallIntegerField(
+        default=1, help_text="1 = slightly better ... 3 = much better (1 for ties)."
+    )
+    rationale = models.TextField(blank=True)
+    shown_left = models.CharField(
+        max_length=1,
+        choices=Side.choices,
+        blank=True,
+        help_text="Which response the annotator saw on the left (blank: unknown, e.g. imported).",
+    )
+    elapsed_ms = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Time from display to submit, in milliseconds."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["comparison", "annotator"], name="judgement_one_per_annotator"
+            ),
+            models.CheckConstraint(
+                condition=Q(strength__gte=1, strength__lte=MAX_STRENGTH),
+                name="judgement_strength_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(choice__in=[c.value for c in Choice]), name="judgement_choice_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(shown_left__in=[*(s.value for s in Side), ""]),
+                name="judgement_side_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.annotator} on {self.comparison_id}: {self.choice}"

@@ -1,0 +1,1 @@
+"""Alerts, human-eval rounds and stopping decisions live here (the monitoring and human-eval issues)."""
