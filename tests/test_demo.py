@@ -1,0 +1,63 @@
+"""The demo project: team prompts with SmolLM2 responses, accounts for every role, some judgements."""
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.urls import reverse
+
+from annotation.demo import DEMO_COMPARISONS, DEMO_PASSWORD, demo_load
+from annotation.models import Comparison, Judgement, Project
+from common.errors import ConcordError
+
+pytestmark = pytest.mark.django_db
+
+ROWS = [json.loads(line) for line in DEMO_COMPARISONS.read_text().splitlines() if line.strip()]
+
+
+def test_demo_file_is_varied_and_complete():
+    """At least 60 prompts over six kinds, two non-empty responses each, from SmolLM2."""
+    assert len(ROWS) >= 60
+    categories = {row["metadata"]["category"] for row in ROWS}
+    assert categories == {"coding", "advice", "facts", "writing", "safety", "reasoning"}
+    assert all(row["response_a"].strip() and row["response_b"].strip() for row in ROWS)
+    assert all(row["model_a"].startswith("smollm2-135m-instruct@") for row in ROWS)
+    assert any(isinstance(row["prompt"], list) for row in ROWS), "no multi-turn prompt"
+    judged = [row for row in ROWS if row.get("judgements")]
+    assert judged and all(row["metadata"]["simulated_judgements"] for row in judged)
+
+
+def test_load_demo_creates_project_accounts_and_judgements(capsys):
+    call_command("load_demo")
+    project = Project.objects.get(slug="demo")
+    assert project.comparisons.count() == len(ROWS)
+    expected = sum(len(row.get("judgements", [])) for row in ROWS)
+    assert Judgement.objects.filter(comparison__project=project).count() == expected
+    assert set(project.members.values_list("username", flat=True)) == {"ana", "ben", "chloe", "dev"}
+    out = capsys.readouterr().out
+    assert f"password {DEMO_PASSWORD!r}" in out and "rita" in out and "mel" in out
+
+
+def test_load_demo_twice_changes_nothing():
+    demo_load()
+    counts = (Comparison.objects.count(), Judgement.objects.count())
+    report = demo_load()
+    assert (Comparison.objects.count(), Judgement.objects.count()) == counts
+    assert report.imported.comparisons_created == 0
+
+
+def test_demo_accounts_log_in_and_land_on_their_work(client):
+    demo_load()
+    assert client.login(username="ana", password=DEMO_PASSWORD)
+    assert client.get("/").url == reverse("annotation:my-projects")
+    page = client.get(reverse("annotation:my-projects")).content.decode()
+    assert "Demo: SmolLM2 answers" in page
+    assert get_user_model().objects.get(username="mel").is_staff
+
+
+def test_demo_refuses_production(settings):
+    settings.PRODUCTION = True
+    with pytest.raises(ConcordError, match="cannot be loaded in production"):
+        demo_load()
+    assert not Project.objects.exists()

@@ -1,0 +1,159 @@
+"""JSONL import: every bad line and field named, nothing written on error, re-import idempotent."""
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+
+from annotation.importing import ImportValidationError, content_hash, parse_row
+from annotation.models import Comparison, Judgement, Project, Prompt, Response
+from annotation.services import comparisons_import, project_get_or_create
+
+pytestmark = pytest.mark.django_db
+
+
+def _line(**fields) -> str:
+    row = {
+        "prompt": "Why is the sky blue?",
+        "response_a": "Rayleigh scattering.",
+        "response_b": "Magic.",
+    }
+    row.update(fields)
+    return json.dumps({k: v for k, v in row.items() if v is not None})
+
+
+@pytest.fixture
+def project():
+    return project_get_or_create(slug="sky")[0]
+
+
+def test_content_hash_ignores_key_order():
+    assert content_hash({"a": 1, "b": [1, 2]}) == content_hash({"b": [1, 2], "a": 1})
+    assert content_hash("x") != content_hash("y")
+
+
+def test_minimal_row_imports_prompt_responses_and_comparison(project):
+    result = comparisons_import(project=project, lines=[_line()])
+    assert (result.comparisons_created, result.comparisons_existing) == (1, 0)
+    comparison = Comparison.objects.get()
+    assert comparison.prompt.text == "Why is the sky blue?"
+    assert comparison.response_a.text == "Rayleigh scattering."
+    assert comparison.response_b.text == "Magic."
+
+
+def test_reimport_creates_nothing_new(project):
+    """The same rows again (even in another key order) are recognised by content hash."""
+    lines = [_line(), _line(prompt="What is 2+2?", response_a="4", response_b="5")]
+    comparisons_import(project=project, lines=lines)
+    reordered = [json.dumps(dict(reversed(json.loads(line).items()))) for line in lines]
+    again = comparisons_import(project=project, lines=reordered)
+    assert (again.comparisons_created, again.comparisons_existing) == (0, 2)
+    assert Comparison.objects.count() == 2 and Prompt.objects.count() == 2
+    assert Response.objects.count() == 4
+
+
+def test_conversation_prompt_keeps_messages_and_last_user_turn(project):
+    turns = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Tell me a joke."},
+    ]
+    comparisons_import(project=project, lines=[_line(prompt=turns)])
+    prompt = Prompt.objects.get()
+    assert prompt.text == "Tell me a joke."
+    assert prompt.messages == turns
+
+
+def test_trl_style_row_puts_chosen_as_a(project):
+    line = json.dumps({"prompt": "Q?", "chosen": "good", "rejected": "bad"})
+    comparisons_import(project=project, lines=[line])
+    comparison = Comparison.objects.get()
+    assert (comparison.response_a.text, comparison.response_b.text) == ("good", "bad")
+    assert comparison.metadata["trl_preferred"] == "a"
+
+
+def test_judgements_create_inactive_annotator_accounts(project):
+    """Existing judgements bring accounts that cannot log in until activated."""
+    line = _line(
+        judgements=[
+            {"annotator": "zoe", "choice": "a", "strength": 2, "shown_left": "b"},
+            {"annotator": "yan", "choice": "tie"},
+        ]
+    )
+    result = comparisons_import(project=project, lines=[line])
+    assert (result.judgements_created, result.annotators_created) == (2, 2)
+    zoe = get_user_model().objects.get(username="zoe")
+    assert not zoe.is_active and not zoe.has_usable_password()
+    assert zoe.groups.filter(name="Annotator").exists()
+    assert project.members.filter(username="zoe").exists()
+    judgement = Judgement.objects.get(annotator=zoe)
+    assert (judgement.choice, judgement.strength, judgement.shown_left) == ("a", 2, "b")
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "message"),
+    [
+        ("{not json", "", "malformed JSON"),
+        ("[1, 2]", "", "must be a JSON object"),
+        (_line(prompt=None), "prompt", "is required"),
+        (_line(response_b=None), "response_b", "is required"),
+        (_line(response_a=7), "response_a", "must be a string"),
+        (_line(response_b="Rayleigh scattering."), "response_b", "identical to response_a"),
+        (_line(gold="maybe"), "gold", "unknown gold answer"),
+        (_line(prompt=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]),
+         "prompt", "must end with a user turn"),
+        (_line(judgements=[{"annotator": "x", "choice": "left"}]), "judgements[0].choice",
+         "unknown choice 'left'"),
+        (_line(judgements=[{"annotator": "x", "choice": "a", "strength": 5}]),
+         "judgements[0].strength", "between 1 and 3"),
+        (_line(judgements=[{"annotator": "x", "choice": "a"}, {"annotator": "x", "choice": "b"}]),
+         "judgements[1].annotator", "judges this comparison twice"),
+    ],
+)  # fmt: skip
+def test_bad_rows_name_line_and_field(line, field, message):
+    errors = parse_row(4, line)
+    assert isinstance(errors, list)
+    assert errors[0].line == 4 and errors[0].field == field
+    assert message in errors[0].message
+
+
+def test_one_bad_line_imports_nothing(project):
+    """All or nothing: good lines before and after a bad one are not written either."""
+    lines = [_line(), _line(prompt="Q2", response_a="x", response_b="y", gold="nope"), "{bad"]
+    with pytest.raises(ImportValidationError) as caught:
+        comparisons_import(project=project, lines=lines)
+    assert [(e.line, e.field) for e in caught.value.errors] == [(2, "gold"), (3, "")]
+    assert Comparison.objects.count() == 0 and Prompt.objects.count() == 0
+
+
+def test_same_annotator_on_duplicate_rows_is_an_error(project):
+    judged = [{"annotator": "zoe", "choice": "a"}]
+    with pytest.raises(ImportValidationError, match="already judged this comparison on line 1"):
+        comparisons_import(project=project, lines=[_line(judgements=judged)] * 2)
+    assert Judgement.objects.count() == 0
+
+
+def test_command_creates_project_and_prints_counts(tmp_path, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(_line() + "\n\n" + _line(prompt="Q2", response_a="x", response_b="y") + "\n")
+    call_command("import_comparisons", str(path), "--project", "fresh")
+    out = capsys.readouterr().out
+    assert "created project 'fresh'" in out
+    assert "2 rows: 2 comparisons created" in out
+    assert Project.objects.get(slug="fresh").comparisons.count() == 2
+
+
+def test_command_with_bad_file_creates_no_project(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(_line() + "\n{oops\n")
+    with pytest.raises(CommandError, match="1 error"):
+        call_command("import_comparisons", str(path), "--project", "never")
+    assert not Project.objects.filter(slug="never").exists()
+
+
+def test_command_rejects_bad_slug(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(_line() + "\n")
+    with pytest.raises(CommandError, match="not a valid slug"):
+        call_command("import_comparisons", str(path), "--project", "Bad Slug")

@@ -1,0 +1,81 @@
+"""Production settings: refuse to start without their secrets; `check --deploy` is clean."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCTION_ENV = {
+    "DJANGO_ENV": "production",
+    "DJANGO_SECRET_KEY": "a-very-long-random-production-secret-key-0123456789-abcdefghijkl",
+    "DJANGO_ALLOWED_HOSTS": "concord.example.org",
+    "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/concord",
+    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+}
+
+
+def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_"))}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_check_deploy_is_clean_with_production_settings():
+    """Every deployment check (HSTS, secure cookies, SSL redirect, secret key...) passes."""
+    result = _manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_production_refuses_to_start_without_secret_key():
+    """A forgotten secret key stops the process instead of running with a known one."""
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "DJANGO_SECRET_KEY"}
+    result = _manage("check", env=env)
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set when DJANGO_ENV=production" in result.stderr
+
+
+def test_production_refuses_to_start_without_database_url():
+    """Production never falls back to the demo's SQLite file."""
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "DATABASE_URL"}
+    result = _manage("check", env=env)
+    assert result.returncode != 0
+    assert "DATABASE_URL must be set" in result.stderr
+
+
+def test_unknown_environment_name_is_rejected():
+    """A typo in DJANGO_ENV is an error, not a silent development profile."""
+    result = _manage("check", env={"DJANGO_ENV": "prod"})
+    assert result.returncode != 0
+    assert "DJANGO_ENV must be 'development' or 'production'" in result.stderr
+
+
+def test_development_defaults_need_no_server(tmp_path):
+    """With nothing set, the database is SQLite and the broker the local filesystem."""
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='config.settings'; django.setup();"
+        "from django.conf import settings as s;"
+        "print(s.DATABASES['default']['ENGINE'], s.CELERY_BROKER_URL)"
+    )
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "DATABASE_", "CELERY_", "CONCORD_"))
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "CONCORD_VAR_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://"]
