@@ -1,0 +1,45 @@
+# Concord: the two commands a newcomer types are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU wheel of torch, installed before anything that depends on torch (a plain `torch` would pull
+# a multi-GB CUDA build). Override on a GPU machine, e.g. TORCH_SPEC='torch==2.13.0'.
+TORCH_SPEC ?= torch==2.13.0
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+
+# Test services: PostgreSQL and Redis on this machine (override to point elsewhere).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/concord
+TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+
+.PHONY: demo test venv models lint bench clean-var
+
+$(BIN)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
+	$(PIP) "$(TORCH_SPEC)"
+	$(PIP) -e '.[dev]'
+	@touch $@
+
+venv: $(BIN)/.installed
+
+models: venv
+	$(BIN)/python manage.py fetch_models
+
+## make demo: install, migrate, fetch the models, load the demo project, serve on http://127.0.0.1:8000
+demo: venv
+	$(BIN)/python manage.py migrate --no-input
+	$(BIN)/python manage.py fetch_models
+	$(BIN)/python manage.py load_demo
+	$(BIN)/python manage.py rundemo
+
+## make test: the whole suite against PostgreSQL and Redis (browser tests in headless Chromium)
+test: venv
+	@scripts/ensure_services.sh
+	@scripts/ensure_chromium.sh || true
+	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) $(BIN)/python manage.py fetch_models
+	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .

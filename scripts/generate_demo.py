@@ -1,0 +1,143 @@
+"""Generate the demo project's comparisons: two SmolLM2 responses per prompt, plus demo judgements.
+
+    python scripts/generate_demo.py [--model var/models/smollm2-135m-instruct] [--out demo/comparisons.jsonl]
+
+Reads demo/prompts.jsonl (written by the team). For each prompt the packaged SmolLM2-135M-Instruct answers
+twice with different sampling (a careful setting and an adventurous one); which setting becomes response
+A is drawn per prompt so position carries no signal. The output is committed, so the demo starts in
+seconds; run this again only when the prompts change.
+
+The judgements on the first ``--judged`` comparisons are SIMULATED, and marked so in each row's metadata:
+four demo annotators with different, known habits judge against a transparent reference rule (a
+response that stops by itself and repeats itself less is better). They exist so the analytics pages have
+real patterns to find (one annotator favours the left side, one the longer response). The remaining
+comparisons are left for people to label in the demo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from training.recipes.generation import ChatGenerator, Generation, SamplingConfig  # noqa: E402
+
+CAREFUL = SamplingConfig(max_new_tokens=160, temperature=0.3, top_p=0.9, seed=11)
+ADVENTUROUS = SamplingConfig(max_new_tokens=160, temperature=1.0, top_p=0.95, seed=23)
+MODEL = "smollm2-135m-instruct"
+
+# name: (habit, probability that the habit decides instead of the reference rule, seconds per judgement)
+ANNOTATORS = {
+    "ana": ("careful", 0.10, 38.0),
+    "ben": ("left", 0.55, 21.0),
+    "chloe": ("longer", 0.55, 27.0),
+    "dev": ("random", 0.40, 6.0),
+}
+
+
+def repetition_rate(text: str, n: int = 3) -> float:
+    """Share of word n-grams that repeat an earlier n-gram of the same text (0 = no repetition)."""
+    words = text.lower().split()
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    if not grams:
+        return 0.0
+    return 1.0 - len(set(grams)) / len(grams)
+
+
+def quality(gen: Generation, *, careful: bool) -> float:
+    """The reference rule's score: stopping by itself is good, repetition and emptiness are bad, and
+    a tiny model's low-temperature answer is usually the more coherent one."""
+    if not gen.text:
+        return -2.0
+    finished = 1.0 if gen.finished else 0.0
+    return finished - 2.0 * repetition_rate(gen.text) + (0.3 if careful else 0.0)
+
+
+def reference_choice(a: Generation, b: Generation, careful: str) -> tuple[str, int]:
+    """The rule's verdict ('a', 'b' or 'tie') and its strength (1-3); ``careful`` names the side
+    sampled at low temperature."""
+    diff = quality(a, careful=careful == "a") - quality(b, careful=careful == "b")
+    if abs(diff) < 0.1:
+        return "tie", 1
+    strength = 1 if abs(diff) < 0.4 else 2 if abs(diff) < 1.0 else 3
+    return ("a" if diff > 0 else "b"), strength
+
+
+def simulated_judgement(
+    name: str, a: Generation, b: Generation, careful: str, rng: random.Random
+) -> dict[str, object]:
+    """One demo annotator's judgement of (a, b), following the annotator's habit."""
+    habit, habit_share, seconds = ANNOTATORS[name]
+    shown_left = rng.choice("ab")
+    choice, strength = reference_choice(a, b, careful)
+    if rng.random() < habit_share:
+        if habit == "left":
+            choice = shown_left
+        elif habit == "longer":
+            choice = "a" if len(a.text) >= len(b.text) else "b"
+        else:  # careful annotators slip, careless ones guess
+            choice = rng.choice(["a", "b", "tie"])
+        strength = rng.randint(1, 3)
+    if choice == "tie":
+        strength = 1
+    return {
+        "annotator": name,
+        "choice": choice,
+        "strength": strength,
+        "shown_left": shown_left,
+        "elapsed_ms": int(rng.lognormvariate(0, 0.35) * seconds * 1000),
+    }
+
+
+def conversation(prompt: str | list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=ROOT / "var/models" / MODEL)
+    parser.add_argument("--prompts", type=Path, default=ROOT / "demo/prompts.jsonl")
+    parser.add_argument("--out", type=Path, default=ROOT / "demo/comparisons.jsonl")
+    parser.add_argument("--judged", type=int, default=48, help="comparisons with demo judgements")
+    args = parser.parse_args()
+
+    rows = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]
+    conversations = [conversation(row["prompt"]) for row in rows]
+    generator = ChatGenerator(args.model, device="cpu")
+    careful = generator.generate(conversations, CAREFUL)
+    adventurous = generator.generate(conversations, ADVENTUROUS)
+
+    rng = random.Random(2026)
+    names = list(ANNOTATORS)
+    with args.out.open("w") as out:
+        for index, row in enumerate(rows):
+            pair = [(careful[index], "t0.3"), (adventurous[index], "t1.0")]
+            rng.shuffle(pair)
+            (gen_a, tag_a), (gen_b, tag_b) = pair
+            record: dict[str, object] = {
+                "id": row["id"],
+                "prompt": row["prompt"],
+                "response_a": gen_a.text,
+                "response_b": gen_b.text,
+                "model_a": f"{MODEL}@{tag_a}",
+                "model_b": f"{MODEL}@{tag_b}",
+                "metadata": {"category": row["category"]},
+            }
+            if index < args.judged:
+                judges = [names[(index + k) % len(names)] for k in range(3)]
+                careful_side = "a" if tag_a == "t0.3" else "b"
+                record["judgements"] = [
+                    simulated_judgement(n, gen_a, gen_b, careful_side, rng) for n in judges
+                ]
+                record["metadata"]["simulated_judgements"] = True  # type: ignore[index]
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    print(f"wrote {len(rows)} comparisons to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
