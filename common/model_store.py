@@ -118,7 +118,9 @@ def gguf_to_hf_folder(*, gguf: Path, target: Path) -> None:
     the weights are copied into a model built from the same config without the quantisation entry.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     folder, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
@@ -222,7 +224,9 @@ def sentence_encoder_check(*, name: str, log: Log = print) -> Path:
 
     try:
         encoder = SentenceTransformer(str(model.path), device="cpu", local_files_only=True)
-        vector = encoder.encode(["Concord checks that the encoder loads offline."])
+        vector = encoder.encode(
+            ["Concord checks that the encoder loads offline."], show_progress_bar=False
+        )
     except Exception as exc:  # any loader failure is reported with the model's name
         raise ModelUnavailableError(f"{name}: failed to load from {model.path}: {exc}") from exc
     log(f"{name}: loads offline from {model.path} ({vector.shape[1]}-d embeddings)")
