@@ -46,6 +46,17 @@ class Project(models.Model):
         default=MAX_STRENGTH,
         help_text="Levels of preference strength offered (1 = no strength, 3 = slight/clear/much).",
     )
+    lease_minutes = models.PositiveSmallIntegerField(
+        default=30, help_text="Minutes an annotator holds a claimed comparison before it returns."
+    )
+    gold_every = models.PositiveSmallIntegerField(
+        default=10,
+        help_text="Mix a gold item (known answer) into every Nth pair an annotator gets; 0 = never.",
+    )
+    repeat_every = models.PositiveSmallIntegerField(
+        default=25,
+        help_text="Show an already judged pair again, sides flipped, every Nth pair; 0 = never.",
+    )
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, related_name="annotation_projects", blank=True
     )
@@ -125,10 +136,24 @@ class Comparison(models.Model):
     external_id = models.CharField(max_length=200, blank=True)
     content_hash = models.CharField(max_length=64)
     metadata = models.JSONField(default=dict, blank=True)
+    queue_position = models.BigIntegerField(
+        default=0,
+        db_index=True,
+        help_text="Order in which pairs are handed out (batches; cluster-balanced when clustered).",
+    )
+    taken = models.PositiveSmallIntegerField(
+        default=0, help_text="Active leases plus judgements: slots of the overlap already taken."
+    )
+    served = models.PositiveIntegerField(
+        default=0, help_text="Times handed out; its parity alternates the side shown on the left."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["id"]
+        indexes = [
+            models.Index(fields=["project", "queue_position", "id"], name="comparison_queue")
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["project", "content_hash"], name="comparison_unique_content"
@@ -186,3 +211,126 @@ class Judgement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.annotator} on {self.comparison_id}: {self.choice}"
+
+
+class Assignment(models.Model):
+    """A comparison handed to an annotator: a lease until ``expires_at``, then a record of the outcome.
+
+    ``kind`` is a normal pair, a gold item (judged by everyone, not counted against the overlap) or a
+    swap repeat (a pair the annotator already judged, shown again with the sides flipped).
+    """
+
+    class Kind(models.TextChoices):
+        NORMAL = "normal", "Normal"
+        GOLD = "gold", "Gold item"
+        REPEAT = "repeat", "Swap repeat"
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        DONE = "done", "Judged"
+        SKIPPED = "skipped", "Skipped"
+
+    comparison = models.ForeignKey(Comparison, on_delete=models.CASCADE, related_name="assignments")
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assignments"
+    )
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.NORMAL)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.ACTIVE)
+    shown_left = models.CharField(max_length=1, choices=Side.choices)
+    claimed_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["comparison", "annotator", "kind"], name="assignment_once_per_kind"
+            ),
+            models.CheckConstraint(
+                condition=Q(shown_left__in=[s.value for s in Side]), name="assignment_side_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "expires_at"], name="assignment_expiry")]
+
+    def __str__(self) -> str:
+        return f"{self.annotator} <- {self.comparison_id} ({self.kind}, {self.status})"
+
+
+class RepeatJudgement(models.Model):
+    """The second verdict on a swap repeat: the same annotator, the same pair, sides flipped."""
+
+    comparison = models.ForeignKey(Comparison, on_delete=models.CASCADE, related_name="repeats")
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="repeat_judgements"
+    )
+    choice = models.CharField(max_length=8, choices=Choice.choices)
+    strength = models.PositiveSmallIntegerField(default=1)
+    shown_left = models.CharField(max_length=1, choices=Side.choices)
+    elapsed_ms = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["comparison", "annotator"], name="repeat_one_per_annotator"
+            ),
+            models.CheckConstraint(
+                condition=Q(strength__gte=1, strength__lte=MAX_STRENGTH),
+                name="repeat_strength_range",
+            ),
+        ]
+
+
+class ImportJob(models.Model):
+    """An uploaded JSONL file and the progress of its import (the upload page polls this)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        VALIDATING = "validating", "Validating"
+        IMPORTING = "importing", "Importing"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="import_jobs")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    path = models.CharField(max_length=500, help_text="The uploaded file, kept as received.")
+    original_name = models.CharField(max_length=255)
+    size_bytes = models.BigIntegerField()
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    rows_total = models.PositiveIntegerField(null=True, blank=True)
+    rows_done = models.PositiveIntegerField(default=0)
+    errors = models.JSONField(default=list, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+
+class DatasetExport(models.Model):
+    """An immutable, hashed export of a project's preferences (what a training run names).
+
+    The files live under ``folder``: ``pairs.jsonl`` (TRL-style prompt/chosen/rejected with margin and
+    provenance) and ``judgements.jsonl`` (raw per-annotator rows). ``sha256`` covers both files.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="exports")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    sha256 = models.CharField(max_length=64, unique=True)
+    folder = models.CharField(max_length=500)
+    options = models.JSONField(default=dict)
+    n_pairs = models.PositiveIntegerField()
+    n_judgements = models.PositiveIntegerField()
+    n_ties_dropped = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}@{self.sha256[:12]}"
