@@ -334,3 +334,103 @@ class DatasetExport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project.slug}@{self.sha256[:12]}"
+
+
+class PromptEmbedding(models.Model):
+    """A prompt's sentence embedding under one model: ``dim`` float32 values, little-endian bytes.
+
+    ``text_hash`` is the sha256 of the text that was embedded, so a prompt whose embedded text changes
+    is embedded again, and one that did not change never is.
+    """
+
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="embeddings")
+    model_name = models.CharField(max_length=100)
+    text_hash = models.CharField(max_length=64)
+    dim = models.PositiveSmallIntegerField()
+    vector = models.BinaryField(help_text="float32 little-endian, dim * 4 bytes.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["prompt", "model_name"], name="embedding_one_per_prompt_and_model"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_name} embedding of prompt {self.prompt_id}"
+
+
+class ClusteringRun(models.Model):
+    """One clustering of a project's prompts: its state while it runs, then its result.
+
+    At most one run per project is queued or running. The latest succeeded run is the project's
+    current clustering; its labels are copied to ``Prompt.cluster``. ``projection`` holds the 2-D
+    PCA coordinates for the scatter plot: {"prompt_ids": [...], "labels": [...], "x": [...], "y": [...]}.
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="clustering_runs")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    model_name = models.CharField(max_length=100)
+    k_requested = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Clusters asked for; empty: chosen by silhouette."
+    )
+    k = models.PositiveSmallIntegerField(null=True, blank=True)
+    silhouette = models.FloatField(null=True, blank=True)
+    silhouette_by_k = models.JSONField(default=dict, blank=True)
+    n_prompts = models.PositiveIntegerField(default=0)
+    n_embedded = models.PositiveIntegerField(default=0, help_text="Prompts embedded by this run.")
+    progress = models.FloatField(default=0.0, help_text="0 to 1.")
+    stage = models.CharField(max_length=200, blank=True)
+    projection = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project"],
+                condition=Q(status__in=["queued", "running"]),
+                name="clustering_one_active_run_per_project",
+            ),
+            models.CheckConstraint(
+                condition=Q(progress__gte=0.0, progress__lte=1.0), name="clustering_progress_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"clustering {self.pk} of {self.project.slug} ({self.status})"
+
+
+class PromptCluster(models.Model):
+    """One cluster of a clustering run: its size, top terms, most central prompts and a name."""
+
+    run = models.ForeignKey(ClusteringRun, on_delete=models.CASCADE, related_name="clusters")
+    label = models.PositiveSmallIntegerField(help_text="The value stored in Prompt.cluster.")
+    name = models.CharField(max_length=100, blank=True)
+    size = models.PositiveIntegerField()
+    share = models.FloatField(help_text="size / prompts in the run.")
+    top_terms = models.JSONField(default=list, blank=True)
+    central_prompt_ids = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["run", "label"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "label"], name="cluster_label_unique_per_run"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or f"cluster {self.label}"
