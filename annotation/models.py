@@ -280,6 +280,9 @@ class RepeatJudgement(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.annotator} repeat on {self.comparison_id}: {self.choice}"
+
 
 class ImportJob(models.Model):
     """An uploaded JSONL file and the progress of its import (the upload page polls this)."""
@@ -308,6 +311,9 @@ class ImportJob(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"import of {self.original_name} into {self.project.slug} ({self.status})"
 
 
 class DatasetExport(models.Model):

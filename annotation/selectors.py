@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, F, Q
+from django.utils import timezone
 
-from annotation.models import Comparison, Judgement, Project
+from annotation.models import Assignment, Comparison, Judgement, Project
 
 
 @dataclass(frozen=True)
@@ -65,3 +66,68 @@ def judgement_counts_by_choice(*, project: Project) -> dict[str, int]:
         **{choice: Count("id", filter=Q(choice=choice)) for choice in ("a", "b", "tie", "both_bad")}
     )
     return {key: value or 0 for key, value in counts.items()}
+
+
+BATCH_SIZE = 20
+
+
+@dataclass(frozen=True)
+class LabellingProgress:
+    """An annotator's progress in a project: this batch (blocks of BATCH_SIZE pairs), today, overall."""
+
+    done: int
+    done_today: int
+    available: int
+    batch_size: int = BATCH_SIZE
+
+    @property
+    def batch_done(self) -> int:
+        return self.done % self.batch_size
+
+    @property
+    def batch_percent(self) -> int:
+        return round(100 * self.batch_done / self.batch_size)
+
+
+def projects_of_member(*, user: AbstractBaseUser):
+    """The projects the user may label in (a queryset, so views can look one up by slug)."""
+    return Project.objects.filter(members=user)
+
+
+def labelling_progress(*, annotator: AbstractBaseUser, project: Project) -> LabellingProgress:
+    """Counts for the labelling screen's progress bars."""
+    done = Judgement.objects.filter(comparison__project=project, annotator=annotator)
+    start_of_day = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+    available = (
+        Comparison.objects.filter(project=project, taken__lt=project.overlap, gold="")
+        .exclude(assignments__annotator=annotator)
+        .exclude(judgements__annotator=annotator)
+        .count()
+    )
+    return LabellingProgress(
+        done=done.count(),
+        done_today=done.filter(created_at__gte=start_of_day).count(),
+        available=available,
+    )
+
+
+def annotator_progress(*, project: Project) -> list[dict[str, object]]:
+    """Per annotator of the project: judgements, skips, median seconds per pair (lead's page)."""
+    rows = []
+    for member in project.members.order_by("username"):
+        judged = Judgement.objects.filter(comparison__project=project, annotator=member)
+        times = sorted(t for t in judged.values_list("elapsed_ms", flat=True) if t is not None)
+        rows.append(
+            {
+                "username": member.get_username(),
+                "active": member.is_active,
+                "judgements": judged.count(),
+                "skipped": Assignment.objects.filter(
+                    comparison__project=project,
+                    annotator=member,
+                    status=Assignment.Status.SKIPPED,
+                ).count(),
+                "median_seconds": round(times[len(times) // 2] / 1000, 1) if times else None,
+            }
+        )
+    return rows

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import F
 from django.utils.text import slugify
 
 from annotation.importing import (
@@ -166,6 +167,8 @@ def comparisons_import(*, project: Project, lines: Iterable[str]) -> ImportResul
                 )
                 j_created += judged
                 j_existing += not judged
+                if judged:  # an imported judgement takes one of the comparison's overlap slots
+                    Comparison.objects.filter(pk=comparison.pk).update(taken=F("taken") + 1)
     return ImportResult(
         rows=len(parsed),
         comparisons_created=created,

@@ -7,4 +7,8 @@ app_name = "annotation"
 urlpatterns = [
     path("", views.my_projects, name="my-projects"),
     path("projects/", views.project_overview, name="project-overview"),
+    path("p/<slug:slug>/label/", views.label, name="label"),
+    path("p/<slug:slug>/label/last/", views.label_edit_last, name="label-edit-last"),
+    path("p/<slug:slug>/label/<int:assignment_id>/", views.label_submit, name="label-submit"),
+    path("p/<slug:slug>/label/<int:assignment_id>/skip/", views.label_skip, name="label-skip"),
 ]

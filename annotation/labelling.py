@@ -1,0 +1,308 @@
+"""The labelling loop's writes: claim the next pair, submit, skip, edit the last judgement.
+
+Concurrency: a claim is one short transaction that locks one comparison row with
+``SELECT ... FOR UPDATE SKIP LOCKED`` (ordered by queue position, then id), bumps its ``taken`` counter
+and records a lease. ``taken`` = active leases + judgements, so a comparison is never handed out beyond
+its overlap; PostgreSQL re-checks ``taken < overlap`` on the locked row, so two claims can never both
+take the last slot. Expired leases are released (the slot returns to the pool) at the start of a claim.
+
+Sides: the response shown on the left alternates between the annotators of a comparison (its
+``served`` counter's parity, started from the comparison id so that A is not always first), and is
+stored with the lease and the judgement. The screen speaks of left and right; the service maps them
+back to the stored responses a and b.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from annotation.models import (
+    MAX_STRENGTH,
+    Assignment,
+    Choice,
+    Comparison,
+    Judgement,
+    Project,
+    RepeatJudgement,
+    Side,
+)
+from common.errors import ConcordError
+
+PICKS = ("left", "right", "tie", "both_bad")
+# Swap repeats come from pairs judged at least this many pairs ago (memory of the answer fades).
+REPEAT_MIN_DISTANCE = 5
+
+
+class LabellingError(ConcordError):
+    """A submission that cannot be accepted as it is (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the annotator pressed: a screen-relative pick and a strength (1-3)."""
+
+    pick: str
+    strength: int = 1
+
+    def choice(self, shown_left: str) -> str:
+        """The stored choice (a / b / tie / both_bad) for a screen showing ``shown_left`` on the left."""
+        if self.pick == "left":
+            return shown_left
+        if self.pick == "right":
+            return Side.B if shown_left == Side.A else Side.A
+        return self.pick
+
+
+def _release_expired(project: Project) -> int:
+    """Give the slots of expired leases back to the pool; returns how many were released."""
+    now = timezone.now()
+    expired = list(
+        Assignment.objects.select_for_update(skip_locked=True)
+        .filter(comparison__project=project, status=Assignment.Status.ACTIVE, expires_at__lt=now)
+        .order_by("pk")
+        .values_list("pk", "comparison_id", "kind")[:500]
+    )
+    if not expired:
+        return 0
+    Assignment.objects.filter(pk__in=[pk for pk, _, _ in expired]).delete()
+    for comparison_id in sorted(
+        {cid for _, cid, kind in expired if kind == Assignment.Kind.NORMAL}
+    ):
+        released = sum(1 for _, cid, kind in expired if cid == comparison_id and kind == "normal")
+        Comparison.objects.filter(pk=comparison_id).update(taken=F("taken") - released)
+    return len(expired)
+
+
+def _side_for(comparison: Comparison) -> str:
+    """Alternate the left side between a comparison's annotators, starting from its id's parity."""
+    return Side.A if (comparison.pk + comparison.served) % 2 == 0 else Side.B
+
+
+def _lease(comparison: Comparison, annotator: AbstractBaseUser, kind: str, shown_left: str):
+    minutes = comparison.project.lease_minutes
+    return Assignment.objects.create(
+        comparison=comparison,
+        annotator=annotator,
+        kind=kind,
+        shown_left=shown_left,
+        expires_at=timezone.now() + timedelta(minutes=minutes),
+    )
+
+
+def _claim_normal(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
+    comparison = (
+        Comparison.objects.select_for_update(skip_locked=True)
+        .filter(project=project, taken__lt=project.overlap, gold="")
+        .exclude(assignments__annotator=annotator)
+        .exclude(judgements__annotator=annotator)
+        .order_by("queue_position", "pk")
+        .first()
+    )
+    if comparison is None:
+        return None
+    shown_left = _side_for(comparison)
+    Comparison.objects.filter(pk=comparison.pk).update(taken=F("taken") + 1, served=F("served") + 1)
+    comparison.project = project
+    return _lease(comparison, annotator, Assignment.Kind.NORMAL, shown_left)
+
+
+def _claim_gold(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
+    """A gold item the annotator has not seen; gold items go to everyone, outside the overlap."""
+    comparison = (
+        Comparison.objects.filter(project=project)
+        .exclude(gold="")
+        .exclude(assignments__annotator=annotator)
+        .exclude(judgements__annotator=annotator)
+        .order_by("queue_position", "pk")
+        .first()
+    )
+    if comparison is None:
+        return None
+    Comparison.objects.filter(pk=comparison.pk).update(served=F("served") + 1)
+    comparison.project = project
+    return _lease(comparison, annotator, Assignment.Kind.GOLD, _side_for(comparison))
+
+
+def _claim_repeat(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
+    """A pair the annotator judged a while ago and has not repeated, with the sides flipped."""
+    judged = list(
+        Judgement.objects.filter(comparison__project=project, annotator=annotator)
+        .exclude(shown_left="")
+        .order_by("-created_at")
+        .values_list("comparison_id", "shown_left")[REPEAT_MIN_DISTANCE : REPEAT_MIN_DISTANCE + 50]
+    )
+    repeated = set(
+        Assignment.objects.filter(
+            annotator=annotator,
+            kind=Assignment.Kind.REPEAT,
+            comparison_id__in=[c for c, _ in judged],
+        ).values_list("comparison_id", flat=True)
+    )
+    for comparison_id, shown_left in reversed(judged):  # the oldest first
+        if comparison_id not in repeated:
+            flipped = Side.B if shown_left == Side.A else Side.A
+            comparison = Comparison.objects.select_related("project").get(pk=comparison_id)
+            return _lease(comparison, annotator, Assignment.Kind.REPEAT, flipped)
+    return None
+
+
+def _due(every: int, done: int) -> bool:
+    return every > 0 and done > 0 and done % every == every - 1
+
+
+def assignment_claim(*, annotator: AbstractBaseUser, project: Project) -> Assignment | None:
+    """The annotator's current pair in ``project``, or a newly claimed one; None when none is left.
+
+    An active lease is returned again (a page reload shows the same pair). Otherwise, every
+    ``gold_every``-th pair is a gold item and every ``repeat_every``-th a swap repeat, when one is
+    available; else the next comparison in queue order that still has a free slot and that this
+    annotator has never been given.
+    """
+    with transaction.atomic():
+        _release_expired(project)
+        current = (
+            Assignment.objects.select_related("comparison__project")
+            .filter(
+                comparison__project=project,
+                annotator=annotator,
+                status=Assignment.Status.ACTIVE,
+                expires_at__gte=timezone.now(),
+            )
+            .order_by("pk")
+            .first()
+        )
+        if current is not None:
+            return current
+        done = Assignment.objects.filter(
+            comparison__project=project, annotator=annotator, status=Assignment.Status.DONE
+        ).count()
+        try:
+            with transaction.atomic():
+                if _due(project.repeat_every, done) and (
+                    repeat := _claim_repeat(project, annotator)
+                ):
+                    return repeat
+                if _due(project.gold_every, done) and (gold := _claim_gold(project, annotator)):
+                    return gold
+        except IntegrityError:
+            pass  # a concurrent tab claimed the same special item: fall back to a normal pair
+        return _claim_normal(project, annotator)
+
+
+def _validate(project: Project, verdict: Verdict) -> None:
+    if verdict.pick not in PICKS:
+        raise LabellingError(f"unknown pick {verdict.pick!r}; expected one of {PICKS}")
+    if verdict.pick == "tie" and not project.allow_ties:
+        raise LabellingError("this project does not allow ties")
+    if verdict.pick == "both_bad" and not project.allow_both_bad:
+        raise LabellingError("this project does not allow 'both bad'")
+    if not 1 <= verdict.strength <= min(MAX_STRENGTH, project.strength_scale):
+        raise LabellingError(f"strength must be between 1 and {project.strength_scale}")
+
+
+def judgement_submit(
+    *,
+    annotator: AbstractBaseUser,
+    assignment_id: int,
+    verdict: Verdict,
+    rationale: str = "",
+    elapsed_ms: int | None = None,
+) -> Judgement | RepeatJudgement:
+    """Record the annotator's verdict on their assignment; idempotent for retries and double clicks.
+
+    A second submission of the same assignment returns the stored judgement unchanged (edits go
+    through ``judgement_edit``). A submission that arrives after its lease expired is still kept:
+    nothing an annotator submitted is lost.
+    """
+    with transaction.atomic():
+        assignment = (
+            Assignment.objects.select_for_update()
+            .select_related("comparison__project")
+            .filter(pk=assignment_id, annotator=annotator)
+            .first()
+        )
+        if assignment is None:
+            # The lease expired and was released; the pair may have been handed to someone else.
+            raise LabellingError("this pair is no longer assigned to you; the next pair is loaded")
+        comparison = assignment.comparison
+        _validate(comparison.project, verdict)
+        choice = verdict.choice(assignment.shown_left)
+        strength = 1 if choice in (Choice.TIE, Choice.BOTH_BAD) else verdict.strength
+        fields = {
+            "choice": choice,
+            "strength": strength,
+            "shown_left": assignment.shown_left,
+            "elapsed_ms": elapsed_ms,
+        }
+        if assignment.kind == Assignment.Kind.REPEAT:
+            stored, _ = RepeatJudgement.objects.get_or_create(
+                comparison=comparison, annotator=annotator, defaults=fields
+            )
+        else:
+            stored, _ = Judgement.objects.get_or_create(
+                comparison=comparison,
+                annotator=annotator,
+                defaults={**fields, "rationale": rationale[:10_000]},
+            )
+        if assignment.status != Assignment.Status.DONE:
+            assignment.status = Assignment.Status.DONE
+            assignment.finished_at = timezone.now()
+            assignment.save(update_fields=["status", "finished_at"])
+        return stored
+
+
+def assignment_skip(*, annotator: AbstractBaseUser, assignment_id: int) -> None:
+    """Give the pair back without judging it; it is not offered to this annotator again."""
+    with transaction.atomic():
+        assignment = (
+            Assignment.objects.select_for_update()
+            .filter(pk=assignment_id, annotator=annotator, status=Assignment.Status.ACTIVE)
+            .first()
+        )
+        if assignment is None:
+            return
+        assignment.status = Assignment.Status.SKIPPED
+        assignment.finished_at = timezone.now()
+        assignment.save(update_fields=["status", "finished_at"])
+        if assignment.kind == Assignment.Kind.NORMAL:
+            Comparison.objects.filter(pk=assignment.comparison_id).update(taken=F("taken") - 1)
+
+
+def judgement_last(*, annotator: AbstractBaseUser, project: Project) -> Judgement | None:
+    """The annotator's most recent judgement in the project (what Z brings back to edit)."""
+    return (
+        Judgement.objects.select_related("comparison__prompt", "comparison__project")
+        .filter(comparison__project=project, annotator=annotator)
+        .order_by("-updated_at", "-pk")
+        .first()
+    )
+
+
+def judgement_edit(
+    *, annotator: AbstractBaseUser, judgement_id: int, verdict: Verdict, rationale: str = ""
+) -> Judgement:
+    """Change the annotator's own judgement (undo); the side shown when it was made is kept."""
+    with transaction.atomic():
+        judgement = (
+            Judgement.objects.select_for_update()
+            .select_related("comparison__project")
+            .filter(Q(pk=judgement_id) & Q(annotator=annotator))
+            .first()
+        )
+        if judgement is None:
+            raise LabellingError("no such judgement of yours")
+        _validate(judgement.comparison.project, verdict)
+        shown_left = judgement.shown_left or Side.A
+        judgement.choice = verdict.choice(shown_left)
+        judgement.strength = (
+            1 if judgement.choice in (Choice.TIE, Choice.BOTH_BAD) else verdict.strength
+        )
+        judgement.rationale = rationale[:10_000]
+        judgement.save(update_fields=["choice", "strength", "rationale", "updated_at"])
+        return judgement

@@ -1,0 +1,293 @@
+"""The labelling loop's services: claims respect the overlap under concurrency, leases expire, sides
+alternate, submissions are idempotent, skips and edits behave."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from annotation import labelling
+from annotation.labelling import LabellingError, Verdict
+from annotation.models import Assignment, Comparison, Judgement, RepeatJudgement
+from common.roles import ANNOTATOR
+from tests.factories import ComparisonFactory, ProjectFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _project(n: int, **fields):
+    project = ProjectFactory(gold_every=0, repeat_every=0, **fields)
+    comparisons = [ComparisonFactory(project=project) for _ in range(n)]
+    return project, comparisons
+
+
+def _annotators(project, n: int):
+    users = [UserFactory(role=ANNOTATOR) for _ in range(n)]
+    project.members.add(*users)
+    return users
+
+
+def _label(user, project, pick="left", strength=1):
+    assignment = labelling.assignment_claim(annotator=user, project=project)
+    assert assignment is not None
+    labelling.judgement_submit(
+        annotator=user, assignment_id=assignment.pk, verdict=Verdict(pick, strength), elapsed_ms=900
+    )
+    return assignment
+
+
+def test_claims_follow_queue_order_and_reload_returns_the_same_pair():
+    project, comparisons = _project(3)
+    comparisons[2].queue_position = -1
+    comparisons[2].save()
+    (user,) = _annotators(project, 1)
+    first = labelling.assignment_claim(annotator=user, project=project)
+    assert first.comparison == comparisons[2]
+    assert labelling.assignment_claim(annotator=user, project=project) == first
+
+
+def test_each_comparison_gets_exactly_overlap_distinct_annotators():
+    project, comparisons = _project(2, overlap=2)
+    users = _annotators(project, 5)
+    for user in users:
+        while (
+            assignment := labelling.assignment_claim(annotator=user, project=project)
+        ) is not None:
+            labelling.judgement_submit(
+                annotator=user, assignment_id=assignment.pk, verdict=Verdict("left")
+            )
+    for comparison in comparisons:
+        judges = list(comparison.judgements.values_list("annotator", flat=True))
+        assert len(judges) == 2 and len(set(judges)) == 2
+    assert Judgement.objects.count() == 4
+
+
+def test_never_the_same_comparison_twice_to_one_annotator():
+    project, _ = _project(2, overlap=3)
+    (user,) = _annotators(project, 1)
+    seen = [_label(user, project).comparison_id for _ in range(2)]
+    assert len(set(seen)) == 2
+    assert labelling.assignment_claim(annotator=user, project=project) is None
+
+
+def test_left_side_alternates_between_annotators_and_maps_back_to_a_b():
+    """The same screen pick 'left' means a for one annotator and b for the next."""
+    project, (comparison,) = _project(1, overlap=2)
+    first, second = _annotators(project, 2)
+    a1 = _label(first, project, "left")
+    a2 = _label(second, project, "left")
+    assert {a1.shown_left, a2.shown_left} == {"a", "b"}
+    for assignment, user in ((a1, first), (a2, second)):
+        judgement = Judgement.objects.get(comparison=comparison, annotator=user)
+        assert judgement.choice == assignment.shown_left
+        assert judgement.shown_left == assignment.shown_left
+
+
+def test_right_and_strength_and_tie():
+    project, _ = _project(2, overlap=1)
+    (user,) = _annotators(project, 1)
+    right = _label(user, project, "right", 3)
+    tie = _label(user, project, "tie", 3)
+    j_right = Judgement.objects.get(comparison=right.comparison)
+    assert j_right.choice == ("b" if right.shown_left == "a" else "a") and j_right.strength == 3
+    j_tie = Judgement.objects.get(comparison=tie.comparison)
+    assert (j_tie.choice, j_tie.strength) == ("tie", 1)
+
+
+def test_double_submission_is_idempotent():
+    project, _ = _project(1, overlap=1)
+    (user,) = _annotators(project, 1)
+    assignment = labelling.assignment_claim(annotator=user, project=project)
+    for pick in ("left", "right"):
+        labelling.judgement_submit(
+            annotator=user, assignment_id=assignment.pk, verdict=Verdict(pick)
+        )
+    judgement = Judgement.objects.get()
+    assert judgement.choice == assignment.shown_left  # the first submission stands
+
+
+@pytest.mark.parametrize(
+    ("fields", "verdict", "message"),
+    [
+        ({}, Verdict("up"), "unknown pick 'up'"),
+        ({"allow_ties": False}, Verdict("tie"), "does not allow ties"),
+        ({"allow_both_bad": False}, Verdict("both_bad"), "does not allow 'both bad'"),
+        ({}, Verdict("left", 4), "strength must be between 1 and 3"),
+        ({"strength_scale": 1}, Verdict("left", 2), "strength must be between 1 and 1"),
+    ],
+)
+def test_invalid_verdicts_are_refused_and_change_nothing(fields, verdict, message):
+    project, _ = _project(1, overlap=1, **fields)
+    (user,) = _annotators(project, 1)
+    assignment = labelling.assignment_claim(annotator=user, project=project)
+    with pytest.raises(LabellingError, match=message):
+        labelling.judgement_submit(annotator=user, assignment_id=assignment.pk, verdict=verdict)
+    assert not Judgement.objects.exists()
+    assert Assignment.objects.get().status == Assignment.Status.ACTIVE
+
+
+def test_someone_elses_assignment_cannot_be_submitted():
+    project, _ = _project(1, overlap=2)
+    owner, intruder = _annotators(project, 2)
+    assignment = labelling.assignment_claim(annotator=owner, project=project)
+    with pytest.raises(LabellingError, match="no longer assigned to you"):
+        labelling.judgement_submit(
+            annotator=intruder, assignment_id=assignment.pk, verdict=Verdict("left")
+        )
+
+
+def test_expired_lease_returns_the_slot_to_the_pool():
+    project, (comparison,) = _project(1, overlap=1)
+    slow, fast = _annotators(project, 2)
+    lease = labelling.assignment_claim(annotator=slow, project=project)
+    assert labelling.assignment_claim(annotator=fast, project=project) is None
+    Assignment.objects.filter(pk=lease.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    taken_over = labelling.assignment_claim(annotator=fast, project=project)
+    assert taken_over is not None and taken_over.comparison == comparison
+    assert not Assignment.objects.filter(pk=lease.pk).exists()
+    with pytest.raises(LabellingError, match="no longer assigned"):
+        labelling.judgement_submit(annotator=slow, assignment_id=lease.pk, verdict=Verdict("left"))
+
+
+def test_late_submission_of_an_unreclaimed_expired_lease_is_kept():
+    """Nothing an annotator submitted is lost: an expired lease nobody took is still accepted."""
+    project, _ = _project(1, overlap=1)
+    (user,) = _annotators(project, 1)
+    lease = labelling.assignment_claim(annotator=user, project=project)
+    Assignment.objects.filter(pk=lease.pk).update(expires_at=timezone.now() - timedelta(hours=1))
+    labelling.judgement_submit(annotator=user, assignment_id=lease.pk, verdict=Verdict("tie"))
+    assert Judgement.objects.get().choice == "tie"
+
+
+def test_skip_frees_the_slot_and_never_returns_to_that_annotator():
+    project, (_first, _second) = _project(2, overlap=1)
+    skipper, other = _annotators(project, 2)
+    lease = labelling.assignment_claim(annotator=skipper, project=project)
+    labelling.assignment_skip(annotator=skipper, assignment_id=lease.pk)
+    following = labelling.assignment_claim(annotator=skipper, project=project)
+    assert following.comparison != lease.comparison
+    assert (
+        labelling.assignment_claim(annotator=other, project=project).comparison == lease.comparison
+    )
+
+
+def test_edit_last_judgement_keeps_the_shown_side():
+    project, _ = _project(2, overlap=1)
+    (user,) = _annotators(project, 1)
+    _label(user, project, "left", 3)
+    assignment = _label(user, project, "left", 1)
+    last = labelling.judgement_last(annotator=user, project=project)
+    assert last.comparison_id == assignment.comparison_id
+    edited = labelling.judgement_edit(
+        annotator=user, judgement_id=last.pk, verdict=Verdict("right", 2), rationale="misread"
+    )
+    expected = "b" if assignment.shown_left == "a" else "a"
+    assert (edited.choice, edited.strength, edited.rationale) == (expected, 2, "misread")
+    assert Judgement.objects.count() == 2
+
+
+def test_edit_refuses_another_annotators_judgement():
+    project, _ = _project(1, overlap=2)
+    owner, other = _annotators(project, 2)
+    _label(owner, project)
+    judgement = Judgement.objects.get()
+    with pytest.raises(LabellingError, match="no such judgement of yours"):
+        labelling.judgement_edit(annotator=other, judgement_id=judgement.pk, verdict=Verdict("tie"))
+
+
+def test_gold_items_are_mixed_in_for_everyone_outside_the_overlap():
+    project, comparisons = _project(6, overlap=1)
+    project.gold_every = 3
+    project.save()
+    gold = comparisons[-1]
+    gold.gold = "a"
+    gold.save()
+    first, second = _annotators(project, 2)
+    kinds = [_label(first, project).kind for _ in range(4)]
+    assert kinds == ["normal", "normal", "gold", "normal"]
+    assert [_label(second, project).kind for _ in range(3)][2] == "gold"
+    assert gold.judgements.count() == 2  # both annotators judged the gold item
+
+
+def test_swap_repeat_shows_an_old_pair_with_sides_flipped():
+    project, _ = _project(10, overlap=1)
+    project.repeat_every = 8
+    project.save()
+    (user,) = _annotators(project, 1)
+    normal = [_label(user, project) for _ in range(7)]
+    repeat = _label(user, project, "left")
+    assert repeat.kind == "repeat"
+    original = next(a for a in normal if a.comparison_id == repeat.comparison_id)
+    assert repeat.shown_left != original.shown_left
+    stored = RepeatJudgement.objects.get()
+    assert (stored.comparison_id, stored.choice) == (original.comparison_id, repeat.shown_left)
+    assert Judgement.objects.count() == 7
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claims_never_over_assign():
+    """24 annotator threads claim and submit at once: every comparison ends with exactly `overlap`
+    distinct annotators, none beyond, none lost."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks with SKIP LOCKED need PostgreSQL (make test uses it)")
+    project, _comparisons = _project(20, overlap=3)
+    users = _annotators(project, 24)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(users))
+
+    def work(user) -> None:
+        try:
+            barrier.wait()
+            while (a := labelling.assignment_claim(annotator=user, project=project)) is not None:
+                labelling.judgement_submit(
+                    annotator=user, assignment_id=a.pk, verdict=Verdict("left")
+                )
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, args=(u,)) for u in users]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    for comparison in Comparison.objects.filter(project=project):
+        judges = list(comparison.judgements.values_list("annotator", flat=True))
+        assert len(judges) == 3 == len(set(judges)), comparison.pk
+        assert comparison.taken == 3
+    assert Judgement.objects.count() == 60
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_double_submission_stores_one_row():
+    """Twenty simultaneous submissions of one assignment create exactly one judgement."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL")
+    project, _ = _project(1, overlap=1)
+    (user,) = _annotators(project, 1)
+    assignment = labelling.assignment_claim(annotator=user, project=project)
+    barrier = threading.Barrier(20)
+    errors: list[BaseException] = []
+
+    def submit() -> None:
+        try:
+            barrier.wait()
+            labelling.judgement_submit(
+                annotator=user, assignment_id=assignment.pk, verdict=Verdict("left")
+            )
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=submit) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    assert Judgement.objects.count() == 1
