@@ -1,0 +1,111 @@
+"""Export: majority consensus with agreement and margin, ties by option, immutable hashed snapshots."""
+
+import json
+
+import pytest
+from django.core.management import call_command
+
+from annotation.exporting import Vote, dataset_export, majority_consensus
+from annotation.models import DatasetExport
+from annotation.services import comparisons_import, project_get_or_create
+
+pytestmark = pytest.mark.django_db
+
+
+def test_unanimous_much_better_has_margin_one():
+    """Three votes for a at strength 3: agreement 1, margin 3*3/(3*3) = 1."""
+    result = majority_consensus([Vote("a", 3)] * 3)
+    assert (result.choice, result.agreement, result.margin) == ("a", 1.0, 1.0)
+
+
+def test_split_vote_margin_is_signed_and_scaled():
+    """Votes b/3, b/1, a/2: b wins with agreement 2/3; margin (3 + 1 - 2) / (3 * 3) = 2/9."""
+    result = majority_consensus([Vote("b", 3), Vote("b", 1), Vote("a", 2)])
+    assert result.choice == "b"
+    assert result.agreement == pytest.approx(2 / 3, abs=1e-6)
+    assert result.margin == pytest.approx(2 / 9, abs=1e-6)
+
+
+def test_equal_votes_for_a_and_b_make_a_tie():
+    assert majority_consensus([Vote("a", 1), Vote("b", 1)]).choice == "tie"
+    assert majority_consensus([Vote("a", 1), Vote("b", 2), Vote("tie", 1)]).choice == "tie"
+
+
+def test_tie_votes_count_as_neither_side_in_the_margin():
+    """a/2, tie, a/1: a wins 2 of 3; margin (2 + 0 + 1) / (3 * 3) = 1/3."""
+    result = majority_consensus([Vote("a", 2), Vote("tie", 1), Vote("a", 1)])
+    assert result.margin == pytest.approx(1 / 3, abs=1e-6)
+
+
+def _project_with_votes():
+    project, _ = project_get_or_create(slug="exp")
+    rows = [
+        {"prompt": "P1", "response_a": "good", "response_b": "bad", "model_a": "m1", "model_b": "m2",
+         "judgements": [{"annotator": "u1", "choice": "a", "strength": 3, "shown_left": "b",
+                         "elapsed_ms": 4000},
+                        {"annotator": "u2", "choice": "a", "strength": 1}]},
+        {"prompt": [{"role": "user", "content": "P2"}], "response_a": "x", "response_b": "y",
+         "judgements": [{"annotator": "u1", "choice": "b", "strength": 2}]},
+        {"prompt": "P3", "response_a": "p", "response_b": "q",
+         "judgements": [{"annotator": "u1", "choice": "tie"}]},
+        {"prompt": "P4", "response_a": "n", "response_b": "o"},
+    ]  # fmt: skip
+    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
+    return project
+
+
+def _read(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_export_contents_and_provenance(tmp_path, settings):
+    settings.EXPORT_DIR = tmp_path / "exports"
+    project = _project_with_votes()
+    export = dataset_export(project=project)
+    assert (export.n_pairs, export.n_judgements, export.n_ties_dropped) == (2, 4, 1)
+    pairs = _read(tmp_path / "exports" / "exp" / export.sha256 / "pairs.jsonl")
+    first, second = pairs
+    assert (first["prompt"], first["chosen"], first["rejected"]) == ("P1", "good", "bad")
+    assert first["margin"] == pytest.approx(4 / 6, abs=1e-6)  # (3 + 1) / (2 * 3)
+    assert (first["n_judgements"], first["agreement"], first["consensus"]) == (2, 1.0, "majority")
+    assert (first["model_chosen"], first["model_rejected"]) == ("m1", "m2")
+    assert second["prompt"] == [{"role": "user", "content": "P2"}]
+    assert (second["chosen"], second["rejected"]) == ("y", "x")
+    raw = _read(tmp_path / "exports" / "exp" / export.sha256 / "judgements.jsonl")
+    assert len(raw) == 4
+    assert {"annotator": "u1", "choice": "a", "strength": 3, "shown_left": "b",
+            "elapsed_ms": 4000}.items() <= raw[0].items()  # fmt: skip
+
+
+def test_keep_ties_option(tmp_path, settings):
+    settings.EXPORT_DIR = tmp_path
+    export = dataset_export(project=_project_with_votes(), keep_ties=True)
+    pairs = _read(tmp_path / "exp" / export.sha256 / "pairs.jsonl")
+    tie = [p for p in pairs if p["tie"]]
+    assert len(pairs) == 3 and len(tie) == 1 and tie[0]["margin"] == 0
+
+
+def test_same_content_same_snapshot_new_content_new_snapshot(tmp_path, settings):
+    settings.EXPORT_DIR = tmp_path
+    project = _project_with_votes()
+    first = dataset_export(project=project)
+    assert dataset_export(project=project) == first
+    comparisons_import(
+        project=project,
+        lines=[json.dumps({"prompt": "P5", "response_a": "r", "response_b": "s",
+                           "judgements": [{"annotator": "u2", "choice": "b"}]})],
+    )  # fmt: skip
+    second = dataset_export(project=project)
+    assert second.sha256 != first.sha256
+    assert DatasetExport.objects.count() == 2
+    assert (tmp_path / "exp" / first.sha256 / "pairs.jsonl").is_file()  # the old one is untouched
+
+
+def test_export_command_writes_both_files(tmp_path, settings, capsys):
+    settings.EXPORT_DIR = tmp_path / "store"
+    _project_with_votes()
+    out = tmp_path / "out" / "train.jsonl"
+    call_command("export_dataset", "--project", "exp", "--out", str(out))
+    assert len(_read(out)) == 2
+    assert len(_read(tmp_path / "out" / "train.judgements.jsonl")) == 4
+    assert "2 pairs, 4 judgements, 1 ties dropped" in capsys.readouterr().out
