@@ -78,15 +78,15 @@ class LabellingProgress:
     done: int
     done_today: int
     available: int
-    batch_size: int = BATCH_SIZE
 
     @property
     def batch_done(self) -> int:
-        return self.done % self.batch_size
+        return self.done % BATCH_SIZE
 
     @property
-    def batch_percent(self) -> int:
-        return round(100 * self.batch_done / self.batch_size)
+    def batch_size(self) -> int:
+        """BATCH_SIZE, or fewer when the pairs left cannot fill this batch."""
+        return min(BATCH_SIZE, self.batch_done + self.available)
 
 
 def projects_of_member(*, user: AbstractBaseUser):
@@ -94,8 +94,11 @@ def projects_of_member(*, user: AbstractBaseUser):
     return Project.objects.filter(members=user)
 
 
-def labelling_progress(*, annotator: AbstractBaseUser, project: Project) -> LabellingProgress:
-    """Counts for the labelling screen's progress bars."""
+def labelling_progress(
+    *, annotator: AbstractBaseUser, project: Project, showing: bool = False
+) -> LabellingProgress:
+    """Counts for the labelling screen's progress bars; ``showing``: a pair is on screen (counted
+    as still to do)."""
     done = Judgement.objects.filter(comparison__project=project, annotator=annotator)
     start_of_day = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
     available = (
@@ -107,7 +110,7 @@ def labelling_progress(*, annotator: AbstractBaseUser, project: Project) -> Labe
     return LabellingProgress(
         done=done.count(),
         done_today=done.filter(created_at__gte=start_of_day).count(),
-        available=available,
+        available=available + int(showing),
     )
 
 

@@ -7,6 +7,15 @@ app_name = "annotation"
 urlpatterns = [
     path("", views.my_projects, name="my-projects"),
     path("projects/", views.project_overview, name="project-overview"),
+    path("p/<slug:slug>/manage/", views.project_manage, name="project-manage"),
+    path("p/<slug:slug>/imports/", views.import_upload, name="import-upload"),
+    path("p/<slug:slug>/imports/<int:job_id>/", views.import_status, name="import-status"),
+    path("p/<slug:slug>/exports/", views.export_create, name="export-create"),
+    path(
+        "p/<slug:slug>/exports/<str:sha256>/<str:part>/",
+        views.export_download,
+        name="export-download",
+    ),
     path("p/<slug:slug>/label/", views.label, name="label"),
     path("p/<slug:slug>/label/last/", views.label_edit_last, name="label-edit-last"),
     path("p/<slug:slug>/label/<int:assignment_id>/", views.label_submit, name="label-submit"),

@@ -1,15 +1,21 @@
 """Annotation pages. Thin: check the role, call a selector, render."""
 
+from pathlib import Path
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from annotation import labelling, selectors
-from annotation.models import Side
+from annotation.exporting import JUDGEMENTS_FILE, PAIRS_FILE, dataset_export
+from annotation.import_jobs import import_job_create, import_job_progress
+from annotation.models import DatasetExport, ImportJob, Project, Side
+from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, has_role
 
 
@@ -64,7 +70,9 @@ def _screen(request: HttpRequest, project, comparison, shown_left: str, **extra)
         "prompt": comparison.prompt,
         "left": left,
         "right": right,
-        "progress": selectors.labelling_progress(annotator=request.user, project=project),
+        "progress": selectors.labelling_progress(
+            annotator=request.user, project=project, showing="assignment" in extra
+        ),
         "strength_levels": range(1, project.strength_scale + 1),
         **extra,
     }
@@ -151,3 +159,72 @@ def label_edit_last(request: HttpRequest, slug: str) -> HttpResponse:
         current_pick=pick,
         action=reverse("annotation:label-edit-last", args=[slug]),
     )
+
+
+def _lead_project(request: HttpRequest, slug: str):
+    """The project for a project lead (ML engineer); 404 for anyone else."""
+    if not has_role(request.user, ML_ENGINEER):
+        raise Http404
+    return get_object_or_404(Project, slug=slug)
+
+
+@login_required
+def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
+    """The project lead's page: import, progress per annotator, exports."""
+    project = _lead_project(request, slug)
+    jobs = [import_job_progress(job) for job in project.import_jobs.all()[:10]]
+    context = {
+        "project": project,
+        "jobs": jobs,
+        "annotators": selectors.annotator_progress(project=project),
+        "exports": project.exports.all()[:20],
+        "max_upload_mb": settings.CONCORD_IMPORT_MAX_BYTES // (1024 * 1024),
+    }
+    return render(request, "annotation/manage.html", context)
+
+
+@login_required
+@require_POST
+def import_upload(request: HttpRequest, slug: str) -> HttpResponse:
+    project = _lead_project(request, slug)
+    upload = request.FILES.get("file")
+    if upload is None:
+        messages.error(request, "Choose a JSONL file to import.")
+    else:
+        try:
+            job = import_job_create(project=project, upload=upload, created_by=request.user)
+        except ConcordError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"{job.original_name} received; importing.")
+    return redirect("annotation:project-manage", slug=project.slug)
+
+
+@login_required
+def import_status(request: HttpRequest, slug: str, job_id: int) -> JsonResponse:
+    project = _lead_project(request, slug)
+    job = get_object_or_404(ImportJob, pk=job_id, project=project)
+    return JsonResponse(import_job_progress(job))
+
+
+@login_required
+@require_POST
+def export_create(request: HttpRequest, slug: str) -> HttpResponse:
+    project = _lead_project(request, slug)
+    export = dataset_export(
+        project=project, keep_ties=request.POST.get("keep_ties") == "on", created_by=request.user
+    )
+    messages.success(request, f"Export {export.sha256[:12]}: {export.n_pairs} pairs.")
+    return redirect("annotation:project-manage", slug=project.slug)
+
+
+@login_required
+def export_download(request: HttpRequest, slug: str, sha256: str, part: str) -> FileResponse:
+    project = _lead_project(request, slug)
+    export = get_object_or_404(DatasetExport, project=project, sha256=sha256)
+    files = {"pairs": PAIRS_FILE, "judgements": JUDGEMENTS_FILE}
+    if part not in files:
+        raise Http404
+    path = Path(export.folder) / files[part]
+    name = f"{project.slug}-{sha256[:12]}-{part}.jsonl"
+    return FileResponse(path.open("rb"), as_attachment=True, filename=name)

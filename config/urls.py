@@ -12,5 +12,6 @@ urlpatterns = [
     path("annotation/", include("annotation.urls")),
     path("monitoring/", include("monitoring.urls")),
     path("admin/", admin.site.urls),
+    path("api/", include("annotation.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

@@ -21,6 +21,10 @@
   function select(pick) {
     if (!button(pick)) return;
     picked = pick;
+    // A tie or "both bad" has no strength: grey the choice out while one is selected.
+    form.querySelectorAll("input[name=strength]").forEach(function (radio) {
+      radio.disabled = pick === "tie" || pick === "both_bad";
+    });
     form.querySelectorAll("button[data-pick]").forEach(function (b) {
       b.classList.toggle("selected", b.dataset.pick === pick);
       b.setAttribute("aria-pressed", b.dataset.pick === pick ? "true" : "false");

@@ -1,0 +1,13 @@
+from django.urls import path
+
+from annotation import apis
+
+urlpatterns = [
+    path("projects/<slug:slug>/imports/", apis.ImportCreateApi.as_view(), name="api-import-create"),
+    path(
+        "projects/<slug:slug>/imports/<int:job_id>/",
+        apis.ImportDetailApi.as_view(),
+        name="api-import-detail",
+    ),
+    path("projects/<slug:slug>/exports/", apis.ExportCreateApi.as_view(), name="api-export-create"),
+]

@@ -1,0 +1,131 @@
+"""REST API of the annotation app (one view per operation; schema by drf-spectacular).
+
+- ``POST /api/projects/{slug}/imports/`` (multipart ``file``): queue a JSONL import -> 202 + job.
+- ``GET /api/projects/{slug}/imports/{id}/``: the job's status, progress and errors.
+- ``POST /api/projects/{slug}/exports/``: freeze an export -> 201 + snapshot (hash, counts).
+
+Project leads (ML engineers) only; others get 403 (authenticated) or 401/403 (anonymous).
+"""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import MultiPartParser
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotation.exporting import dataset_export
+from annotation.import_jobs import import_job_create, import_job_progress
+from annotation.models import ImportJob, Project
+from common.errors import ConcordError
+from common.roles import ML_ENGINEER, has_role
+
+
+class IsProjectLead(BasePermission):
+    message = "Only ML engineers (project leads) may do this."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return has_role(request.user, ML_ENGINEER)
+
+
+class ImportJobOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    file = serializers.CharField()
+    phase = serializers.CharField()
+    rows_done = serializers.IntegerField(allow_null=True)
+    rows_total = serializers.IntegerField(allow_null=True)
+    errors = serializers.ListField(child=serializers.DictField())
+    error_count = serializers.IntegerField()
+    summary = serializers.CharField(allow_blank=True)
+
+
+class ImportCreateApi(APIView):
+    permission_classes = [IsAuthenticated, IsProjectLead]
+    parser_classes = [MultiPartParser]
+
+    class Input(serializers.Serializer):
+        file = serializers.FileField()
+
+    @extend_schema(
+        operation_id="import_create",
+        request={
+            "multipart/form-data": inline_serializer(
+                "ImportInput", {"file": serializers.FileField()}
+            )
+        },
+        responses={202: ImportJobOutput},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        project = get_object_or_404(Project, slug=slug)
+        data = self.Input(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            job = import_job_create(
+                project=project, upload=data.validated_data["file"], created_by=request.user
+            )
+        except ConcordError as exc:
+            raise ValidationError({"file": [str(exc)]}) from exc
+        return Response(
+            ImportJobOutput(import_job_progress(job)).data, status=status.HTTP_202_ACCEPTED
+        )
+
+
+class ImportDetailApi(APIView):
+    permission_classes = [IsAuthenticated, IsProjectLead]
+
+    @extend_schema(responses=ImportJobOutput)
+    def get(self, request: Request, slug: str, job_id: int) -> Response:
+        job = get_object_or_404(ImportJob, pk=job_id, project__slug=slug)
+        return Response(ImportJobOutput(import_job_progress(job)).data)
+
+
+class ExportCreateApi(APIView):
+    permission_classes = [IsAuthenticated, IsProjectLead]
+
+    class Input(serializers.Serializer):
+        keep_ties = serializers.BooleanField(default=False)
+        min_judgements = serializers.IntegerField(default=1, min_value=1, max_value=1000)
+
+    class Output(serializers.Serializer):
+        sha256 = serializers.CharField()
+        n_pairs = serializers.IntegerField()
+        n_judgements = serializers.IntegerField()
+        n_ties_dropped = serializers.IntegerField()
+        options = serializers.DictField()
+        created_at = serializers.DateTimeField()
+
+    @extend_schema(
+        operation_id="export_create",
+        request=inline_serializer(
+            "ExportInput",
+            {
+                "keep_ties": serializers.BooleanField(default=False),
+                "min_judgements": serializers.IntegerField(default=1, min_value=1),
+            },
+        ),
+        responses={
+            201: inline_serializer(
+                "ExportOutput",
+                {
+                    "sha256": serializers.CharField(),
+                    "n_pairs": serializers.IntegerField(),
+                    "n_judgements": serializers.IntegerField(),
+                    "n_ties_dropped": serializers.IntegerField(),
+                    "options": serializers.DictField(),
+                    "created_at": serializers.DateTimeField(),
+                },
+            )
+        },
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        project = get_object_or_404(Project, slug=slug)
+        data = self.Input(data=request.data)
+        data.is_valid(raise_exception=True)
+        export = dataset_export(project=project, created_by=request.user, **data.validated_data)
+        return Response(self.Output(export).data, status=status.HTTP_201_CREATED)

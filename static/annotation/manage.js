@@ -1,0 +1,27 @@
+// Poll the status of running imports and update their progress rows; reload when one finishes.
+(function () {
+  "use strict";
+  const rows = Array.from(document.querySelectorAll("tr[data-job-url]")).filter(function (row) {
+    return row.dataset.status !== "done" && row.dataset.status !== "failed";
+  });
+  if (!rows.length) return;
+  function poll() {
+    Promise.all(rows.map(function (row) {
+      return fetch(row.dataset.jobUrl, { credentials: "same-origin" })
+        .then(function (r) { return r.json(); })
+        .then(function (job) {
+          row.querySelector(".job-status").textContent = job.phase;
+          const bar = row.querySelector(".job-progress");
+          bar.max = job.rows_total || Math.max(job.rows_done, 1);
+          bar.value = job.rows_done || 0;
+          row.querySelector(".job-rows").textContent =
+            (job.rows_done || 0) + (job.rows_total ? " / " + job.rows_total : "");
+          return job.status === "done" || job.status === "failed";
+        });
+    })).then(function (finished) {
+      if (finished.some(Boolean)) window.location.reload();
+      else window.setTimeout(poll, 1000);
+    }).catch(function () { window.setTimeout(poll, 3000); });
+  }
+  window.setTimeout(poll, 500);
+})();

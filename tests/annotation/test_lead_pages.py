@@ -1,0 +1,156 @@
+"""The project lead's page and API: upload with progress, errors listed, exports downloadable."""
+
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from annotation.models import Comparison, DatasetExport, ImportJob
+from annotation.services import project_get_or_create
+from config.celery import app as celery_app
+from tests.conftest import logged_in
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _eager_tasks(settings, tmp_path):
+    """Run queued tasks in-process (the worker path is covered by test_worker)."""
+    settings.UPLOAD_DIR = tmp_path / "uploads"
+    settings.EXPORT_DIR = tmp_path / "exports"
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def project():
+    return project_get_or_create(slug="lead")[0]
+
+
+def _jsonl(*rows) -> bytes:
+    return "".join(json.dumps(row) + "\n" for row in rows).encode()
+
+
+GOOD = {"prompt": "Q?", "response_a": "yes", "response_b": "no",
+        "judgements": [{"annotator": "z", "choice": "a"}]}  # fmt: skip
+
+
+def test_upload_imports_and_keeps_the_file(
+    ml_engineer, project, settings, django_capture_on_commit_callbacks
+):
+    client = logged_in(ml_engineer)
+    upload = SimpleUploadedFile("rows.jsonl", _jsonl(GOOD), content_type="application/jsonl")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("annotation:import-upload", args=["lead"]), {"file": upload})
+    assert response.status_code == 302
+    job = ImportJob.objects.get()
+    assert job.status == "done" and job.result["comparisons_created"] == 1
+    assert Comparison.objects.filter(project=project).count() == 1
+    assert list(settings.UPLOAD_DIR.iterdir())  # what the user sent is kept
+    status = client.get(reverse("annotation:import-status", args=["lead", job.pk])).json()
+    assert status["status"] == "done" and "1 comparisons created" in status["summary"]
+    page = client.get(reverse("annotation:project-manage", args=["lead"])).content.decode()
+    assert "rows.jsonl" in page and "1 comparisons created" in page
+
+
+def test_bad_upload_lists_each_error_and_imports_nothing(
+    ml_engineer, project, django_capture_on_commit_callbacks
+):
+    client = logged_in(ml_engineer)
+    bad = _jsonl(GOOD, {"prompt": "Q2", "response_a": "x"}) + b"{oops\n"
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(
+            reverse("annotation:import-upload", args=["lead"]),
+            {"file": SimpleUploadedFile("bad.jsonl", bad)},
+        )
+    job = ImportJob.objects.get()
+    assert job.status == "failed"
+    assert [(e["line"], e["field"]) for e in job.errors] == [(2, "response_b"), (3, "")]
+    assert not Comparison.objects.exists()
+    page = logged_in(ml_engineer).get(reverse("annotation:project-manage", args=["lead"]))
+    assert "line 2, response_b: is required" in page.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("rows.csv", b"a,b\n", "expected a JSONL file"),
+        ("empty.jsonl", b"", "is empty"),
+    ],
+)
+def test_refused_uploads_create_no_job(ml_engineer, project, name, content, message):
+    response = logged_in(ml_engineer).post(
+        reverse("annotation:import-upload", args=["lead"]),
+        {"file": SimpleUploadedFile(name, content)},
+        follow=True,
+    )
+    assert message in response.content.decode()
+    assert not ImportJob.objects.exists()
+
+
+def test_oversized_upload_is_refused(ml_engineer, project, settings):
+    settings.CONCORD_IMPORT_MAX_BYTES = 10
+    response = logged_in(ml_engineer).post(
+        reverse("annotation:import-upload", args=["lead"]),
+        {"file": SimpleUploadedFile("big.jsonl", _jsonl(GOOD))},
+        follow=True,
+    )
+    assert "larger than the limit" in response.content.decode()
+    assert not ImportJob.objects.exists()
+
+
+def test_export_button_and_download(ml_engineer, project, django_capture_on_commit_callbacks):
+    client = logged_in(ml_engineer)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(
+            reverse("annotation:import-upload", args=["lead"]),
+            {"file": SimpleUploadedFile("rows.jsonl", _jsonl(GOOD))},
+        )
+    client.post(reverse("annotation:export-create", args=["lead"]))
+    export = DatasetExport.objects.get()
+    response = client.get(
+        reverse("annotation:export-download", args=["lead", export.sha256, "pairs"])
+    )
+    row = json.loads(b"".join(response.streaming_content))
+    assert (row["chosen"], row["rejected"]) == ("yes", "no")
+    assert "attachment" in response["Content-Disposition"]
+
+
+def test_lead_pages_are_hidden_from_annotators(annotator, project):
+    client = logged_in(annotator)
+    assert client.get(reverse("annotation:project-manage", args=["lead"])).status_code == 404
+    response = client.post(
+        reverse("annotation:import-upload", args=["lead"]),
+        {"file": SimpleUploadedFile("rows.jsonl", _jsonl(GOOD))},
+    )
+    assert response.status_code == 404 and not ImportJob.objects.exists()
+
+
+def test_api_import_and_export(ml_engineer, project, django_capture_on_commit_callbacks):
+    client = logged_in(ml_engineer)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            "/api/projects/lead/imports/", {"file": SimpleUploadedFile("r.jsonl", _jsonl(GOOD))}
+        )
+    assert response.status_code == 202
+    detail = client.get(f"/api/projects/lead/imports/{response.json()['id']}/").json()
+    assert detail["status"] == "done"
+    created = client.post(
+        "/api/projects/lead/exports/", {"keep_ties": True}, content_type="application/json"
+    )
+    assert created.status_code == 201 and created.json()["n_pairs"] == 1
+
+
+def test_api_rejects_bad_file_with_field_error(ml_engineer, project):
+    response = logged_in(ml_engineer).post(
+        "/api/projects/lead/imports/", {"file": SimpleUploadedFile("r.csv", b"x")}
+    )
+    assert response.status_code == 400
+    assert "expected a JSONL file" in response.json()["file"][0]
+
+
+def test_api_refuses_annotators_and_anonymous(annotator, project, client):
+    assert logged_in(annotator).post("/api/projects/lead/exports/").status_code == 403
+    assert client.post("/api/projects/lead/exports/").status_code in (401, 403)
