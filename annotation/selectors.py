@@ -101,12 +101,15 @@ def labelling_progress(
     as still to do)."""
     done = Judgement.objects.filter(comparison__project=project, annotator=annotator)
     start_of_day = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
-    available = (
-        Comparison.objects.filter(project=project, taken__lt=project.overlap, gold="")
-        .exclude(assignments__annotator=annotator)
-        .exclude(judgements__annotator=annotator)
+    # Open pairs minus the open pairs this annotator already touched: two cheap counts instead of
+    # an anti-join over every comparison of the project.
+    open_pairs = Comparison.objects.filter(project=project, taken__lt=project.overlap, gold="")
+    touched = (
+        open_pairs.filter(Q(assignments__annotator=annotator) | Q(judgements__annotator=annotator))
+        .distinct()
         .count()
     )
+    available = open_pairs.count() - touched
     return LabellingProgress(
         done=done.count(),
         done_today=done.filter(created_at__gte=start_of_day).count(),
