@@ -1,0 +1,81 @@
+"""Pure training maths: tensors in, tensors out, no Django, no model loading, no I/O.
+
+The recipes (``training.recipes``) own devices, data, optimisers and checkpoints and call these.
+Each function names the paper equation it implements and gives its shapes in the docstring.
+"""
+
+from training.algorithms.advantages import MovingAverageBaseline, gae, rloo_advantages
+from training.algorithms.kl import (
+    AdaptiveKLController,
+    FixedKLController,
+    KLController,
+    LinearKLSchedule,
+    VarianceKLScheduler,
+    kl_estimate,
+    kl_k1,
+    kl_k2,
+    kl_k3,
+    kl_penalized_rewards,
+)
+from training.algorithms.logprobs import (
+    entropy_from_logits,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+    segment_sum,
+    selected_logprobs,
+    sequence_logprobs,
+    token_logprobs,
+)
+from training.algorithms.ppo import (
+    clipped_value_loss,
+    entropy_bonus,
+    kl_early_stop,
+    ppo_policy_loss,
+)
+from training.algorithms.preference import DPO_LOSS_TYPES, bradley_terry_loss, dpo_loss
+from training.algorithms.shaping import (
+    RewardNormalizer,
+    length_penalty,
+    mask_after_first_eos,
+    missing_eos_penalty,
+    verbosity_penalty,
+)
+
+__all__ = [
+    "DPO_LOSS_TYPES",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "KLController",
+    "LinearKLSchedule",
+    "MovingAverageBaseline",
+    "RewardNormalizer",
+    "VarianceKLScheduler",
+    "bradley_terry_loss",
+    "clipped_value_loss",
+    "dpo_loss",
+    "entropy_bonus",
+    "entropy_from_logits",
+    "gae",
+    "kl_early_stop",
+    "kl_estimate",
+    "kl_k1",
+    "kl_k2",
+    "kl_k3",
+    "kl_penalized_rewards",
+    "length_penalty",
+    "mask_after_first_eos",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "missing_eos_penalty",
+    "ppo_policy_loss",
+    "rloo_advantages",
+    "segment_sum",
+    "selected_logprobs",
+    "sequence_logprobs",
+    "token_logprobs",
+    "verbosity_penalty",
+]
