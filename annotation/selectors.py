@@ -137,3 +137,43 @@ def annotator_progress(*, project: Project) -> list[dict[str, object]]:
             }
         )
     return rows
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """One batch of the project's queue: its number (1-based), pairs, pairs with all judgements."""
+
+    number: int
+    comparisons: int
+    complete: int
+    judgements: int
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.complete / self.comparisons) if self.comparisons else 0
+
+
+def batch_progress(*, project: Project, batch_size: int = BATCH_SIZE) -> list[BatchProgress]:
+    """Progress per batch: the queue (queue position, then id) cut into blocks of ``batch_size``."""
+    counts = (
+        Comparison.objects.filter(project=project, gold="")
+        .order_by("queue_position", "pk")
+        .annotate(n=Count("judgements"))
+        .values_list("n", flat=True)
+    )
+    batches: list[BatchProgress] = []
+    block: list[int] = []
+    for n in [*counts.iterator(chunk_size=5000), None]:
+        if n is not None:
+            block.append(n)
+        if block and (len(block) == batch_size or n is None):
+            batches.append(
+                BatchProgress(
+                    number=len(batches) + 1,
+                    comparisons=len(block),
+                    complete=sum(1 for k in block if k >= project.overlap),
+                    judgements=sum(block),
+                )
+            )
+            block = []
+    return batches

@@ -177,6 +177,7 @@ def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
         "project": project,
         "jobs": jobs,
         "annotators": selectors.annotator_progress(project=project),
+        "batches": selectors.batch_progress(project=project),
         "exports": project.exports.all()[:20],
         "max_upload_mb": settings.CONCORD_IMPORT_MAX_BYTES // (1024 * 1024),
     }

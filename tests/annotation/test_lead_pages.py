@@ -154,3 +154,17 @@ def test_api_rejects_bad_file_with_field_error(ml_engineer, project):
 def test_api_refuses_annotators_and_anonymous(annotator, project, client):
     assert logged_in(annotator).post("/api/projects/lead/exports/").status_code == 403
     assert client.post("/api/projects/lead/exports/").status_code in (401, 403)
+
+
+def test_batch_progress_counts_complete_pairs_per_batch(project):
+    from annotation.selectors import batch_progress
+    from tests.factories import ComparisonFactory, JudgementFactory
+
+    comparisons = [ComparisonFactory(project=project) for _ in range(25)]
+    for comparison in comparisons[:3]:  # overlap 3: three judgements complete a pair
+        for _ in range(3):
+            JudgementFactory(comparison=comparison)
+    JudgementFactory(comparison=comparisons[24])
+    first, second = batch_progress(project=project)
+    assert (first.number, first.comparisons, first.complete, first.judgements) == (1, 20, 3, 9)
+    assert (second.comparisons, second.complete, second.judgements) == (5, 0, 1)
