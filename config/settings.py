@@ -189,6 +189,8 @@ BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = _required_in_production("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # kombu's filesystem transport: the embedded broker for the demo, no server needed.
+    for _folder in ("queue", "processed"):
+        (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
