@@ -1,0 +1,77 @@
+"""python manage.py agreement --project SLUG [--json] [--intervals] [--boot N]"""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from annotation.agreement_service import agreement_summary, project_agreement
+from annotation.models import Project
+
+
+class Command(BaseCommand):
+    help = (
+        "Agreement and annotator bias of a project: percent agreement, Fleiss' kappa (full-overlap "
+        "comparisons), Krippendorff's alpha, Gwet's AC1, Cohen's kappa per annotator pair."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--project", required=True, help="project slug")
+        parser.add_argument(
+            "--json", dest="as_json", action="store_true", help="print one JSON object"
+        )
+        parser.add_argument(
+            "--intervals",
+            action="store_true",
+            help='add "intervals": 95%% bootstrap intervals of the coefficients',
+        )
+        parser.add_argument(
+            "--boot", type=int, default=1000, help="bootstrap replicates (default 1000)"
+        )
+        parser.add_argument("--seed", type=int, default=0)
+
+    def handle(
+        self, *args, project: str, as_json: bool, intervals: bool, boot: int, seed: int, **options
+    ) -> None:
+        try:
+            target = Project.objects.get(slug=project)
+        except Project.DoesNotExist as exc:
+            raise CommandError(f"no project with slug {project!r}") from exc
+        if boot < 0:
+            raise CommandError("--boot must be 0 or more")
+        want_intervals = intervals or not as_json
+        result = project_agreement(project=target, n_boot=boot if want_intervals else 0, seed=seed)
+        summary = agreement_summary(result, intervals=want_intervals)
+        if as_json:
+            if not intervals:
+                summary.pop("intervals", None)
+            self.stdout.write(_dumps(summary))
+            return
+        self._write_text(target, summary)
+
+    def _write_text(self, project: Project, summary: dict) -> None:
+        out = self.stdout
+        out.write(
+            f"{project.slug}: {summary['n_judgements']} judgements on {summary['n_items']} "
+            f"comparisons by {summary['n_annotators']} annotators"
+        )
+        for name in (
+            "percent_agreement",
+            "percent_agreement_no_ties",
+            "fleiss_kappa",
+            "krippendorff_alpha",
+            "gwet_ac1",
+        ):
+            low, high = summary["intervals"][name]
+            out.write(f"  {name:<26} {_fmt(summary[name])}  95% CI [{_fmt(low)}, {_fmt(high)}]")
+        flagged = [row for row in summary["annotators"] if row["flags"]]
+        out.write(f"  annotators flagged: {len(flagged)}")
+        for row in flagged:
+            out.write(f"    {row['annotator']}: {', '.join(row['flags'])}")
+
+
+def _fmt(value: float | None) -> str:
+    return "  n/a" if value is None else f"{value:.3f}"
+
+
+def _dumps(data: dict) -> str:
+    return json.dumps(data, ensure_ascii=False, allow_nan=False)
