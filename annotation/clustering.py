@@ -31,7 +31,7 @@ MINIBATCH_THRESHOLD = 20_000
 # The silhouette score is O(n^2): score a random sample of this many points.
 SILHOUETTE_SAMPLE = 3_000
 # Up to this many points KMeans restarts 10 times (3 above).
-SMALL_INPUT = 5_000
+SMALL_INPUT = 1_000
 DEFAULT_K_RANGE = (2, 12)
 # c-TF-IDF terms: words of two or more characters that start with a letter (no bare numbers).
 WORD_PATTERN = r"(?u)\b[a-zA-Z][\w-]+\b"
@@ -45,7 +45,8 @@ class ClusteringResult:
     ``labels``: int64 [n], values 0..k-1, cluster 0 the largest (ties by first member).
     ``centroids``: float32 [k, d], unit length, in label order.
     ``silhouette``: the score of the chosen k (cosine), None when it is undefined (k < 2 or k >= n).
-    ``silhouette_by_k``: every k tried by the search and its score (empty when k was given).
+    ``silhouette_by_k``: every k tried by the search and its score on the search sample (empty
+    when k was given).
     """
 
     labels: np.ndarray
@@ -75,12 +76,32 @@ def _fit_kmeans(
             n_clusters=k, random_state=seed, n_init=3, batch_size=4096, max_no_improvement=20
         )
     else:
-        # Restarts are cheap on small inputs and keep near-duplicates from being split by a poor
-        # local optimum (seen with 4 restarts on the 72 demo prompts).
+        # Restarts are cheap on small inputs and make the fit (and the silhouette search) stable:
+        # with 3-4 restarts the 72 demo prompts' search swings between k = 2 and k = 11.
         restarts = 10 if len(points) <= SMALL_INPUT else 3
         model = KMeans(n_clusters=k, random_state=seed, n_init=restarts)
     labels = model.fit_predict(points)
     return labels.astype(np.int64), model.cluster_centers_.astype(np.float32)
+
+
+def _silhouette_by_k(
+    points: np.ndarray, candidates: range, *, seed: int, minibatch_threshold: int
+) -> dict[int, float]:
+    """The cosine silhouette of a KMeans fit for each candidate k, on a random sample of at most
+    SILHOUETTE_SAMPLE points: the search costs the same for 5,000 or 500,000 prompts, and only the
+    chosen k is then fitted on everything."""
+    if len(points) > SILHOUETTE_SAMPLE:
+        rng = np.random.default_rng(seed)
+        points = points[np.sort(rng.choice(len(points), SILHOUETTE_SAMPLE, replace=False))]
+    scores: dict[int, float] = {}
+    for candidate in candidates:
+        labels, _ = _fit_kmeans(
+            points, candidate, seed=seed, minibatch_threshold=minibatch_threshold
+        )
+        score = _silhouette(points, labels, seed=seed)
+        if score is not None:
+            scores[candidate] = score
+    return scores
 
 
 def _silhouette(points: np.ndarray, labels: np.ndarray, *, seed: int) -> float | None:
@@ -120,7 +141,8 @@ def cluster_embeddings(
 
     ``embeddings``: float [n, d]; rows are L2-normalised first, so Euclidean KMeans approximates
     cosine (spherical) KMeans. ``k``: the number of clusters, or None to try every k in
-    ``k_range`` (inclusive) and keep the best cosine silhouette score. The search stops at
+    ``k_range`` (inclusive) and keep the best cosine silhouette score (the search runs on a
+    sample of at most SILHOUETTE_SAMPLE points; the chosen k is then fitted on all). It stops at
     ``floor(sqrt(n))`` (clusters of about sqrt(n) members or more; the silhouette of many tiny
     clusters is noise) and at n - 1. Fewer than 3 points form one cluster. Deterministic for a seed.
     """
@@ -137,30 +159,11 @@ def cluster_embeddings(
     scores: dict[int, float] = {}
     if k is None:
         candidates = range(low, min(high, n - 1, max(low, math.isqrt(n))) + 1)
-        if not candidates:  # too few points to compare two clusterings
-            k = 1
-        else:
-            best: tuple[float, np.ndarray, np.ndarray] | None = None
-            for candidate in candidates:
-                labels, centroids = _fit_kmeans(
-                    points, candidate, seed=seed, minibatch_threshold=minibatch_threshold
-                )
-                score = _silhouette(points, labels, seed=seed)
-                if score is None:
-                    continue
-                scores[candidate] = score
-                if best is None or score > best[0]:
-                    best = (score, labels, centroids)
-            if best is not None:
-                labels, centroids = _relabel_by_size(best[1], best[2])
-                return ClusteringResult(
-                    labels=labels,
-                    centroids=normalise_rows(centroids),
-                    k=len(centroids),
-                    silhouette=best[0],
-                    silhouette_by_k=scores,
-                )
-            k = 1
+        scores = _silhouette_by_k(
+            points, candidates, seed=seed, minibatch_threshold=minibatch_threshold
+        )
+        # The best score; ties go to the smaller k. Too few points to compare: one cluster.
+        k = max(scores, key=lambda c: (scores[c], -c)) if scores else 1
     if k == 1:
         centroid = normalise_rows(points.mean(axis=0, keepdims=True))
         return ClusteringResult(np.zeros(n, dtype=np.int64), centroid, 1, None, scores)
