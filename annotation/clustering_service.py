@@ -24,6 +24,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from annotation.agreement import CHOICES, N_CHOICES, fleiss_kappa, percent_agreement
 from annotation.clustering import (
     balanced_batches,
     central_members,
@@ -35,6 +36,7 @@ from annotation.clustering import (
 from annotation.models import (
     ClusteringRun,
     Comparison,
+    Judgement,
     Project,
     Prompt,
     PromptCluster,
@@ -80,12 +82,14 @@ def embedding_text(prompt: Prompt) -> str:
     return prompt.text
 
 
-def _text_hash(text: str) -> str:
+def text_hash(text: str) -> str:
+    """sha256 hex digest of the UTF-8 text: what PromptEmbedding.text_hash compares."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @functools.cache
-def _sentence_transformer(model_name: str):  # -> SentenceTransformer (import deferred)
+def sentence_transformer(model_name: str):  # -> SentenceTransformer (import deferred)
+    """The registry's sentence encoder, loaded on the CPU once per process (offline)."""
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(model_path(model_name)), device="cpu")
@@ -96,7 +100,7 @@ def sentence_encoder(model_name: str) -> Encoder:
 
     Returns unit-length float32 vectors [n, d]; d = 384 for all-MiniLM-L6-v2.
     """
-    model = _sentence_transformer(model_name)
+    model = sentence_transformer(model_name)
 
     def encode(texts: list[str]) -> np.ndarray:
         return model.encode(
@@ -132,7 +136,7 @@ def prompt_embeddings_ensure(
     todo: list[tuple[int, str, str]] = []
     for prompt in Prompt.objects.filter(project=project).only("id", "text", "messages"):
         text = embedding_text(prompt)
-        digest = _text_hash(text)
+        digest = text_hash(text)
         if known.get(prompt.id) != digest:
             todo.append((prompt.id, text, digest))
     if not todo:
@@ -394,22 +398,114 @@ def clustering_run_latest(*, project: Project) -> ClusteringRun | None:
 
 @dataclass(frozen=True)
 class ClusterRow:
-    """One line of the cluster table: the cluster and the texts of its most central prompts."""
+    """One line of the cluster table: the cluster, the texts of its most central prompts, and how
+    far annotators agree on its comparisons (pooled pairwise agreement and Fleiss' kappa over the
+    ``judged`` comparisons with at least two judgements; None when there are none)."""
 
     cluster: PromptCluster
     examples: list[str]
+    judged: int = 0
     agreement: float | None = None
+    kappa: float | None = None
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def _agreement_by_label(run: ClusteringRun) -> dict[int, tuple[int, float | None, float | None]]:
+    """{label: (comparisons with 2+ judgements, percent agreement, Fleiss' kappa)} for the run."""
+    label_of = dict(
+        zip(run.projection.get("prompt_ids", []), run.projection.get("labels", []), strict=True)
+    )
+    counts: dict[int, np.ndarray] = {}
+    prompt_of: dict[int, int] = {}
+    judgements = Judgement.objects.filter(comparison__project_id=run.project_id).values_list(
+        "comparison_id", "comparison__prompt_id", "choice"
+    )
+    for comparison_id, prompt_id, choice in judgements:
+        row = counts.setdefault(comparison_id, np.zeros(N_CHOICES))
+        row[CHOICES.index(choice)] += 1
+        prompt_of[comparison_id] = prompt_id
+    tables: dict[int, list[np.ndarray]] = {}
+    for comparison_id, row in counts.items():
+        label = label_of.get(prompt_of[comparison_id])
+        if label is not None and row.sum() >= 2:
+            tables.setdefault(label, []).append(row)
+    return {
+        label: (
+            len(rows),
+            _finite(percent_agreement(np.stack(rows))),
+            _finite(fleiss_kappa(np.stack(rows))),
+        )
+        for label, rows in tables.items()
+    }
 
 
 def cluster_rows(*, run: ClusteringRun) -> list[ClusterRow]:
-    """The run's clusters in label order (largest first), each with its central prompts' texts."""
+    """The run's clusters in label order (largest first), each with its central prompts' texts and
+    its annotators' agreement."""
     clusters = list(run.clusters.order_by("label"))
     wanted = {pid for c in clusters for pid in c.central_prompt_ids}
     texts = dict(Prompt.objects.filter(id__in=wanted).values_list("id", "text"))
+    agreement = _agreement_by_label(run)
     return [
-        ClusterRow(cluster=c, examples=[texts[p] for p in c.central_prompt_ids if p in texts])
+        ClusterRow(
+            c,
+            [texts[p] for p in c.central_prompt_ids if p in texts],
+            *agreement.get(c.label, (0, None, None)),
+        )
         for c in clusters
     ]
+
+
+@dataclass(frozen=True)
+class ScatterPoint:
+    """A prompt on the 2-D projection, in SVG user units (y grows downwards)."""
+
+    x: float
+    y: float
+    label: int
+    text: str
+
+
+def cluster_scatter(
+    *,
+    run: ClusteringRun,
+    width: int = 640,
+    height: int = 420,
+    margin: int = 12,
+    max_points: int = 2000,
+) -> tuple[list[ScatterPoint], int]:
+    """The run's PCA projection scaled into a ``width`` x ``height`` box: (points, total). At most
+    ``max_points`` are returned (a fixed random sample), so the page stays light for big projects."""
+    ids = np.asarray(run.projection.get("prompt_ids", []), dtype=np.int64)
+    if len(ids) == 0:
+        return [], 0
+    x = np.asarray(run.projection["x"], dtype=np.float64)
+    y = np.asarray(run.projection["y"], dtype=np.float64)
+    labels = np.asarray(run.projection["labels"], dtype=np.int64)
+    picked = np.arange(len(ids))
+    if len(ids) > max_points:
+        picked = np.sort(np.random.default_rng(0).choice(len(ids), max_points, replace=False))
+
+    def scale(values: np.ndarray, size: int, *, flip: bool) -> np.ndarray:
+        low, span = values.min(), np.ptp(values) or 1.0
+        unit = (values - low) / span
+        return margin + (1.0 - unit if flip else unit) * (size - 2 * margin)
+
+    px, py = scale(x, width, flip=False), scale(y, height, flip=True)
+    texts = dict(Prompt.objects.filter(id__in=ids[picked].tolist()).values_list("id", "text"))
+    points = [
+        ScatterPoint(
+            round(float(px[i]), 1),
+            round(float(py[i]), 1),
+            int(labels[i]),
+            texts.get(int(ids[i]), ""),
+        )
+        for i in picked
+    ]
+    return points, len(ids)
 
 
 def _comparison_clusters(project: Project) -> tuple[list[int], list[int]]:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from annotation import views
+from annotation import views, views_clustering
 
 app_name = "annotation"
 
@@ -20,4 +20,20 @@ urlpatterns = [
     path("p/<slug:slug>/label/last/", views.label_edit_last, name="label-edit-last"),
     path("p/<slug:slug>/label/<int:assignment_id>/", views.label_submit, name="label-submit"),
     path("p/<slug:slug>/label/<int:assignment_id>/skip/", views.label_skip, name="label-skip"),
+    path("p/<slug:slug>/clusters/", views_clustering.clusters, name="clusters"),
+    path(
+        "p/<slug:slug>/clusters/status/",
+        views_clustering.clusters_status,
+        name="clusters-status",
+    ),
+    path(
+        "p/<slug:slug>/clusters/recluster/",
+        views_clustering.clusters_recluster,
+        name="clusters-recluster",
+    ),
+    path(
+        "p/<slug:slug>/clusters/<int:cluster_id>/name/",
+        views_clustering.cluster_rename,
+        name="cluster-rename",
+    ),
 ]
