@@ -1,0 +1,128 @@
+"""Tiny models built from configs, a tiny byte-level BPE tokenizer with a ChatML template, and small
+preference and prompt files. Nothing here downloads or needs the packaged models."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+PAIRS = [
+    (
+        "How do I reverse a list in Python?",
+        "Use reversed(xs) or xs[::-1].",
+        "Lists cannot be reversed.",
+    ),
+    ("What is the capital of France?", "Paris.", "The capital of France is Berlin."),
+    ("Give me a synonym for happy.", "Cheerful.", "Sad."),
+    ("Is water wet?", "Water makes things wet.", "No idea, sorry."),
+    ("Add 2 and 3.", "2 + 3 = 5.", "2 + 3 = 23."),
+    ("Name a primary colour.", "Red.", "Purple is the only primary colour."),
+    ("Translate 'bonjour' to English.", "Hello.", "Goodbye."),
+    ("How many legs has a spider?", "Eight.", "Six, like all insects."),
+]
+
+
+def _corpus() -> list[str]:
+    return [text for row in PAIRS for text in row] * 4
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory) -> Path:
+    """A ~300-token byte-level BPE tokenizer trained on the test sentences, ChatML template,
+    <|im_end|> as EOS and padding (as SmolLM2)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-tokenizer")
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_corpus(), trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        bos_token="<|im_start|>",
+    )
+    tokenizer.chat_template = CHATML
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+def tiny_llama(
+    folder: Path, tokenizer_dir: Path, *, seed: int = 0, for_classification=False
+) -> Path:
+    """A 2-layer Llama (hidden 32, 4 heads, 2 KV heads: grouped-query attention like SmolLM2) saved
+    with the tiny tokenizer, as a causal LM or a 1-label sequence classifier."""
+    from transformers import (
+        AutoTokenizer,
+        LlamaConfig,
+        LlamaForCausalLM,
+        LlamaForSequenceClassification,
+    )
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=not for_classification,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        num_labels=1,
+    )
+    torch.manual_seed(seed)
+    cls = LlamaForSequenceClassification if for_classification else LlamaForCausalLM
+    cls(config).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
+    return tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tiny_tokenizer_dir)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture
+def pairs_file(tmp_path) -> Path:
+    """8 TRL-style preference pairs."""
+    rows = [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in PAIRS]
+    return write_jsonl(tmp_path / "pairs.jsonl", rows)
+
+
+@pytest.fixture
+def prompts_file(tmp_path) -> Path:
+    return write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": p} for p, _, _ in PAIRS])
+
+
+def smollm2_dir() -> Path | None:
+    """The converted SmolLM2 folder when fetch_models has run, else None."""
+    from common.errors import ModelUnavailableError
+    from common.model_registry import model_path
+
+    try:
+        return model_path("smollm2-135m-instruct")
+    except ModelUnavailableError:
+        return None

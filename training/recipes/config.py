@@ -1,0 +1,308 @@
+"""Run configurations: one dataclass per recipe, every field with a default and a one-line help.
+
+Defaults are PIPELINE.md's. ``__post_init__`` rejects impossible values naming the field. The resolved
+configuration is written as ``config.json`` in the run's output folder, so a run can be repeated
+exactly (``config_from_dict(json.load(...))``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+KINDS = ("rm", "dpo", "ppo", "rloo")
+
+
+def _f(default: Any, help: str, **kwargs: Any) -> Any:
+    return field(default=default, metadata={"help": help}, **kwargs)
+
+
+class ConfigError(ValueError):
+    """A configuration value is impossible; the message names the field."""
+
+
+@dataclass
+class TrainingConfig:
+    """Fields every recipe shares: data, model, optimiser, precision, logging and checkpoints."""
+
+    model: str = _f(
+        "", "local Hugging Face folder of the base model (policy, or reward-model base)"
+    )
+    data: str = _f("", "JSONL file: preference pairs (rm, dpo) or prompts (ppo, rloo)")
+    output_dir: str = _f("", "run folder: config.json, metrics.jsonl, checkpoints/, final/")
+    seed: int = _f(0, "seed for data order, initialisation and sampling")
+    epochs: int = _f(1, "passes over the training data")
+    max_steps: int | None = _f(None, "stop after this many optimiser steps (None: run all epochs)")
+    batch_size: int = _f(8, "pairs (rm, dpo) or prompts (ppo, rloo) per optimiser step")
+    micro_batch_size: int | None = _f(
+        None, "rows per forward pass; batch_size / micro_batch_size = gradient accumulation steps"
+    )
+    max_length: int = _f(512, "longest sequence in tokens (prompt + completion)")
+    max_prompt_length: int | None = _f(
+        None, "longest prompt kept (its end is kept) when a pair is too long; None: max_length // 2"
+    )
+    learning_rate: float = _f(1e-5, "peak learning rate of AdamW")
+    weight_decay: float = _f(0.0, "AdamW decoupled weight decay")
+    warmup_ratio: float = _f(0.0, "share of the steps with a linear learning-rate warm-up")
+    lr_scheduler: str = _f("linear", "after warm-up: 'linear' decay to 0, 'cosine' or 'constant'")
+    max_grad_norm: float | None = _f(1.0, "clip the global gradient norm (None: no clipping)")
+    bf16: bool = _f(False, "bfloat16 autocast for matmuls (CPU with AVX-512 BF16/AMX, or GPU)")
+    gradient_checkpointing: bool = _f(False, "recompute activations in backward to save memory")
+    packing: bool = _f(True, "padding-free packed batches where the model supports them")
+    device: str = _f("auto", "'auto' (cuda when available), 'cpu', 'cuda' or 'cuda:N'")
+    log_every: int = _f(1, "log metrics every this many optimiser steps")
+    checkpoint_every: int = _f(100, "save a checkpoint every this many steps (0: only at the end)")
+    keep_checkpoints: int = _f(5, "keep the newest this many checkpoints")
+    resume: bool = _f(True, "continue from the newest checkpoint in output_dir when there is one")
+
+    kind: str = dataclasses.field(default="", init=False, metadata={"help": "recipe name"})
+
+    def __post_init__(self) -> None:
+        for name in ("model", "data", "output_dir"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name}: required")
+        positive = ("epochs", "batch_size", "max_length", "log_every", "keep_checkpoints")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"max_steps: must be >= 1 or None, got {self.max_steps}")
+        if self.micro_batch_size is not None and (
+            self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size
+        ):
+            raise ConfigError(
+                f"micro_batch_size: must divide batch_size {self.batch_size}, "
+                f"got {self.micro_batch_size}"
+            )
+        if self.max_prompt_length is not None and not 0 < self.max_prompt_length < self.max_length:
+            raise ConfigError(
+                f"max_prompt_length: must be in [1, max_length), got {self.max_prompt_length}"
+            )
+        if self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate: must be > 0, got {self.learning_rate}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay: must be >= 0, got {self.weight_decay}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"warmup_ratio: must be in [0, 1), got {self.warmup_ratio}")
+        if self.lr_scheduler not in ("linear", "cosine", "constant"):
+            raise ConfigError(
+                f"lr_scheduler: 'linear', 'cosine' or 'constant', got {self.lr_scheduler!r}"
+            )
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ConfigError(f"max_grad_norm: must be > 0 or None, got {self.max_grad_norm}")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"checkpoint_every: must be >= 0, got {self.checkpoint_every}")
+        if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"device: 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.batch_size // (self.micro_batch_size or self.batch_size)
+
+    @property
+    def prompt_budget(self) -> int:
+        return self.max_prompt_length or self.max_length // 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: Path) -> None:
+        """Write the resolved configuration as JSON (``kind`` included)."""
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
+@dataclass
+class RewardModelConfig(TrainingConfig):
+    """Bradley-Terry reward model: a one-output sequence-classification head on the base model."""
+
+    learning_rate: float = _f(1e-5, "peak learning rate of AdamW")
+    eval_fraction: float = _f(0.1, "share of the pairs held out for accuracy and reward statistics")
+    use_margin: bool = _f(False, "subtract each pair's 'margin' (preference strength) in the loss")
+    center_rewards_coef: float = _f(0.0, "weight of the reward-centering term (0: off)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.kind = "rm"
+        if not 0 <= self.eval_fraction < 1:
+            raise ConfigError(f"eval_fraction: must be in [0, 1), got {self.eval_fraction}")
+        if self.center_rewards_coef < 0:
+            raise ConfigError(f"center_rewards_coef: must be >= 0, got {self.center_rewards_coef}")
+
+
+@dataclass
+class DPOConfig(TrainingConfig):
+    """Direct preference optimisation against a frozen reference (the starting policy by default)."""
+
+    learning_rate: float = _f(5e-7, "peak learning rate of AdamW")
+    beta: float = _f(0.1, "strength of the implicit KL constraint (tau for IPO)")
+    loss_type: str = _f("sigmoid", "'sigmoid' (DPO), 'ipo' or 'hinge'")
+    label_smoothing: float = _f(0.0, "conservative DPO: assumed share of flipped labels, [0, 0.5)")
+    ref_model: str | None = _f(None, "reference model folder (None: the starting policy)")
+    reference_cache_dir: str | None = _f(
+        None, "where reference log-probabilities are cached (None: <output_dir>/reference-cache)"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.kind = "dpo"
+        from training.algorithms import DPO_LOSS_TYPES
+
+        if self.loss_type not in DPO_LOSS_TYPES:
+            raise ConfigError(f"loss_type: one of {DPO_LOSS_TYPES}, got {self.loss_type!r}")
+        if self.beta <= 0:
+            raise ConfigError(f"beta: must be > 0, got {self.beta}")
+        if not 0 <= self.label_smoothing < 0.5:
+            raise ConfigError(f"label_smoothing: must be in [0, 0.5), got {self.label_smoothing}")
+        if self.label_smoothing and self.loss_type != "sigmoid":
+            raise ConfigError("label_smoothing: only with loss_type 'sigmoid'")
+
+
+@dataclass
+class OnlineRLConfig(TrainingConfig):
+    """What PPO and RLOO share: a reward model, sampling, shaping and the KL penalty."""
+
+    learning_rate: float = _f(1e-6, "peak learning rate of AdamW")
+    reward_model: str = _f("", "reward model folder (AutoModelForSequenceClassification, 1 label)")
+    ref_model: str | None = _f(None, "reference (SFT) model folder (None: the starting policy)")
+    max_new_tokens: int = _f(128, "longest sampled response, in tokens")
+    temperature: float = _f(0.7, "sampling temperature of the current policy")
+    top_p: float = _f(1.0, "nucleus sampling threshold (1.0: off, so log-probabilities are exact)")
+    kl_controller: str = _f("fixed", "'fixed', 'adaptive' (Ziegler), 'variance' or 'linear'")
+    kl_coef: float = _f(0.02, "KL coefficient (initial value for adaptive and variance)")
+    kl_target: float = _f(0.17, "adaptive controller's target KL (middle of the healthy band)")
+    kl_horizon: int = _f(10_000, "adaptive controller's horizon, in samples")
+    kl_linear_start: float = _f(0.2, "linear schedule's first coefficient")
+    kl_linear_end: float = _f(0.02, "linear schedule's last coefficient")
+    kl_estimator: str = _f("k1", "per-token KL estimator folded into the reward: 'k1', 'k2', 'k3'")
+    length_penalty_coef: float = _f(0.01, "reward -= coef * max(0, length - base) (0: off)")
+    length_penalty_base: int = _f(256, "length (tokens) beyond which the length penalty applies")
+    missing_eos_penalty: float = _f(1.0, "subtracted from responses that never emit EOS (0: off)")
+    reward_range: tuple[float, float] | None = _f(
+        (0.1, 1.0),
+        "min-max normalise rewards into this range, fitted on the first batch (None: off)",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.reward_model:
+            raise ConfigError("reward_model: required")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature: must be > 0 for sampling, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p: must be in (0, 1], got {self.top_p}")
+        if self.kl_controller not in ("fixed", "adaptive", "variance", "linear"):
+            raise ConfigError(
+                f"kl_controller: 'fixed', 'adaptive', 'variance' or 'linear', got {self.kl_controller!r}"
+            )
+        if self.kl_coef < 0:
+            raise ConfigError(f"kl_coef: must be >= 0, got {self.kl_coef}")
+        if self.kl_estimator not in ("k1", "k2", "k3"):
+            raise ConfigError(f"kl_estimator: 'k1', 'k2' or 'k3', got {self.kl_estimator!r}")
+        if self.reward_range is not None:
+            self.reward_range = (float(self.reward_range[0]), float(self.reward_range[1]))
+            if not self.reward_range[0] < self.reward_range[1]:
+                raise ConfigError(f"reward_range: need low < high, got {self.reward_range}")
+
+
+@dataclass
+class RLOOConfig(OnlineRLConfig):
+    """REINFORCE leave-one-out: K samples per prompt, each baselined by the mean of the other K - 1."""
+
+    rloo_k: int = _f(4, "samples per prompt (K >= 2)")
+    batch_size: int = _f(4, "prompts per optimiser step (each sampled K times)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.kind = "rloo"
+        if self.rloo_k < 2:
+            raise ConfigError(f"rloo_k: must be >= 2, got {self.rloo_k}")
+
+
+@dataclass
+class PPOConfig(OnlineRLConfig):
+    """PPO with a value head on the policy backbone, GAE and clipped objectives."""
+
+    batch_size: int = _f(8, "prompts per rollout batch")
+    ppo_epochs: int = _f(4, "optimisation passes over each rollout batch")
+    minibatch_size: int = _f(4, "rollouts per PPO minibatch")
+    gamma: float = _f(1.0, "discount")
+    lam: float = _f(0.95, "GAE lambda")
+    clip_ratio: float = _f(0.2, "policy ratio clip epsilon")
+    value_clip: float = _f(0.2, "value clip range")
+    vf_coef: float = _f(0.5, "weight of the clipped value loss")
+    entropy_coef: float = _f(0.01, "entropy bonus weight")
+    whiten_advantages: bool = _f(True, "whiten advantages over each rollout batch")
+    target_kl_stop: float | None = _f(0.1, "stop the PPO epochs when approximate KL passes this")
+    value_hidden: int = _f(1024, "value head: hidden -> value_hidden -> 1, with dropout")
+    value_dropout: float = _f(0.1, "value head dropout")
+    anchor_fraction: float = _f(0.2, "share of rollouts sampled from the SFT reference")
+    anchor_temperature: float = _f(0.3, "temperature of the anchor samples")
+    perturb_fraction: float = _f(0.1, "share of rollouts with a perturbing instruction appended")
+    perturb_instructions: tuple[str, ...] = _f(
+        (
+            "Answer in a different way than you usually would.",
+            "Be concise.",
+            "Explain your reasoning step by step.",
+        ),
+        "instructions appended to a prompt for exploration rollouts",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.kind = "ppo"
+        if self.ppo_epochs < 1:
+            raise ConfigError(f"ppo_epochs: must be >= 1, got {self.ppo_epochs}")
+        if not 1 <= self.minibatch_size <= self.batch_size:
+            raise ConfigError(
+                f"minibatch_size: must be in [1, batch_size={self.batch_size}], got {self.minibatch_size}"
+            )
+        if not (self.anchor_fraction >= 0 and self.perturb_fraction >= 0) or (
+            self.anchor_fraction + self.perturb_fraction > 1
+        ):
+            raise ConfigError("anchor_fraction + perturb_fraction: must be within [0, 1]")
+        for name in ("clip_ratio", "value_clip"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}: must be > 0, got {getattr(self, name)}")
+        self.perturb_instructions = tuple(self.perturb_instructions)
+
+
+CONFIG_CLASSES: dict[str, type[TrainingConfig]] = {
+    "rm": RewardModelConfig,
+    "dpo": DPOConfig,
+    "ppo": PPOConfig,
+    "rloo": RLOOConfig,
+}
+
+
+def config_class(kind: str) -> type[TrainingConfig]:
+    if kind not in CONFIG_CLASSES:
+        raise ConfigError(f"kind: one of {KINDS}, got {kind!r}")
+    return CONFIG_CLASSES[kind]
+
+
+def config_from_dict(values: dict[str, Any]) -> TrainingConfig:
+    """Rebuild a config from ``to_dict()`` output (``kind`` selects the class); unknown keys are an
+    error that names them."""
+    values = dict(values)
+    cls = config_class(values.pop("kind", ""))
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field")
+    return cls(**values)
+
+
+def config_help(cls: type[TrainingConfig]) -> list[tuple[str, Any, str]]:
+    """(name, default, help) for each settable field, for command-line and admin help."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else None
+        rows.append((f.name, default, f.metadata.get("help", "")))
+    return rows

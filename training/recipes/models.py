@@ -1,0 +1,74 @@
+"""Loading models and tokenizers from local Hugging Face folders for training."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.recipes.packing import packed_attention_for, supports_packing
+
+
+def load_tokenizer(path: str | Path, *, padding_side: str = "right") -> Any:
+    """The folder's tokenizer; EOS doubles as padding when the model defines no pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path), padding_side=padding_side)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(
+    path: str | Path,
+    *,
+    device: torch.device,
+    packing: bool = True,
+    bf16: bool = False,
+    gradient_checkpointing: bool = False,
+    trainable: bool = True,
+) -> tuple[Any, bool]:
+    """(model in float32 on ``device``, whether packed batches can be used with it).
+
+    Master weights stay float32 (bf16 is autocast); the attention implementation is the packed one
+    when the architecture supports it (flash-attn 2 needs bf16, so it is only chosen with ``bf16``).
+    """
+    from transformers import AutoModelForCausalLM
+
+    model = None
+    if packing:
+        attention = packed_attention_for(device)
+        if attention == "flash_attention_2" and not bf16:
+            attention = packed_attention_for("cpu")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                str(path), dtype=torch.float32, attn_implementation=attention
+            )
+        except (ValueError, ImportError):
+            model = None
+    if model is None:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    model.to(device)
+    model.config.use_cache = False
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train(trainable)
+    model.requires_grad_(trainable)
+    return model, packing and supports_packing(model)
+
+
+def model_fingerprint(path: str | Path) -> str:
+    """sha256 over the folder's config and weight files: the identity of a reference model, so a
+    cache of its log-probabilities is never reused for different weights."""
+    folder = Path(path)
+    digest = hashlib.sha256()
+    weights = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
+    files = [folder / "config.json", *weights]
+    for file in files:
+        digest.update(file.name.encode())
+        with file.open("rb") as handle:
+            for block in iter(lambda h=handle: h.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()
