@@ -745,7 +745,7 @@ def agreement_by_group(counts: np.ndarray, group: np.ndarray, *, n_groups: int) 
         n_items = per_group(np.ones_like(m))
         pa = per_group(pa_item) / per_group(pairable.astype(float))
         pi = np.stack([per_group(shares[:, k]) for k in range(table.shape[1])], axis=1)
-        pi /= n_items[:, None]
+        pi = pi.astype(float) / n_items[:, None]
         pe = (pi**2).sum(axis=1)
         kappa = np.where(pe < 1, (pa - pe) / (1 - pe), np.nan)
         percent = per_group(pair_agree) / per_group(pairs)

@@ -1,13 +1,11 @@
 """`python manage.py agreement --project SLUG --json` end to end: JSONL -> import_comparisons ->
 judgements in the database -> arrays -> report -> JSON with the keys of ARCHITECTURE.md."""
 
-import io
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 from annotation import agreement
 from annotation.agreement_service import (
@@ -19,29 +17,11 @@ from annotation.agreement_service import (
     project_consensus,
 )
 from annotation.models import Judgement, Project
+from tests.agreement.jsonl import agreement_json, import_file, run, synthetic_rows, write_jsonl
 from tests.agreement.shared_data import PANDALM_CHOICE, PANDALM_TESTSET, pandalm_labels
 
 pytestmark = pytest.mark.django_db
 CODE = {name: code for code, name in enumerate(agreement.CHOICES)}
-
-
-def _run(*args: str) -> str:
-    out = io.StringIO()
-    call_command(*args, stdout=out)
-    return out.getvalue()
-
-
-def _import(path: Path, slug: str) -> None:
-    _run("import_comparisons", str(path), "--project", slug)
-
-
-def _agreement_json(slug: str, *extra: str) -> dict:
-    return json.loads(_run("agreement", "--project", slug, "--json", *extra))
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
 
 
 def _expected(rows: list[dict], *, overlap: int, n_categories: int) -> dict:
@@ -64,39 +44,12 @@ def _expected(rows: list[dict], *, overlap: int, n_categories: int) -> dict:
     }
 
 
-def _synthetic_rows(n: int = 90, seed: int = 0) -> list[dict]:
-    """n comparisons; 5 annotators, 3 per comparison (the last 6 comparisons get 2); every 10th has a
-    gold answer; "eve" prefers the left side."""
-    rng = np.random.default_rng(seed)
-    people = ["ana", "ben", "chloe", "dev", "eve"]
-    rows = []
-    for i in range(n):
-        truth = rng.choice(["a", "b", "tie"], p=[0.45, 0.45, 0.1])
-        judges = rng.choice(people, size=3 if i < n - 6 else 2, replace=False)
-        judgements = []
-        for name in judges:
-            left = str(rng.choice(["a", "b"]))
-            choice = str(truth) if rng.random() < 0.75 else str(rng.choice(["a", "b", "tie"]))
-            if name == "eve" and rng.random() < 0.8:
-                choice = left
-            judgements.append(
-                {"annotator": str(name), "choice": choice, "shown_left": left,
-                 "elapsed_ms": int(rng.integers(3000, 60000)), "strength": 1}
-            )  # fmt: skip
-        rows.append(
-            {"id": f"syn-{i}", "prompt": f"Question {i}?", "response_a": f"Answer A{i}" + "!" * i,
-             "response_b": f"Answer B{i}", "judgements": judgements,
-             **({"gold": str(truth)} if i % 10 == 0 else {})}
-        )  # fmt: skip
-    return rows
-
-
 def test_agreement_json_end_to_end_synthetic(tmp_path):
     """Import 90 comparisons with judgements, then `agreement --json` prints exactly the keys of
     ARCHITECTURE.md with the values the pure functions give on the file's own rows."""
-    rows = _synthetic_rows()
-    _import(_write_jsonl(tmp_path / "synthetic.jsonl", rows), "synthetic")
-    summary = _agreement_json("synthetic")
+    rows = synthetic_rows()
+    import_file(write_jsonl(tmp_path / "synthetic.jsonl", rows), "synthetic")
+    summary = agreement_json("synthetic")
     assert tuple(summary) == SUMMARY_KEYS
     expected = _expected(rows, overlap=3, n_categories=3)
     assert (summary["n_items"], summary["n_judgements"], summary["n_annotators"]) == (90, 264, 5)
@@ -123,8 +76,8 @@ def test_agreement_json_end_to_end_synthetic(tmp_path):
 
 def test_agreement_json_can_add_intervals(tmp_path):
     """--intervals adds 95% bootstrap intervals that hold each estimate."""
-    _import(_write_jsonl(tmp_path / "s.jsonl", _synthetic_rows(60, seed=1)), "with-intervals")
-    summary = _agreement_json("with-intervals", "--intervals", "--boot", "300")
+    import_file(write_jsonl(tmp_path / "s.jsonl", synthetic_rows(60, seed=1)), "with-intervals")
+    summary = agreement_json("with-intervals", "--intervals", "--boot", "300")
     assert tuple(summary) == (*SUMMARY_KEYS, "intervals")
     for name, (low, high) in summary["intervals"].items():
         assert low <= summary[name] <= high
@@ -132,25 +85,25 @@ def test_agreement_json_can_add_intervals(tmp_path):
 
 def test_agreement_text_output_and_errors(tmp_path):
     """Without --json the command prints a readable summary; an unknown slug is a clear error."""
-    _import(_write_jsonl(tmp_path / "s.jsonl", _synthetic_rows(40, seed=2)), "texty")
-    text = _run("agreement", "--project", "texty", "--boot", "100")
+    import_file(write_jsonl(tmp_path / "s.jsonl", synthetic_rows(40, seed=2)), "texty")
+    text = run("agreement", "--project", "texty", "--boot", "100")
     assert "fleiss_kappa" in text and "95% CI" in text
     with pytest.raises(CommandError, match="no project"):
-        _run("agreement", "--project", "missing", "--json")
+        run("agreement", "--project", "missing", "--json")
 
 
 def test_agreement_json_on_a_project_without_judgements(tmp_path):
     """No judgements: counts are zero and every coefficient is null (JSON has no NaN)."""
     rows = [{"prompt": "p?", "response_a": "x", "response_b": "y"}]
-    _import(_write_jsonl(tmp_path / "empty.jsonl", rows), "empty")
-    summary = _agreement_json("empty")
+    import_file(write_jsonl(tmp_path / "empty.jsonl", rows), "empty")
+    summary = agreement_json("empty")
     assert (summary["n_items"], summary["n_judgements"], summary["annotators"]) == (0, 0, [])
     assert all(summary[name] is None for name in agreement.COEFFICIENTS)
 
 
 def test_binary_copy_reads_the_same_rows_as_values_list(tmp_path):
     """On PostgreSQL the arrays come from COPY (FORMAT binary); they equal values_list's rows."""
-    _import(_write_jsonl(tmp_path / "s.jsonl", _synthetic_rows(30, seed=3)), "copy-check")
+    import_file(write_jsonl(tmp_path / "s.jsonl", synthetic_rows(30, seed=3)), "copy-check")
     project = Project.objects.get(slug="copy-check")
     fast = _judgement_columns(project)
     queryset = Judgement.objects.filter(comparison__project=project).order_by()
@@ -175,7 +128,7 @@ def test_parse_binary_copy_rejects_nulls():
 def test_project_consensus_majority_and_dawid_skene(tmp_path):
     """Both consensus methods give a choice, a posterior over the four choices and a margin for every
     judged comparison."""
-    _import(_write_jsonl(tmp_path / "s.jsonl", _synthetic_rows(50, seed=4)), "consensus")
+    import_file(write_jsonl(tmp_path / "s.jsonl", synthetic_rows(50, seed=4)), "consensus")
     project = Project.objects.get(slug="consensus")
     for method in ("majority", "dawid_skene"):
         result = project_consensus(project=project, method=method)
@@ -228,8 +181,8 @@ def test_agreement_json_on_pandalm_real_data(tmp_path):
     import_comparisons: `agreement --json` equals statsmodels' Fleiss, the krippendorff package's
     alpha and scikit-learn's per-pair Cohen on the rows of the file."""
     rows = _pandalm_rows()
-    _import(_write_jsonl(tmp_path / "pandalm.jsonl", rows), "pandalm")
-    summary = _agreement_json("pandalm")
+    import_file(write_jsonl(tmp_path / "pandalm.jsonl", rows), "pandalm")
+    summary = agreement_json("pandalm")
     assert tuple(summary) == SUMMARY_KEYS
     assert summary["n_items"] == len(rows) > 700
     assert summary["n_judgements"] == 3 * len(rows)

@@ -244,6 +244,13 @@ def test_agreement_by_group_equals_each_group_alone():
         assert result.fleiss_kappa[g] == pytest.approx(fleiss_kappa(mine))
 
 
+def test_agreement_by_group_with_no_groups():
+    """Every item left out (e.g. no prompt clustered yet): empty arrays, no error."""
+    counts = np.array([[2, 1, 0, 0], [0, 3, 0, 0]])
+    result = agreement_by_group(counts, np.array([-1, -1]), n_groups=0)
+    assert result.n_items.size == result.fleiss_kappa.size == 0
+
+
 def test_brute_force_pairs_on_tiny_data():
     """Percent agreement by enumerating every rater pair of every item, for a tiny table."""
     rows = [["a", "a", "b"], ["tie", "b"], ["b", "b", "b", "a"]]
