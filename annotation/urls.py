@@ -1,6 +1,6 @@
 from django.urls import path
 
-from annotation import views, views_clustering
+from annotation import views, views_agreement, views_clustering
 
 app_name = "annotation"
 
@@ -35,5 +35,17 @@ urlpatterns = [
         "p/<slug:slug>/clusters/<int:cluster_id>/name/",
         views_clustering.cluster_rename,
         name="cluster-rename",
+    ),
+    path("p/<slug:slug>/agreement/", views_agreement.agreement_dashboard, name="agreement"),
+    path("p/<slug:slug>/agreement/data/", views_agreement.agreement_data, name="agreement-data"),
+    path(
+        "p/<slug:slug>/agreement/refresh/",
+        views_agreement.agreement_refresh,
+        name="agreement-refresh",
+    ),
+    path(
+        "p/<slug:slug>/agreement/annotators/<str:username>/",
+        views_agreement.agreement_annotator,
+        name="agreement-annotator",
     ),
 ]

@@ -1,0 +1,104 @@
+"""Agreement dashboard for project leads (ML engineers). Thin: check the role, call the service, render.
+
+The report is computed by a Celery task and cached (annotation.agreement_service); these views only
+read the cached copy, and ask for a recomputation when it is missing or out of date.
+"""
+
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from annotation import agreement_service
+from annotation.models import Project
+from common.roles import ML_ENGINEER, has_role
+
+
+def _lead_project(request: HttpRequest, slug: str) -> Project:
+    """The project, for a project lead (ML engineer); 404 for anyone else."""
+    if not has_role(request.user, ML_ENGINEER):
+        raise Http404
+    return get_object_or_404(Project, slug=slug)
+
+
+@login_required
+def agreement_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
+    """Coefficients with intervals and the target, pairwise kappa, agreement per batch, cluster and
+    day, and the annotator table with flags (charts drawn by agreement.js from agreement_data)."""
+    project = _lead_project(request, slug)
+    state = agreement_service.dashboard_state(project=project)
+    report = state.payload
+    context = {
+        "project": project,
+        "state": state,
+        "report": report,
+        "computed_at": datetime.fromisoformat(report["computed_at"]) if report else None,
+        "coefficients": _coefficient_rows(report) if report else [],
+    }
+    return render(request, "annotation/agreement.html", context)
+
+
+def _coefficient_rows(report: dict) -> list[dict]:
+    summary = report["summary"]
+    labels = {
+        "percent_agreement": "Percent agreement",
+        "percent_agreement_no_ties": "Percent agreement, ties left out",
+        "fleiss_kappa": "Fleiss' kappa (full-overlap comparisons)",
+        "krippendorff_alpha": "Krippendorff's alpha (nominal)",
+        "gwet_ac1": "Gwet's AC1",
+    }
+    return [
+        {
+            "key": key,
+            "label": label,
+            "value": summary[key],
+            "low": summary["intervals"][key][0],
+            "high": summary["intervals"][key][1],
+        }
+        for key, label in labels.items()
+    ]
+
+
+@login_required
+def agreement_data(request: HttpRequest, slug: str) -> JsonResponse:
+    """The cached report as JSON for the charts, with whether it is stale or being recomputed."""
+    project = _lead_project(request, slug)
+    state = agreement_service.dashboard_state(project=project, schedule=False)
+    return JsonResponse(
+        {
+            "ready": state.payload is not None,
+            "stale": state.stale,
+            "refreshing": state.refreshing,
+            "report": state.payload,
+        }
+    )
+
+
+@login_required
+@require_POST
+def agreement_refresh(request: HttpRequest, slug: str) -> HttpResponse:
+    """Queue a recomputation now (collapses with one already queued)."""
+    project = _lead_project(request, slug)
+    agreement_service.dashboard_refresh_schedule(project=project, delay=0)
+    return redirect("annotation:agreement", slug=project.slug)
+
+
+@login_required
+def agreement_annotator(request: HttpRequest, slug: str, username: str) -> HttpResponse:
+    """Drill-down: one annotator's statistics and the comparisons where they differ from the others'
+    majority."""
+    project = _lead_project(request, slug)
+    if not get_user_model().objects.filter(**{get_user_model().USERNAME_FIELD: username}).exists():
+        raise Http404
+    report = agreement_service.cached_dashboard(project=project)
+    stats = None
+    if report:
+        stats = next(
+            (row for row in report["summary"]["annotators"] if row["annotator"] == username), None
+        )
+    rows = agreement_service.annotator_disagreements(project=project, username=username)
+    context = {"project": project, "username": username, "stats": stats, "rows": rows}
+    return render(request, "annotation/agreement_annotator.html", context)
