@@ -24,7 +24,7 @@ def _config(tiny_llama_dir, pairs_file, output_dir, **overrides) -> DPOConfig:
         "data": str(pairs_file),
         "output_dir": str(output_dir),
         "batch_size": 4,
-        "max_length": 64,
+        "max_length": 128,
         "learning_rate": 1e-3,
         "checkpoint_every": 0,
         "device": "cpu",
@@ -35,7 +35,7 @@ def _config(tiny_llama_dir, pairs_file, output_dir, **overrides) -> DPOConfig:
 
 def _encoded(tiny_llama_dir, pairs_file):
     tokenizer = load_tokenizer(tiny_llama_dir)
-    encoder = ChatEncoder(tokenizer, max_length=64, prompt_budget=32)
+    encoder = ChatEncoder(tokenizer, max_length=128, prompt_budget=64)
     pairs = [
         (encoder.encode(p.prompt, p.chosen), encoder.encode(p.prompt, p.rejected))
         for p in load_preference_pairs(pairs_file)

@@ -16,6 +16,7 @@ from training.recipes.config import (
     config_help,
 )
 from training.recipes.dpo import train_dpo
+from training.recipes.reward_model import train_reward_model
 from training.recipes.runtime import TrainResult
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "config_from_dict",
     "config_help",
     "train_dpo",
+    "train_reward_model",
 ]

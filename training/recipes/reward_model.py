@@ -1,0 +1,296 @@
+"""Reward model recipe: a one-output sequence-classification head on any registered encoder or decoder,
+trained with the Bradley-Terry loss on preference pairs.
+
+Decoders (SmolLM2) read the reward at the last token of prompt + response rendered with the chat
+template, in packed batches when the architecture allows; encoders (MiniLM) read it from the pooled
+first token of the pair ``[CLS] prompt [SEP] response [SEP]``, padded. The trained model is a plain
+``AutoModelForSequenceClassification`` folder; ``RewardScorer`` scores new responses the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.algorithms import bradley_terry_loss
+from training.recipes.callbacks import TrainingCallback
+from training.recipes.config import RewardModelConfig
+from training.recipes.data import (
+    ChatEncoder,
+    EpochSampler,
+    Messages,
+    chunks,
+    load_preference_pairs,
+    split_eval,
+)
+from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
+from training.recipes.models import load_tokenizer
+from training.recipes.packing import (
+    VARLEN_ATTENTION,
+    TokenizedSequence,
+    build_batch,
+    last_hidden_states,
+    packed_attention_for,
+    supports_packing,
+)
+from training.recipes.runtime import (
+    Throughput,
+    TrainResult,
+    autocast,
+    build_optimizer,
+    build_scheduler,
+    peak_memory_bytes,
+    total_steps_for,
+)
+
+
+@dataclass(frozen=True)
+class RewardInput:
+    """One (prompt, response) as the reward model reads it."""
+
+    input_ids: tuple[int, ...]
+    token_type_ids: tuple[int, ...] | None = None
+
+
+def load_sequence_classifier(
+    path: str | Path, *, device: torch.device, tokenizer: Any, packing: bool = True
+) -> Any:
+    """A 1-label AutoModelForSequenceClassification in float32 (a new head when ``path`` holds a
+    base model), with the tokenizer's pad id so padded batches find each row's last token."""
+    from transformers import AutoModelForSequenceClassification
+
+    kwargs: dict[str, Any] = {"num_labels": 1, "dtype": torch.float32}
+    model = None
+    if packing:
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(
+                str(path), attn_implementation=packed_attention_for("cpu"), **kwargs
+            )
+        except (ValueError, ImportError):
+            model = None
+    if model is None:
+        model = AutoModelForSequenceClassification.from_pretrained(str(path), **kwargs)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.config.use_cache = False
+    return model.to(device)
+
+
+class RewardScorer:
+    """Encodes (prompt, response) pairs and returns scalar rewards [S] float32 for a reward model."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_length: int, prompt_budget: int) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.chat = bool(getattr(tokenizer, "chat_template", None))
+        self.chat_encoder = ChatEncoder(
+            tokenizer, max_length=max_length, prompt_budget=prompt_budget
+        )
+        head = getattr(model, "score", None)
+        self.packed = (
+            self.chat
+            and supports_packing(model)
+            and isinstance(head, torch.nn.Linear)
+            and model.config._attn_implementation in (VARLEN_ATTENTION, "flash_attention_2")
+        )
+
+    def encode(self, prompt: Messages, response: str) -> RewardInput:
+        if self.chat:
+            seq = self.chat_encoder.encode(prompt, response)
+            return RewardInput(seq.input_ids)
+        text = "\n\n".join(content for _, content in prompt)
+        encoded = self.tokenizer(text, response, truncation=True, max_length=self.max_length)
+        types = encoded.get("token_type_ids")
+        return RewardInput(tuple(encoded["input_ids"]), None if types is None else tuple(types))
+
+    def score(self, inputs: Sequence[RewardInput]) -> torch.Tensor:
+        """Rewards [S] float32 (with gradients when the model is training and grad is enabled)."""
+        device = next(self.model.parameters()).device
+        if self.packed:
+            sequences = [TokenizedSequence(x.input_ids, len(x.input_ids)) for x in inputs]
+            batch = build_batch(
+                sequences, packed=True, pad_token_id=self.tokenizer.pad_token_id, device=device
+            )
+            hidden = last_hidden_states(self.model, batch).index_select(0, batch.last_index)
+            return self.model.score(hidden).squeeze(-1).float()
+        longest = max(len(x.input_ids) for x in inputs)
+        ids = torch.full((len(inputs), longest), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        types = torch.zeros_like(ids)
+        for row, x in enumerate(inputs):
+            ids[row, : len(x.input_ids)] = torch.tensor(x.input_ids)
+            mask[row, : len(x.input_ids)] = 1
+            if x.token_type_ids is not None:
+                types[row, : len(x.token_type_ids)] = torch.tensor(x.token_type_ids)
+        kwargs = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+        if any(x.token_type_ids is not None for x in inputs):
+            kwargs["token_type_ids"] = types.to(device)
+        return self.model(**kwargs).logits[:, 0].float()
+
+
+def _pair_rewards(
+    scorer: RewardScorer, encoded: list[tuple[RewardInput, RewardInput]], index: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward over [chosen_1..m, rejected_1..m] -> (chosen rewards [m], rejected rewards [m])."""
+    rewards = scorer.score([encoded[i][0] for i in index] + [encoded[i][1] for i in index])
+    return rewards[: len(index)], rewards[len(index) :]
+
+
+def evaluate_reward_model(
+    scorer: RewardScorer,
+    encoded: list[tuple[RewardInput, RewardInput]],
+    index: Sequence[int],
+    *,
+    batch_size: int,
+    device: torch.device,
+    bf16: bool,
+) -> dict[str, float]:
+    """Held-out accuracy (chosen scored above rejected), BT loss, and the mean and standard deviation
+    of all rewards (a std under 0.05 is PIPELINE.md's reward-collapse alarm)."""
+    if not index:
+        return {}
+    was_training = scorer.model.training
+    scorer.model.eval()
+    chosen, rejected = [], []
+    with torch.inference_mode(), autocast(device, bf16):
+        for group in chunks(list(index), batch_size):
+            c, r = _pair_rewards(scorer, encoded, group)
+            chosen.append(c.cpu())
+            rejected.append(r.cpu())
+    scorer.model.train(was_training)
+    c, r = torch.cat(chosen), torch.cat(rejected)
+    everything = torch.cat([c, r])
+    return {
+        "eval/accuracy": float((c > r).float().mean()),
+        "eval/loss": float(bradley_terry_loss(c, r)),
+        "eval/reward_mean": float(everything.mean()),
+        "eval/reward_std": float(everything.std()) if everything.numel() > 1 else 0.0,
+        "eval/pairs": float(len(index)),
+    }
+
+
+def train_reward_model(
+    config: RewardModelConfig, callback: TrainingCallback | None = None
+) -> TrainResult:
+    """Train a Bradley-Terry reward model; resumes from the newest checkpoint when allowed."""
+    run = start_run(config, callback)
+    device = run.device
+    tokenizer = load_tokenizer(config.model)
+    pairs = load_preference_pairs(config.data)
+    train_index, eval_index = split_eval(len(pairs), config.eval_fraction, config.seed)
+    if not train_index:
+        raise ValueError(f"{config.data}: no pairs left to train on after the eval split")
+    resume_from = run.resume_from
+    packing = config.packing and bool(getattr(tokenizer, "chat_template", None))
+    model = load_sequence_classifier(
+        resume_from or config.model, device=device, tokenizer=tokenizer, packing=packing
+    )
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    scorer = RewardScorer(
+        model, tokenizer, max_length=config.max_length, prompt_budget=config.prompt_budget
+    )
+    encoded = [
+        (scorer.encode(p.prompt, p.chosen), scorer.encode(p.prompt, p.rejected)) for p in pairs
+    ]
+    margins = torch.tensor([p.margin for p in pairs])
+    micro = config.micro_batch_size or config.batch_size
+
+    sampler = EpochSampler(len(train_index), config.batch_size, config.seed)
+    total_steps = total_steps_for(config, sampler.batches_per_epoch)
+    optimizer = build_optimizer(model.parameters(), config, device)
+    scheduler = build_scheduler(optimizer, config, total_steps)
+    start_step = 0
+    if resume_from is not None:
+        state, _ = run.checkpoints.restore(resume_from, optimizer=optimizer, scheduler=scheduler)
+        start_step = state.step
+
+    run.callback.on_start(total_steps=total_steps, config=config.to_dict())
+    throughput = Throughput()
+    pending: list[dict[str, float]] = []
+    status, step = "completed", start_step
+    for step_index, epoch, batch_index in sampler.positions(start_step, total_steps):
+        step = step_index + 1
+        index = [train_index[i] for i in sampler.batch(epoch, batch_index)]
+        sums = {"loss": 0.0, "accuracy": 0.0, "rewards/chosen": 0.0, "rewards/rejected": 0.0}
+        with throughput.timing():
+            for group in chunks(index, micro):
+                with autocast(device, config.bf16):
+                    chosen, rejected = _pair_rewards(scorer, encoded, group)
+                margin = margins[list(group)].to(device) if config.use_margin else None
+                loss = bradley_terry_loss(
+                    chosen, rejected, margin=margin, center_rewards_coef=config.center_rewards_coef
+                )
+                (loss * len(group) / len(index)).backward()
+                sums["loss"] += float(loss.detach()) * len(group)
+                sums["accuracy"] += float((chosen > rejected).float().sum())
+                sums["rewards/chosen"] += float(chosen.detach().sum())
+                sums["rewards/rejected"] += float(rejected.detach().sum())
+                throughput.tokens += sum(len(encoded[i][0].input_ids) for i in group)
+                throughput.tokens += sum(len(encoded[i][1].input_ids) for i in group)
+            grad_norm = optimizer_step(
+                model.parameters(), optimizer, scheduler, config.max_grad_norm
+            )
+        throughput.items += len(index)
+        metrics = {k: v / len(index) for k, v in sums.items()}
+        metrics.update(grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0])
+        pending.append(metrics)
+        run.callback.on_step(step=step, total_steps=total_steps)
+        if step % config.log_every == 0 or step == total_steps:
+            logged = mean_metrics(pending)
+            logged.update(
+                epoch=epoch + (batch_index + 1) / sampler.batches_per_epoch,
+                pairs_per_second=throughput.per_second(throughput.items),
+                tokens_per_second=throughput.per_second(throughput.tokens),
+            )
+            run.callback.on_log(step=step, metrics=logged)
+            pending = []
+        stop = run.callback.should_stop()
+        if run.checkpoints.due(step) or (stop and step < total_steps):
+            path = run.checkpoints.save(
+                step=step,
+                model=model,
+                tokenizer=tokenizer,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                trainer_state={"epoch": epoch, "batch_in_epoch": batch_index + 1, "kind": "rm"},
+            )
+            run.callback.on_checkpoint(step=step, path=path)
+        if stop and step < total_steps:
+            status = "cancelled"
+            break
+
+    evaluation = evaluate_reward_model(
+        scorer, encoded, eval_index, batch_size=micro, device=device, bf16=config.bf16
+    )
+    if evaluation:
+        run.callback.on_log(step=step, metrics=evaluation)
+    summary = {
+        "kind": "rm",
+        "pairs": len(pairs),
+        "train_pairs": len(train_index),
+        "eval_pairs": len(eval_index),
+        "pairs_trained": throughput.items,
+        "tokens_trained": throughput.tokens,
+        "train_seconds": throughput.seconds,
+        "pairs_per_second": throughput.per_second(throughput.items),
+        "tokens_per_second": throughput.per_second(throughput.tokens),
+        "packed": scorer.packed,
+        "bf16": config.bf16,
+        "peak_memory_bytes": peak_memory_bytes(device),
+        **evaluation,
+    }
+    return finish_run(
+        run,
+        status=status,
+        step=step,
+        model=model,
+        tokenizer=tokenizer,
+        summary=summary,
+        extra_files={"reward_stats.json": evaluation} if evaluation else None,
+    )
