@@ -19,6 +19,18 @@ from training.recipes.dpo import train_dpo
 from training.recipes.reward_model import train_reward_model
 from training.recipes.runtime import TrainResult
 
+
+def run_training(
+    config: TrainingConfig, callbacks: list[TrainingCallback] | None = None
+) -> TrainResult:
+    """Run the recipe of ``config.kind`` with the given callbacks."""
+    recipes = {"dpo": train_dpo, "rm": train_reward_model}
+    if config.kind not in recipes:
+        raise ConfigError(f"kind: no recipe for {config.kind!r} yet (have {sorted(recipes)})")
+    callback = CallbackList(callbacks) if callbacks else None
+    return recipes[config.kind](config, callback)  # type: ignore[operator]
+
+
 __all__ = [
     "CallbackList",
     "ConfigError",
@@ -33,6 +45,7 @@ __all__ = [
     "config_class",
     "config_from_dict",
     "config_help",
+    "run_training",
     "train_dpo",
     "train_reward_model",
 ]

@@ -1,0 +1,148 @@
+"""python manage.py train --kind {rm,dpo,ppo,rloo} --data FILE.jsonl --model NAME_OR_DIR --output DIR ...
+
+Runs one training job in this process (debugging, scripts, benchmarks): one JSON line per logged
+step on stdout, then a JSON summary with pairs (or samples) and tokens per second. Ctrl-C stops after
+the current step with a checkpoint; running the same command again resumes from it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from common.errors import ModelUnavailableError
+
+KINDS = ("rm", "dpo", "ppo", "rloo")
+
+
+def _model_folder(name_or_dir: str) -> str:
+    """A folder path as given, or the registry's folder for a model name."""
+    if Path(name_or_dir).is_dir():
+        return str(Path(name_or_dir).resolve())
+    from common.model_registry import model_path
+
+    try:
+        return str(model_path(name_or_dir))
+    except ModelUnavailableError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def _parse_setting(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise CommandError(f"--set expects KEY=VALUE, got {text!r}")
+    try:
+        return key.replace("-", "_"), json.loads(raw)
+    except json.JSONDecodeError:
+        return key.replace("-", "_"), raw
+
+
+class Command(BaseCommand):
+    help = "Train a reward model, or a policy with DPO, PPO or RLOO, in this process."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--kind", choices=KINDS, required=True)
+        parser.add_argument("--data", required=True, help="JSONL: preference pairs or prompts")
+        parser.add_argument("--model", required=True, help="registry name or model folder")
+        parser.add_argument("--output", required=True, help="run folder (created)")
+        parser.add_argument("--batch-size", type=int, help="pairs or prompts per optimiser step")
+        parser.add_argument("--micro-batch-size", type=int, help="rows per forward pass")
+        parser.add_argument("--max-length", type=int, help="longest sequence in tokens")
+        parser.add_argument("--epochs", type=int)
+        parser.add_argument("--max-steps", type=int)
+        parser.add_argument("--learning-rate", type=float)
+        parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+        parser.add_argument("--reward-model", help="ppo/rloo: registry name or folder")
+        parser.add_argument("--ref-model", help="dpo/ppo/rloo: reference model (default: --model)")
+        parser.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
+        parser.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="any other config field (JSON value), e.g. --set beta=0.2; see --list-options",
+        )
+        parser.add_argument(
+            "--list-options", action="store_true", help="print the kind's fields and exit"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from transformers.utils import logging as hf_logging
+
+        from training.recipes import (
+            ConfigError,
+            JsonLinesReporter,
+            TrainingCallback,
+            config_class,
+            run_training,
+        )
+
+        cls = config_class(options["kind"])
+        if options["list_options"]:
+            from training.recipes import config_help
+
+            for name, default, help_text in config_help(cls):
+                self.stdout.write(f"{name:24} {default!r:>14}  {help_text}")
+            return
+
+        values: dict[str, Any] = {
+            "model": _model_folder(options["model"]),
+            "data": options["data"],
+            "output_dir": options["output"],
+            "resume": not options["no_resume"],
+        }
+        for option, field in (
+            ("batch_size", "batch_size"),
+            ("micro_batch_size", "micro_batch_size"),
+            ("max_length", "max_length"),
+            ("epochs", "epochs"),
+            ("max_steps", "max_steps"),
+            ("learning_rate", "learning_rate"),
+        ):
+            if options[option] is not None:
+                values[field] = options[option]
+        if options["bf16"]:
+            values["bf16"] = True
+        for option in ("reward_model", "ref_model"):
+            if options[option]:
+                values[option] = _model_folder(options[option])
+        if options["kind"] == "dpo":
+            values["reference_cache_dir"] = str(
+                Path(settings.VAR_DIR) / "cache" / "reference-logps"
+            )
+        values.update(_parse_setting(text) for text in options["set"])
+        if not Path(values["data"]).is_file():
+            raise CommandError(f"--data: no such file {values['data']}")
+        try:
+            config = cls(**values)
+        except (ConfigError, TypeError) as exc:
+            raise CommandError(str(exc)) from exc
+
+        interrupted = {"flag": False}
+
+        class StopOnInterrupt(TrainingCallback):
+            def should_stop(self) -> bool:
+                return interrupted["flag"]
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            interrupted["flag"] = True
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+        reporter = JsonLinesReporter(self.stdout)
+        try:
+            result = run_training(config, callbacks=[reporter, StopOnInterrupt()])
+        except (ValueError, OSError) as exc:
+            raise CommandError(str(exc)) from exc
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if result.status != "completed":
+            raise CommandError(
+                f"run {result.status} at step {result.steps}; run the same command to resume"
+            )
