@@ -1,8 +1,8 @@
 """Agreement reports of a project: judgements read as arrays, the pure maths, names put back.
 
 ``project_judgements`` reads a project's judgements and comparisons as integer columns (one narrow query
-each: PostgreSQL streams them with ``COPY ... (FORMAT binary)`` straight into NumPy, other databases
-go through ``values_list``; never one model object per row). ``project_agreement`` runs
+each: PostgreSQL packs each column into one bytea that NumPy reads directly, other databases go
+through ``values_list``; never one model object per row). ``project_agreement`` runs
 ``annotation.agreement.agreement_report`` on them; ``agreement_summary`` shapes the result as the
 ``agreement --json`` object of ARCHITECTURE.md, ``agreement_dashboard`` as the dashboard's data.
 The dashboard's copy is computed by a Celery task and kept in the shared cache (``cached_dashboard``).
@@ -79,43 +79,32 @@ CHOICE_CODES = {value: agreement.CHOICES.index(value) for value in Choice.values
 SIDE_CODES = {Side.A.value: agreement.A, Side.B.value: agreement.B}
 
 
-def _parse_binary_copy(data: bytes | bytearray, n_columns: int) -> np.ndarray:
-    """PostgreSQL binary COPY output of n_columns non-null int8 columns -> [rows, n_columns] int64.
-
-    Layout: 11-byte signature, int32 flags, int32 extension length (+ extension), then per row an
-    int16 field count and per field an int32 length (8) and the big-endian value; int16 -1 trailer.
-    """
-    if data[:11] != b"PGCOPY\n\xff\r\n\x00":
-        raise ValueError("not PostgreSQL binary COPY data")
-    extension = int.from_bytes(data[15:19], "big")
-    start = 19 + extension
-    row = np.dtype([("fields", ">i2")] + [(f"{p}{i}", ">i4" if p == "len" else ">i8")
-                                           for i in range(n_columns) for p in ("len", "value")])  # fmt: skip
-    n_rows = (len(data) - start - 2) // row.itemsize
-    if start + n_rows * row.itemsize + 2 != len(data):
-        raise ValueError("binary COPY data does not hold fixed-width int8 rows (a NULL?)")
-    rows = np.frombuffer(data, dtype=row, count=n_rows, offset=start)
-    lengths = np.stack([rows[f"len{i}"] for i in range(n_columns)], axis=1)
-    if n_rows and ((rows["fields"] != n_columns).any() or (lengths != 8).any()):
-        raise ValueError("binary COPY rows are not all non-null int8")
-    return np.stack([rows[f"value{i}"].astype(np.int64) for i in range(n_columns)], axis=1)
-
-
 def _int_columns(queryset: QuerySet, columns: list[str]) -> np.ndarray:
-    """The named integer (BigInteger, never NULL) columns of a queryset as an int64 [rows, C] array."""
+    """Integer annotations of a queryset (BigInteger, never NULL) as an int64 array [rows, C].
+
+    On PostgreSQL the database packs each column into one bytea of big-endian int8s
+    (``string_agg(int8send(column), '')`` over Django's compiled query) and NumPy reads it with
+    ``frombuffer``: one result row instead of one Python object per value, which costs less than
+    ``values_list`` or a row-by-row COPY. All aggregates of one (non-parallel, see _bulk_reads)
+    aggregation see the rows in the same order, so the columns stay aligned. Elsewhere
+    ``values_list``.
+    """
     rows = queryset.values_list(*columns)
-    if connection.vendor == "postgresql":
-        try:
-            sql, params = rows.query.sql_with_params()
-        except EmptyResultSet:  # e.g. .none() or pk__in=[]: nothing to copy
-            return np.zeros((0, len(columns)), dtype=np.int64)
-        statement = (
-            "COPY (" + sql + ") TO STDOUT (FORMAT binary)"
-        )  # Django's compiled SELECT, bound params
-        with connection.cursor() as cursor, cursor.cursor.copy(statement, params) as copy:
-            data = b"".join(copy)
-        return _parse_binary_copy(data, len(columns))
-    return np.array(list(rows), dtype=np.int64).reshape(-1, len(columns))
+    if connection.vendor != "postgresql":
+        return np.array(list(rows), dtype=np.int64).reshape(-1, len(columns))
+    try:
+        sql, params = rows.query.sql_with_params()
+    except EmptyResultSet:  # e.g. .none() or pk__in=[]: nothing to read
+        return np.zeros((0, len(columns)), dtype=np.int64)
+    packed = ", ".join(f"string_agg(int8send(q.{column}), '')" for column in columns)
+    statement = f"SELECT count(*), {packed} FROM ({sql}) AS q"  # noqa: S608 - Django's compiled SQL
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        count, *blobs = cursor.fetchone()
+    arrays = [np.frombuffer(blob or b"", dtype=">i8").astype(np.int64) for blob in blobs]
+    if any(array.size != count for array in arrays):
+        raise ValueError(f"a column of {columns} holds NULLs; wrap it in Coalesce")
+    return np.stack(arrays, axis=1)
 
 
 @dataclass(frozen=True)
@@ -232,13 +221,15 @@ def _comparison_columns(project: Project) -> np.ndarray:
 
 @contextmanager
 def _bulk_reads():
-    """One transaction for the reads; on PostgreSQL with room to hash 1M rows in memory (no temp
-    files) and without JIT compilation (it costs more than it saves on these simple scans)."""
+    """One transaction (one snapshot) for the reads. On PostgreSQL: room to hash 1M rows in memory
+    (no temp files), no JIT compilation (it costs more than it saves on these scans), and no
+    parallel aggregation, so _int_columns' aggregates run in one pass over one row order."""
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL work_mem = '64MB'")
                 cursor.execute("SET LOCAL jit = off")
+                cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
         yield
 
 

@@ -6,8 +6,9 @@ migrated if missing; nobody's working data is touched) with COPY, then times:
 
 - the command itself, as users run it: a fresh ``manage.py agreement --project bench-1m --json``
   process (Python and Django start-up included), best of ``--repeat``;
-- inside one process: reading the arrays with binary COPY (what the command does) against reading the
-  same columns with ``values_list`` (the portable path), and the report on the arrays.
+- inside one process: reading every array the report needs (judgements, comparisons, response
+  lengths, clusters, repeats: one bytea per column, what the command does), for scale the plain
+  ``values_list`` of just five raw judgement columns, and the whole in-process report.
 
 Prints one JSON object. Loading takes a minute or two the first time; ``--reload`` loads again.
 Run: .venv/bin/python bench/bench_agreement_db.py [--database-url URL] [--repeat 3] [--reload]
@@ -202,8 +203,8 @@ def main() -> None:
                 "load_s": load_s,
                 "command_s": round(command_s, 2),
                 "in_process_report_s": round(in_process_s, 2),
-                "read_arrays_binary_copy_s": round(read_copy_s, 2),
-                "read_judgements_values_list_s": round(read_values_list_s, 2),
+                "read_all_arrays_s": round(read_copy_s, 2),
+                "values_list_5_judgement_columns_s": round(read_values_list_s, 2),
                 "python_imports_s": round(startup_s, 2),
                 "fleiss_kappa": summary["fleiss_kappa"],
                 "krippendorff_alpha": summary["krippendorff_alpha"],

@@ -6,14 +6,16 @@ import json
 import numpy as np
 import pytest
 from django.core.management import CommandError
+from django.db.models import BigIntegerField
+from django.db.models.functions import Cast
 
 from annotation import agreement
 from annotation.agreement_service import (
     SUMMARY_KEYS,
+    _bulk_reads,
     _comparison_columns,
     _int_columns,
     _judgement_columns,
-    _parse_binary_copy,
     project_consensus,
 )
 from annotation.models import Judgement, Project
@@ -101,28 +103,34 @@ def test_agreement_json_on_a_project_without_judgements(tmp_path):
     assert all(summary[name] is None for name in agreement.COEFFICIENTS)
 
 
-def test_binary_copy_reads_the_same_rows_as_values_list(tmp_path):
-    """On PostgreSQL the arrays come from COPY (FORMAT binary); they equal values_list's rows."""
+def test_packed_columns_read_the_same_rows_as_values_list(tmp_path):
+    """On PostgreSQL the arrays come packed in one bytea per column; they equal values_list's rows,
+    row for row (the columns stay aligned)."""
     import_file(write_jsonl(tmp_path / "s.jsonl", synthetic_rows(30, seed=3)), "copy-check")
     project = Project.objects.get(slug="copy-check")
-    fast = _judgement_columns(project)
+    with _bulk_reads():
+        fast = _judgement_columns(project)
+        comparisons = _comparison_columns(project)
     queryset = Judgement.objects.filter(comparison__project=project).order_by()
     assert fast.shape == (queryset.count(), 6)
     plain = sorted(queryset.values_list("comparison_id", "annotator_id", "elapsed_ms"))
     assert sorted(map(tuple, fast[:, [0, 1, 4]].tolist())) == plain
-    comparisons = _comparison_columns(project)
     assert comparisons[:, 0].tolist() == sorted(project.comparisons.values_list("id", flat=True))
     assert _int_columns(queryset.none().values("id"), ["id"]).shape == (0, 1)
 
 
-def test_parse_binary_copy_rejects_nulls():
-    """A NULL (length -1) breaks the fixed-width layout and is refused, not misread."""
-    header = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8
-    good = header + (1).to_bytes(2, "big") + (8).to_bytes(4, "big") + (7).to_bytes(8, "big")
-    assert _parse_binary_copy(good + b"\xff\xff", 1).tolist() == [[7]]
-    null_row = header + (1).to_bytes(2, "big") + (-1).to_bytes(4, "big", signed=True)
-    with pytest.raises(ValueError):
-        _parse_binary_copy(null_row + b"\xff\xff", 1)
+def test_packed_columns_refuse_nulls(tmp_path):
+    """A NULL would drop out of one column's aggregate and misalign the rows: it is refused."""
+    import_file(write_jsonl(tmp_path / "s.jsonl", synthetic_rows(10, seed=5)), "null-check")
+    queryset = Judgement.objects.filter(comparison__project__slug="null-check").order_by()
+    Judgement.objects.filter(pk=queryset.first().pk).update(elapsed_ms=None)
+    with pytest.raises(ValueError, match="NULL"):
+        _int_columns(
+            queryset.annotate(
+                c_id=Cast("id", BigIntegerField()), c_ms=Cast("elapsed_ms", BigIntegerField())
+            ),
+            ["c_id", "c_ms"],
+        )
 
 
 def test_project_consensus_majority_and_dawid_skene(tmp_path):
