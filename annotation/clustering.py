@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.cluster import KMeans, MiniBatchKMeans
 from sklearn.decomposition import PCA
-from sklearn.feature_extraction.text import CountVectorizer
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, CountVectorizer
 from sklearn.metrics import silhouette_score
 
 # Above this many points KMeans is replaced by MiniBatchKMeans (full KMeans is O(n k d) per iteration
@@ -33,8 +33,13 @@ SILHOUETTE_SAMPLE = 3_000
 # Up to this many points KMeans restarts 10 times (3 above).
 SMALL_INPUT = 1_000
 DEFAULT_K_RANGE = (2, 12)
-# c-TF-IDF terms: words of two or more characters that start with a letter (no bare numbers).
-WORD_PATTERN = r"(?u)\b[a-zA-Z][\w-]+\b"
+# c-TF-IDF terms: words of two or more characters that start with a letter (no bare numbers), not
+# the tail of a contraction ("I've" gives no "ve"); the heads of negative contractions are stop words.
+WORD_PATTERN = r"(?u)(?<!['\u2019])\b[a-zA-Z][\w-]+\b"
+CONTRACTION_HEADS = frozenset(
+    {"ain", "aren", "can", "couldn", "didn", "doesn", "don", "hadn", "hasn", "haven", "isn"}
+    | {"mustn", "needn", "shan", "shouldn", "wasn", "weren", "won", "wouldn"}
+)
 
 
 # --- Clustering --------------------------------------------------------------------------------------
@@ -211,6 +216,7 @@ def cluster_top_terms(
     ``tf(t, c) = count(t, c) / words(c)`` and ``idf(t) = log(1 + A / f(t))``, where A is the mean
     number of words per cluster and f(t) the count of t over all clusters. Returns {label: the
     ``n_terms`` best terms, best first} for each label present (ties broken alphabetically).
+    ``stop_words``: "english" (scikit-learn's list and contraction heads such as "don") or None.
     """
     labels = np.asarray(labels)
     if len(texts) != len(labels):
@@ -222,7 +228,8 @@ def cluster_top_terms(
         " ".join(text for text, lab in zip(texts, labels, strict=True) if lab == label)
         for label in present
     ]
-    vectorizer = CountVectorizer(stop_words=stop_words, token_pattern=WORD_PATTERN)
+    stop = sorted(ENGLISH_STOP_WORDS | CONTRACTION_HEADS) if stop_words == "english" else None
+    vectorizer = CountVectorizer(stop_words=stop, token_pattern=WORD_PATTERN)
     try:
         counts = vectorizer.fit_transform(documents).toarray().astype(np.float64)
     except ValueError:  # nothing but stop words

@@ -111,6 +111,13 @@ def test_ctfidf_top_terms_set_each_cluster_apart():
     assert terms == {0: ["python", "list"], 1: ["sleep", "tonight"]}
 
 
+def test_ctfidf_ignores_contraction_fragments():
+    """ "I've" and "don't" give neither "ve" nor "don" (nor "t", too short)."""
+    texts = ["I've slept badly, don't know why", "I don't sleep", "Python's lists"]
+    terms = cluster_top_terms(texts, np.array([0, 0, 1]), n_terms=5)
+    assert terms == {0: ["badly", "know", "sleep", "slept"], 1: ["lists", "python"]}
+
+
 def test_ctfidf_of_stop_words_only_gives_empty_lists():
     assert cluster_top_terms(["the a", "of and"], np.array([0, 1])) == {0: [], 1: []}
 
