@@ -806,12 +806,15 @@ class BiasThresholds:
 
     min_judgements: int = 20
     significance: float = 0.05  # position bias: Holm-adjusted two-sided binomial p below this
-    length_bias: float = 0.15  # |share of longer picks - the consensus's share| above this
+    length_bias: float = 0.15  # |longer picks - the consensus's share| above this, and significant
+    # (binomial test of the picks against the consensus's share, Holm-adjusted, at `significance`)
     fast_fraction: float = (
         0.25  # suspiciously fast: under this fraction of the project's median time
     )
     fast_share: float = 0.2  # flag when more than this share of the judgements are fast
-    min_kappa: float = 0.4  # mean Cohen's kappa against the others below this ("fair" or worse)
+    # Mean Cohen's kappa against the others below this ("fair" or worse) and below the annotators'
+    # median: in a noisy team everyone's kappa is low, and the careful annotator is not the problem.
+    min_kappa: float = 0.4
     min_gold_accuracy: float = 0.7
     min_gold: int = 5
     min_consistency: float = 0.7  # swap repeats answered the same way
@@ -832,6 +835,8 @@ class AnnotatorStats:
     longer_share: np.ndarray  # share of decisive picks that chose the longer response
     consensus_longer_share: np.ndarray  # the leave-one-out consensus's share on the same items
     length_bias: np.ndarray  # longer_share - consensus_longer_share
+    longer_p_value: np.ndarray  # binomial test of the longer picks against the consensus's share
+    longer_p_adjusted: np.ndarray  # Holm-adjusted over annotators
     loo_n: np.ndarray
     loo_agreement: np.ndarray  # agreement with the others' majority (ties at the top left out)
     gold_n: np.ndarray
@@ -846,13 +851,20 @@ class AnnotatorStats:
     flags: list[list[str]] = field(default_factory=list)
 
 
-def _binomial_two_sided(successes: np.ndarray, trials: np.ndarray) -> np.ndarray:
-    """Exact two-sided binomial test against p = 0.5 (symmetric, so twice the smaller tail)."""
+def _binomial_two_sided(
+    successes: np.ndarray, trials: np.ndarray, p: float | np.ndarray = 0.5
+) -> np.ndarray:
+    """Exact two-sided binomial test, twice the smaller tail (the "central" test; for p = 0.5 it is
+    the usual test, the distribution being symmetric). NaN where trials = 0 or p is not in (0, 1)."""
+    p = np.broadcast_to(np.asarray(p, dtype=float), np.shape(trials))
+    ok = (trials > 0) & (p > 0) & (p < 1)
+    safe_p = np.where(ok, p, 0.5)
     with np.errstate(invalid="ignore"):
         tail = np.minimum(
-            stats.binom.cdf(successes, trials, 0.5), stats.binom.sf(successes - 1, trials, 0.5)
+            stats.binom.cdf(successes, trials, safe_p),
+            stats.binom.sf(successes - 1, trials, safe_p),
         )
-    return np.where(trials > 0, np.minimum(1.0, 2.0 * tail), np.nan)
+    return np.where(ok, np.minimum(1.0, 2.0 * tail), np.nan)
 
 
 def holm_adjust(p_values: np.ndarray) -> np.ndarray:
@@ -944,11 +956,13 @@ def annotator_stats(
         longer = np.where(la > lb, A, np.where(lb > la, B, MISSING))[table.item]
         own = decisive & (longer != MISSING)
         longer_n = per_annotator(own)
-        longer_share = _ratio(per_annotator(own & (choice == longer)), longer_n)
+        longer_picks = per_annotator(own & (choice == longer))
+        longer_share = _ratio(longer_picks, longer_n)
         theirs = (loo <= B) & (loo != MISSING) & (longer != MISSING)
         consensus_longer = _ratio(per_annotator(theirs & (loo == longer)), per_annotator(theirs))
+        longer_p = _binomial_two_sided(longer_picks, longer_n, np.nan_to_num(consensus_longer))
     else:
-        longer_n, longer_share, consensus_longer = np.zeros(r), nan_r, nan_r
+        longer_n, longer_share, consensus_longer, longer_p = np.zeros(r), nan_r, nan_r, nan_r
 
     if table.gold is not None:
         gold = np.asarray(table.gold)[table.item]
@@ -994,6 +1008,8 @@ def annotator_stats(
         longer_share=longer_share,
         consensus_longer_share=consensus_longer,
         length_bias=longer_share - consensus_longer,
+        longer_p_value=longer_p,
+        longer_p_adjusted=holm_adjust(longer_p),
         loo_n=loo_n.astype(np.int64),
         loo_agreement=loo_agreement,
         gold_n=gold_n.astype(np.int64),
@@ -1029,16 +1045,22 @@ def _repeat_consistency(table: JudgementTable) -> tuple[np.ndarray, np.ndarray]:
 
 def _flags(s: AnnotatorStats, t: BiasThresholds) -> list[list[str]]:
     flags: list[list[str]] = []
+    finite_kappa = s.mean_kappa[np.isfinite(s.mean_kappa)]
+    typical_kappa = float(np.median(finite_kappa)) if finite_kappa.size else np.nan
     for i in range(s.n_judgements.size):
         mine: list[str] = []
         if s.n_judgements[i] >= t.min_judgements:
             if s.left_p_adjusted[i] < t.significance:
                 mine.append("position_bias")
-            if s.longer_n[i] >= t.min_judgements and abs(s.length_bias[i]) > t.length_bias:
+            if (
+                s.longer_n[i] >= t.min_judgements
+                and abs(s.length_bias[i]) > t.length_bias
+                and s.longer_p_adjusted[i] < t.significance
+            ):
                 mine.append("length_bias")
             if s.timed_n[i] >= t.min_judgements and s.fast_share[i] > t.fast_share:
                 mine.append("fast")
-            if s.mean_kappa[i] < t.min_kappa:
+            if s.mean_kappa[i] < t.min_kappa and s.mean_kappa[i] < typical_kappa:
                 mine.append("low_agreement")
             if s.gold_n[i] >= t.min_gold and s.gold_accuracy[i] < t.min_gold_accuracy:
                 mine.append("low_gold_accuracy")

@@ -367,6 +367,7 @@ def _annotator_rows(result: ProjectAgreement) -> list[dict[str, Any]]:
                 "consensus_longer_share": _number(s.consensus_longer_share[i]),
                 "length_bias": _number(s.length_bias[i]),
                 "longer_n": int(s.longer_n[i]),
+                "longer_p_adjusted": _number(s.longer_p_adjusted[i]),
                 "tie_rate": _number(s.tie_rate[i]),
                 "loo_agreement": _number(s.loo_agreement[i]),
                 "loo_n": int(s.loo_n[i]),

@@ -78,6 +78,8 @@ def test_annotator_stats_by_hand():
     assert s.longer_share[0] == pytest.approx(1 / 3)
     assert s.consensus_longer_share[0] == pytest.approx(1 / 2)
     assert s.length_bias[0] == pytest.approx(1 / 3 - 1 / 2)
+    # 1 of 3 against a share of 1/2: P(X <= 1) = 4/8, P(X >= 1) = 7/8, so p = min(1, 2 x 4/8) = 1.
+    assert s.longer_p_value[0] == pytest.approx(1.0)
     assert s.gold_n.tolist() == [2, 2, 2]
     assert s.gold_accuracy.tolist() == [1.0, 1.0, 0.5]
     assert s.repeat_n.tolist() == [1, 1, 2]
@@ -101,6 +103,18 @@ def test_binomial_test_matches_scipy():
     expected = [stats.binomtest(int(a), int(b), 0.5).pvalue for a, b in zip(k, n, strict=True)]
     assert _binomial_two_sided(k, n) == pytest.approx(expected, rel=1e-9)
     assert np.isnan(_binomial_two_sided(np.array([0]), np.array([0]))[0])
+
+
+def test_binomial_test_against_any_share_matches_scipy():
+    """Against p != 0.5 the test is the "central" one: twice the smaller tail (scipy's binomtest
+    two-sided p-value sums the unlikely outcomes instead, so compare the tails directly)."""
+    k, n, p = np.array([5, 27, 10]), np.array([29, 34, 40]), np.array([0.375, 0.208, 0.25])
+    expected = [
+        min(1.0, 2 * min(stats.binom.cdf(a, b, c), stats.binom.sf(a - 1, b, c)))
+        for a, b, c in zip(k, n, p, strict=True)
+    ]
+    assert _binomial_two_sided(k, n, p) == pytest.approx(expected)
+    assert np.isnan(_binomial_two_sided(np.array([3]), np.array([5]), np.array([0.0]))[0])
 
 
 def test_holm_adjustment_by_hand():
