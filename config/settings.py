@@ -209,6 +209,8 @@ CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or _default
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
+    # Exact names are matched before patterns: the reaper is bookkeeping, not GPU work.
+    "training.tasks.reap_stale_runs": {"queue": "default"},
     "training.tasks.*": {"queue": "gpu"},
     "monitoring.tasks.generate_*": {"queue": "gpu"},
 }
@@ -235,6 +237,32 @@ UPLOAD_DIR = VAR_DIR / "uploads"
 EXPORT_DIR = VAR_DIR / "exports"
 CONCORD_IMPORT_MAX_BYTES = env.int("CONCORD_IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+
+# --- Training runs ------------------------------------------------------------------------------------
+CONCORD_RUNS_DIR = Path(env.str("CONCORD_RUNS_DIR", default=str(VAR_DIR / "runs")))
+# A running run whose heartbeat is older than this is declared dead by the reaper (seconds).
+CONCORD_HEARTBEAT_STALE_S = env.int("CONCORD_HEARTBEAT_STALE_S", default=180)
+CONCORD_HEARTBEAT_EVERY_S = env.float("CONCORD_HEARTBEAT_EVERY_S", default=10.0)
+# Training calls this after each logged step (a dotted path, so training never imports monitoring).
+CONCORD_METRICS_HOOK = "monitoring.alerts.evaluate_metrics"
+# PIPELINE.md's alert table. metric: the name the recipes log.
+CONCORD_ALERT_RULES = [
+    {"metric": "kl", "direction": ">", "threshold": 0.15,
+     "meaning": "policy drifting from the reference", "diagnosis_step": 1},
+    {"metric": "reward_std", "direction": "<", "threshold": 0.05,
+     "meaning": "reward collapse: a shortcut was found", "diagnosis_step": 2},
+    {"metric": "clip_fraction", "direction": ">", "threshold": 0.3,
+     "meaning": "PPO updates clipped too often", "diagnosis_step": 1},
+    {"metric": "repetition_rate", "direction": ">", "threshold": 0.10,
+     "meaning": "mode collapse", "diagnosis_step": 4},
+    {"metric": "entropy", "direction": "<", "threshold": 1.0,
+     "meaning": "diversity gone", "diagnosis_step": 4},
+    {"metric": "memory_fraction", "direction": ">", "threshold": 0.95,
+     "meaning": "out of memory ahead", "diagnosis_step": 6},
+]  # fmt: skip
+CELERY_BEAT_SCHEDULE = {
+    "reap-stale-training-runs": {"task": "training.tasks.reap_stale_runs", "schedule": 60.0},
+}
 
 # --- Models (offline) -------------------------------------------------------------------------------
 # Nothing is fetched from a hub at run time: models come from PyPI packages (see fetch_models).

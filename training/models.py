@@ -1,1 +1,187 @@
-"""Training runs, checkpoints, dataset snapshots and run metrics live here (the training-jobs issue)."""
+"""Training runs and what they leave behind: dataset snapshots, checkpoints, metric points, events.
+
+A run's state lives here, not in the broker: draft -> queued -> running -> succeeded / failed /
+cancelled, with a heartbeat the worker refreshes and a cancel flag the training loop polls.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from annotation.models import DatasetExport
+
+
+class DatasetSnapshot(models.Model):
+    """A frozen export of a project's preferences that runs train on (named by its SHA-256)."""
+
+    export = models.OneToOneField(DatasetExport, on_delete=models.PROTECT, related_name="snapshot")
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        label = self.name or self.export.project.slug
+        return f"{label} @ {self.export.sha256[:12]} ({self.export.n_pairs} pairs)"
+
+    @property
+    def sha256(self) -> str:
+        return self.export.sha256
+
+    @property
+    def n_pairs(self) -> int:
+        return self.export.n_pairs
+
+
+class TrainingRun(models.Model):
+    """One training job: what to train, on what, with which validated configuration."""
+
+    class Kind(models.TextChoices):
+        RM = "rm", "Reward model"
+        DPO = "dpo", "DPO"
+        PPO = "ppo", "PPO"
+        RLOO = "rloo", "RLOO"
+
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    base_model = models.CharField(
+        max_length=100, help_text="Registry name of the model to train (policy or reward base)."
+    )
+    snapshot = models.ForeignKey(
+        DatasetSnapshot,
+        on_delete=models.PROTECT,
+        related_name="runs",
+        help_text="Preference pairs (rm, dpo) or the prompts to roll out on (ppo, rloo).",
+    )
+    reward_model_run = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="policy_runs",
+        help_text="PPO / RLOO: a succeeded reward-model run whose model scores the rollouts.",
+    )
+    config = models.JSONField(
+        default=dict, blank=True, help_text="Settings that differ from the recipe's defaults."
+    )
+    gpus = models.PositiveSmallIntegerField(
+        default=1, help_text="GPUs to use; more than one starts torchrun (or deepspeed)."
+    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.DRAFT)
+    cancel_requested = models.BooleanField(default=False)
+    step = models.PositiveIntegerField(default=0)
+    total_steps = models.PositiveIntegerField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True)
+    error = models.TextField(blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+    output_dir = models.CharField(max_length=500, blank=True)
+    result_checkpoint = models.ForeignKey(
+        "Checkpoint",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The checkpoint chosen as this run's result (a roll back); default: the final model.",
+    )
+    cloned_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gte=1, gpus__lte=64), name="run_gpus_range"),
+            models.CheckConstraint(
+                condition=Q(kind__in=["ppo", "rloo"]) | Q(reward_model_run__isnull=True),
+                name="run_reward_model_only_for_rl",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "heartbeat_at"], name="run_liveness")]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name} ({self.kind}, {self.status})"
+
+    @property
+    def progress_percent(self) -> int:
+        if not self.total_steps:
+            return 0
+        return min(100, round(100 * self.step / self.total_steps))
+
+
+class Checkpoint(models.Model):
+    """A saved state of a run: weights loadable with transformers, plus what is needed to resume."""
+
+    run = models.ForeignKey(TrainingRun, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveIntegerField()
+    path = models.CharField(max_length=500)
+    metrics = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "step"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="checkpoint_once_per_step")
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step}"
+
+
+class MetricPoint(models.Model):
+    """One logged value of a run's metric at a step (loss, kl, reward_mean, ...)."""
+
+    run = models.ForeignKey(TrainingRun, on_delete=models.CASCADE, related_name="metric_points")
+    step = models.PositiveIntegerField()
+    name = models.CharField(max_length=64)
+    value = models.FloatField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # A resumed run logs a repeated step again: the newer value replaces the older one.
+            models.UniqueConstraint(fields=["run", "name", "step"], name="metric_once_per_step")
+        ]
+        indexes = [models.Index(fields=["run", "step"], name="metric_run_step")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} {self.name}@{self.step} = {self.value:g}"
+
+
+class RunEvent(models.Model):
+    """The audit trail of a run: who created, launched, cancelled, resumed or cloned it, and when
+    the worker started, finished, failed or was found dead."""
+
+    run = models.ForeignKey(TrainingRun, on_delete=models.CASCADE, related_name="events")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    action = models.CharField(max_length=32)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}: {self.action} by {self.user or 'system'}"

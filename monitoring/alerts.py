@@ -1,0 +1,82 @@
+"""Alert rules on training metrics (the thresholds of PIPELINE.md, configurable in settings).
+
+``evaluate_metrics`` is the hook training calls after each logged step (settings.CONCORD_METRICS_HOOK
+names it, so training never imports monitoring). A metric beyond its threshold opens an alert (one
+open alert per run and metric); back within the threshold, the open alert is resolved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from monitoring.models import Alert
+
+# PIPELINE.md's diagnosis order, step by step.
+DIAGNOSIS = {
+    1: "(1) KL too high: check the KL coefficient and that the reference model loaded correctly.",
+    2: "(2) Reward variance: the reward model may be over-fitting or hacked; run the hacking check.",
+    3: "(3) Value loss jumps: check that padding does not leak into the value input.",
+    4: "(4) Grammar or diversity degrades: the rollout temperature may be too high.",
+    5: "(5) One prompt type degrades: check batch balance and the prompt clustering.",
+    6: "Accelerator memory: lower the micro-batch, enable gradient checkpointing or ZeRO offload.",
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """metric (name as logged), direction ('>' or '<'), threshold, meaning, diagnosis step."""
+
+    metric: str
+    direction: str
+    threshold: float
+    meaning: str
+    diagnosis_step: int
+
+    def breached(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return True
+        return value > self.threshold if self.direction == ">" else value < self.threshold
+
+
+def alert_rules() -> list[Rule]:
+    """The rules in force: settings.CONCORD_ALERT_RULES (defaults from PIPELINE.md)."""
+    return [Rule(**rule) for rule in settings.CONCORD_ALERT_RULES]
+
+
+def evaluate_metrics(*, run_id: int, step: int, metrics: Mapping[str, float]) -> list[Alert]:
+    """Open or resolve alerts of the run for the metrics logged at ``step``; returns new alerts."""
+    opened: list[Alert] = []
+    now = timezone.now()
+    for rule in alert_rules():
+        if rule.metric not in metrics:
+            continue
+        value = float(metrics[rule.metric])
+        open_alerts = Alert.objects.filter(run_id=run_id, metric=rule.metric, resolved_at=None)
+        if not rule.breached(value):
+            open_alerts.update(resolved_at=now)
+            continue
+        if open_alerts.exists():
+            continue
+        try:
+            with transaction.atomic():
+                opened.append(
+                    Alert.objects.create(
+                        run_id=run_id,
+                        metric=rule.metric,
+                        value=value if math.isfinite(value) else 0.0,
+                        threshold=rule.threshold,
+                        direction=rule.direction,
+                        step=step,
+                        meaning=rule.meaning,
+                        diagnosis=DIAGNOSIS[rule.diagnosis_step],
+                    )
+                )
+        except IntegrityError:
+            pass  # opened by a concurrent evaluation
+    return opened

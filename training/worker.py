@@ -1,0 +1,191 @@
+"""The gpu worker's side of a run: claim it, build its configuration, run the recipe with callbacks
+that write progress, metrics, checkpoints and heartbeats to the database, and record the end.
+
+One GPU (or the CPU): the recipe runs in this process (Celery starts a fresh one per task). Several
+GPUs: the recipe runs under ``torchrun`` (or ``deepspeed``) as a subprocess through
+``python -m training.launch``; its JSON lines are followed here, and cancel is passed on as a file.
+Imports of torch and the recipes happen inside these functions: only worker processes load them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+from training import services
+from training.models import TrainingRun
+
+CANCEL_FILE = "CANCEL"
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class _Heartbeat(threading.Thread):
+    """Refreshes the run's heartbeat every few seconds while the recipe works (also through slow
+    first steps), and notices a cancel request."""
+
+    def __init__(self, run_id: int, every_s: float) -> None:
+        super().__init__(daemon=True, name=f"heartbeat-run-{run_id}")
+        self.run_id, self.every_s = run_id, every_s
+        self.cancel = threading.Event()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.done.wait(self.every_s):
+                if services.run_heartbeat(run_id=self.run_id):
+                    self.cancel.set()
+        finally:
+            connection.close()
+
+
+def _database_callback(run_id: int, heartbeat: _Heartbeat):
+    """The recipe's callback: progress, metrics and checkpoints to the database; stop on cancel."""
+    from training.recipes.callbacks import TrainingCallback
+
+    class DatabaseCallback(TrainingCallback):
+        def __init__(self) -> None:
+            self.total: int | None = None
+            self.last_metrics: dict[str, Any] = {}
+            self.last_write = 0.0
+
+        def on_start(self, *, total_steps: int, config: Mapping[str, Any]) -> None:
+            self.total = total_steps
+            services.run_progress(run_id=run_id, step=0, total_steps=total_steps)
+
+        def on_step(self, *, step: int, total_steps: int) -> None:
+            self.total = total_steps
+            now = time.monotonic()
+            if now - self.last_write >= 1.0 or step == total_steps:
+                services.run_progress(run_id=run_id, step=step, total_steps=total_steps)
+                self.last_write = now
+
+        def on_log(self, *, step: int, metrics: Mapping[str, float]) -> None:
+            self.last_metrics = dict(metrics)
+            services.metrics_record(run_id=run_id, step=step, metrics=metrics)
+
+        def on_checkpoint(self, *, step: int, path: Path) -> None:
+            services.run_progress(run_id=run_id, step=step, total_steps=self.total)
+            services.checkpoint_record(
+                run_id=run_id, step=step, path=str(path), metrics=self.last_metrics
+            )
+
+        def should_stop(self) -> bool:
+            return heartbeat.cancel.is_set()
+
+    return DatabaseCallback()
+
+
+def launch_command(*, gpus: int, config_path: Path, launcher: str | None = None) -> list[str]:
+    """The command line that runs the recipe on ``gpus`` GPUs of this machine.
+
+    ``launcher``: "torchrun" (default) or "deepspeed" (when the config names a DeepSpeed config).
+    """
+    if gpus < 2:
+        raise ValueError("launch_command is for two or more GPUs")
+    module = ["-m", "training.launch", str(config_path)]
+    if launcher == "deepspeed":
+        return ["deepspeed", f"--num_gpus={gpus}", "--module", "training.launch", str(config_path)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={gpus}",
+        *module,
+    ]
+
+
+def _follow(run: TrainingRun, command: list[str], heartbeat: _Heartbeat) -> dict[str, Any]:
+    """Run the launcher, turning its JSON lines into metrics; returns the summary line."""
+    output = Path(run.output_dir)
+    summary: dict[str, Any] = {}
+    known_checkpoints: set[str] = set()
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, text=True, cwd=settings.BASE_DIR, env=os.environ.copy()
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if heartbeat.cancel.is_set():
+                (output / CANCEL_FILE).touch()
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if row.get("event") == "summary":
+                summary = row
+            elif "step" in row:
+                step = int(row.pop("step"))
+                services.metrics_record(run_id=run.pk, step=step, metrics=row)
+                services.run_progress(run_id=run.pk, step=step, total_steps=run.total_steps)
+            for folder in sorted((output / "checkpoints").glob("step-*")):
+                if folder.name not in known_checkpoints and folder.is_dir():
+                    known_checkpoints.add(folder.name)
+                    services.checkpoint_record(
+                        run_id=run.pk, step=int(folder.name[5:]), path=str(folder), metrics={}
+                    )
+        if process.wait() != 0:
+            raise RuntimeError(f"{command[0]} exited with {process.returncode}")
+    return summary
+
+
+def run_execute(*, run_id: int, worker: str | None = None) -> str:
+    """Run a queued run to its end on this worker; returns the final status ('skipped' when the run
+    was not queued: a duplicate message, or a run cancelled before it started)."""
+    run = services.run_claim(run_id=run_id, worker=worker or worker_name())
+    if run is None:
+        return "skipped"
+    heartbeat = _Heartbeat(run.pk, settings.CONCORD_HEARTBEAT_EVERY_S)
+    heartbeat.start()
+    try:
+        from training.recipes import config_from_dict, run_training
+
+        values = services.run_config_resolved(run)
+        config = config_from_dict({"kind": run.kind, **values})
+        output = Path(run.output_dir)
+        output.mkdir(parents=True, exist_ok=True)
+        (output / CANCEL_FILE).unlink(missing_ok=True)
+        use_launcher = run.gpus > 1 and shutil.which("nvidia-smi") is not None
+        if use_launcher:
+            config_path = output / "launch-config.json"
+            config.save(config_path)
+            summary = _follow(
+                run, launch_command(gpus=run.gpus, config_path=config_path), heartbeat
+            )
+            status = summary.get("status", "completed")
+        else:
+            result = run_training(config, callbacks=[_database_callback(run.pk, heartbeat)])
+            summary, status = result.summary, result.status
+        final = (
+            TrainingRun.Status.SUCCEEDED if status == "completed" else TrainingRun.Status.CANCELLED
+        )
+        services.run_finish(run_id=run.pk, status=final, summary=_jsonable(summary))
+        return final
+    except Exception:
+        services.run_finish(
+            run_id=run.pk, status=TrainingRun.Status.FAILED, error=traceback.format_exc()
+        )
+        return TrainingRun.Status.FAILED
+    finally:
+        heartbeat.done.set()
+        heartbeat.join(timeout=30)
+        close_old_connections()
+
+
+def _jsonable(summary: Mapping[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(dict(summary), default=str))
