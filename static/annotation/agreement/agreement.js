@@ -21,8 +21,9 @@
 
   function svg(container, width, height, label) {
     container.textContent = "";
+    // Natural size, scaled down (never up) by the stylesheet's max-width.
     return node("svg", {
-      viewBox: `0 0 ${width} ${height}`, width: "100%", role: "img", "aria-label": label,
+      viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": label,
       preserveAspectRatio: "xMinYMin meet",
     }, container);
   }
@@ -93,7 +94,8 @@
     const labelled = cell >= 12;
     const margin = labelled ? 110 : 10;
     const size = margin + cell * n + 10;
-    const root = svg(container, size + 170, size, "Cohen's kappa for every pair of annotators");
+    const legendHeight = margin + 9 * 18 + 10;
+    const root = svg(container, size + 170, Math.max(size, legendHeight), "Cohen's kappa for every pair of annotators");
     const counts = {};
     for (const row of report.summary.cohen_kappa) counts[`${row.a}\u0000${row.b}`] = row.n;
     for (let i = 0; i < n; i += 1) {

@@ -1,0 +1,104 @@
+"""The agreement dashboard in headless Chromium: the script draws every chart without an error.
+
+Skipped when Chromium is missing (as the tests of tests/browser are; CONCORD_CHROMIUM points
+elsewhere). Uses the demo project, whose annotators have known habits, when it is generated.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from annotation import agreement_service
+from annotation.demo import DEMO_COMPARISONS, DEMO_SLUG, demo_load
+from annotation.models import Project
+from annotation.tasks import agreement_report_refresh
+from common.roles import ML_ENGINEER
+from tests.agreement.jsonl import import_file, synthetic_rows, write_jsonl
+from tests.factories import UserFactory
+
+CHROMIUM = Path(os.environ.get("CONCORD_CHROMIUM", "/usr/bin/chromium"))
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
+
+
+@pytest.fixture
+def chromium(monkeypatch):
+    if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
+        if os.environ.get("CONCORD_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"CONCORD_REQUIRE_BROWSER=1 but Chromium not found at {CHROMIUM}")
+        pytest.skip(f"Chromium not found at {CHROMIUM}")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop running in this thread; the ORM calls between
+    # Playwright calls are plain blocking calls (see tests/browser/conftest.py).
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def project(settings, tmp_path, monkeypatch) -> Project:
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "ui"}
+    }
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    monkeypatch.setattr(agreement_report_refresh, "apply_async", lambda **kwargs: None)
+    if DEMO_COMPARISONS.is_file():
+        demo_load()
+        project = Project.objects.get(slug=DEMO_SLUG)
+    else:
+        import_file(write_jsonl(tmp_path / "rows.jsonl", synthetic_rows(90)), "ui")
+        project = Project.objects.get(slug="ui")
+    agreement_service.dashboard_refresh(project=project, n_boot=200, pair_boot=50)
+    return project
+
+
+def test_dashboard_draws_every_chart(chromium, live_server, project, settings, tmp_path):
+    lead = UserFactory(username="lead", role=ML_ENGINEER)
+    client = Client()
+    client.force_login(lead)
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+    context = chromium.new_context(
+        base_url=live_server.url, viewport={"width": 1280, "height": 900}
+    )
+    context.add_cookies(
+        [{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": live_server.url}]
+    )
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    def console(message) -> None:
+        # The browser asks for /favicon.ico on its own; that 404 is not the dashboard's.
+        if message.type == "error" and "favicon" not in message.location.get("url", ""):
+            errors.append(message.text)
+
+    page.on("console", console)
+    page.goto(f"/annotation/p/{project.slug}/agreement/")
+    page.wait_for_selector("#coefficient-chart svg circle")
+    n = len(agreement_service.cached_dashboard(project=project)["heatmap"]["annotators"])
+    assert page.locator("#coefficient-chart svg circle").count() == 5
+    assert page.locator("#coefficient-chart svg .target-line").count() == 1
+    assert page.locator("#kappa-heatmap svg rect").count() >= n * (n - 1)
+    for chart in ("#by-batch", "#by-day"):
+        assert page.locator(f"{chart} svg circle").count() >= 1, chart
+    page.screenshot(path=str(tmp_path / "agreement.png"), full_page=True)
+    page.get_by_role(
+        "link", name=page.locator("table.annotators a").first.inner_text()
+    ).first.click()
+    page.wait_for_selector("h1")
+    assert "disagree" in page.content().lower()
+    context.close()
+    assert errors == []
