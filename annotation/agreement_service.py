@@ -39,11 +39,9 @@ from annotation.models import (
     Response,
     Side,
 )
+from annotation.selectors import BATCH_SIZE
 
 KAPPA_TARGET = 0.7  # PIPELINE.md: inter-annotator agreement target, kappa above 0.7
-BATCH_SIZE = (
-    50  # comparisons per batch, in hand-out order (queue_position), for "agreement per batch"
-)
 CACHE_SECONDS = 7 * 24 * 3600
 SUMMARY_KEYS = (
     "n_items",
@@ -113,9 +111,9 @@ class ProjectJudgements:
 
     comparison_ids [I]: the comparison of each item index (all the project's comparisons, by id);
     annotator_ids / annotator_names [R]; item_cluster [I] (prompt cluster, MISSING if none);
-    item_batch [I] (hand-out batch of BATCH_SIZE by queue position); item_day [I] (DayNumber of the
-    item's latest judgement, MISSING if unjudged); n_categories: the choices the project offers (and
-    any used anyway), AC1's q.
+    item_batch [I] (batch number as on the lead's page, MISSING for gold items); item_day [I]
+    (DayNumber of the item's latest judgement, MISSING if unjudged); n_categories: the choices the
+    project offers (and any used anyway), AC1's q.
     """
 
     table: agreement.JudgementTable
@@ -279,8 +277,12 @@ def project_judgements(*, project: Project) -> ProjectJudgements:
     )
     item_day = np.full(n_items, agreement.MISSING, dtype=np.int64)
     _max_by_group(item_day, item, judgements[:, 5])
-    rank = np.empty(n_items, np.int64)
-    rank[np.lexsort((comparison_ids, comparisons[:, 5]))] = np.arange(n_items)
+    # Batches as on the project lead's page (selectors.batch_progress): the non-gold comparisons in
+    # queue order (queue position, then id), cut into blocks of BATCH_SIZE, numbered from 1.
+    regular = comparisons[:, 1] == agreement.MISSING
+    order = np.lexsort((comparison_ids[regular], comparisons[regular, 5]))
+    item_batch = np.full(n_items, agreement.MISSING, dtype=np.int64)
+    item_batch[np.flatnonzero(regular)[order]] = np.arange(order.size) // BATCH_SIZE + 1
     used = int(np.bincount(judgements[:, 2], minlength=agreement.N_CHOICES).astype(bool).sum())
     offered = 2 + int(project.allow_ties) + int(project.allow_both_bad)
     return ProjectJudgements(
@@ -289,7 +291,7 @@ def project_judgements(*, project: Project) -> ProjectJudgements:
         annotator_ids=annotator_ids,
         annotator_names=[names.get(int(pk), str(pk)) for pk in annotator_ids],
         item_cluster=comparisons[:, 4],
-        item_batch=rank // BATCH_SIZE,
+        item_batch=item_batch,
         item_day=item_day,
         n_categories=max(offered, used, 2),
     )

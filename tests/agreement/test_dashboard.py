@@ -93,7 +93,9 @@ def test_the_task_computes_and_caches_the_report(project, lead, queued):
     assert report["summary"]["n_judgements"] == 264
     assert report["kappa_target"] == 0.7
     assert len(report["heatmap"]["annotators"]) == 5
-    assert sum(row["n_items"] for row in report["by_batch"]) == 90
+    # Batches as on the lead's page: the 81 non-gold comparisons in blocks of 20, numbered from 1.
+    assert [row["group"] for row in report["by_batch"]] == [1, 2, 3, 4, 5]
+    assert [row["n_items"] for row in report["by_batch"]] == [20, 20, 20, 20, 1]
     assert [row["group"] for row in report["by_cluster"]] == [0, 1, 2]
     assert sum(row["n_items"] for row in report["by_day"]) == 90
     assert all(p["low"] <= p["high"] for p in report["pair_intervals"] if p["low"] is not None)
