@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-from scipy import sparse, stats
+from scipy.special import bdtr, bdtrc  # binomial tails; far lighter to import than scipy.stats
 
 CHOICES = ("a", "b", "tie", "both_bad")
 A, B, TIE, BOTH_BAD = range(4)
@@ -659,6 +659,8 @@ def dawid_skene(
     The posterior over true classes is the soft label a bias-aware export uses; annotators who, e.g.,
     favour the left side or the longer answer get confusion matrices that discount those votes.
     """
+    from scipy import sparse  # only consensus needs it; the report and the command do not
+
     item = np.asarray(item, np.int64)
     annotator = np.asarray(annotator, np.int64)
     label = np.asarray(label, np.int64)
@@ -856,13 +858,15 @@ def _binomial_two_sided(
 ) -> np.ndarray:
     """Exact two-sided binomial test, twice the smaller tail (the "central" test; for p = 0.5 it is
     the usual test, the distribution being symmetric). NaN where trials = 0 or p is not in (0, 1)."""
+    successes = np.rint(successes).astype(np.int64)  # counts, possibly from weighted bincounts
+    trials = np.rint(trials).astype(np.int64)
     p = np.broadcast_to(np.asarray(p, dtype=float), np.shape(trials))
     ok = (trials > 0) & (p > 0) & (p < 1)
     safe_p = np.where(ok, p, 0.5)
     with np.errstate(invalid="ignore"):
         tail = np.minimum(
-            stats.binom.cdf(successes, trials, safe_p),
-            stats.binom.sf(successes - 1, trials, safe_p),
+            bdtr(successes, trials, safe_p),  # P(X <= k)
+            bdtrc(successes - 1, trials, safe_p),  # P(X >= k)
         )
     return np.where(ok, np.minimum(1.0, 2.0 * tail), np.nan)
 
