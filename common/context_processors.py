@@ -16,5 +16,8 @@ def navigation(request: HttpRequest) -> dict[str, object]:
         items.append(("Review", reverse("monitoring:review-home")))
     if ML_ENGINEER in roles:
         items.append(("Projects", reverse("annotation:project-overview")))
+    if ML_ENGINEER in roles or REVIEWER in roles:
+        items.append(("Runs", reverse("monitoring:runs")))
+    if ML_ENGINEER in roles:
         items.append(("Admin", reverse("admin:index")))
     return {"nav_items": items, "user_roles": sorted(roles)}

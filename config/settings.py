@@ -239,6 +239,8 @@ CONCORD_IMPORT_MAX_BYTES = env.int("CONCORD_IMPORT_MAX_BYTES", default=512 * 102
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 
 # --- Training runs ------------------------------------------------------------------------------------
+# The queue training and generation tasks are sent to (workers: --queues gpu).
+CONCORD_GPU_QUEUE = env.str("CONCORD_GPU_QUEUE", default="gpu")
 CONCORD_RUNS_DIR = Path(env.str("CONCORD_RUNS_DIR", default=str(VAR_DIR / "runs")))
 # A running run whose heartbeat is older than this is declared dead by the reaper (seconds).
 CONCORD_HEARTBEAT_STALE_S = env.int("CONCORD_HEARTBEAT_STALE_S", default=180)

@@ -59,11 +59,14 @@ def config_overrides_validate(kind: str, overrides: Mapping[str, Any]) -> dict[s
     if unknown:
         raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field")
     placeholders = {"model": "-", "data": "-", "output_dir": "-"}
+    if "reward_model" in known:
+        placeholders["reward_model"] = "-"
     cls(**{**placeholders, **overrides})  # __post_init__ raises ConfigError on impossible values
     return dict(overrides)
 
 
-def _check_models(kind: str, base_model: str, reward_model_run: TrainingRun | None) -> None:
+def run_models_check(*, kind: str, base_model: str, reward_model_run: TrainingRun | None) -> None:
+    """The base model exists in the registry; PPO/RLOO have a succeeded reward-model run."""
     model_get(base_model)  # unknown names raise with the list of known ones
     if kind in ("ppo", "rloo"):
         if reward_model_run is None:
@@ -88,8 +91,8 @@ def run_create(
     cloned_from: TrainingRun | None = None,
 ) -> TrainingRun:
     """A new run in draft, its configuration validated by the recipe's dataclass."""
+    run_models_check(kind=kind, base_model=base_model, reward_model_run=reward_model_run)
     overrides = config_overrides_validate(kind, config or {})
-    _check_models(kind, base_model, reward_model_run)
     run = TrainingRun.objects.create(
         name=name,
         kind=kind,
@@ -108,9 +111,11 @@ def run_create(
 
 
 def _enqueue(run: TrainingRun) -> None:
+    """Send the run to the gpu queue once the transaction that queued it has committed."""
     from training.tasks import run_training_task
 
-    transaction.on_commit(lambda: run_training_task.delay(run.pk))
+    queue = settings.CONCORD_GPU_QUEUE
+    transaction.on_commit(lambda: run_training_task.apply_async(args=[run.pk], queue=queue))
 
 
 @transaction.atomic
@@ -210,6 +215,11 @@ def run_config_resolved(run: TrainingRun) -> dict[str, Any]:
         "output_dir": run.output_dir,
         "resume": True,
     }
+    if run.kind == "dpo":
+        # Reference log-probabilities are cached by dataset hash and model, shared across runs.
+        values.setdefault(
+            "reference_cache_dir", str(Path(settings.VAR_DIR) / "cache" / "reference-logps")
+        )
     if run.reward_model_run is not None:
         final = Path(run.reward_model_run.output_dir) / "final"
         if not final.is_dir():

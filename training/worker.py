@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import connection
 
 from training import services
 from training.models import TrainingRun
@@ -63,6 +63,7 @@ def _database_callback(run_id: int, heartbeat: _Heartbeat):
             self.total: int | None = None
             self.last_metrics: dict[str, Any] = {}
             self.last_write = 0.0
+            self.last_poll = 0.0
 
         def on_start(self, *, total_steps: int, config: Mapping[str, Any]) -> None:
             self.total = total_steps
@@ -86,6 +87,13 @@ def _database_callback(run_id: int, heartbeat: _Heartbeat):
             )
 
         def should_stop(self) -> bool:
+            # The heartbeat thread notices cancel between steps too; this read covers a loop whose
+            # own connection is the only one that sees the run (and costs one query a second).
+            now = time.monotonic()
+            if not heartbeat.cancel.is_set() and now - self.last_poll >= heartbeat.every_s:
+                self.last_poll = now
+                if TrainingRun.objects.filter(pk=run_id, cancel_requested=True).exists():
+                    heartbeat.cancel.set()
             return heartbeat.cancel.is_set()
 
     return DatabaseCallback()
@@ -184,7 +192,6 @@ def run_execute(*, run_id: int, worker: str | None = None) -> str:
     finally:
         heartbeat.done.set()
         heartbeat.join(timeout=30)
-        close_old_connections()
 
 
 def _jsonable(summary: Mapping[str, Any]) -> dict[str, Any]:
