@@ -358,6 +358,7 @@ def clustering_run_execute(*, run_id: int, encoder: Encoder | None = None) -> Cl
             }
             run.finished_at = timezone.now()
             run.save()
+            queue_rebalance(project=project)
     except Exception as exc:
         logger.exception("clustering run %s failed", run.pk)
         ClusteringRun.objects.filter(pk=run.pk).update(
@@ -537,6 +538,21 @@ def comparison_ids_balanced(
                 order.append(ids[index])
     order.extend(ids[i] for i in range(len(ids)) if i not in seen)
     return order
+
+
+def queue_rebalance(*, project: Project) -> int:
+    """Hand pairs to annotators in cluster-balanced batches: rewrite every comparison's queue
+    position from ``comparison_ids_balanced`` (batches the size of the labelling screen's). Returns
+    the number of comparisons placed."""
+    from annotation.selectors import BATCH_SIZE
+
+    order = comparison_ids_balanced(project=project, batch_size=BATCH_SIZE)
+    position = {comparison_id: index for index, comparison_id in enumerate(order)}
+    comparisons = list(Comparison.objects.filter(project=project).only("id", "queue_position"))
+    for comparison in comparisons:
+        comparison.queue_position = position[comparison.pk]
+    Comparison.objects.bulk_update(comparisons, ["queue_position"], batch_size=2000)
+    return len(comparisons)
 
 
 def prompt_ids_held_out(

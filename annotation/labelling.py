@@ -14,6 +14,7 @@ back to the stored responses a and b.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -37,6 +38,27 @@ from common.errors import ConcordError
 PICKS = ("left", "right", "tie", "both_bad")
 # Swap repeats come from pairs judged at least this many pairs ago (memory of the answer fades).
 REPEAT_MIN_DISTANCE = 5
+
+
+logger = logging.getLogger(__name__)
+
+
+def judgements_changed(project: Project) -> None:
+    """After the transaction commits, ask for the project's agreement report to be recomputed
+    (debounced: many submissions in a few seconds make one recomputation). A broker that is down
+    never costs the annotator the submission."""
+
+    def schedule() -> None:
+        from annotation.agreement_service import dashboard_refresh_schedule
+
+        try:
+            dashboard_refresh_schedule(project=project)
+        except Exception:
+            logger.warning(
+                "could not schedule the agreement report of %s", project.slug, exc_info=True
+            )
+
+    transaction.on_commit(schedule)
 
 
 class LabellingError(ConcordError):
@@ -254,6 +276,7 @@ def judgement_submit(
             assignment.status = Assignment.Status.DONE
             assignment.finished_at = timezone.now()
             assignment.save(update_fields=["status", "finished_at"])
+            judgements_changed(comparison.project)
         return stored
 
 
@@ -305,4 +328,5 @@ def judgement_edit(
         )
         judgement.rationale = rationale[:10_000]
         judgement.save(update_fields=["choice", "strength", "rationale", "updated_at"])
+        judgements_changed(judgement.comparison.project)
         return judgement

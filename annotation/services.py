@@ -19,7 +19,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Max
 from django.utils.text import slugify
 
 from annotation.importing import (
@@ -230,6 +230,10 @@ def _write_chunk(project: Project, rows: list[ImportedComparison], counts: _Coun
         for c in Comparison.objects.filter(project=project, content_hash__in=merged)
     }
     new = []
+    # New pairs join the end of the hand-out queue (after any cluster-balanced order).
+    next_position = (
+        Comparison.objects.filter(project=project).aggregate(top=Max("queue_position"))["top"] or 0
+    ) + 1
     for row in rows:
         if row.comparison_hash in existing:
             counts.comparisons_existing += 1
@@ -238,6 +242,7 @@ def _write_chunk(project: Project, rows: list[ImportedComparison], counts: _Coun
         new.append(
             Comparison(
                 project=project,
+                queue_position=next_position + len(new),
                 prompt=prompt,
                 response_a=responses[(prompt.pk, content_hash(row.response_a))],
                 response_b=responses[(prompt.pk, content_hash(row.response_b))],
@@ -314,6 +319,10 @@ def comparisons_import(
             done += len(chunk)
             if progress is not None:
                 progress("importing", done, total)
+        if counts.judgements_created:
+            from annotation.labelling import judgements_changed
+
+            judgements_changed(project)
     return ImportResult(rows=total, **counts.__dict__)
 
 

@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from annotation import labelling, selectors
+from annotation.agreement_service import agreement_alerts
 from annotation.exporting import JUDGEMENTS_FILE, PAIRS_FILE, dataset_export
 from annotation.import_jobs import import_job_create, import_job_progress
 from annotation.models import DatasetExport, ImportJob, Project, Side
@@ -178,6 +179,7 @@ def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
         "jobs": jobs,
         "annotators": selectors.annotator_progress(project=project),
         "batches": selectors.batch_progress(project=project),
+        "agreement_alerts": agreement_alerts(project=project),
         "exports": project.exports.all()[:20],
         "max_upload_mb": settings.CONCORD_IMPORT_MAX_BYTES // (1024 * 1024),
     }

@@ -291,3 +291,27 @@ def test_concurrent_double_submission_stores_one_row():
         thread.join(timeout=60)
     assert not errors, errors
     assert Judgement.objects.count() == 1
+
+
+def test_claims_follow_the_cluster_balanced_queue():
+    """After clustering, queue positions come from balanced batches: the first batch mixes clusters
+    although the import put all of cluster 0 first; a later import joins the end of the queue."""
+    from annotation.clustering_service import queue_rebalance
+
+    project, comparisons = _project(40, overlap=1)
+    for index, comparison in enumerate(comparisons):
+        comparison.prompt.cluster = 0 if index < 30 else 1
+        comparison.prompt.save()
+    assert queue_rebalance(project=project) == 40
+    (user,) = _annotators(project, 1)
+    first_batch = [_label(user, project).comparison.prompt.cluster for _ in range(20)]
+    assert set(first_batch) == {0, 1}
+    from annotation.services import comparisons_import
+
+    comparisons_import(
+        project=project, lines=['{"prompt": "new", "response_a": "x", "response_b": "y"}']
+    )
+    newest = Comparison.objects.get(prompt__text="new")
+    assert newest.queue_position > max(
+        c.queue_position for c in Comparison.objects.exclude(pk=newest.pk)
+    )
