@@ -1,6 +1,17 @@
 from django.contrib import admin
 
-from annotation.models import Comparison, Judgement, Project, Prompt, Response
+from annotation.models import (
+    Assignment,
+    ClusteringRun,
+    Comparison,
+    DatasetExport,
+    ImportJob,
+    Judgement,
+    Project,
+    Prompt,
+    PromptCluster,
+    Response,
+)
 
 
 @admin.register(Project)
@@ -43,3 +54,49 @@ class JudgementAdmin(admin.ModelAdmin):
     list_display = ("id", "comparison_id", "annotator", "choice", "strength", "shown_left")
     list_filter = ("choice", "comparison__project")
     raw_id_fields = ("comparison", "annotator")
+
+
+@admin.register(Assignment)
+class AssignmentAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "comparison_id",
+        "annotator",
+        "kind",
+        "status",
+        "shown_left",
+        "expires_at",
+    )
+    list_filter = ("kind", "status", "comparison__project")
+    raw_id_fields = ("comparison", "annotator")
+
+
+@admin.register(ImportJob)
+class ImportJobAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "original_name", "status", "rows_total", "created_at")
+    list_filter = ("status", "project")
+    readonly_fields = ("errors", "result")
+
+
+@admin.register(DatasetExport)
+class DatasetExportAdmin(admin.ModelAdmin):
+    """Exports are immutable: they can be looked at, not changed."""
+
+    list_display = ("id", "project", "sha256", "n_pairs", "n_judgements", "created_at")
+    list_filter = ("project",)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(ClusteringRun)
+class ClusteringRunAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "status", "k", "silhouette", "n_prompts", "created_at")
+    list_filter = ("status", "project")
+    exclude = ("projection",)
+
+
+@admin.register(PromptCluster)
+class PromptClusterAdmin(admin.ModelAdmin):
+    list_display = ("id", "run", "label", "name", "size", "share")
+    list_filter = ("run__project",)
