@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.exporting import dataset_export
+from annotation.exporting import CONSENSUS_RULES, dataset_export
 from annotation.import_jobs import import_job_create, import_job_progress
 from annotation.models import ImportJob, Project
 from common.errors import ConcordError
@@ -91,6 +91,7 @@ class ExportCreateApi(APIView):
     class Input(serializers.Serializer):
         keep_ties = serializers.BooleanField(default=False)
         min_judgements = serializers.IntegerField(default=1, min_value=1, max_value=1000)
+        consensus = serializers.ChoiceField(choices=CONSENSUS_RULES, default="majority")
 
     class Output(serializers.Serializer):
         sha256 = serializers.CharField()
@@ -107,6 +108,7 @@ class ExportCreateApi(APIView):
             {
                 "keep_ties": serializers.BooleanField(default=False),
                 "min_judgements": serializers.IntegerField(default=1, min_value=1),
+                "consensus": serializers.ChoiceField(choices=CONSENSUS_RULES, default="majority"),
             },
         ),
         responses={

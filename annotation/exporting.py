@@ -8,6 +8,10 @@ Two files per export, in a folder named by their combined SHA-256:
   or the conversation as messages.
 - ``judgements.jsonl``: the raw per-annotator rows (choice, strength, shown side, time).
 
+Consensus rule "dawid_skene": the verdict with the highest posterior under a model of each
+annotator's reliability (Dawid-Skene EM, annotation.agreement); agreement is that posterior and margin
+P(chosen) - P(rejected).
+
 Consensus rule "majority": the most frequent verdict among a, b, tie and both_bad; equal votes for a
 and b make a tie. Ties are dropped unless ``keep_ties`` (then chosen = a, rejected = b, margin 0,
 ``"tie": true``); a "both bad" consensus is always dropped (it says nothing about order).
@@ -36,7 +40,7 @@ from django.db import IntegrityError, transaction
 
 from annotation.models import MAX_STRENGTH, Choice, Comparison, DatasetExport, Judgement, Project
 
-CONSENSUS_RULES = ("majority",)
+CONSENSUS_RULES = ("majority", "dawid_skene")
 PAIRS_FILE = "pairs.jsonl"
 JUDGEMENTS_FILE = "judgements.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -95,8 +99,19 @@ def _dump(row: dict) -> str:
     return json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
 
 
+def dawid_skene_consensus(posterior: dict[str, float]) -> Consensus:
+    """A Dawid-Skene posterior as a consensus: the most probable verdict, its probability as the
+    agreement, and P(chosen) - P(rejected) as the margin (0 for a tie or both bad)."""
+    choice = max(posterior, key=lambda name: (posterior[name], name == Choice.TIE))
+    margin = 0.0
+    if choice in (Choice.A, Choice.B):
+        other = Choice.B if choice == Choice.A else Choice.A
+        margin = posterior[choice] - posterior.get(other, 0.0)
+    return Consensus(choice=choice, agreement=round(posterior[choice], 6), margin=round(margin, 6))
+
+
 def _write_files(
-    project: Project, folder: Path, *, keep_ties: bool, min_judgements: int
+    project: Project, folder: Path, *, keep_ties: bool, min_judgements: int, consensus_rule: str
 ) -> tuple[int, int, int]:
     """Write pairs and judgements into ``folder``; returns (pairs, judgements, ties dropped)."""
     n_pairs = n_judgements = n_ties = 0
@@ -136,6 +151,11 @@ def _write_files(
                 )
             )
             n_judgements += 1
+    posteriors: dict[int, dict] = {}
+    if consensus_rule == "dawid_skene" and votes:
+        from annotation.agreement_service import project_consensus
+
+        posteriors = project_consensus(project=project, method="dawid_skene")
     comparisons = (
         Comparison.objects.filter(project=project, pk__in=votes.keys())
         .select_related("prompt", "response_a", "response_b")
@@ -146,7 +166,11 @@ def _write_files(
             ballot = votes[comparison.pk]
             if len(ballot) < min_judgements:
                 continue
-            consensus = majority_consensus(ballot, max_strength=project.strength_scale)
+            consensus = (
+                dawid_skene_consensus(posteriors[comparison.pk]["posterior"])
+                if consensus_rule == "dawid_skene"
+                else majority_consensus(ballot, max_strength=project.strength_scale)
+            )
             if consensus.choice == Choice.BOTH_BAD:
                 continue
             if consensus.choice == Choice.TIE and not keep_ties:
@@ -162,7 +186,7 @@ def _write_files(
                         "chosen": chosen.text,
                         "rejected": rejected.text,
                         "margin": consensus.margin,
-                        "consensus": "majority",
+                        "consensus": consensus_rule,
                         "tie": consensus.choice == Choice.TIE,
                         "n_judgements": len(ballot),
                         "agreement": consensus.agreement,
@@ -196,7 +220,11 @@ def dataset_export(
     with tempfile.TemporaryDirectory(dir=root, prefix=".export-") as scratch:
         staging = Path(scratch)
         n_pairs, n_judgements, n_ties = _write_files(
-            project, staging, keep_ties=keep_ties, min_judgements=min_judgements
+            project,
+            staging,
+            keep_ties=keep_ties,
+            min_judgements=min_judgements,
+            consensus_rule=consensus,
         )
         sha = _sha256_files(staging / PAIRS_FILE, staging / JUDGEMENTS_FILE)
         existing = DatasetExport.objects.filter(sha256=sha).first()

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from annotation import labelling, selectors
 from annotation.agreement_service import agreement_alerts
-from annotation.exporting import JUDGEMENTS_FILE, PAIRS_FILE, dataset_export
+from annotation.exporting import CONSENSUS_RULES, JUDGEMENTS_FILE, PAIRS_FILE, dataset_export
 from annotation.import_jobs import import_job_create, import_job_progress
 from annotation.models import DatasetExport, ImportJob, Project, Side
 from common.errors import ConcordError
@@ -214,8 +214,14 @@ def import_status(request: HttpRequest, slug: str, job_id: int) -> JsonResponse:
 @require_POST
 def export_create(request: HttpRequest, slug: str) -> HttpResponse:
     project = _lead_project(request, slug)
+    consensus = request.POST.get("consensus", "majority")
+    if consensus not in CONSENSUS_RULES:
+        consensus = "majority"
     export = dataset_export(
-        project=project, keep_ties=request.POST.get("keep_ties") == "on", created_by=request.user
+        project=project,
+        keep_ties=request.POST.get("keep_ties") == "on",
+        consensus=consensus,
+        created_by=request.user,
     )
     messages.success(request, f"Export {export.sha256[:12]}: {export.n_pairs} pairs.")
     return redirect("annotation:project-manage", slug=project.slug)

@@ -109,3 +109,22 @@ def test_export_command_writes_both_files(tmp_path, settings, capsys):
     assert len(_read(out)) == 2
     assert len(_read(tmp_path / "out" / "train.judgements.jsonl")) == 4
     assert "2 pairs, 4 judgements, 1 ties dropped" in capsys.readouterr().out
+
+
+def test_dawid_skene_posterior_as_consensus():
+    """Posterior a .8, b .15, tie .05: a wins with agreement .8 and margin .8 - .15 = .65."""
+    from annotation.exporting import dawid_skene_consensus
+
+    result = dawid_skene_consensus({"a": 0.8, "b": 0.15, "tie": 0.05, "both_bad": 0.0})
+    assert (result.choice, result.agreement) == ("a", 0.8)
+    assert result.margin == pytest.approx(0.65, abs=1e-6)
+
+
+def test_export_with_dawid_skene(tmp_path, settings):
+    settings.EXPORT_DIR = tmp_path
+    export = dataset_export(project=_project_with_votes(), consensus="dawid_skene")
+    pairs = _read(tmp_path / "exp" / export.sha256 / "pairs.jsonl")
+    assert pairs and all(p["consensus"] == "dawid_skene" for p in pairs)
+    assert pairs[0]["chosen"] == "good" and 0 < pairs[0]["margin"] <= 1
+    with pytest.raises(ValueError, match="unknown consensus rule"):
+        dataset_export(project=_project_with_votes(), consensus="vibes")

@@ -19,14 +19,26 @@ class Command(BaseCommand):
         parser.add_argument("--out", required=True, type=Path, help="where to write pairs JSONL")
         parser.add_argument("--keep-ties", action="store_true", help="keep tied pairs (margin 0)")
         parser.add_argument("--min-judgements", type=int, default=1)
+        parser.add_argument(
+            "--consensus",
+            choices=["majority", "dawid_skene"],
+            default="majority",
+            help="majority vote, or Dawid-Skene (annotator reliability) posteriors",
+        )
 
-    def handle(self, *args, project: str, out: Path, keep_ties: bool, min_judgements: int, **o):
+    def handle(
+        self, *args, project: str, out: Path, keep_ties: bool, min_judgements: int,
+        consensus: str, **o,
+    ):  # fmt: skip
         target = Project.objects.filter(slug=project).first()
         if target is None:
             raise CommandError(f"no project with slug {project!r}")
         try:
             export = dataset_export(
-                project=target, keep_ties=keep_ties, min_judgements=min_judgements
+                project=target,
+                keep_ties=keep_ties,
+                min_judgements=min_judgements,
+                consensus=consensus,
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
