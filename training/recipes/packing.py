@@ -3,7 +3,8 @@
 A batch of S tokenised sequences becomes one row of N = sum of lengths tokens (no padding), with
 position ids restarting at 0 for each sequence and the boundaries ``cu_seqlens`` passed to attention.
 Linear layers then do exactly the work of the real tokens; attention runs causally inside each
-sequence (flash-attn's varlen kernel on CUDA when installed, else one SDPA call per sequence). Models
+sequence (flash-attn's varlen kernel on CUDA when installed, else SDPA on the sequences laid out
+side by side). Models
 without the attention interface fall back to right padding.
 
 Only the positions that predict completion tokens go through the output layer, and they go through
@@ -15,7 +16,6 @@ Shapes: S sequences, N tokens in the packed row (or S x L when padded), M comple
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +26,25 @@ from torch import Tensor
 from training.algorithms import segment_sum, selected_logprobs
 
 VARLEN_ATTENTION = "concord_varlen"
+
+
+_LAYOUT_CACHE: dict[str, object] = {}
+
+
+def _segment_layout(cu_seqlens: Tensor) -> tuple[Tensor, int, int]:
+    """(flat index of each packed token in an [S * L] grid, S, L) for the spans of ``cu_seqlens``;
+    remembered for the last ``cu_seqlens`` seen, since every layer of a forward asks again."""
+    if _LAYOUT_CACHE.get("key") is cu_seqlens:
+        return _LAYOUT_CACHE["value"]  # type: ignore[return-value]
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    n_segments, longest = int(lengths.numel()), int(lengths.max())
+    segment = torch.repeat_interleave(torch.arange(n_segments, device=lengths.device), lengths)
+    offset = (
+        torch.arange(int(lengths.sum()), device=lengths.device) - cu_seqlens[:-1].long()[segment]
+    )
+    value = (segment * longest + offset, n_segments, longest)
+    _LAYOUT_CACHE.update(key=cu_seqlens, value=value)
+    return value
 
 
 def _varlen_sdpa_attention(
@@ -39,13 +58,17 @@ def _varlen_sdpa_attention(
     is_causal: bool | None = None,
     **kwargs,
 ) -> tuple[Tensor, None]:
-    """Attention over a packed row: causal SDPA inside each [cu_seqlens[i], cu_seqlens[i+1]) span.
+    """Attention over a packed row, each [cu_seqlens[i], cu_seqlens[i+1]) span on its own.
 
     query: [1, heads, N, D]; key, value: [1, kv_heads, N, D] -> ([1, N, heads, D], None), the layout
-    transformers' attention functions return. Without ``cu_seq_lens_q`` (ordinary padded batches,
-    generation with a cache) this is transformers' own SDPA attention.
+    transformers' attention functions return. Only attention sees padding: the spans are scattered
+    into an [S, heads, L, D] grid (right-padded), one causal SDPA call runs on it (the fused CPU/CUDA
+    kernel; per-span calls with grouped-query heads fall back to the slow math kernel on CPU), and
+    the real positions are gathered back. With right padding a causal query never sees a padded key,
+    so this is exact. Without ``cu_seq_lens_q`` (padded batches, generation with a cache) this is
+    transformers' own SDPA attention.
     """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
     cu_seqlens = kwargs.get("cu_seq_lens_q")
     if cu_seqlens is None:
@@ -53,21 +76,28 @@ def _varlen_sdpa_attention(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-    gqa = query.shape[1] != key.shape[1]
-    bounds = cu_seqlens.tolist()
-    outputs = [
-        F.scaled_dot_product_attention(
-            query[:, :, start:stop],
-            key[:, :, start:stop],
-            value[:, :, start:stop],
-            dropout_p=dropout if module.training else 0.0,
-            is_causal=causal,
-            scale=scaling,
-            enable_gqa=gqa,
-        )
-        for start, stop in itertools.pairwise(bounds)
-    ]
-    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+    if not causal:
+        raise ValueError("packed batches are for causal (decoder) attention only")
+    n_rep = query.shape[1] // key.shape[1]
+    key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
+    flat_index, n_segments, longest = _segment_layout(cu_seqlens)
+    heads, head_dim = query.shape[1], query.shape[-1]
+
+    def to_grid(x: Tensor) -> Tensor:  # [1, heads, N, D] -> [S, heads, L, D]
+        grid = x.new_zeros(heads, n_segments * longest, head_dim)
+        grid = grid.index_copy(1, flat_index, x[0])
+        return grid.view(heads, n_segments, longest, head_dim).transpose(0, 1)
+
+    out = F.scaled_dot_product_attention(
+        to_grid(query),
+        to_grid(key),
+        to_grid(value),
+        dropout_p=dropout if module.training else 0.0,
+        is_causal=True,
+        scale=scaling,
+    )
+    out = out.transpose(0, 1).reshape(heads, n_segments * longest, head_dim)
+    return out.index_select(1, flat_index).transpose(0, 1).unsqueeze(0).contiguous(), None
 
 
 def register_varlen_attention() -> str:
@@ -259,22 +289,30 @@ def last_hidden_states(model: torch.nn.Module, batch: SequenceBatch) -> Tensor:
 
 
 def completion_token_logprobs(
-    model: torch.nn.Module, batch: SequenceBatch, hidden: Tensor | None = None
+    model: torch.nn.Module,
+    batch: SequenceBatch,
+    hidden: Tensor | None = None,
+    *,
+    temperature: float = 1.0,
 ) -> Tensor:
     """log pi(completion token | everything before it) for every completion token: [M] float32.
 
-    ``hidden`` [N, H] may be passed when the caller also needs it (value heads). Models whose logits
-    are not a plain projection (soft-capping, scaling) run their own full forward instead.
+    ``hidden`` [N, H] may be passed when the caller also needs it (value heads). ``temperature``
+    scores the tempered policy softmax(logits / T) that sampling used. Models whose logits are not a
+    plain projection (soft-capping, scaling) run their own full forward instead.
     """
     weight = plain_output_weight(model)
     if weight is None:
         logits = model(**batch.model_kwargs(), use_cache=False).logits
         logits = logits.reshape(-1, logits.shape[-1]).index_select(0, batch.predict_index)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
         return log_probs.gather(-1, batch.targets[:, None]).squeeze(-1)
     if hidden is None:
         hidden = last_hidden_states(model, batch)
-    return selected_logprobs(hidden.index_select(0, batch.predict_index), weight, batch.targets)
+    selected = hidden.index_select(0, batch.predict_index)
+    if temperature != 1.0:
+        selected = selected / temperature  # (h / T) W^T = (h W^T) / T
+    return selected_logprobs(selected, weight, batch.targets)
 
 
 def sequence_completion_logprobs(
