@@ -1,7 +1,9 @@
-"""Alerts on training runs; human-eval rounds and stopping decisions will live here too."""
+"""Alerts on training runs, human-eval rounds (rounds, items, assignments, judgements) and stopping
+decisions."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from training.models import TrainingRun
@@ -33,3 +35,195 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id}: {self.metric} {self.direction} {self.threshold} at step {self.step}"
+
+
+# --- Human-eval rounds and stopping decisions ------------------------------------------------------
+
+
+class EvalRound(models.Model):
+    """A checkpoint judged by reviewers against a baseline (a registry model or an earlier
+    checkpoint) on a frozen, cluster-stratified set of held-out prompts."""
+
+    class Status(models.TextChoices):
+        GENERATING = "generating", "Generating responses"
+        OPEN = "open", "Open for ratings"
+        CLOSED = "closed", "Closed"
+        FAILED = "failed", "Failed"
+
+    checkpoint = models.ForeignKey(
+        "training.Checkpoint", on_delete=models.CASCADE, related_name="eval_rounds"
+    )
+    project = models.ForeignKey(
+        "annotation.Project", on_delete=models.PROTECT, related_name="eval_rounds"
+    )
+    baseline_model = models.CharField(
+        max_length=100, blank=True, help_text="Registry name of the baseline (SFT / base model)."
+    )
+    baseline_checkpoint = models.ForeignKey(
+        "training.Checkpoint",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Or an earlier checkpoint as the baseline.",
+    )
+    prompt_ids = models.JSONField(default=list, help_text="The frozen held-out prompts, in order.")
+    size = models.PositiveIntegerField()
+    reviewers_per_item = models.PositiveSmallIntegerField(default=3)
+    ci_width = models.FloatField(default=0.1, help_text="Wanted width of the win rate's interval.")
+    sample_size_hint = models.PositiveIntegerField(default=0)
+    sampling = models.JSONField(default=dict, blank=True)
+    seed = models.IntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.GENERATING)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(baseline_checkpoint__isnull=True) & ~models.Q(baseline_model="")
+                )
+                | (models.Q(baseline_checkpoint__isnull=False) & models.Q(baseline_model="")),
+                name="eval_round_one_baseline",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(reviewers_per_item__gte=1), name="eval_round_reviewers"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"round {self.pk}: {self.checkpoint} vs {self.baseline_label}"
+
+    @property
+    def baseline_label(self) -> str:
+        if self.baseline_checkpoint_id:
+            return f"step {self.baseline_checkpoint.step}"
+        return self.baseline_model
+
+
+class EvalItem(models.Model):
+    """One held-out prompt of a round with both models' responses (lengths in tokens)."""
+
+    round = models.ForeignKey(EvalRound, on_delete=models.CASCADE, related_name="items")
+    prompt = models.ForeignKey("annotation.Prompt", on_delete=models.PROTECT, related_name="+")
+    position = models.PositiveIntegerField()
+    checkpoint_text = models.TextField(blank=True)
+    baseline_text = models.TextField(blank=True)
+    checkpoint_tokens = models.PositiveIntegerField(default=0)
+    baseline_tokens = models.PositiveIntegerField(default=0)
+    reward_score = models.FloatField(
+        null=True, blank=True, help_text="The reward model's score of the checkpoint's response."
+    )
+
+    class Meta:
+        ordering = ["round", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["round", "prompt"], name="eval_item_prompt_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"round {self.round_id} item {self.position}"
+
+
+class EvalAssignment(models.Model):
+    """An item handed to a reviewer, with the side the checkpoint's response is shown on."""
+
+    class Side(models.TextChoices):
+        CHECKPOINT = "checkpoint", "Checkpoint"
+        BASELINE = "baseline", "Baseline"
+
+    item = models.ForeignKey(EvalItem, on_delete=models.CASCADE, related_name="assignments")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="eval_assignments"
+    )
+    shown_left = models.CharField(max_length=10, choices=Side.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item", "reviewer"], name="eval_item_once_per_reviewer")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.item} -> {self.reviewer}"
+
+
+class EvalJudgement(models.Model):
+    """A reviewer's blind verdict: preference (a = the checkpoint, b = the baseline, tie) and the
+    1-5 usefulness of the checkpoint's response."""
+
+    class Preference(models.TextChoices):
+        CHECKPOINT = "a", "Checkpoint better"
+        BASELINE = "b", "Baseline better"
+        TIE = "tie", "Tie"
+
+    assignment = models.OneToOneField(
+        EvalAssignment, on_delete=models.CASCADE, related_name="judgement"
+    )
+    preference = models.CharField(max_length=3, choices=Preference.choices)
+    usefulness = models.PositiveSmallIntegerField()
+    note = models.TextField(blank=True)
+    elapsed_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(usefulness__gte=1, usefulness__lte=5),
+                name="eval_usefulness_1_to_5",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.assignment}: {self.preference}, usefulness {self.usefulness}"
+
+    @property
+    def outcome(self) -> float:
+        """The checkpoint's result: 1 win, 0.5 tie, 0 loss."""
+        return {"a": 1.0, "tie": 0.5, "b": 0.0}[self.preference]
+
+
+class StopDecision(models.Model):
+    """A reviewer's decision on a run after looking at the stopping panel."""
+
+    class Decision(models.TextChoices):
+        STOP = "stop", "Stop training"
+        CONTINUE = "continue", "Continue"
+        ROLLBACK = "rollback", "Roll back to a checkpoint"
+
+    run = models.ForeignKey(TrainingRun, on_delete=models.CASCADE, related_name="stop_decisions")
+    round = models.ForeignKey(
+        EvalRound, null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions"
+    )
+    decision = models.CharField(max_length=8, choices=Decision.choices)
+    checkpoint = models.ForeignKey(
+        "training.Checkpoint",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="The checkpoint rolled back to.",
+    )
+    note = models.TextField(blank=True)
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~models.Q(decision="rollback") | models.Q(checkpoint__isnull=False),
+                name="stop_decision_rollback_names_checkpoint",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}: {self.decision}"

@@ -1,0 +1,303 @@
+"""Writes of human-eval rounds: create a round, generate its responses (gpu worker), hand items to
+reviewers, submit judgements, record the stop / continue / roll-back decision.
+
+Assignment: an item goes to ``reviewers_per_item`` distinct reviewers (a unique constraint on (item,
+reviewer) makes a second rating by the same person impossible). A claim is one short transaction that
+locks the next item still short of reviewers with ``SELECT ... FOR UPDATE SKIP LOCKED`` (ordered by
+position) and re-counts its assignments under the lock. Sides are counterbalanced: the k-th reviewer of
+item i sees the checkpoint on the left when (i + k) is even, so each item and the round as a whole show
+the checkpoint on both sides about equally, and no reviewer can learn a fixed side.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, OuterRef
+from django.utils import timezone
+
+from annotation.clustering_service import prompt_ids_held_out
+from annotation.models import Project, Prompt
+from common.errors import ConcordError
+from monitoring import stopping
+from monitoring.models import EvalAssignment, EvalItem, EvalJudgement, EvalRound, StopDecision
+from training import services as training_services
+from training.models import Checkpoint, TrainingRun
+
+log = logging.getLogger(__name__)
+Side = EvalAssignment.Side
+# An unanswered assignment older than this returns its slot to the pool.
+LEASE = timedelta(minutes=30)
+DEFAULT_SAMPLING = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 0.9, "seed": 0}
+
+
+class EvalError(ConcordError):
+    """An eval action that does not fit the round's state or input (the message says why)."""
+
+
+def round_create(
+    *,
+    checkpoint: Checkpoint,
+    project: Project,
+    size: int,
+    created_by: AbstractBaseUser | None,
+    baseline_model: str = "",
+    baseline_checkpoint: Checkpoint | None = None,
+    reviewers_per_item: int = 3,
+    ci_width: float = 0.1,
+    sampling: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    enqueue: bool = True,
+) -> EvalRound:
+    """A round on ``size`` held-out prompts of ``project`` stratified by cluster (frozen now), its
+    items created empty; generation is queued on the gpu queue after commit.
+
+    The round stores the sample size a win rate interval of width ``ci_width`` needs
+    (``stopping.sample_size_for_width``), so the page can say whether ``size`` is enough.
+    """
+    if bool(baseline_model) == (baseline_checkpoint is not None):
+        raise EvalError("give exactly one baseline: a registry model name or an earlier checkpoint")
+    if baseline_checkpoint is not None and baseline_checkpoint.pk == checkpoint.pk:
+        raise EvalError("the baseline checkpoint must differ from the checkpoint under test")
+    if size < 1:
+        raise EvalError(f"size must be at least 1, got {size}")
+    if reviewers_per_item < 1:
+        raise EvalError(f"reviewers_per_item must be at least 1, got {reviewers_per_item}")
+    hint = stopping.sample_size_for_width(ci_width)  # raises ValueError on a bad width
+    config = {**DEFAULT_SAMPLING, **(sampling or {})}
+    _sampling_config(config)  # reject bad sampling settings before anything is written
+    prompt_ids = prompt_ids_held_out(project=project, size=size, seed=seed)
+    if not prompt_ids:
+        raise EvalError(f"project {project.slug!r} has no prompts to evaluate on")
+    with transaction.atomic():
+        round_ = EvalRound.objects.create(
+            checkpoint=checkpoint,
+            project=project,
+            baseline_model=baseline_model,
+            baseline_checkpoint=baseline_checkpoint,
+            prompt_ids=prompt_ids,
+            size=len(prompt_ids),
+            reviewers_per_item=reviewers_per_item,
+            ci_width=ci_width,
+            sample_size_hint=hint,
+            sampling=config,
+            seed=seed,
+            created_by=created_by,
+        )
+        EvalItem.objects.bulk_create(
+            EvalItem(round=round_, prompt_id=pid, position=k) for k, pid in enumerate(prompt_ids)
+        )
+        if enqueue:
+            transaction.on_commit(lambda: _enqueue_generation(round_.pk))
+    return round_
+
+
+def _enqueue_generation(round_id: int) -> None:
+    from monitoring.tasks import generate_round_responses
+
+    generate_round_responses.apply_async(args=[round_id], queue=settings.CONCORD_GPU_QUEUE)
+
+
+def _sampling_config(config: Mapping[str, Any]):
+    from training.recipes.generation import SamplingConfig  # pure dataclass module; torch lazily
+
+    try:
+        return SamplingConfig(**config)
+    except (TypeError, ValueError) as exc:
+        raise EvalError(f"sampling: {exc}") from exc
+
+
+def _conversation(prompt: Prompt) -> list[dict[str, str]]:
+    if prompt.messages:
+        return [{"role": m["role"], "content": m["content"]} for m in prompt.messages]
+    return [{"role": "user", "content": prompt.text}]
+
+
+def _baseline_dir(round_: EvalRound) -> str:
+    if round_.baseline_checkpoint_id:
+        return round_.baseline_checkpoint.path
+    from common.model_registry import model_path
+
+    return str(model_path(round_.baseline_model))
+
+
+def round_generate(*, round_id: int) -> EvalRound:
+    """Worker side (gpu queue): generate both models' responses with the chat template and open the
+    round. Idempotent: a round no longer generating is left alone. A failure marks it failed."""
+    round_ = EvalRound.objects.select_related("checkpoint", "baseline_checkpoint").get(pk=round_id)
+    if round_.status != EvalRound.Status.GENERATING:
+        return round_
+    try:
+        from training.recipes.generation import ChatGenerator
+
+        items = list(round_.items.select_related("prompt").order_by("position"))
+        conversations = [_conversation(item.prompt) for item in items]
+        config = _sampling_config(round_.sampling)
+        outputs = {}
+        for side, folder in (("checkpoint", round_.checkpoint.path), ("baseline", None)):
+            generator = ChatGenerator(folder or _baseline_dir(round_))
+            outputs[side] = generator.generate(conversations, config)
+            del generator
+        for item, mine, theirs in zip(
+            items, outputs["checkpoint"], outputs["baseline"], strict=True
+        ):
+            item.checkpoint_text, item.checkpoint_tokens = mine.text, mine.n_tokens
+            item.baseline_text, item.baseline_tokens = theirs.text, theirs.n_tokens
+        with transaction.atomic():
+            EvalItem.objects.bulk_update(
+                items, ["checkpoint_text", "checkpoint_tokens", "baseline_text", "baseline_tokens"]
+            )
+            EvalRound.objects.filter(pk=round_.pk).update(status=EvalRound.Status.OPEN)
+    except Exception as exc:
+        log.exception("generation of eval round %s failed", round_id)
+        EvalRound.objects.filter(pk=round_.pk).update(
+            status=EvalRound.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:5000]
+        )
+    round_.refresh_from_db()
+    return round_
+
+
+def items_score_rewards(*, round_: EvalRound, scores: Mapping[int, float]) -> int:
+    """Store the reward model's scores of the checkpoint's responses: {item id: score}."""
+    items = list(round_.items.filter(pk__in=list(scores)))
+    for item in items:
+        item.reward_score = float(scores[item.pk])
+    EvalItem.objects.bulk_update(items, ["reward_score"])
+    return len(items)
+
+
+def eval_claim_next(*, reviewer: AbstractBaseUser, round_: EvalRound) -> EvalAssignment | None:
+    """The reviewer's unanswered assignment in the round, else a newly claimed item (short of
+    reviewers, never one this reviewer already has); None when nothing is left for them."""
+    if round_.status != EvalRound.Status.OPEN:
+        return None
+    open_one = (
+        EvalAssignment.objects.filter(item__round=round_, reviewer=reviewer, judgement__isnull=True)
+        .select_related("item__prompt")
+        .order_by("item__position")
+        .first()
+    )
+    if open_one is not None:
+        return open_one
+    EvalAssignment.objects.filter(
+        item__round=round_, judgement__isnull=True, created_at__lt=timezone.now() - LEASE
+    ).delete()
+    mine = EvalAssignment.objects.filter(item=OuterRef("pk"), reviewer=reviewer)
+    with transaction.atomic():
+        candidates = (
+            EvalItem.objects.filter(round=round_)
+            .annotate(taken=Count("assignments"), mine=Exists(mine))
+            .filter(taken__lt=round_.reviewers_per_item, mine=False)
+            .order_by("position", "pk")
+            .values_list("pk", flat=True)[:20]
+        )
+        ids = list(candidates)
+        for item in (
+            EvalItem.objects.select_for_update(skip_locked=True).filter(pk__in=ids).order_by("pk")
+        ):
+            taken = item.assignments.count()
+            if taken >= round_.reviewers_per_item:
+                continue
+            left = Side.CHECKPOINT if (item.position + taken) % 2 == 0 else Side.BASELINE
+            try:
+                with transaction.atomic():
+                    assignment = EvalAssignment.objects.create(
+                        item=item, reviewer=reviewer, shown_left=left
+                    )
+            except IntegrityError:
+                continue
+            return EvalAssignment.objects.select_related("item__prompt").get(pk=assignment.pk)
+    return None
+
+
+PICKS = ("left", "right", "tie")
+
+
+def eval_submit(
+    *,
+    assignment: EvalAssignment,
+    reviewer: AbstractBaseUser,
+    pick: str,
+    usefulness: int,
+    note: str = "",
+    elapsed_ms: int = 0,
+) -> EvalJudgement:
+    """Record the reviewer's verdict. ``pick`` speaks of the screen (left, right, tie); it is stored
+    from the checkpoint's side (a = checkpoint better, b = baseline better)."""
+    if assignment.reviewer_id != reviewer.pk:
+        raise EvalError("this item was handed to another reviewer")
+    if pick not in PICKS:
+        raise EvalError(f"pick must be one of {PICKS}, got {pick!r}")
+    if not isinstance(usefulness, int) or not 1 <= usefulness <= 5:
+        raise EvalError(f"usefulness must be an integer from 1 to 5, got {usefulness!r}")
+    if pick == "tie":
+        preference = EvalJudgement.Preference.TIE
+    else:
+        checkpoint_side = "left" if assignment.shown_left == Side.CHECKPOINT else "right"
+        preference = (
+            EvalJudgement.Preference.CHECKPOINT
+            if pick == checkpoint_side
+            else EvalJudgement.Preference.BASELINE
+        )
+    try:
+        with transaction.atomic():
+            return EvalJudgement.objects.create(
+                assignment=assignment,
+                preference=preference,
+                usefulness=usefulness,
+                note=note.strip()[:5000],
+                elapsed_ms=max(0, min(int(elapsed_ms), 86_400_000)),
+            )
+    except IntegrityError as exc:
+        raise EvalError("this item has already been rated") from exc
+
+
+def round_close(*, round_: EvalRound) -> EvalRound:
+    """No more ratings: close an open round."""
+    EvalRound.objects.filter(pk=round_.pk, status=EvalRound.Status.OPEN).update(
+        status=EvalRound.Status.CLOSED
+    )
+    round_.refresh_from_db()
+    return round_
+
+
+@transaction.atomic
+def decision_record(
+    *,
+    run: TrainingRun,
+    decision: str,
+    reviewer: AbstractBaseUser | None,
+    note: str = "",
+    checkpoint: Checkpoint | None = None,
+    round_: EvalRound | None = None,
+) -> StopDecision:
+    """Record stop / continue / roll back. "stop" cancels a run that is still going (it stops at
+    its next step with a checkpoint); "rollback" marks ``checkpoint`` as the run's result."""
+    if decision not in StopDecision.Decision.values:
+        raise EvalError(f"decision must be one of {StopDecision.Decision.values}, got {decision!r}")
+    if decision == StopDecision.Decision.ROLLBACK:
+        if checkpoint is None:
+            raise EvalError("a roll back needs the checkpoint to roll back to")
+        if checkpoint.run_id != run.pk:
+            raise EvalError(f"checkpoint {checkpoint.pk} does not belong to run #{run.pk}")
+    elif checkpoint is not None:
+        raise EvalError("only a roll back names a checkpoint")
+    if round_ is not None and round_.checkpoint.run_id != run.pk:
+        raise EvalError(f"round {round_.pk} evaluates another run")
+    made = StopDecision.objects.create(
+        run=run, round=round_, decision=decision, checkpoint=checkpoint, note=note.strip(),
+        reviewer=reviewer,
+    )  # fmt: skip
+    active = (TrainingRun.Status.DRAFT, TrainingRun.Status.QUEUED, TrainingRun.Status.RUNNING)
+    if decision == StopDecision.Decision.STOP and run.status in active:
+        training_services.run_cancel(run=run, user=reviewer)
+    if decision == StopDecision.Decision.ROLLBACK:
+        TrainingRun.objects.filter(pk=run.pk).update(result_checkpoint=checkpoint)
+        run.refresh_from_db()
+    return made

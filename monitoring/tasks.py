@@ -1,0 +1,15 @@
+"""Celery tasks of monitoring. ``generate_round_responses`` goes to the gpu queue (the
+``monitoring.tasks.generate_*`` route); tasks fetch ids and call services."""
+
+from celery import shared_task
+
+
+@shared_task(
+    name="monitoring.tasks.generate_round_responses", acks_late=True, reject_on_worker_lost=True
+)
+def generate_round_responses(round_id: int) -> str:
+    """Generate the checkpoint's and the baseline's responses of an eval round; returns its status.
+    A redelivered message finds the round no longer generating and does nothing."""
+    from monitoring.eval_services import round_generate
+
+    return round_generate(round_id=round_id).status

@@ -1,0 +1,54 @@
+"""A run with two checkpoints (tiny Llamas), a baseline model in the registry, a project of 8 prompts,
+and three reviewers: enough for a round's whole life on CPU."""
+
+import json
+
+import pytest
+
+from annotation.exporting import dataset_export
+from annotation.services import comparisons_import, project_get_or_create
+from common.roles import REVIEWER
+from tests.factories import UserFactory
+from tests.training import conftest as training_conftest
+from tests.training.conftest import PAIRS, tiny_llama
+from training import services
+from training.models import Checkpoint, TrainingRun
+
+BASELINE = "smollm2-135m-instruct"
+tiny_tokenizer_dir = training_conftest.tiny_tokenizer_dir  # the session fixture, shared
+
+
+@pytest.fixture
+def models_dir(tmp_path_factory, tiny_tokenizer_dir, settings):
+    """A models folder whose baseline is a tiny 2-layer Llama (seed 0)."""
+    folder = tmp_path_factory.mktemp("models")
+    tiny_llama(folder / BASELINE, tiny_tokenizer_dir)
+    settings.CONCORD_MODELS_DIR = folder
+    return folder
+
+
+@pytest.fixture
+def run_with_checkpoints(db, tmp_path, settings, tiny_tokenizer_dir, models_dir):
+    """A running DPO run with checkpoints at steps 2 and 4 (different tiny weights)."""
+    settings.EXPORT_DIR = tmp_path / "exports"
+    settings.CONCORD_RUNS_DIR = tmp_path / "runs"
+    settings.VAR_DIR = tmp_path
+    project, _ = project_get_or_create(slug="eval")
+    rows = [{"prompt": p, "response_a": c, "response_b": r} for p, c, r in PAIRS]
+    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
+    snapshot = services.snapshot_for(export=dataset_export(project=project))
+    run = services.run_create(
+        name="tiny", kind="dpo", base_model=BASELINE, snapshot=snapshot,
+        config={"max_steps": 4}, created_by=None,
+    )  # fmt: skip
+    TrainingRun.objects.filter(pk=run.pk).update(status=TrainingRun.Status.RUNNING)
+    run.refresh_from_db()
+    for step, seed in ((2, 1), (4, 2)):
+        folder = tiny_llama(tmp_path / f"ckpt-{step}", tiny_tokenizer_dir, seed=seed)
+        Checkpoint.objects.create(run=run, step=step, path=str(folder), metrics={})
+    return run
+
+
+@pytest.fixture
+def reviewers(db):
+    return [UserFactory(username=f"rev{k}", role=REVIEWER) for k in range(4)]
