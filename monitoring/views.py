@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404, render
 from annotation.selectors import projects_overview
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, has_role
-from monitoring import selectors
+from monitoring import eval_selectors, selectors
 from training.models import TrainingRun
 
 
@@ -46,6 +46,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "checkpoints": run.checkpoints.order_by("-step"),
         "events": run.events.select_related("user").order_by("-created_at")[:50],
         "thresholds": selectors.alert_thresholds(),
+        "stopping": eval_selectors.run_stopping_panel(run),
+        "may_decide": has_role(request.user, REVIEWER),
     }
     return render(request, "monitoring/run_detail.html", context)
 
@@ -68,6 +70,10 @@ def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
             "heartbeat_at": run.heartbeat_at.isoformat() if run.heartbeat_at else None,
             "error": run.error[-2000:],
             "alerts": run.alerts.filter(resolved_at=None).count(),
+            "checkpoints": [
+                {"step": c.step, "path": c.path, "created_at": c.created_at.isoformat()}
+                for c in run.checkpoints.order_by("-step")
+            ],
             "series": selectors.run_series(run=run, after_step=after),
         }
     )

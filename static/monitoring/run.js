@@ -79,9 +79,31 @@
     state.querySelector("[data-testid=run-total]").textContent = data.total_steps || "?";
     state.querySelector("[data-testid=run-progress]").value = data.progress;
     if (data.heartbeat_at) {
-      state.querySelector("[data-testid=run-heartbeat]").textContent = new Date(data.heartbeat_at).toLocaleTimeString();
+      // The same HH:MM:SS (UTC) as the server renders.
+      state.querySelector("[data-testid=run-heartbeat]").textContent = new Date(data.heartbeat_at).toISOString().slice(11, 19);
+    }
+    updateCheckpoints(data.checkpoints || []);
+    const finished = ["succeeded", "failed", "cancelled"];
+    if (finished.indexOf(data.status) >= 0 && finished.indexOf(state.dataset.status) < 0) {
+      window.location.reload();  // the run just ended: show its error, summary and events
     }
     state.dataset.status = data.status;
+  }
+  function updateCheckpoints(rows) {
+    const body = document.querySelector("[data-testid=checkpoints] tbody");
+    if (!body || !rows.length || body.dataset.count === String(rows.length)) return;
+    body.dataset.count = String(rows.length);
+    body.textContent = "";
+    rows.forEach(function (row) {
+      const tr = document.createElement("tr");
+      [String(row.step), row.path, "", row.created_at.slice(0, 19).replace("T", " ")].forEach(function (text, i) {
+        const td = document.createElement("td");
+        if (i === 1) { const code = document.createElement("code"); code.textContent = text; td.appendChild(code); }
+        else td.textContent = text;
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    });
   }
   function poll() {
     fetch(state.dataset.metricsUrl + "?after=" + lastStep, { credentials: "same-origin" })

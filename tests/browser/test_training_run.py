@@ -1,0 +1,140 @@
+"""An ML engineer launches a training run from the admin in a real browser and watches its charts
+update live, against a real Celery worker subprocess (Redis broker, the live server's PostgreSQL
+test database) training a tiny Llama saved under the registry name smollm2-135m-instruct.
+
+Skipped unless PostgreSQL and Redis are configured (DATABASE_URL, CELERY_BROKER_URL), like
+tests/training/test_runs_worker.py, whose ``stack`` fixture and ``Worker`` are reused here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from annotation.exporting import dataset_export
+from annotation.services import comparisons_import, project_get_or_create
+from common.roles import ML_ENGINEER
+from tests.factories import UserFactory
+from tests.training import conftest as training_fixtures
+from tests.training import test_runs_worker as worker_fixtures
+from tests.training.conftest import PAIRS
+from tests.training.test_runs_worker import Worker
+from training import services
+from training.models import MetricPoint, TrainingRun
+
+pytestmark = [pytest.mark.browser, pytest.mark.services]
+
+PASSWORD = "correct horse battery"  # UserFactory's password
+SCREENSHOT = "/tmp/concord-run.png"  # noqa: S108 - for humans to look at, never asserted on
+LIVE_TIMEOUT_MS = 90_000
+
+# Fixtures of tests/training, whose conftest does not apply to this folder: pytest finds a fixture
+# as an attribute of the test module, under the fixture's own name.
+tiny_tokenizer_dir = training_fixtures.tiny_tokenizer_dir
+stack = worker_fixtures.stack
+
+
+@pytest.fixture
+def worker(browser, stack) -> Iterator[Worker]:
+    """A gpu-queue worker subprocess on this test's own queue. Requests ``browser`` first, so a
+    missing Chromium skips the test before the worker starts."""
+    process = Worker(stack)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _draft_run(user) -> TrainingRun:
+    """A draft DPO run on 8 preference pairs: 60 steps take the CPU worker several seconds, so the
+    page (polling every 2 s) sees it running more than once."""
+    project, _ = project_get_or_create(slug="browser-runs")
+    rows = [
+        {"prompt": p, "response_a": c, "response_b": r,
+         "judgements": [{"annotator": "u1", "choice": "a", "strength": 2}]}
+        for p, c, r in PAIRS
+    ]  # fmt: skip
+    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
+    snapshot = services.snapshot_for(export=dataset_export(project=project))
+    return services.run_create(
+        name="browser dpo run", kind="dpo", base_model="smollm2-135m-instruct", snapshot=snapshot,
+        config={"max_steps": 60, "batch_size": 2, "max_length": 64, "checkpoint_every": 10,
+                "learning_rate": 1e-3, "epochs": 20},
+        created_by=user,
+    )  # fmt: skip
+
+
+def _points(page: Page) -> int:
+    return int(page.locator('figure.chart[data-metric="loss"]').get_attribute("data-points"))
+
+
+def test_ml_engineer_launches_a_run_from_the_admin_and_watches_its_chart_update(
+    worker, live_server, page: Page
+) -> None:
+    """The ML engineer logs in, ticks a draft DPO run in the admin's run list and applies "Launch
+    on the gpu queue"; the admin confirms. The run's "charts" link opens its monitoring page, whose
+    loss chart appears and gains points between two looks while the worker trains (the page polls
+    every 2 s, without a reload), and whose status ends "succeeded" at step 60/60. The database
+    agrees: the run succeeded, logged a loss per step (as many as the chart draws), saved its six
+    checkpoints (listed on the page once reloaded), and its launch is audited under the engineer's
+    name."""
+    engineer = UserFactory(username="emily", role=ML_ENGINEER)
+    run = _draft_run(engineer)
+
+    page.goto("/accounts/login/")
+    page.fill("#id_username", engineer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).not_to_have_url(re.compile(r"/accounts/login/"))
+
+    page.goto("/admin/training/trainingrun/")
+    row = page.locator("#result_list tbody tr").filter(
+        has=page.locator(f'input[name="_selected_action"][value="{run.pk}"]')
+    )
+    expect(row.locator("td.field-status")).to_have_text("Draft")
+    row.locator('input[name="_selected_action"]').check()
+    page.select_option('select[name="action"]', label="Launch on the gpu queue")
+    page.get_by_role("button", name="Go").click()
+    expect(page.locator("ul.messagelist")).to_contain_text("Launched 1 run(s).")
+
+    row.get_by_role("link", name="charts").click()
+    expect(page).to_have_url(re.compile(rf"/monitoring/runs/{run.pk}/$"))
+    chart = page.locator('figure.chart[data-metric="loss"]')
+    status = page.get_by_test_id("run-status")
+
+    # First look: the chart is drawn while the run is still running.
+    expect(chart).to_have_attribute("data-points", re.compile(r"^[1-9]"), timeout=LIVE_TIMEOUT_MS)
+    expect(status).to_have_text("running")
+    first = _points(page)
+    page.evaluate("window.concordSamePage = true")  # gone if the page reloads
+    # Second look: the page polled again and drew more points, without a reload.
+    page.wait_for_function(
+        """first => Number(document.querySelector('figure.chart[data-metric="loss"]')
+                   ?.dataset.points) > first""",
+        arg=first,
+        timeout=LIVE_TIMEOUT_MS,
+    )
+    assert _points(page) > first
+    assert page.evaluate("window.concordSamePage") is True
+
+    expect(status).to_have_text("succeeded", timeout=LIVE_TIMEOUT_MS)
+    expect(page.get_by_test_id("run-step")).to_have_text("60")
+    expect(chart.locator("svg path.series")).to_have_attribute("d", re.compile(r"^M.+L"))
+    page.screenshot(path=SCREENSHOT, full_page=True)
+    # The checkpoints table is drawn by the server, not by the polling: it shows them on reload.
+    page.reload()
+    expect(page.get_by_test_id("checkpoints").locator("tbody tr")).to_have_count(6)
+
+    run.refresh_from_db()
+    assert run.status == TrainingRun.Status.SUCCEEDED, run.error
+    assert run.step == run.total_steps == 60
+    losses = MetricPoint.objects.filter(run=run, name="loss")
+    assert losses.count() >= 60
+    assert _points(page) == losses.values("step").distinct().count()
+    assert sorted(run.checkpoints.values_list("step", flat=True)) == [10, 20, 30, 40, 50, 60]
+    assert run.events.filter(action="launched", user=engineer).exists()
