@@ -1,6 +1,6 @@
 from django.urls import path
 
-from monitoring import views
+from monitoring import eval_views, views
 
 app_name = "monitoring"
 
@@ -9,4 +9,8 @@ urlpatterns = [
     path("runs/", views.runs_list, name="runs"),
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/metrics.json", views.run_metrics, name="run-metrics"),
+    path("runs/<int:run_id>/decision/", eval_views.run_decide, name="run-decide"),
+    path("eval/", eval_views.rounds, name="eval-rounds"),
+    path("eval/<int:round_id>/", eval_views.round_detail, name="eval-round"),
+    path("eval/<int:round_id>/rate/", eval_views.rate, name="eval-rate"),
 ]

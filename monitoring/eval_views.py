@@ -1,0 +1,173 @@
+"""Human-eval pages: rounds (list and create), the blind reviewer screen, a round's results, the
+decision on a run. Thin: check the role, validate the form, call a service or selector, render."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from annotation.models import Project
+from common.roles import ML_ENGINEER, REVIEWER, has_role
+from monitoring import eval_selectors, eval_services
+from monitoring.eval_services import EvalError
+from monitoring.models import EvalAssignment, EvalRound, StopDecision
+from training.models import Checkpoint, TrainingRun
+
+
+def _reviewer(request: HttpRequest) -> None:
+    if not has_role(request.user, REVIEWER):
+        raise PermissionDenied
+
+
+def _reviewer_or_engineer(request: HttpRequest) -> None:
+    if not (has_role(request.user, REVIEWER) or has_role(request.user, ML_ENGINEER)):
+        raise PermissionDenied
+
+
+class RoundForm(forms.Form):
+    checkpoint = forms.ModelChoiceField(
+        queryset=Checkpoint.objects.select_related("run").order_by("-run_id", "-step")
+    )
+    project = forms.ModelChoiceField(
+        queryset=Project.objects.order_by("name"), to_field_name="slug"
+    )
+    baseline_model = forms.CharField(required=False, help_text="Registry name of the baseline.")
+    baseline_checkpoint = forms.ModelChoiceField(
+        queryset=Checkpoint.objects.select_related("run").order_by("-run_id", "-step"),
+        required=False,
+    )
+    size = forms.IntegerField(min_value=1, max_value=5000, initial=100)
+    ci_width = forms.FloatField(min_value=0.01, max_value=0.9, initial=0.1)
+    max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256)
+
+
+@login_required
+def rounds(request: HttpRequest) -> HttpResponse:
+    """Rounds with their state; a form to start one on a checkpoint."""
+    _reviewer_or_engineer(request)
+    form = RoundForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            round_ = eval_services.round_create(
+                checkpoint=data["checkpoint"],
+                project=data["project"],
+                size=data["size"],
+                created_by=request.user,
+                baseline_model=data["baseline_model"].strip(),
+                baseline_checkpoint=data["baseline_checkpoint"],
+                ci_width=data["ci_width"],
+                sampling={"max_new_tokens": data["max_new_tokens"]},
+            )
+        except (EvalError, ValueError) as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Round {round_.pk} created; responses are being generated.")
+            return redirect("monitoring:eval-round", round_.pk)
+    context = {
+        "form": form,
+        "rounds": EvalRound.objects.select_related("checkpoint__run", "project")[:100],
+        "open_rounds": eval_selectors.rounds_open_for(request.user.pk),
+    }
+    return render(request, "monitoring/eval/rounds.html", context)
+
+
+@login_required
+def rate(request: HttpRequest, round_id: int) -> HttpResponse:
+    """The blind screen: the prompt, two unlabelled responses (sides counterbalanced), a pick,
+    a 1-5 usefulness rating of one response, an optional note."""
+    _reviewer(request)
+    round_ = get_object_or_404(EvalRound, pk=round_id)
+    if request.method == "POST":
+        assignment = get_object_or_404(
+            EvalAssignment, pk=request.POST.get("assignment"), reviewer=request.user
+        )
+        try:
+            eval_services.eval_submit(
+                assignment=assignment,
+                reviewer=request.user,
+                pick=request.POST.get("pick", ""),
+                usefulness=int(request.POST.get("usefulness", "0") or 0),
+                note=request.POST.get("note", ""),
+                elapsed_ms=int(request.POST.get("elapsed_ms", "0") or 0),
+            )
+        except (EvalError, ValueError) as exc:
+            messages.error(request, str(exc))
+        return redirect("monitoring:eval-rate", round_.pk)
+    assignment = eval_services.eval_claim_next(reviewer=request.user, round_=round_)
+    if assignment is None:
+        return render(request, "monitoring/eval/rate_done.html", {"round": round_})
+    item = assignment.item
+    checkpoint_left = assignment.shown_left == EvalAssignment.Side.CHECKPOINT
+    left, right = (
+        (item.checkpoint_text, item.baseline_text)
+        if checkpoint_left
+        else (item.baseline_text, item.checkpoint_text)
+    )
+    context = {
+        "round": round_,
+        "assignment": assignment,
+        "prompt": item.prompt,
+        "left": left,
+        "right": right,
+        # Usefulness is about the checkpoint's response; the screen names its side, not its model.
+        "rated_side": "left" if checkpoint_left else "right",
+        "levels": range(1, 6),
+    }
+    return render(request, "monitoring/eval/rate.html", context)
+
+
+@login_required
+def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
+    """A round's results: win rate with its interval over time, usefulness, agreement, the items
+    reviewers disagreed on, and the responses side by side."""
+    _reviewer_or_engineer(request)
+    round_ = get_object_or_404(
+        EvalRound.objects.select_related("checkpoint__run", "baseline_checkpoint", "project"),
+        pk=round_id,
+    )
+    if request.method == "POST" and request.POST.get("action") == "close":
+        eval_services.round_close(round_=round_)
+        return redirect("monitoring:eval-round", round_.pk)
+    results = eval_selectors.round_results(round_)
+    context = {"round": round_, "results": results, "over_time": results["over_time"]}
+    return render(request, "monitoring/eval/round.html", context)
+
+
+class DecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=StopDecision.Decision.choices)
+    checkpoint = forms.ModelChoiceField(queryset=Checkpoint.objects.all(), required=False)
+    round = forms.ModelChoiceField(queryset=EvalRound.objects.all(), required=False)
+    note = forms.CharField(required=False, widget=forms.Textarea, max_length=5000)
+
+
+@login_required
+@require_POST
+def run_decide(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Record a reviewer's stop / continue / roll-back decision on a run."""
+    _reviewer(request)
+    run = get_object_or_404(TrainingRun, pk=run_id)
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "; ".join(f"{k}: {v[0]}" for k, v in form.errors.items()))
+        return redirect("monitoring:run-detail", run.pk)
+    data = form.cleaned_data
+    try:
+        eval_services.decision_record(
+            run=run,
+            decision=data["decision"],
+            reviewer=request.user,
+            note=data["note"],
+            checkpoint=data["checkpoint"],
+            round_=data["round"],
+        )
+    except EvalError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Decision recorded: {data['decision']}.")
+    return redirect("monitoring:run-detail", run.pk)

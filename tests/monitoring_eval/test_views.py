@@ -1,0 +1,112 @@
+"""The eval pages through the Django client: the blind screen, results, the panel, the decision."""
+
+import pytest
+from django.urls import reverse
+
+from monitoring import eval_services
+from monitoring.models import EvalItem, EvalJudgement, EvalRound, StopDecision
+from tests.conftest import logged_in
+from tests.monitoring_eval.conftest import BASELINE
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def open_round(run_with_checkpoints):
+    """A round of 4 items with hand-written responses, open for ratings (no generation)."""
+    round_ = eval_services.round_create(
+        checkpoint=run_with_checkpoints.checkpoints.get(step=4),
+        project=run_with_checkpoints.snapshot.export.project, size=4, created_by=None,
+        baseline_model=BASELINE, enqueue=False,
+    )  # fmt: skip
+    for item in round_.items.all():
+        EvalItem.objects.filter(pk=item.pk).update(
+            checkpoint_text=f"**CKPT** answer {item.position}", baseline_text="BASE answer",
+            checkpoint_tokens=8, baseline_tokens=4,
+        )  # fmt: skip
+    EvalRound.objects.filter(pk=round_.pk).update(status="open")
+    round_.refresh_from_db()
+    return round_
+
+
+def test_screen_is_blind_and_submits_from_the_checkpoint_side(open_round, reviewers):
+    """The screen shows both answers (markdown rendered) but no model name; "left" on an item whose
+    checkpoint was shown left is stored as a checkpoint win; the next item follows."""
+    client = logged_in(reviewers[0])
+    url = reverse("monitoring:eval-rate", args=[open_round.pk])
+    page = client.get(url).content.decode()
+    assert "<strong>CKPT</strong>" in page and "BASE answer" in page
+    assert BASELINE not in page and "step 4" not in page
+    judgement_pk = open_round.items.first().assignments.get().pk
+    shown_left = open_round.items.first().assignments.get().shown_left
+    response = client.post(
+        url, {"assignment": judgement_pk, "pick": "left", "usefulness": "5", "note": " ok ",
+              "elapsed_ms": "900"},
+    )  # fmt: skip
+    assert response.status_code == 302
+    made = EvalJudgement.objects.get()
+    assert made.preference == ("a" if shown_left == "checkpoint" else "b")
+    assert (made.usefulness, made.note, made.elapsed_ms) == (5, "ok", 900)
+    assert (
+        EvalItem.objects.filter(round=open_round, assignments__reviewer=reviewers[0]).count() == 1
+    )
+    client.get(url)  # claims the second item
+    assert (
+        EvalItem.objects.filter(round=open_round, assignments__reviewer=reviewers[0]).count() == 2
+    )
+
+
+def test_annotators_cannot_rate(open_round, annotator):
+    assert (
+        logged_in(annotator).get(reverse("monitoring:eval-rate", args=[open_round.pk])).status_code
+        == 403
+    )
+
+
+def test_results_page_and_stopping_panel_with_a_decision(open_round, reviewers):
+    """After 3 reviewers rated everything the results page shows the win rate and both responses;
+    the run page shows the panel; a reviewer's roll back is recorded and marks the checkpoint."""
+    for reviewer in reviewers[:3]:
+        while a := eval_services.eval_claim_next(reviewer=reviewer, round_=open_round):
+            checkpoint_side = "left" if a.shown_left == "checkpoint" else "right"
+            eval_services.eval_submit(
+                assignment=a, reviewer=reviewer, pick=checkpoint_side, usefulness=5
+            )
+    client = logged_in(reviewers[0])
+    page = client.get(reverse("monitoring:eval-round", args=[open_round.pk])).content.decode()
+    assert 'data-testid="win-rate">1.000<' in page and "BASE answer" in page
+    run = open_round.checkpoint.run
+    page = client.get(reverse("monitoring:run-detail", args=[run.pk])).content.decode()
+    assert (
+        'data-testid="stopping-panel"' in page
+        and 'data-testid="criterion-human_usefulness"' in page
+    )
+    ckpt2 = run.checkpoints.get(step=2)
+    response = client.post(
+        reverse("monitoring:run-decide", args=[run.pk]),
+        {"decision": "rollback", "checkpoint": ckpt2.pk, "note": "step 2 read better"},
+    )
+    assert response.status_code == 302
+    run.refresh_from_db()
+    assert run.result_checkpoint == ckpt2
+    assert StopDecision.objects.get().note == "step 2 read better"
+
+
+def test_rounds_page_creates_a_round(
+    run_with_checkpoints, reviewers, django_capture_on_commit_callbacks
+):
+    """The form freezes the prompts and queues generation (eager here would need a worker: the
+    enqueue is captured, not run)."""
+    client = logged_in(reviewers[0])
+    project = run_with_checkpoints.snapshot.export.project
+    checkpoint = run_with_checkpoints.checkpoints.get(step=4)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = client.post(
+            reverse("monitoring:eval-rounds"),
+            {"checkpoint": checkpoint.pk, "project": project.slug, "baseline_model": BASELINE,
+             "size": 3, "ci_width": 0.2, "max_new_tokens": 16},
+        )  # fmt: skip
+    assert response.status_code == 302, response.content.decode()[:2000]
+    round_ = EvalRound.objects.get()
+    assert (round_.size, round_.sample_size_hint, round_.sampling["max_new_tokens"]) == (3, 97, 16)
+    assert len(callbacks) == 1
