@@ -161,12 +161,55 @@ def run_stopping_panel(run: TrainingRun, *, n_boot: int = 1000) -> dict[str, Any
     if trend.best_round is not None:
         best_checkpoint = rated_rounds[trend.best_round].checkpoint
     return {
+        "bradley_terry": run_bradley_terry(run, n_boot=min(n_boot, 300)),
         "panel": panel,
         "latest_round": latest,
         "rounds": rounds,
         "best_checkpoint": best_checkpoint,
         "decisions": list(run.stop_decisions.select_related("reviewer", "checkpoint")[:20]),
     }
+
+
+def run_bradley_terry(run: TrainingRun, *, n_boot: int = 300) -> list[dict[str, Any]]:
+    """Bradley-Terry scores of every model the run's rounds compared (its checkpoints and their
+    baselines), anchored at the first baseline (score 0), with bootstrap intervals.
+
+    Returns [{label, score, low, high}] ordered by score, best first; [] before any rating.
+    """
+    nodes: dict[tuple[str, object], int] = {}
+    labels: list[str] = []
+
+    def node(key: tuple[str, object], label: str) -> int:
+        if key not in nodes:
+            nodes[key] = len(labels)
+            labels.append(label)
+        return nodes[key]
+
+    pairs: list[tuple[int, int, float]] = []
+    rounds = EvalRound.objects.filter(checkpoint__run=run).select_related(
+        "checkpoint", "baseline_checkpoint"
+    )
+    for round_ in rounds.order_by("created_at"):
+        outcomes = [j.outcome for j in round_judgements(round_)]
+        if not outcomes:
+            continue
+        if round_.baseline_checkpoint_id:
+            base = node(
+                ("ckpt", round_.baseline_checkpoint_id), f"step {round_.baseline_checkpoint.step}"
+            )
+        else:
+            base = node(("model", round_.baseline_model), round_.baseline_model)
+        mine = node(("ckpt", round_.checkpoint_id), f"step {round_.checkpoint.step}")
+        pairs.extend((mine, base, outcome) for outcome in outcomes)
+    if not pairs:
+        return []
+    fit = stopping.bradley_terry(pairs, len(labels), anchor=0, n_boot=n_boot)
+    rows = [
+        {"label": labels[k], "score": float(fit.scores[k]), "low": float(fit.low[k]),
+         "high": float(fit.high[k])}
+        for k in range(len(labels))
+    ]  # fmt: skip
+    return sorted(rows, key=lambda row: -row["score"])
 
 
 def _kl_band(run: TrainingRun) -> tuple[float, float]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -130,7 +131,9 @@ def _baseline_dir(round_: EvalRound) -> str:
 def round_generate(*, round_id: int) -> EvalRound:
     """Worker side (gpu queue): generate both models' responses with the chat template and open the
     round. Idempotent: a round no longer generating is left alone. A failure marks it failed."""
-    round_ = EvalRound.objects.select_related("checkpoint", "baseline_checkpoint").get(pk=round_id)
+    round_ = EvalRound.objects.select_related(
+        "checkpoint__run__reward_model_run", "baseline_checkpoint"
+    ).get(pk=round_id)
     if round_.status != EvalRound.Status.GENERATING:
         return round_
     try:
@@ -149,9 +152,14 @@ def round_generate(*, round_id: int) -> EvalRound:
         ):
             item.checkpoint_text, item.checkpoint_tokens = mine.text, mine.n_tokens
             item.baseline_text, item.baseline_tokens = theirs.text, theirs.n_tokens
+        scores = _reward_scores_for(round_, conversations, [i.checkpoint_text for i in items])
+        for item, score in zip(items, scores, strict=False):
+            item.reward_score = score
         with transaction.atomic():
             EvalItem.objects.bulk_update(
-                items, ["checkpoint_text", "checkpoint_tokens", "baseline_text", "baseline_tokens"]
+                items,
+                ["checkpoint_text", "checkpoint_tokens", "baseline_text", "baseline_tokens"]
+                + (["reward_score"] if scores else []),
             )
             EvalRound.objects.filter(pk=round_.pk).update(status=EvalRound.Status.OPEN)
     except Exception as exc:
@@ -161,6 +169,53 @@ def round_generate(*, round_id: int) -> EvalRound:
         )
     round_.refresh_from_db()
     return round_
+
+
+def _reward_scores_for(
+    round_: EvalRound, conversations: list[list[dict[str, str]]], texts: list[str]
+) -> list[float]:
+    """The run's reward model's scores of the checkpoint's responses (for the hacking check); none
+    when the run has no reward model or scoring fails (the round still opens)."""
+    reward_run = round_.checkpoint.run.reward_model_run
+    if reward_run is None:
+        return []
+    folder = Path(reward_run.output_dir) / "final"
+    try:
+        return reward_scores(folder, conversations, texts)
+    except Exception:
+        log.exception("reward scoring of eval round %s failed; the round opens without", round_.pk)
+        return []
+
+
+def reward_scores(
+    folder: str | Path,
+    conversations: list[list[dict[str, str]]],
+    texts: list[str],
+    *,
+    max_length: int = 1024,
+    batch_size: int = 8,
+) -> list[float]:
+    """Scalar rewards [N] of (conversation, response) pairs under the reward model in ``folder``
+    (worker code path: torch is imported here)."""
+    import torch
+
+    from training.recipes.models import load_tokenizer
+    from training.recipes.reward_model import RewardScorer, load_sequence_classifier
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = load_tokenizer(folder)
+    model = load_sequence_classifier(folder, device=device, tokenizer=tokenizer, packing=False)
+    model.eval().requires_grad_(False)
+    scorer = RewardScorer(model, tokenizer, max_length=max_length, prompt_budget=max_length // 2)
+    inputs = [
+        scorer.encode(tuple((m["role"], m["content"]) for m in conv), text)
+        for conv, text in zip(conversations, texts, strict=True)
+    ]
+    out: list[float] = []
+    with torch.inference_mode():
+        for start in range(0, len(inputs), batch_size):
+            out.extend(scorer.score(inputs[start : start + batch_size]).tolist())
+    return out
 
 
 def items_score_rewards(*, round_: EvalRound, scores: Mapping[int, float]) -> int:

@@ -1,6 +1,8 @@
 """A human-eval round's life: creation (frozen stratified prompts, sample-size hint), generation with
 tiny models, three reviewers' blind ratings with counterbalanced sides, results, the decision."""
 
+import math
+
 import pytest
 from django.conf import settings as django_settings
 
@@ -8,6 +10,7 @@ from monitoring import eval_selectors, eval_services
 from monitoring.eval_services import EvalError
 from monitoring.models import EvalAssignment, EvalJudgement, EvalRound, StopDecision
 from tests.monitoring_eval.conftest import BASELINE
+from tests.training.conftest import PAIRS, tiny_llama
 from training.models import Checkpoint, RunEvent, TrainingRun
 
 pytestmark = pytest.mark.django_db
@@ -101,6 +104,9 @@ def test_a_round_from_creation_to_decision(run_with_checkpoints, reviewers):
     assert len(results["over_time"]) == 12
 
     panel = eval_selectors.run_stopping_panel(run, n_boot=100)
+    # Bradley-Terry with 0.1 virtual wins each way: ln((9 + 0.1) / (3 + 0.1)) for step 4 over step 2.
+    assert [row["label"] for row in panel["bradley_terry"]] == ["step 4", "step 2"]
+    assert panel["bradley_terry"][0]["score"] == pytest.approx(math.log(9.1 / 3.1), abs=1e-6)
     usefulness = panel["panel"].criteria[1]
     assert usefulness.passed is False and usefulness.value == pytest.approx(4.0)  # under 4.2
 
@@ -145,3 +151,15 @@ def test_submit_maps_screen_sides_and_refuses_bad_input(run_with_checkpoints, re
         eval_services.decision_record(
             run=run_with_checkpoints, decision="rollback", reviewer=reviewers[0]
         )
+
+
+def test_reward_scores_of_responses_with_a_tiny_reward_model(tmp_path, tiny_tokenizer_dir):
+    """The worker-side scorer gives one finite reward per (conversation, response), and the same
+    response scores the same in any batch."""
+    folder = tiny_llama(tmp_path / "rm", tiny_tokenizer_dir, for_classification=True)
+    conversations = [[{"role": "user", "content": p}] for p, _, _ in PAIRS[:3]]
+    texts = ["Paris.", "Eight.", "Paris."]
+    scores = eval_services.reward_scores(folder, conversations, texts, batch_size=2)
+    assert len(scores) == 3 and all(math.isfinite(s) for s in scores)
+    alone = eval_services.reward_scores(folder, conversations[:1], texts[:1])
+    assert alone[0] == pytest.approx(scores[0], abs=1e-4)
