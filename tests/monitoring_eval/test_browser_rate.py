@@ -1,0 +1,57 @@
+"""The blind reviewer screen in headless Chromium: keyboard verdicts, the note, the next item, and the
+stored preference seen from the checkpoint's side. Skipped when Chromium is missing (see
+tests/browser/conftest.py, whose browser fixtures this module shares)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from monitoring import eval_services
+from monitoring.models import EvalItem, EvalJudgement, EvalRound
+from tests.browser import conftest as browser_conftest
+from tests.monitoring_eval.conftest import BASELINE
+
+browser = browser_conftest.browser
+page = browser_conftest.page
+pytestmark = [pytest.mark.browser, browser_conftest.BROWSER_DB]
+PASSWORD = "correct horse battery"  # UserFactory's password
+
+
+def test_reviewer_rates_blind_with_the_keyboard(browser, page, run_with_checkpoints, reviewers):
+    """The reviewer sees two answers labelled only Left and Right, picks the one that reads
+    "CKPT" with its arrow key, rates it 4 with Shift+4, writes a note and presses Enter: the verdict
+    is stored as a checkpoint win with usefulness 4 and the screen moves to the next prompt."""
+    round_ = eval_services.round_create(
+        checkpoint=run_with_checkpoints.checkpoints.get(step=4),
+        project=run_with_checkpoints.snapshot.export.project, size=2, created_by=None,
+        baseline_model=BASELINE, enqueue=False,
+    )  # fmt: skip
+    EvalItem.objects.filter(round=round_).update(
+        checkpoint_text="CKPT **answer**", baseline_text="BASE answer"
+    )
+    EvalRound.objects.filter(pk=round_.pk).update(status="open")
+
+    page.goto("/accounts/login/")
+    page.fill("#id_username", reviewers[0].username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.goto(f"/monitoring/eval/{round_.pk}/rate/")
+    first_prompt = page.get_by_test_id("prompt").inner_text()
+    left = page.get_by_test_id("left").inner_text()
+    assert "CKPT" in left or "CKPT" in page.get_by_test_id("right").inner_text()
+    assert BASELINE not in page.content()
+    expect(page.get_by_test_id("left").locator("strong")).to_have_count(1 if "CKPT" in left else 0)
+
+    page.keyboard.press("ArrowLeft" if "CKPT" in left else "ArrowRight")
+    page.keyboard.press("Shift+Digit4")
+    page.fill("#note", "clear and short")
+    page.locator("body").click(position={"x": 1, "y": 1})
+    page.keyboard.press("Enter")
+    expect(page.get_by_test_id("prompt")).not_to_have_text(re.compile(re.escape(first_prompt)))
+
+    made = EvalJudgement.objects.get()
+    assert (made.preference, made.usefulness, made.note) == ("a", 4, "clear and short")
+    assert made.elapsed_ms > 0
