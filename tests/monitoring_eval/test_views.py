@@ -110,3 +110,18 @@ def test_rounds_page_creates_a_round(
     round_ = EvalRound.objects.get()
     assert (round_.size, round_.sample_size_hint, round_.sampling["max_new_tokens"]) == (3, 97, 16)
     assert len(callbacks) == 1
+
+
+def test_pages_before_any_rating(open_round, reviewers, ml_engineer):
+    """Before a rating: the round page says n = 0, the rounds list offers the round for rating,
+    the run page's panel says every criterion lacks data, and an engineer sees no decision form."""
+    client = logged_in(reviewers[0])
+    page = client.get(reverse("monitoring:eval-round", args=[open_round.pk])).content.decode()
+    assert "n = 0" in page and "No disagreement so far." in page
+    page = client.get(reverse("monitoring:eval-rounds")).content.decode()
+    assert reverse("monitoring:eval-rate", args=[open_round.pk]) in page
+    run_url = reverse("monitoring:run-detail", args=[open_round.checkpoint.run_id])
+    page = client.get(run_url).content.decode()
+    assert page.count("not enough data") == 4 and 'data-testid="decision-form"' in page
+    page = logged_in(ml_engineer).get(run_url).content.decode()
+    assert 'data-testid="stopping-panel"' in page and 'data-testid="decision-form"' not in page
