@@ -85,7 +85,9 @@ def _rows(project_tag: str, text: Callable[[str, int], str], n: int, rationale: 
     ]
 
 
-def world_build(*, text: Callable[[str, int], str] = _plain, rationale: str = BOB_SECRET) -> World:
+def world_build(
+    *, text: Callable[[str, int], str] = _plain, rationale: str = BOB_SECRET, n_pairs: int = 4
+) -> World:
     """Create the world (needs database access; writes an export under settings.EXPORT_DIR)."""
     users = {
         "annotator": _user("annie", ANNOTATOR),
@@ -100,7 +102,7 @@ def world_build(*, text: Callable[[str, int], str] = _plain, rationale: str = BO
     other, _ = project_get_or_create(
         slug="other", name=text("project name", 1), guidelines=text("guidelines", 1), overlap=3
     )
-    comparisons_import(project=own, lines=_rows("own", text, 4, rationale))
+    comparisons_import(project=own, lines=_rows("own", text, n_pairs, rationale))
     comparisons_import(project=other, lines=_rows("other", text, 2, rationale))
     own.members.add(users["annotator"], users["bob"])
     other.members.add(users["bob"])
@@ -126,7 +128,7 @@ def world_build(*, text: Callable[[str, int], str] = _plain, rationale: str = BO
     export = dataset_export(project=own, created_by=users["ml_engineer"])
     clustering = ClusteringRun.objects.create(
         project=own, status=ClusteringRun.Status.SUCCEEDED, model_name="all-minilm-l6-v2", k=2,
-        n_prompts=4, progress=1.0,
+        n_prompts=n_pairs, progress=1.0,
         projection={"prompt_ids": [], "labels": [], "x": [], "y": []},
     )  # fmt: skip
     cluster = PromptCluster.objects.create(
