@@ -1,0 +1,73 @@
+"""Slow: a few DPO steps on the real SmolLM2-135M-Instruct and a reward model on the real MiniLM, each
+on one fixed batch, so the loss must fall. CI runs these after ``fetch_models``."""
+
+import json
+
+import pytest
+
+from tests.training.conftest import PAIRS, write_jsonl
+from training.recipes import DPOConfig, RewardModelConfig, train_dpo, train_reward_model
+
+pytestmark = pytest.mark.slow
+
+
+def _losses(output_dir):
+    rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    return [row["loss"] for row in rows if "loss" in row]
+
+
+def test_dpo_on_smollm2_lowers_the_loss_on_a_fixed_batch(tmp_path):
+    """4 pairs, batch 4, 3 epochs = the same batch 3 times: the first loss is ln 2 (policy =
+    reference) and the third is lower."""
+    from common.model_registry import model_path
+
+    rows = [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in PAIRS[:4]]
+    data = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    result = train_dpo(
+        DPOConfig(
+            model=str(model_path("smollm2-135m-instruct")),
+            data=str(data),
+            output_dir=str(tmp_path / "dpo"),
+            batch_size=4,
+            epochs=3,
+            max_length=128,
+            learning_rate=2e-5,
+            beta=0.1,
+            lr_scheduler="constant",
+            checkpoint_every=0,
+            device="cpu",
+        )
+    )
+    losses = _losses(tmp_path / "dpo")
+    assert result.status == "completed" and len(losses) == 3
+    assert losses[0] == pytest.approx(0.6931, abs=1e-3)
+    assert losses[-1] < losses[0] - 0.01
+
+
+def test_reward_model_on_minilm_lowers_the_loss_on_a_fixed_batch(tmp_path):
+    """8 pairs in one batch, 6 epochs: the Bradley-Terry loss falls from about ln 2."""
+    from transformers import AutoModelForSequenceClassification
+
+    from common.model_registry import model_path
+
+    rows = [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in PAIRS]
+    data = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    result = train_reward_model(
+        RewardModelConfig(
+            model=str(model_path("all-minilm-l6-v2")),
+            data=str(data),
+            output_dir=str(tmp_path / "rm"),
+            batch_size=8,
+            epochs=6,
+            max_length=128,
+            learning_rate=1e-4,
+            lr_scheduler="constant",
+            eval_fraction=0.0,
+            checkpoint_every=0,
+            device="cpu",
+        )
+    )
+    losses = _losses(tmp_path / "rm")
+    assert result.status == "completed" and len(losses) == 6
+    assert losses[-1] < losses[0] - 0.05
+    AutoModelForSequenceClassification.from_pretrained(result.final_model_dir)
