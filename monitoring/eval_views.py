@@ -7,7 +7,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -84,9 +84,10 @@ def rate(request: HttpRequest, round_id: int) -> HttpResponse:
     _reviewer(request)
     round_ = get_object_or_404(EvalRound, pk=round_id)
     if request.method == "POST":
-        assignment = get_object_or_404(
-            EvalAssignment, pk=request.POST.get("assignment"), reviewer=request.user
-        )
+        assignment_id = request.POST.get("assignment", "")
+        if not assignment_id.isdigit():
+            raise Http404("no such assignment")
+        assignment = get_object_or_404(EvalAssignment, pk=int(assignment_id), reviewer=request.user)
         try:
             eval_services.eval_submit(
                 assignment=assignment,

@@ -125,3 +125,41 @@ def test_pages_before_any_rating(open_round, reviewers, ml_engineer):
     assert page.count("not enough data") == 4 and 'data-testid="decision-form"' in page
     page = logged_in(ml_engineer).get(run_url).content.decode()
     assert 'data-testid="stopping-panel"' in page and 'data-testid="decision-form"' not in page
+
+
+ROLES = ("anonymous", "annotator", "reviewer", "ml_engineer", "superuser")
+# (anonymous, annotator, reviewer, ML engineer, superuser), empty GET and POST: the rows these URLs
+# need in tests/security/test_authorization_matrix.py's MATRIX.
+EXPECTED = {
+    "monitoring:eval-rounds": {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
+    "monitoring:eval-round": {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
+    "monitoring:eval-rate": {"get": (302, 403, 200, 403, 200), "post": (302, 403, 404, 403, 404)},
+    "monitoring:run-decide": {"get": (302, 405, 405, 405, 405), "post": (302, 403, 302, 403, 302)},
+}
+
+
+def test_status_per_role_of_the_eval_urls(open_round, annotator, reviewers, ml_engineer):
+    """Only reviewers (and superusers) rate and decide; engineers see rounds and results; an empty
+    POST never errors (a rating without assignment is a 404)."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    admin = get_user_model().objects.create_superuser("root", "root@example.com", "pw")
+    users = {"annotator": annotator, "reviewer": reviewers[0], "ml_engineer": ml_engineer,
+             "superuser": admin}  # fmt: skip
+    args = {
+        "monitoring:eval-rounds": [],
+        "monitoring:eval-round": [open_round.pk],
+        "monitoring:eval-rate": [open_round.pk],
+        "monitoring:run-decide": [open_round.checkpoint.run_id],
+    }
+    for name, methods in EXPECTED.items():
+        url = reverse(name, args=args[name])
+        for method, expected in methods.items():
+            got = []
+            for role in ROLES:
+                client = Client(raise_request_exception=False)
+                if role != "anonymous":
+                    client.force_login(users[role])
+                got.append(getattr(client, method)(url).status_code)
+            assert tuple(got) == expected, (name, method)
