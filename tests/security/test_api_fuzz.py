@@ -1,0 +1,68 @@
+"""Schemathesis fuzz of the served OpenAPI schema (/api/schema/) through the WSGI app, per role.
+
+For anonymous users, an annotator and an ML engineer (HTTP Basic auth, which the API accepts): no
+response is a 5xx, and every response matches the schema (status documented or an auth/404/405/400
+error, content type, body shape). Kept small (a few examples per operation) to stay fast.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+import schemathesis
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, settings
+
+from common.roles import ANNOTATOR, ML_ENGINEER
+from config.wsgi import application
+from tests.factories import ProjectFactory, UserFactory
+
+schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
+
+PASSWORD = "correct horse battery"
+ROLE_USERS = {
+    "anonymous": None,
+    "annotator": ("fuzz-annie", ANNOTATOR),
+    "ml_engineer": ("fuzz-emily", ML_ENGINEER),
+}
+
+
+@pytest.fixture(autouse=True)
+def _keep_test_connection():
+    """Raw WSGI calls close the database connection after each request (the test client does not);
+    the test's transaction lives on that connection, so keep it open, as Django's test client does."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture(params=list(ROLE_USERS))
+def auth_headers(request, db) -> dict[str, str]:
+    """Basic-auth headers for the role's user (none for anonymous); a project ``fuzz`` exists."""
+    ProjectFactory(slug="fuzz")
+    if ROLE_USERS[request.param] is None:
+        return {}
+    username, role = ROLE_USERS[request.param]
+    UserFactory(username=username, role=role)
+    token = base64.b64encode(f"{username}:{PASSWORD}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+@schema.parametrize()
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+def test_api_never_answers_5xx_and_matches_its_schema(case, auth_headers):
+    """Random (schema-shaped and broken) input: a 4xx at worst, and what comes back is documented."""
+    response = case.call(headers=auth_headers)
+    assert response.status_code < 500, response.text[:500]
+    case.validate_response(
+        response,
+        checks=[
+            schemathesis.checks.not_a_server_error,
+            schemathesis.checks.response_schema_conformance,
+            schemathesis.checks.content_type_conformance,
+        ],
+    )
