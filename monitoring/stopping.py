@@ -78,7 +78,11 @@ def wilson_interval(successes: float, n: int, *, confidence: float = 0.95) -> In
 
 
 def win_rate(outcomes: ArrayLike, *, confidence: float = 0.95) -> Interval:
-    """Win rate of the checkpoint with ties as half; outcomes: [N] in {1, 0.5, 0}."""
+    """Win rate of the checkpoint with ties as half; outcomes: [N] in {1, 0.5, 0}.
+
+    The interval treats ratings as independent; 3 reviewers of one item agree more than 3 items do,
+    so with strong agreement the interval is somewhat narrow (``usefulness_summary`` resamples by
+    prompt for that reason, and ``sample_size_for_width`` counts items to stay on the safe side)."""
     x = _outcomes(outcomes)
     return wilson_interval(float(x.sum()), int(x.size), confidence=confidence)
 
@@ -126,7 +130,10 @@ def win_rate_eprocess(
     is a non-negative martingale under H0 with K_0 = 1. The average of such martingales over a grid
     of bets on both sides (``BETS`` and their negatives, equal weights) is one too, so by Ville's
     inequality P(sup_t K_t >= 1/alpha) <= alpha: the reviewers may look after every rating and stop
-    at the first crossing without inflating the type-I error. outcomes: [N] in {1, 0.5, 0}.
+    at the first crossing without inflating the type-I error. The guarantee needs only that under H0
+    each new outcome has mean ``null`` given the ones before (true when the two models are equally
+    good and sides are hidden), not independence between the ratings of one item.
+    outcomes: [N] in {1, 0.5, 0}.
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
