@@ -13,7 +13,12 @@ from training.recipes import DPOConfig, TrainingCallback, train_dpo
 from training.recipes.data import ChatEncoder, load_preference_pairs
 from training.recipes.dpo import _dpo_micro_batch, compute_reference_logps
 from training.recipes.models import load_causal_lm, load_tokenizer
-from training.recipes.packing import build_batch, sequence_completion_logprobs
+from training.recipes.packing import (
+    TokenizedSequence,
+    build_batch,
+    last_hidden_states,
+    sequence_completion_logprobs,
+)
 
 CPU = torch.device("cpu")
 
@@ -47,21 +52,27 @@ def _metrics(output_dir):
     return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_packed_padded_and_full_logits_agree(tiny_llama_dir, pairs_file):
-    """Three ways to score the same 16 completions give the same numbers and gradients: the packed row
-    (per-sequence attention), right padding, and plain full logits through ``sequence_logprobs``."""
+def test_packed_shared_padded_and_full_logits_agree(tiny_llama_dir, pairs_file):
+    """Four ways to score the same 16 completions give the same numbers and gradients: the packed row
+    (per-sequence attention), the packed row holding each pair's prompt once, right padding, and plain
+    full logits through ``sequence_logprobs``."""
     tokenizer, pairs = _encoded(tiny_llama_dir, pairs_file)
     sequences = [c for c, _ in pairs] + [r for _, r in pairs]
     model, packable = load_causal_lm(tiny_llama_dir, device=CPU)
     assert packable
 
     results = []
-    for packed in (True, False):
-        batch = build_batch(sequences, packed=packed, pad_token_id=tokenizer.pad_token_id)
+    for packed, share in ((True, False), (True, True), (False, False)):
+        batch = build_batch(
+            sequences, packed=packed, pad_token_id=tokenizer.pad_token_id, share_prompts=share
+        )
         logps = sequence_completion_logprobs(model, batch)
         logps.sum().backward()
-        results.append((logps.detach(), model.model.embed_tokens.weight.grad.clone()))
+        results.append((logps.detach(), model.model.embed_tokens.weight.grad.clone(), batch))
         model.zero_grad()
+    unshared, shared = results[0][2], results[1][2]
+    prompt_tokens = sum(c.prompt_length for c, _ in pairs)
+    assert shared.n_tokens == unshared.n_tokens - prompt_tokens
 
     padded = build_batch(sequences, packed=False, pad_token_id=tokenizer.pad_token_id)
     mask = torch.zeros_like(padded.input_ids)
@@ -71,9 +82,30 @@ def test_packed_padded_and_full_logits_agree(tiny_llama_dir, pairs_file):
     plain = sequence_logprobs(logits, padded.input_ids, mask)
     plain.sum().backward()
 
-    for logps, grad in results:
+    for logps, grad, _ in results:
         assert torch.allclose(logps, plain.detach(), atol=1e-5)
         assert torch.allclose(grad, model.model.embed_tokens.weight.grad, atol=1e-5)
+
+
+def test_prompt_sharing_with_k_samples_of_unequal_length(tiny_llama_dir):
+    """Three samples of one prompt (lengths 5, 1 and 0 tokens) and one lone sequence: shared and
+    unshared layouts score every completion alike, and the reward heads' last positions agree."""
+    model, _ = load_causal_lm(tiny_llama_dir, device=CPU)
+    prompt = (5, 6, 7, 8)
+    sequences = [
+        TokenizedSequence((*prompt, 9, 10, 11, 12, 13), 4),
+        TokenizedSequence((*prompt, 20), 4),
+        TokenizedSequence(prompt, 4),
+        TokenizedSequence((30, 31, 32), 1),
+    ]
+    got = []
+    with torch.no_grad():
+        for share in (False, True):
+            batch = build_batch(sequences, packed=True, pad_token_id=0, share_prompts=share)
+            hidden = last_hidden_states(model, batch)
+            got.append((sequence_completion_logprobs(model, batch), hidden[batch.last_index]))
+    assert torch.allclose(got[0][0], got[1][0], atol=1e-5)
+    assert torch.allclose(got[0][1], got[1][1], atol=1e-5)
 
 
 def test_gradient_accumulation_1x8_equals_8x1(tiny_llama_dir, pairs_file):

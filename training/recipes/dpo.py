@@ -35,6 +35,7 @@ from training.recipes.models import load_causal_lm, load_tokenizer, model_finger
 from training.recipes.packing import (
     TokenizedSequence,
     build_batch,
+    can_share_prompts,
     completion_token_logprobs,
 )
 from training.recipes.runtime import (
@@ -72,9 +73,15 @@ def _forward_pairs(
     model: Any, pairs: list[PairTokens], *, packed: bool, pad_token_id: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """One concatenated forward: [chosen_1..m, rejected_1..m] -> (summed log-probs [2m], completion
-    token counts [2m], real tokens)."""
+    token counts [2m], tokens run). Packed, each pair's prompt is run once for both responses."""
     sequences = [c for c, _ in pairs] + [r for _, r in pairs]
-    batch = build_batch(sequences, packed=packed, pad_token_id=pad_token_id, device=device)
+    batch = build_batch(
+        sequences,
+        packed=packed,
+        pad_token_id=pad_token_id,
+        device=device,
+        share_prompts=packed and can_share_prompts(model),
+    )
     per_token = completion_token_logprobs(model, batch)
     totals = segment_sum(per_token, batch.segment_ids, batch.n_sequences)
     return totals, batch.completion_lengths, batch.n_tokens

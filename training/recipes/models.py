@@ -53,7 +53,7 @@ def load_causal_lm(
     model.to(device)
     model.config.use_cache = False
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
     model.train(trainable)
     model.requires_grad_(trainable)
     return model, packing and supports_packing(model)
@@ -72,3 +72,12 @@ def model_fingerprint(path: str | Path) -> str:
             for block in iter(lambda h=handle: h.read(1 << 22), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def enable_activation_checkpointing(model: Any) -> None:
+    """Recompute activations in backward (non-reentrant), under transformers 5's name when present."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

@@ -1,15 +1,19 @@
 """Padding-free batches for causal LMs, and the forward passes that score completions.
 
-A batch of S tokenised sequences becomes one row of N = sum of lengths tokens (no padding), with
-position ids restarting at 0 for each sequence and the boundaries ``cu_seqlens`` passed to attention.
-Linear layers then do exactly the work of the real tokens; attention runs causally inside each
-sequence (flash-attn's varlen kernel on CUDA when installed, else SDPA on the sequences laid out
-side by side). Models
-without the attention interface fall back to right padding.
+A batch of sequences becomes one row of N tokens with no padding; position ids restart for each
+sequence. Linear layers (most of the work) then run on exactly the real tokens. Attention runs
+causally inside each sequence: flash-attn's varlen kernel on CUDA when installed, else SDPA on the
+sequences laid out side by side in a right-padded grid (only attention sees padding).
+
+With ``share_prompts``, sequences with the same prompt (a DPO pair's chosen and rejected, RLOO's K
+samples) hold that prompt once: the row is [prompt, completion 1, completion 2, ...], each completion
+positioned right after the prompt and attending to the prompt and itself, never to its siblings. The
+numbers are those of separate sequences; the prompt's work is done once (prefix sharing, as in
+Wang et al. 2024, "Accelerating Direct Preference Optimization with Prefix Sharing").
 
 Only the positions that predict completion tokens go through the output layer, and they go through
 ``selected_logprobs`` in chunks, so the N x V logits never exist at once and the prompt's logits are
-never computed at all.
+never computed at all. Models without transformers' attention interface fall back to right padding.
 
 Shapes: S sequences, N tokens in the packed row (or S x L when padded), M completion tokens, H hidden.
 """
@@ -28,23 +32,65 @@ from training.algorithms import segment_sum, selected_logprobs
 VARLEN_ATTENTION = "concord_varlen"
 
 
-_LAYOUT_CACHE: dict[str, object] = {}
+@dataclass(frozen=True)
+class _Grid:
+    """One causal SDPA call: ``rows`` right-padded rows of ``width`` built from packed positions."""
+
+    source: Tensor  # [n] packed positions read into the grid, row by row
+    flat_index: Tensor  # [n] where each lands in the flattened [rows * width] grid
+    rows: int
+    width: int
+    keep: Tensor | None  # [m] which of the n outputs this grid provides (None: all)
+    dest: Tensor | None  # [m] packed positions they are written to (None: ``source``)
 
 
-def _segment_layout(cu_seqlens: Tensor) -> tuple[Tensor, int, int]:
-    """(flat index of each packed token in an [S * L] grid, S, L) for the spans of ``cu_seqlens``;
-    remembered for the last ``cu_seqlens`` seen, since every layer of a forward asks again."""
-    if _LAYOUT_CACHE.get("key") is cu_seqlens:
-        return _LAYOUT_CACHE["value"]  # type: ignore[return-value]
-    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
-    n_segments, longest = int(lengths.numel()), int(lengths.max())
-    segment = torch.repeat_interleave(torch.arange(n_segments, device=lengths.device), lengths)
-    offset = (
-        torch.arange(int(lengths.sum()), device=lengths.device) - cu_seqlens[:-1].long()[segment]
-    )
-    value = (segment * longest + offset, n_segments, longest)
-    _LAYOUT_CACHE.update(key=cu_seqlens, value=value)
-    return value
+@dataclass(frozen=True)
+class PackedLayout:
+    """How attention reads a packed row: one grid per completion slot (one grid without sharing)."""
+
+    grids: tuple[_Grid, ...]
+    n_tokens: int
+
+
+def _grid_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    layout: PackedLayout,
+    scaling: float | None,
+    dropout: float,
+) -> Tensor:
+    """query, key, value: [1, heads, N, D] (key/value already repeated to all heads) -> [1, N, heads, D]."""
+    heads, head_dim = query.shape[1], query.shape[-1]
+    q, k, v = query[0], key[0], value[0]
+    out = None
+    for grid in layout.grids:
+
+        def to_grid(x: Tensor, grid: _Grid = grid) -> Tensor:
+            rows = (
+                x
+                if grid.keep is None and grid.dest is None and len(layout.grids) == 1
+                else (x.index_select(1, grid.source))
+            )
+            flat = x.new_zeros(heads, grid.rows * grid.width, head_dim)
+            flat = flat.index_copy(1, grid.flat_index, rows)
+            return flat.view(heads, grid.rows, grid.width, head_dim).transpose(0, 1)
+
+        attended = F.scaled_dot_product_attention(
+            to_grid(q), to_grid(k), to_grid(v), dropout_p=dropout, is_causal=True, scale=scaling
+        )
+        flat = attended.transpose(0, 1).reshape(heads, grid.rows * grid.width, head_dim)
+        result = flat.index_select(1, grid.flat_index)  # [heads, n, D] in ``source`` order
+        if grid.keep is not None:
+            result = result.index_select(1, grid.keep)
+        if len(layout.grids) == 1:
+            out = result
+        else:
+            base = out if out is not None else q.new_zeros(heads, layout.n_tokens, head_dim)
+            dest = grid.dest if grid.dest is not None else grid.source
+            out = base.index_copy(1, dest, result)
+    assert out is not None
+    return out.transpose(0, 1).unsqueeze(0).contiguous()
 
 
 def _varlen_sdpa_attention(
@@ -58,20 +104,19 @@ def _varlen_sdpa_attention(
     is_causal: bool | None = None,
     **kwargs,
 ) -> tuple[Tensor, None]:
-    """Attention over a packed row, each [cu_seqlens[i], cu_seqlens[i+1]) span on its own.
+    """Attention over a packed row described by ``concord_layout`` (see ``PackedLayout``).
 
     query: [1, heads, N, D]; key, value: [1, kv_heads, N, D] -> ([1, N, heads, D], None), the layout
-    transformers' attention functions return. Only attention sees padding: the spans are scattered
-    into an [S, heads, L, D] grid (right-padded), one causal SDPA call runs on it (the fused CPU/CUDA
-    kernel; per-span calls with grouped-query heads fall back to the slow math kernel on CPU), and
-    the real positions are gathered back. With right padding a causal query never sees a padded key,
-    so this is exact. Without ``cu_seq_lens_q`` (padded batches, generation with a cache) this is
-    transformers' own SDPA attention.
+    transformers' attention functions return. The packed positions are scattered into right-padded
+    grids and one causal SDPA call runs per grid: the fused CPU/CUDA kernel (SDPA per sequence with
+    grouped-query heads falls back to the slow math kernel on CPU). With right padding a causal query
+    never sees a padded key, so this is exact. Without a layout (padded batches, generation with a
+    cache) this is transformers' own SDPA attention.
     """
     from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
-    cu_seqlens = kwargs.get("cu_seq_lens_q")
-    if cu_seqlens is None:
+    layout = kwargs.pop("concord_layout", None)
+    if layout is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
@@ -80,24 +125,8 @@ def _varlen_sdpa_attention(
         raise ValueError("packed batches are for causal (decoder) attention only")
     n_rep = query.shape[1] // key.shape[1]
     key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
-    flat_index, n_segments, longest = _segment_layout(cu_seqlens)
-    heads, head_dim = query.shape[1], query.shape[-1]
-
-    def to_grid(x: Tensor) -> Tensor:  # [1, heads, N, D] -> [S, heads, L, D]
-        grid = x.new_zeros(heads, n_segments * longest, head_dim)
-        grid = grid.index_copy(1, flat_index, x[0])
-        return grid.view(heads, n_segments, longest, head_dim).transpose(0, 1)
-
-    out = F.scaled_dot_product_attention(
-        to_grid(query),
-        to_grid(key),
-        to_grid(value),
-        dropout_p=dropout if module.training else 0.0,
-        is_causal=True,
-        scale=scaling,
-    )
-    out = out.transpose(0, 1).reshape(heads, n_segments * longest, head_dim)
-    return out.index_select(1, flat_index).transpose(0, 1).unsqueeze(0).contiguous(), None
+    dropout_p = dropout if module.training else 0.0
+    return _grid_attention(query, key, value, layout, scaling, dropout_p), None
 
 
 def register_varlen_attention() -> str:
@@ -113,7 +142,7 @@ def register_varlen_attention() -> str:
 
 def packed_attention_for(device: torch.device | str) -> str:
     """The attention implementation to load a packable model with: flash-attn 2 on CUDA when it is
-    installed (its varlen kernel reads the same position ids), else the per-sequence SDPA."""
+    installed (its varlen kernel reads the same position ids), else the grid SDPA."""
     if torch.device(device).type == "cuda":
         import importlib.util
 
@@ -136,9 +165,13 @@ class TokenizedSequence:
             )
 
     @property
+    def scored_from(self) -> int:
+        """First token with a log-probability (the first token of a sequence never has one)."""
+        return max(self.prompt_length, 1)
+
+    @property
     def completion_length(self) -> int:
-        """Tokens that get a log-probability (the first token of a sequence never can)."""
-        return len(self.input_ids) - max(self.prompt_length, 1)
+        return len(self.input_ids) - self.scored_from
 
 
 @dataclass
@@ -149,14 +182,17 @@ class SequenceBatch:
     input_ids: Tensor  # [1, N] packed or [S, L] padded
     position_ids: Tensor  # same shape as input_ids
     attention_mask: Tensor | None  # [S, L] when padded, None when packed
-    cu_seqlens: Tensor | None  # [S + 1] int32 when packed
+    layout: PackedLayout | None  # how attention reads the packed row; None when padded
+    cu_seqlens: (
+        Tensor | None
+    )  # [S + 1] int32 sequence boundaries, packed without sharing (flash-attn)
     max_sequence_length: int
     predict_index: Tensor  # [M] flat rows of the hidden states that predict a completion token
     targets: Tensor  # [M] the completion tokens they predict
     segment_ids: Tensor  # [M] which sequence each completion token belongs to
     completion_lengths: Tensor  # [S] completion tokens per sequence
     last_index: Tensor  # [S] flat row of each sequence's last token (for reward and value heads)
-    n_tokens: int  # real (non-padding) tokens
+    n_tokens: int  # tokens the model runs on (padding excluded, shared prompts counted once)
 
     @property
     def n_sequences(self) -> int:
@@ -164,24 +200,29 @@ class SequenceBatch:
 
     @property
     def packed(self) -> bool:
-        return self.cu_seqlens is not None
+        return self.layout is not None
 
     def model_kwargs(self) -> dict[str, object]:
         """Keyword arguments for the decoder's forward."""
-        if self.cu_seqlens is None:
+        if self.layout is None:
             return {
                 "input_ids": self.input_ids,
                 "attention_mask": self.attention_mask,
                 "position_ids": self.position_ids,
             }
-        return {
+        kwargs: dict[str, object] = {
             "input_ids": self.input_ids,
             "position_ids": self.position_ids,
-            "cu_seq_lens_q": self.cu_seqlens,
-            "cu_seq_lens_k": self.cu_seqlens,
-            "max_length_q": self.max_sequence_length,
-            "max_length_k": self.max_sequence_length,
+            "concord_layout": self.layout,
         }
+        if self.cu_seqlens is not None:
+            kwargs.update(
+                cu_seq_lens_q=self.cu_seqlens,
+                cu_seq_lens_k=self.cu_seqlens,
+                max_length_q=self.max_sequence_length,
+                max_length_k=self.max_sequence_length,
+            )
+        return kwargs
 
     def to_padded(self, values: Tensor) -> tuple[Tensor, Tensor]:
         """Per-completion-token values [M] -> ([S, T] right-padded with 0, mask [S, T]),
@@ -196,45 +237,159 @@ class SequenceBatch:
         return out, mask
 
 
+def _packed_layout(
+    groups: list[tuple[int, list[int]]],
+    branch_starts: list[list[int]],
+    branch_lengths: list[list[int]],
+    n_tokens: int,
+    device: torch.device | str,
+) -> PackedLayout:
+    """Grids for groups of (prefix start, member indices) with their branches' starts and lengths."""
+    slots = max(len(members) for _, members in groups)
+    grids = []
+    for slot in range(slots):
+        source: list[int] = []
+        flat: list[int] = []
+        keep: list[int] = []
+        rows = [g for g in range(len(groups)) if len(groups[g][1]) > slot]
+        widths = []
+        for g in rows:
+            start, _ = groups[g]
+            prefix = branch_starts[g][0] - start
+            widths.append(prefix + branch_lengths[g][slot])
+        width = max(widths)
+        for row, g in enumerate(rows):
+            start, _ = groups[g]
+            prefix = branch_starts[g][0] - start
+            positions = list(range(start, start + prefix))
+            branch = branch_starts[g][slot]
+            positions += range(branch, branch + branch_lengths[g][slot])
+            if slot > 0:
+                keep.extend(range(len(source) + prefix, len(source) + len(positions)))
+            source.extend(positions)
+            flat.extend(row * width + offset for offset in range(len(positions)))
+        as_tensor = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
+        if slot == 0:
+            grids.append(_Grid(as_tensor(source), as_tensor(flat), len(rows), width, None, None))
+        else:
+            dest = [source[i] for i in keep]
+            grids.append(
+                _Grid(
+                    as_tensor(source),
+                    as_tensor(flat),
+                    len(rows),
+                    width,
+                    as_tensor(keep),
+                    as_tensor(dest),
+                )
+            )
+    return PackedLayout(tuple(grids), n_tokens)
+
+
 def build_batch(
     sequences: Sequence[TokenizedSequence],
     *,
     packed: bool,
     pad_token_id: int,
     device: torch.device | str = "cpu",
+    share_prompts: bool = False,
 ) -> SequenceBatch:
-    """Lay out ``sequences`` for one forward pass, packed (one row, no padding) or right-padded."""
+    """Lay out ``sequences`` for one forward pass: packed (one row, no padding; with
+    ``share_prompts``, one copy of each distinct prompt) or right-padded."""
     if not sequences:
         raise ValueError("no sequences to batch")
-    lengths = [len(s.input_ids) for s in sequences]
-    longest = max(lengths)
-    row_width = sum(lengths) if packed else longest
-    predict, targets, segments, completion_lengths, last = [], [], [], [], []
-    offset = 0
-    for index, seq in enumerate(sequences):
-        base = offset if packed else index * row_width
-        first = max(seq.prompt_length, 1)
-        positions = range(first - 1, len(seq.input_ids) - 1)
-        predict.extend(base + p for p in positions)
-        targets.extend(seq.input_ids[first:])
-        segments.extend([index] * len(positions))
-        completion_lengths.append(len(positions))
-        last.append(base + len(seq.input_ids) - 1)
-        offset += len(seq.input_ids)
+    if not packed:
+        return _padded_batch(sequences, pad_token_id=pad_token_id, device=device)
 
-    if packed:
-        input_ids = torch.tensor([[t for s in sequences for t in s.input_ids]])
-        position_ids = torch.tensor([[p for n in lengths for p in range(n)]])
-        attention_mask = None
-        cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-    else:
-        input_ids = torch.full((len(sequences), longest), pad_token_id)
-        attention_mask = torch.zeros(len(sequences), longest, dtype=torch.long)
-        for row, seq in enumerate(sequences):
-            input_ids[row, : len(seq.input_ids)] = torch.tensor(seq.input_ids)
-            attention_mask[row, : len(seq.input_ids)] = 1
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        cu_seqlens = None
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, seq in enumerate(sequences):
+        prefix = tuple(seq.input_ids[: seq.scored_from])
+        key = prefix if share_prompts else (index, *prefix)
+        groups.setdefault(key, []).append(index)
+    tokens: list[int] = []
+    positions: list[int] = []
+    group_rows: list[tuple[int, list[int]]] = []
+    branch_starts: list[list[int]] = []
+    branch_lengths: list[list[int]] = []
+    predict = [0] * len(sequences)
+    last = [0] * len(sequences)
+    lengths = [0] * len(sequences)
+    for members in groups.values():
+        first = sequences[members[0]]
+        prefix = first.input_ids[: first.scored_from]
+        start = len(tokens)
+        tokens.extend(prefix)
+        positions.extend(range(len(prefix)))
+        starts, sizes = [], []
+        for index in members:
+            completion = sequences[index].input_ids[len(prefix) :]
+            branch = len(tokens)
+            tokens.extend(completion)
+            positions.extend(range(len(prefix), len(prefix) + len(completion)))
+            starts.append(branch)
+            sizes.append(len(completion))
+            # Token j of the completion is predicted by the one before it: the prompt's last token
+            # for j = 0, else completion token j - 1.
+            predict[index] = [
+                branch - 1 if j == 0 else branch + j - 1 for j in range(len(completion))
+            ]
+            if completion:
+                predict[index][0] = start + len(prefix) - 1
+            last[index] = branch + len(completion) - 1 if completion else start + len(prefix) - 1
+            lengths[index] = len(completion)
+        group_rows.append((start, members))
+        branch_starts.append(starts)
+        branch_lengths.append(sizes)
+
+    shared = any(len(members) > 1 for members in groups.values())
+    sequence_lengths = [len(s.input_ids) for s in sequences]
+    cu_seqlens = None
+    if not shared:
+        cu_seqlens = torch.tensor(
+            [0, *torch.tensor(sequence_lengths).cumsum(0).tolist()],
+            dtype=torch.int32,
+            device=device,
+        )
+    targets = [t for s in sequences for t in s.input_ids[s.scored_from :]]
+    segments = [i for i, n in enumerate(lengths) for _ in range(n)]
+
+    def on_device(values: list[int]) -> Tensor:
+        return torch.tensor(values, dtype=torch.long, device=device)
+
+    return SequenceBatch(
+        input_ids=torch.tensor([tokens], device=device),
+        position_ids=torch.tensor([positions], device=device),
+        attention_mask=None,
+        layout=_packed_layout(group_rows, branch_starts, branch_lengths, len(tokens), device),
+        cu_seqlens=cu_seqlens,
+        max_sequence_length=max(sequence_lengths),
+        predict_index=on_device([p for index in range(len(sequences)) for p in predict[index]]),
+        targets=on_device(targets),
+        segment_ids=on_device(segments),
+        completion_lengths=on_device(lengths),
+        last_index=on_device(last),
+        n_tokens=len(tokens),
+    )
+
+
+def _padded_batch(
+    sequences: Sequence[TokenizedSequence], *, pad_token_id: int, device: torch.device | str
+) -> SequenceBatch:
+    lengths = [len(s.input_ids) for s in sequences]
+    width = max(lengths)
+    input_ids = torch.full((len(sequences), width), pad_token_id)
+    attention_mask = torch.zeros(len(sequences), width, dtype=torch.long)
+    predict, targets, segments, completion_lengths, last = [], [], [], [], []
+    for row, seq in enumerate(sequences):
+        input_ids[row, : len(seq.input_ids)] = torch.tensor(seq.input_ids)
+        attention_mask[row, : len(seq.input_ids)] = 1
+        base = row * width
+        predict.extend(base + p for p in range(seq.scored_from - 1, len(seq.input_ids) - 1))
+        targets.extend(seq.input_ids[seq.scored_from :])
+        segments.extend([row] * seq.completion_length)
+        completion_lengths.append(seq.completion_length)
+        last.append(base + len(seq.input_ids) - 1)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
     def on_device(values: list[int]) -> Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
@@ -242,9 +397,10 @@ def build_batch(
     return SequenceBatch(
         input_ids=input_ids.to(device),
         position_ids=position_ids.to(device),
-        attention_mask=None if attention_mask is None else attention_mask.to(device),
-        cu_seqlens=None if cu_seqlens is None else cu_seqlens.to(device),
-        max_sequence_length=longest,
+        attention_mask=attention_mask.to(device),
+        layout=None,
+        cu_seqlens=None,
+        max_sequence_length=width,
         predict_index=on_device(predict),
         targets=on_device(targets),
         segment_ids=on_device(segments),
@@ -264,6 +420,11 @@ def supports_packing(model: torch.nn.Module) -> bool:
         and not getattr(config, "is_encoder_decoder", False)
         and getattr(config, "model_type", "") not in {"bert", "roberta", "distilbert", "deberta"}
     )
+
+
+def can_share_prompts(model: torch.nn.Module) -> bool:
+    """Prompt sharing needs the grid attention (flash-attn's varlen kernel reads boundaries only)."""
+    return getattr(model.config, "_attn_implementation", None) == VARLEN_ATTENTION
 
 
 def plain_output_weight(model: torch.nn.Module) -> Tensor | None:

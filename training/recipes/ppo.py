@@ -53,6 +53,7 @@ from training.recipes.online import (
 from training.recipes.packing import (
     SequenceBatch,
     build_batch,
+    can_share_prompts,
     completion_token_logprobs,
     last_hidden_states,
     plain_output_weight,
@@ -203,7 +204,11 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
             shaped = shape_rewards(scores, rollouts, config, normalizer).to(device)
 
             full = build_batch(
-                [r.sequence() for r in rollouts], packed=packed, pad_token_id=pad_id, device=device
+                [r.sequence() for r in rollouts],
+                packed=packed,
+                pad_token_id=pad_id,
+                device=device,
+                share_prompts=packed and can_share_prompts(policy),
             )
             with torch.no_grad(), autocast(device, config.bf16):
                 policy.eval()

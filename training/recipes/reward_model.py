@@ -28,7 +28,7 @@ from training.recipes.data import (
     split_eval,
 )
 from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
-from training.recipes.models import load_tokenizer
+from training.recipes.models import enable_activation_checkpointing, load_tokenizer
 from training.recipes.packing import (
     VARLEN_ATTENTION,
     TokenizedSequence,
@@ -190,7 +190,7 @@ def train_reward_model(
         resume_from or config.model, device=device, tokenizer=tokenizer, packing=packing
     )
     if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
     model.train()
     scorer = RewardScorer(
         model, tokenizer, max_length=config.max_length, prompt_budget=config.prompt_budget

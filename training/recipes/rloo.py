@@ -28,7 +28,7 @@ from training.recipes.online import (
     score_rollouts,
     shape_rewards,
 )
-from training.recipes.packing import build_batch, completion_token_logprobs
+from training.recipes.packing import build_batch, can_share_prompts, completion_token_logprobs
 from training.recipes.reward_model import RewardScorer, load_sequence_classifier
 from training.recipes.runtime import (
     Throughput,
@@ -42,7 +42,13 @@ from training.recipes.runtime import (
 
 
 def _token_logprobs(model: Any, sequences: list, *, packed: bool, pad_id: int, device, temperature):
-    batch = build_batch(sequences, packed=packed, pad_token_id=pad_id, device=device)
+    batch = build_batch(
+        sequences,
+        packed=packed,
+        pad_token_id=pad_id,
+        device=device,
+        share_prompts=packed and can_share_prompts(model),
+    )
     return completion_token_logprobs(model, batch, temperature=temperature), batch
 
 
