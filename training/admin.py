@@ -80,14 +80,17 @@ class TrainingRunForm(forms.ModelForm):
     def __init__(self, *args: Any, kind: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.kind = kind
-        self.fields["kind"].initial = kind
-        self.fields["kind"].widget.attrs["data-reload-kind"] = "1"
-        self.fields["base_model"].choices = [
-            (m.name, f"{m.name} ({m.family})") for m in registered_models()
-        ]
-        self.fields["reward_model_run"].queryset = TrainingRun.objects.filter(
-            kind="rm", status=TrainingRun.Status.SUCCEEDED
-        )
+        if "kind" in self.fields:  # read-only (absent) once the run exists
+            self.fields["kind"].initial = kind
+            self.fields["kind"].widget.attrs["data-reload-kind"] = "1"
+        if "base_model" in self.fields:
+            self.fields["base_model"].choices = [
+                (m.name, f"{m.name} ({m.family})") for m in registered_models()
+            ]
+        if "reward_model_run" in self.fields:
+            self.fields["reward_model_run"].queryset = TrainingRun.objects.filter(
+                kind="rm", status=TrainingRun.Status.SUCCEEDED
+            )
         current = self.instance.config if self.instance.pk else {}
         self.config_specs = {f.name: f for f in _config_fields(kind)}
         for name, spec in self.config_specs.items():
@@ -239,9 +242,6 @@ class TrainingRunAdmin(admin.ModelAdmin):
         )
         obj.pk = created.pk
         obj.__dict__.update({k: v for k, v in created.__dict__.items() if not k.startswith("_")})
-
-    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
-        """Inlines are read-only; nothing related to save."""
 
     @admin.display(description="progress")
     def progress(self, run: TrainingRun) -> str:

@@ -160,11 +160,7 @@ ADMIN_MODEL_EXCEPTIONS = {
     ("admin:annotation_datasetexport_change", "post"): (302, 302, 302, 403, 403),
 }
 # Known failures (found by this test); strict, so the entry must go once the bug is fixed.
-KNOWN_BUGS = {
-    "admin:training_trainingrun_change": (
-        "training/admin.py:83 KeyError 'kind' (500) on the change page of an existing run"
-    ),
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def expected_statuses(name: str, route: str, method: str) -> tuple[int, ...] | None:

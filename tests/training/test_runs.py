@@ -219,3 +219,24 @@ def test_run_pages_and_metrics_json(snapshot, ml_engineer, annotator):
     assert data["series"] == {"loss": [[2, 0.61]], "kl": [[2, 0.2]]}
     assert data["alerts"] == 1
     assert logged_in(annotator).get(reverse("monitoring:runs")).status_code == 404
+
+
+def test_admin_change_page_edits_a_draft_and_shows_a_finished_run(snapshot, ml_engineer):
+    """A draft's settings can be changed; a launched run's page shows, read-only."""
+    run = _dpo(snapshot, beta=0.2)
+    client = logged_in(ml_engineer)
+    url = reverse("admin:training_trainingrun_change", args=[run.pk])
+    assert client.get(url).status_code == 200
+    data = {
+        "name": "renamed", "base_model": "smollm2-135m-instruct", "snapshot": snapshot.pk,
+        "gpus": 1, "cfg__beta": "0.3", "cfg__max_steps": "4", "cfg__batch_size": "2",
+        "cfg__max_length": "64", "cfg__checkpoint_every": "2", "cfg__learning_rate": "0.001",
+    }  # fmt: skip
+    for prefix in ("checkpoints", "events"):  # the read-only inlines' management forms
+        data.update({f"{prefix}-TOTAL_FORMS": "0", f"{prefix}-INITIAL_FORMS": "0"})
+    response = client.post(url, data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    run.refresh_from_db()
+    assert (run.name, run.config["beta"]) == ("renamed", 0.3)
+    TrainingRun.objects.filter(pk=run.pk).update(status="succeeded")
+    assert client.get(url).status_code == 200
