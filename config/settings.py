@@ -252,7 +252,7 @@ CONCORD_METRICS_HOOK = "monitoring.alerts.evaluate_metrics"
 CONCORD_ALERT_RULES = [
     {"metric": "kl", "direction": ">", "threshold": 0.15,
      "meaning": "policy drifting from the reference", "diagnosis_step": 1},
-    {"metric": "reward_std", "direction": "<", "threshold": 0.05,
+    {"metric": "reward/score_std", "direction": "<", "threshold": 0.05,
      "meaning": "reward collapse: a shortcut was found", "diagnosis_step": 2},
     {"metric": "clip_fraction", "direction": ">", "threshold": 0.3,
      "meaning": "PPO updates clipped too often", "diagnosis_step": 1},

@@ -11,20 +11,21 @@ from training.models import MetricPoint, TrainingRun
 
 # Charts come in this order when the metric exists; others follow alphabetically.
 PREFERRED = (
-    "loss", "reward_mean", "reward_std", "kl", "kl_coef", "clip_fraction", "entropy",
-    "reward_accuracy", "accuracy", "margin", "chosen_reward", "rejected_reward",
+    "loss", "reward/score_mean", "reward/score_std", "reward/total_mean", "kl", "kl_coef",
+    "clip_fraction", "entropy", "rewards/accuracy", "accuracy", "rewards/margin", "rewards/chosen",
+    "rewards/rejected",
     "generation_length", "repetition_rate", "tokens_per_second", "memory_fraction", "learning_rate",
 )  # fmt: skip
 
 
 def runs_overview(*, limit: int = 100) -> list[dict[str, object]]:
-    """Recent runs with their latest value of loss and the open alert count."""
+    """Recent runs with their latest loss, reward and KL, and the open alert count."""
     runs = list(
         TrainingRun.objects.select_related("snapshot__export__project", "created_by")[:limit]
     )
     latest: dict[int, dict[str, float]] = defaultdict(dict)
     for run_id, name, value in (
-        MetricPoint.objects.filter(run__in=runs, name__in=("loss", "reward_mean", "kl"))
+        MetricPoint.objects.filter(run__in=runs, name__in=("loss", "reward/score_mean", "kl"))
         .order_by("run_id", "name", "step")
         .values_list("run_id", "name", "value")
     ):

@@ -152,9 +152,9 @@ def test_alerts_open_with_diagnosis_and_resolve(snapshot):
     assert (alert.metric, alert.threshold, alert.step) == ("kl", 0.15, 3)
     assert "reference model loaded correctly" in alert.diagnosis
     assert evaluate_metrics(run_id=run.pk, step=4, metrics={"kl": 0.5}) == []  # one open alert
-    evaluate_metrics(run_id=run.pk, step=5, metrics={"kl": 0.1, "reward_std": 0.01})
+    evaluate_metrics(run_id=run.pk, step=5, metrics={"kl": 0.1, "reward/score_std": 0.01})
     assert Alert.objects.get(metric="kl").resolved_at is not None
-    assert Alert.objects.get(metric="reward_std").resolved_at is None
+    assert Alert.objects.get(metric="reward/score_std").resolved_at is None
 
 
 def test_metrics_record_replaces_a_repeated_step(snapshot):

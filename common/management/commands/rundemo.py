@@ -26,6 +26,8 @@ class Command(BaseCommand):
             "--queues", ",".join(queues.ALL), "--concurrency", "1",
             # A fresh process per task: training and generation free their memory when done.
             "--max-tasks-per-child", "1", "--loglevel", "INFO",
+            # The periodic reaper (dead training runs) runs in the same process for the demo.
+            "--beat", "--schedule", str(settings.VAR_DIR / "celerybeat-schedule"),
         ]  # fmt: skip
         web_cmd = [sys.executable, "manage.py", "runserver", addr, "--noreload"]
         cwd = str(settings.BASE_DIR)
