@@ -4,7 +4,8 @@ Two files per export, in a folder named by their combined SHA-256:
 
 - ``pairs.jsonl``: one row per comparison with a consensus preference:
   ``{"prompt", "chosen", "rejected", "margin", "consensus", "n_judgements", "agreement",
-  "comparison_id", "external_id", "model_chosen", "model_rejected", "tie"}``. ``prompt`` is the text,
+  "comparison_id", "cluster", "external_id", "model_chosen", "model_rejected", "tie"}``; ``cluster``
+  is the prompt's cluster (None before clustering), for cluster-balanced training batches. ``prompt`` is the text,
   or the conversation as messages.
 - ``judgements.jsonl``: the raw per-annotator rows (choice, strength, shown side, time).
 
@@ -191,6 +192,7 @@ def _write_files(
                         "n_judgements": len(ballot),
                         "agreement": consensus.agreement,
                         "comparison_id": comparison.pk,
+                        "cluster": prompt.cluster,
                         "external_id": comparison.external_id,
                         "model_chosen": chosen.model_name,
                         "model_rejected": rejected.model_name,
