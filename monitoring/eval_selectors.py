@@ -160,7 +160,17 @@ def run_stopping_panel(run: TrainingRun, *, n_boot: int = 1000) -> dict[str, Any
     trend = panel.extras["trend"]
     if trend.best_round is not None:
         best_checkpoint = rated_rounds[trend.best_round].checkpoint
+    length_ratio = repetition = None
+    if latest is not None:
+        rows = list(
+            latest.items.values_list("checkpoint_tokens", "baseline_tokens", "checkpoint_text")
+        )
+        if rows:
+            length_ratio = float(np.mean([max(c, 1) / max(b, 1) for c, b, _ in rows]))
+            repetition = float(np.mean([stopping.repetition_rate(text) for _, _, text in rows]))
     return {
+        "length_ratio": length_ratio,
+        "repetition": repetition,
         "bradley_terry": run_bradley_terry(run, n_boot=min(n_boot, 300)),
         "panel": panel,
         "latest_round": latest,

@@ -81,6 +81,7 @@ def test_results_page_and_stopping_panel_with_a_decision(open_round, reviewers):
         'data-testid="stopping-panel"' in page
         and 'data-testid="criterion-human_usefulness"' in page
     )
+    assert "2.00x the baseline" in page  # 8 tokens against 4
     ckpt2 = run.checkpoints.get(step=2)
     response = client.post(
         reverse("monitoring:run-decide", args=[run.pk]),
