@@ -25,6 +25,17 @@ def round_judgements(round_: EvalRound) -> list[EvalJudgement]:
     )
 
 
+def round_win_rate_over_time(round_: EvalRound) -> list[dict[str, float]]:
+    """[{n, estimate, low, high}] after each rating, in arrival order (Wilson 95%)."""
+    outcomes = [
+        {"a": 1.0, "tie": 0.5, "b": 0.0}[preference]
+        for preference in EvalJudgement.objects.filter(assignment__item__round=round_)
+        .order_by("created_at", "pk")
+        .values_list("preference", flat=True)
+    ]
+    return stopping.win_rate_over_time(outcomes)
+
+
 def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
     """Everything the results page shows.
 

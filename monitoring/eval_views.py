@@ -7,7 +7,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -138,6 +138,15 @@ def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
     results = eval_selectors.round_results(round_)
     context = {"round": round_, "results": results, "over_time": results["over_time"]}
     return render(request, "monitoring/eval/round.html", context)
+
+
+@login_required
+def round_progress(request: HttpRequest, round_id: int) -> JsonResponse:
+    """The round's status and win rate after each rating so far (the results chart polls this)."""
+    _reviewer_or_engineer(request)
+    round_ = get_object_or_404(EvalRound, pk=round_id)
+    over_time = eval_selectors.round_win_rate_over_time(round_)
+    return JsonResponse({"status": round_.status, "n": len(over_time), "over_time": over_time})
 
 
 class DecisionForm(forms.Form):

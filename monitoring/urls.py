@@ -13,4 +13,5 @@ urlpatterns = [
     path("eval/", eval_views.rounds, name="eval-rounds"),
     path("eval/<int:round_id>/", eval_views.round_detail, name="eval-round"),
     path("eval/<int:round_id>/rate/", eval_views.rate, name="eval-rate"),
+    path("eval/<int:round_id>/progress.json", eval_views.round_progress, name="eval-progress"),
 ]

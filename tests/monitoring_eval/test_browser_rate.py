@@ -55,3 +55,34 @@ def test_reviewer_rates_blind_with_the_keyboard(browser, page, run_with_checkpoi
     made = EvalJudgement.objects.get()
     assert (made.preference, made.usefulness, made.note) == ("a", 4, "clear and short")
     assert made.elapsed_ms > 0
+
+
+def test_results_chart_follows_ratings_as_they_arrive(
+    browser, page, run_with_checkpoints, reviewers
+):
+    """The results page draws the win rate after each rating and, while the round is open, redraws
+    when another reviewer's rating arrives (it polls every 5 s)."""
+    round_ = eval_services.round_create(
+        checkpoint=run_with_checkpoints.checkpoints.get(step=4),
+        project=run_with_checkpoints.snapshot.export.project, size=2, created_by=None,
+        baseline_model=BASELINE, enqueue=False,
+    )  # fmt: skip
+    EvalRound.objects.filter(pk=round_.pk).update(status="open")
+    round_.refresh_from_db()
+
+    def rate_once(reviewer) -> None:
+        assignment = eval_services.eval_claim_next(reviewer=reviewer, round_=round_)
+        eval_services.eval_submit(
+            assignment=assignment, reviewer=reviewer, pick="tie", usefulness=3
+        )
+
+    rate_once(reviewers[1])
+    page.goto("/accounts/login/")
+    page.fill("#id_username", reviewers[0].username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.goto(f"/monitoring/eval/{round_.pk}/")
+    caption = page.get_by_test_id("win-rate-caption")
+    expect(caption).to_contain_text("after 1 ratings: 0.500")
+    rate_once(reviewers[2])
+    expect(caption).to_contain_text("after 2 ratings: 0.500", timeout=12_000)

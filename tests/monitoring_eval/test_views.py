@@ -82,6 +82,8 @@ def test_results_page_and_stopping_panel_with_a_decision(open_round, reviewers):
         and 'data-testid="criterion-human_usefulness"' in page
     )
     assert "2.00x the baseline" in page  # 8 tokens against 4
+    progress = client.get(reverse("monitoring:eval-progress", args=[open_round.pk])).json()
+    assert progress["n"] == 12 and progress["over_time"][-1]["estimate"] == 1.0
     ckpt2 = run.checkpoints.get(step=2)
     response = client.post(
         reverse("monitoring:run-decide", args=[run.pk]),
@@ -136,6 +138,10 @@ EXPECTED = {
     "monitoring:eval-round": {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
     "monitoring:eval-rate": {"get": (302, 403, 200, 403, 200), "post": (302, 403, 404, 403, 404)},
     "monitoring:run-decide": {"get": (302, 405, 405, 405, 405), "post": (302, 403, 302, 403, 302)},
+    "monitoring:eval-progress": {
+        "get": (302, 403, 200, 200, 200),
+        "post": (302, 403, 200, 200, 200),
+    },
 }
 
 
@@ -153,6 +159,7 @@ def test_status_per_role_of_the_eval_urls(open_round, annotator, reviewers, ml_e
         "monitoring:eval-round": [open_round.pk],
         "monitoring:eval-rate": [open_round.pk],
         "monitoring:run-decide": [open_round.checkpoint.run_id],
+        "monitoring:eval-progress": [open_round.pk],
     }
     for name, methods in EXPECTED.items():
         url = reverse(name, args=args[name])

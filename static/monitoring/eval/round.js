@@ -1,32 +1,48 @@
-// A round's win rate after each rating, with its Wilson band and the 0.5 line (plain SVG).
+// A round's win rate after each rating, with its Wilson band and the 0.5 line (plain SVG); while the
+// round is open the chart polls the round's progress and redraws as ratings arrive.
 (function () {
   "use strict";
   const figure = document.getElementById("win-rate-chart");
   const data = document.getElementById("win-rate-over-time");
   if (!figure || !data) return;
-  const rows = JSON.parse(data.textContent);
-  if (!rows.length) { figure.textContent = "No ratings yet."; return; }
   const W = 640, H = 220, pad = 32, ns = "http://www.w3.org/2000/svg";
-  const x = (n) => pad + ((W - 2 * pad) * (n - 1)) / Math.max(1, rows.length - 1);
-  const y = (v) => H - pad - (H - 2 * pad) * v;
   const el = (name, attrs) => {
     const node = document.createElementNS(ns, name);
     for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
     return node;
   };
-  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img" });
-  const band = rows.map((r) => `${x(r.n)},${y(r.high)}`)
-    .concat(rows.slice().reverse().map((r) => `${x(r.n)},${y(r.low)}`)).join(" ");
-  svg.append(el("polygon", { points: band, fill: "rgba(60,120,200,0.2)" }));
-  svg.append(el("line", { x1: pad, x2: W - pad, y1: y(0.5), y2: y(0.5), stroke: "#999", "stroke-dasharray": "4 4" }));
-  svg.append(el("polyline", { points: rows.map((r) => `${x(r.n)},${y(r.estimate)}`).join(" "), fill: "none", stroke: "#2060b0", "stroke-width": 2 }));
-  for (const v of [0, 0.5, 1]) {
-    const label = el("text", { x: 4, y: y(v) + 4, "font-size": 11 });
-    label.textContent = String(v);
-    svg.append(label);
+  function draw(rows) {
+    figure.replaceChildren();
+    if (!rows.length) { figure.textContent = "No ratings yet."; return; }
+    const x = (n) => pad + ((W - 2 * pad) * (n - 1)) / Math.max(1, rows.length - 1);
+    const y = (v) => H - pad - (H - 2 * pad) * v;
+    const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img" });
+    const band = rows.map((r) => `${x(r.n)},${y(r.high)}`)
+      .concat(rows.slice().reverse().map((r) => `${x(r.n)},${y(r.low)}`)).join(" ");
+    svg.append(el("polygon", { points: band, fill: "rgba(60,120,200,0.2)" }));
+    svg.append(el("line", { x1: pad, x2: W - pad, y1: y(0.5), y2: y(0.5), stroke: "#999", "stroke-dasharray": "4 4" }));
+    svg.append(el("polyline", { points: rows.map((r) => `${x(r.n)},${y(r.estimate)}`).join(" "), fill: "none", stroke: "#2060b0", "stroke-width": 2 }));
+    for (const v of [0, 0.5, 1]) {
+      const label = el("text", { x: 4, y: y(v) + 4, "font-size": 11 });
+      label.textContent = String(v);
+      svg.append(label);
+    }
+    const last = rows[rows.length - 1];
+    const caption = document.createElement("figcaption");
+    caption.dataset.testid = "win-rate-caption";
+    caption.textContent = `Win rate after ${last.n} ratings: ${last.estimate.toFixed(3)} [${last.low.toFixed(3)}, ${last.high.toFixed(3)}]`;
+    figure.append(svg, caption);
   }
-  const last = rows[rows.length - 1];
-  const caption = document.createElement("figcaption");
-  caption.textContent = `Win rate after ${last.n} ratings: ${last.estimate.toFixed(3)} [${last.low.toFixed(3)}, ${last.high.toFixed(3)}]`;
-  figure.append(svg, caption);
+  let shown = JSON.parse(data.textContent);
+  draw(shown);
+  if (figure.dataset.status !== "open" && figure.dataset.status !== "generating") return;
+  const timer = setInterval(async () => {
+    try {
+      const response = await fetch(figure.dataset.progressUrl, { credentials: "same-origin" });
+      if (!response.ok) return;
+      const body = await response.json();
+      if (body.n !== shown.length) { shown = body.over_time; draw(shown); }
+      if (body.status !== "open" && body.status !== "generating") clearInterval(timer);
+    } catch (error) { /* the next tick tries again */ }
+  }, 5000);
 })();
