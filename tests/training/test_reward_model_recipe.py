@@ -113,3 +113,52 @@ def test_margin_and_centering_options_run(tiny_llama_dir, tmp_path):
         )
     )
     assert result.status == "completed"
+
+
+def test_annotator_aware_model_learns_a_side_bias_and_reports_the_plain_accuracy(
+    tiny_llama_dir, tmp_path
+):
+    """32 import-format rows (the 8 pairs 4 times) with three annotators: 'careful' votes for the
+    gold response, 'lefty' for whichever was shown on the left, 'noisy' at random. The bias head
+    learns a left pull for lefty (not for careful), and the summary holds the plain model's held-out
+    accuracy beside its own."""
+    import random
+
+    from tests.training.conftest import write_jsonl
+
+    rng = random.Random(0)
+    rows = []
+    for prompt, chosen, rejected in PAIRS * 4:
+        judgements = []
+        for annotator in ("careful", "lefty", "noisy"):
+            shown_left = rng.choice("ab")
+            choice = {"careful": "a", "lefty": shown_left, "noisy": rng.choice("ab")}[annotator]
+            judgements.append({"annotator": annotator, "choice": choice, "shown_left": shown_left})
+        rows.append(
+            {
+                "prompt": prompt,
+                "response_a": chosen,
+                "response_b": rejected,
+                "gold": "a",
+                "judgements": judgements,
+            }
+        )
+    data = write_jsonl(tmp_path / "judged.jsonl", rows)
+    result = train_reward_model(
+        _config(
+            tiny_llama_dir,
+            data,
+            tmp_path / "run",
+            annotator_aware=True,
+            epochs=3,
+            batch_size=8,
+            annotator_head_learning_rate=5e-2,
+            lr_scheduler="constant",
+        )
+    )
+    annotators = result.summary["annotators"]
+    assert set(annotators) == {"careful", "lefty", "noisy", "(consensus)"}
+    assert annotators["lefty"]["left_bias"] > 0.1
+    assert abs(annotators["careful"]["left_bias"]) < annotators["lefty"]["left_bias"] / 2
+    assert result.summary["plain/eval/accuracy"] is not None
+    assert 0.0 <= result.summary["eval/accuracy"] <= 1.0

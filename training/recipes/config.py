@@ -122,6 +122,14 @@ class RewardModelConfig(TrainingConfig):
     eval_fraction: float = _f(0.1, "share of the pairs held out for accuracy and reward statistics")
     use_margin: bool = _f(False, "subtract each pair's 'margin' (preference strength) in the loss")
     center_rewards_coef: float = _f(0.0, "weight of the reward-centering term (0: off)")
+    annotator_aware: bool = _f(
+        False,
+        "train on each annotator's vote with a per-annotator reliability scale and side bias "
+        "(dropped at inference); a plain model is trained too for comparison",
+    )
+    annotator_head_learning_rate: float = _f(
+        1e-2, "learning rate of the per-annotator scales and biases (a few scalars each)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -130,6 +138,8 @@ class RewardModelConfig(TrainingConfig):
             raise ConfigError(f"eval_fraction: must be in [0, 1), got {self.eval_fraction}")
         if self.center_rewards_coef < 0:
             raise ConfigError(f"center_rewards_coef: must be >= 0, got {self.center_rewards_coef}")
+        if self.annotator_aware and self.use_margin:
+            raise ConfigError("use_margin: not with annotator_aware (each vote is its own label)")
 
 
 @dataclass

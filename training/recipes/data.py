@@ -4,7 +4,8 @@ Preference rows (one JSON object a line) take either form:
 
 - TRL style: ``prompt``, ``chosen``, ``rejected`` (the export format), optional ``margin``;
 - Concord's import format: ``prompt``, ``response_a``, ``response_b`` with ``gold`` ("a" | "b") or
-  ``judgements`` (majority of "a"/"b" choices; ties and rows without a majority are skipped).
+  ``judgements`` (majority of "a"/"b" choices; ties and rows without a majority are skipped). Its
+  per-annotator judgements also feed the annotator-aware reward model.
 
 ``prompt`` is a string or a list of chat messages; responses are strings (or a one-message list).
 Prompt rows (PPO, RLOO) need only ``prompt``. A bad line raises ``DataError`` naming its number.
@@ -87,10 +88,40 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, row
 
 
-def load_preference_pairs(path: str | Path) -> list[PreferencePair]:
-    """Every usable pair of the file, in file order (rows without a decided winner are skipped)."""
+@dataclass(frozen=True)
+class AnnotatorVote:
+    """One annotator's judgement of one pair, for the annotator-aware reward model."""
+
+    pair: int  # index into the pairs
+    annotator: str
+    prefers_chosen: bool  # voted for the pair's chosen response
+    chosen_shown_left: bool | None  # which side the chosen response was on, when recorded
+
+
+def _votes(row: dict[str, Any], winner: str, pair: int) -> list[AnnotatorVote]:
+    """Per-annotator a/b votes of an import-format row, relative to the winner (ties skipped)."""
+    votes = []
+    for judgement in row.get("judgements", []):
+        if not isinstance(judgement, dict) or judgement.get("choice") not in ("a", "b"):
+            continue
+        shown = judgement.get("shown_left")
+        votes.append(
+            AnnotatorVote(
+                pair=pair,
+                annotator=str(judgement.get("annotator", "?")),
+                prefers_chosen=judgement["choice"] == winner,
+                chosen_shown_left=None if shown not in ("a", "b") else shown == winner,
+            )
+        )
+    return votes
+
+
+def load_judged_pairs(path: str | Path) -> tuple[list[PreferencePair], list[AnnotatorVote]]:
+    """Every usable pair of the file, in file order (rows without a decided winner are skipped), and
+    the per-annotator votes of rows in Concord's import format (``judgements`` inline)."""
     path = Path(path)
-    pairs = []
+    pairs: list[PreferencePair] = []
+    votes: list[AnnotatorVote] = []
     for number, row in _read_jsonl(path):
         where = f"{path.name} line {number}"
         if "prompt" not in row:
@@ -108,6 +139,7 @@ def load_preference_pairs(path: str | Path) -> list[PreferencePair]:
             a = _response(row["response_a"], where, "response_a")
             b = _response(row["response_b"], where, "response_b")
             chosen, rejected = (a, b) if winner == "a" else (b, a)
+            votes.extend(_votes(row, winner, len(pairs)))
         else:
             raise DataError(
                 f"{where}: needs 'chosen' and 'rejected', or 'response_a' and 'response_b'"
@@ -118,7 +150,12 @@ def load_preference_pairs(path: str | Path) -> list[PreferencePair]:
         pairs.append(PreferencePair(prompt, chosen, rejected, float(margin)))
     if not pairs:
         raise DataError(f"{path.name}: no usable preference pairs")
-    return pairs
+    return pairs, votes
+
+
+def load_preference_pairs(path: str | Path) -> list[PreferencePair]:
+    """Every usable pair of the file, in file order (rows without a decided winner are skipped)."""
+    return load_judged_pairs(path)[0]
 
 
 def load_prompts(path: str | Path) -> list[Messages]:

@@ -73,7 +73,7 @@ def _forward_pairs(
     model: Any, pairs: list[PairTokens], *, packed: bool, pad_token_id: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """One concatenated forward: [chosen_1..m, rejected_1..m] -> (summed log-probs [2m], completion
-    token counts [2m], tokens run). Packed, each pair's prompt is run once for both responses."""
+    token counts [2m], tokens in the sequences). Packed, each pair's prompt runs once for both."""
     sequences = [c for c, _ in pairs] + [r for _, r in pairs]
     batch = build_batch(
         sequences,
@@ -84,7 +84,9 @@ def _forward_pairs(
     )
     per_token = completion_token_logprobs(model, batch)
     totals = segment_sum(per_token, batch.segment_ids, batch.n_sequences)
-    return totals, batch.completion_lengths, batch.n_tokens
+    # Throughput counts the pairs' tokens (each prompt once per response), not the fewer tokens the
+    # shared layout runs, so rates compare with tools that do not share prompts.
+    return totals, batch.completion_lengths, sum(len(s.input_ids) for s in sequences)
 
 
 def compute_reference_logps(

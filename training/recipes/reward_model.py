@@ -5,26 +5,34 @@ Decoders (SmolLM2) read the reward at the last token of prompt + response render
 template, in packed batches when the architecture allows; encoders (MiniLM) read it from the pooled
 first token of the pair ``[CLS] prompt [SEP] response [SEP]``, padded. The trained model is a plain
 ``AutoModelForSequenceClassification`` folder; ``RewardScorer`` scores new responses the same way.
+
+The annotator-aware variant (``annotator_aware``) trains on every annotator's own vote instead of the
+consensus, through a per-annotator reliability scale and side bias (``AnnotatorBiasHead``) that is
+dropped afterwards; prompt-cluster conditioning of PIPELINE.md's third layer is not implemented.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from training.algorithms import bradley_terry_loss
 from training.recipes.callbacks import TrainingCallback
 from training.recipes.config import RewardModelConfig
 from training.recipes.data import (
+    AnnotatorVote,
     ChatEncoder,
     EpochSampler,
     Messages,
     chunks,
-    load_preference_pairs,
+    load_judged_pairs,
     split_eval,
 )
 from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
@@ -173,14 +181,114 @@ def evaluate_reward_model(
     }
 
 
+CONSENSUS_VOTER = "(consensus)"
+
+
+class AnnotatorBiasHead(nn.Module):
+    """Per-annotator calibration of the base reward (PIPELINE.md's annotator-aware reward model).
+
+    P(annotator k prefers the chosen response) = sigmoid(s_k (r_chosen - r_rejected) + b_k side),
+    side = +1 when the chosen response was shown on the left, -1 on the right, 0 unknown. s_k = exp of
+    a learned log-scale (reliability: a noisy annotator's votes move the base reward less) and b_k is
+    the annotator's pull towards the left side. An additive per-annotator offset would cancel in the
+    difference, so these two are the biases a pairwise judgement can reveal. Trained jointly with the
+    reward model and dropped at inference: the saved model is the base reward model alone.
+    """
+
+    def __init__(self, annotators: Sequence[str]) -> None:
+        super().__init__()
+        self.annotators = list(annotators)
+        self.log_scale = nn.Parameter(torch.zeros(len(self.annotators)))
+        self.side_bias = nn.Parameter(torch.zeros(len(self.annotators)))
+
+    def forward(
+        self, reward_gap: torch.Tensor, annotator: torch.Tensor, side: torch.Tensor
+    ) -> torch.Tensor:
+        """reward_gap, side: [V] float, annotator: [V] long -> logits [V] of preferring chosen."""
+        return self.log_scale[annotator].exp() * reward_gap + self.side_bias[annotator] * side
+
+    def report(self) -> dict[str, dict[str, float]]:
+        scale, bias = self.log_scale.detach().exp().tolist(), self.side_bias.detach().tolist()
+        return {
+            name: {"scale": round(scale[i], 4), "left_bias": round(bias[i], 4)}
+            for i, name in enumerate(self.annotators)
+        }
+
+
+@dataclass
+class VoteTable:
+    """Votes grouped by pair: for each pair, (annotator ids, side, label) tensors."""
+
+    by_pair: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    annotators: list[str]
+
+    @classmethod
+    def build(cls, votes: Sequence[AnnotatorVote], n_pairs: int) -> VoteTable:
+        annotators = sorted({v.annotator for v in votes} | {CONSENSUS_VOTER})
+        ids = {name: i for i, name in enumerate(annotators)}
+        rows: dict[int, list[tuple[int, float, float]]] = {}
+        for vote in votes:
+            side = (
+                0.0 if vote.chosen_shown_left is None else (1.0 if vote.chosen_shown_left else -1.0)
+            )
+            rows.setdefault(vote.pair, []).append(
+                (ids[vote.annotator], side, float(vote.prefers_chosen))
+            )
+        for pair in range(n_pairs):  # a pair with no recorded votes counts as one consensus vote
+            rows.setdefault(pair, [(ids[CONSENSUS_VOTER], 0.0, 1.0)])
+        table = {
+            pair: (
+                torch.tensor([r[0] for r in entries]),
+                torch.tensor([r[1] for r in entries]),
+                torch.tensor([r[2] for r in entries]),
+            )
+            for pair, entries in rows.items()
+        }
+        return cls(table, annotators)
+
+    def count(self, pairs: Sequence[int]) -> int:
+        return sum(len(self.by_pair[p][0]) for p in pairs)
+
+
+def _annotator_loss(
+    head: AnnotatorBiasHead,
+    votes: VoteTable,
+    group: Sequence[int],
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+) -> tuple[torch.Tensor, int]:
+    """Summed binary cross-entropy of every vote on ``group``'s pairs, and the number of votes."""
+    device = chosen.device
+    gap = chosen - rejected
+    position = torch.cat(
+        [torch.full((len(votes.by_pair[p][0]),), i) for i, p in enumerate(group)]
+    ).to(device)
+    annotator, side, label = (
+        torch.cat([votes.by_pair[p][k] for p in group]).to(device) for k in range(3)
+    )
+    logits = head(gap.index_select(0, position), annotator, side)
+    loss = F.binary_cross_entropy_with_logits(logits, label, reduction="sum")
+    return loss, int(label.numel())
+
+
 def train_reward_model(
     config: RewardModelConfig, callback: TrainingCallback | None = None
 ) -> TrainResult:
-    """Train a Bradley-Terry reward model; resumes from the newest checkpoint when allowed."""
+    """Train a Bradley-Terry reward model; resumes from the newest checkpoint when allowed.
+
+    With ``annotator_aware`` a plain model is trained first (in ``output_dir/plain``) and its held-out
+    accuracy is reported next to the annotator-aware model's, trained on the per-annotator votes.
+    """
+    plain_summary: dict[str, Any] = {}
+    if config.annotator_aware:
+        plain = dataclasses.replace(
+            config, annotator_aware=False, output_dir=str(Path(config.output_dir) / "plain")
+        )
+        plain_summary = train_reward_model(plain).summary
     run = start_run(config, callback)
     device = run.device
     tokenizer = load_tokenizer(config.model)
-    pairs = load_preference_pairs(config.data)
+    pairs, raw_votes = load_judged_pairs(config.data)
     train_index, eval_index = split_eval(len(pairs), config.eval_fraction, config.seed)
     if not train_index:
         raise ValueError(f"{config.data}: no pairs left to train on after the eval split")
@@ -201,13 +309,30 @@ def train_reward_model(
     margins = torch.tensor([p.margin for p in pairs])
     micro = config.micro_batch_size or config.batch_size
 
+    head = None
+    votes = None
+    if config.annotator_aware:
+        votes = VoteTable.build(raw_votes, len(pairs))
+        head = AnnotatorBiasHead(votes.annotators).to(device)
+    extra_modules = {"annotator_head": head} if head is not None else None
+    params = [*model.parameters(), *(head.parameters() if head is not None else [])]
+
     sampler = EpochSampler(len(train_index), config.batch_size, config.seed)
     total_steps = total_steps_for(config, sampler.batches_per_epoch)
-    optimizer = build_optimizer(model.parameters(), config, device)
+    optimizer = build_optimizer(
+        model.parameters(),
+        config,
+        device,
+        extra_groups=None
+        if head is None
+        else [{"params": list(head.parameters()), "lr": config.annotator_head_learning_rate}],
+    )
     scheduler = build_scheduler(optimizer, config, total_steps)
     start_step = 0
     if resume_from is not None:
-        state, _ = run.checkpoints.restore(resume_from, optimizer=optimizer, scheduler=scheduler)
+        state, _ = run.checkpoints.restore(
+            resume_from, optimizer=optimizer, scheduler=scheduler, extra_modules=extra_modules
+        )
         start_step = state.step
 
     run.callback.on_start(total_steps=total_steps, config=config.to_dict())
@@ -219,23 +344,32 @@ def train_reward_model(
         index = [train_index[i] for i in sampler.batch(epoch, batch_index)]
         sums = {"loss": 0.0, "accuracy": 0.0, "rewards/chosen": 0.0, "rewards/rejected": 0.0}
         with throughput.timing():
+            step_votes = votes.count(index) if votes is not None else 0
             for group in chunks(index, micro):
                 with autocast(device, config.bf16):
                     chosen, rejected = _pair_rewards(scorer, encoded, group)
-                margin = margins[list(group)].to(device) if config.use_margin else None
-                loss = bradley_terry_loss(
-                    chosen, rejected, margin=margin, center_rewards_coef=config.center_rewards_coef
-                )
-                (loss * len(group) / len(index)).backward()
-                sums["loss"] += float(loss.detach()) * len(group)
+                if head is not None and votes is not None:
+                    vote_loss, _ = _annotator_loss(head, votes, group, chosen, rejected)
+                    centering = ((chosen + rejected) ** 2).sum() / len(index)
+                    objective = vote_loss / step_votes + config.center_rewards_coef * centering
+                    sums["loss"] += float(vote_loss.detach()) * len(index) / step_votes
+                else:
+                    margin = margins[list(group)].to(device) if config.use_margin else None
+                    loss = bradley_terry_loss(
+                        chosen,
+                        rejected,
+                        margin=margin,
+                        center_rewards_coef=config.center_rewards_coef,
+                    )
+                    objective = loss * len(group) / len(index)
+                    sums["loss"] += float(loss.detach()) * len(group)
+                objective.backward()
                 sums["accuracy"] += float((chosen > rejected).float().sum())
                 sums["rewards/chosen"] += float(chosen.detach().sum())
                 sums["rewards/rejected"] += float(rejected.detach().sum())
                 throughput.tokens += sum(len(encoded[i][0].input_ids) for i in group)
                 throughput.tokens += sum(len(encoded[i][1].input_ids) for i in group)
-            grad_norm = optimizer_step(
-                model.parameters(), optimizer, scheduler, config.max_grad_norm
-            )
+            grad_norm = optimizer_step(params, optimizer, scheduler, config.max_grad_norm)
         throughput.items += len(index)
         metrics = {k: v / len(index) for k, v in sums.items()}
         metrics.update(grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0])
@@ -259,6 +393,7 @@ def train_reward_model(
                 optimizer=optimizer,
                 scheduler=scheduler,
                 trainer_state={"epoch": epoch, "batch_in_epoch": batch_index + 1, "kind": "rm"},
+                extra_modules=extra_modules,
             )
             run.callback.on_checkpoint(step=step, path=path)
         if stop and step < total_steps:
@@ -285,6 +420,10 @@ def train_reward_model(
         "peak_memory_bytes": peak_memory_bytes(device),
         **evaluation,
     }
+    if head is not None:
+        summary["annotators"] = head.report()
+        summary["plain/eval/accuracy"] = plain_summary.get("eval/accuracy")
+        summary["plain/eval/reward_std"] = plain_summary.get("eval/reward_std")
     return finish_run(
         run,
         status=status,

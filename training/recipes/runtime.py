@@ -8,7 +8,7 @@ import math
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,15 +50,21 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def build_optimizer(
-    params: Any, config: TrainingConfig, device: torch.device
+    params: Any,
+    config: TrainingConfig,
+    device: torch.device,
+    *,
+    extra_groups: list[dict[str, Any]] | None = None,
 ) -> torch.optim.Optimizer:
-    """AdamW; the fused kernel where this torch has one for the device (CPU and CUDA in torch >= 2.4)."""
-    trainable = [p for p in params if p.requires_grad]
+    """AdamW over the trainable ``params`` (plus ``extra_groups`` with their own settings); the fused
+    kernel where this torch has one for the device (CPU and CUDA in torch >= 2.4)."""
+    groups: list[dict[str, Any]] = [{"params": [p for p in params if p.requires_grad]}]
+    groups += extra_groups or []
     kwargs: dict[str, Any] = {"lr": config.learning_rate, "weight_decay": config.weight_decay}
     try:
-        return torch.optim.AdamW(trainable, fused=True, **kwargs)
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
     except (RuntimeError, TypeError):
-        return torch.optim.AdamW(trainable, **kwargs)
+        return torch.optim.AdamW(groups, **kwargs)
 
 
 def build_scheduler(
@@ -88,12 +94,12 @@ def total_steps_for(config: TrainingConfig, batches_per_epoch: int) -> int:
 
 @dataclass
 class Throughput:
-    """Counts work and wall time. ``pause()`` excludes checkpoint writing and evaluation."""
+    """Work done and the wall time spent on it (only what runs inside ``timing()`` counts, so
+    checkpoint writing and evaluation stay out of the rates)."""
 
     items: int = 0
     tokens: int = 0
     seconds: float = 0.0
-    _started: float | None = field(default=None, repr=False)
 
     @contextlib.contextmanager
     def timing(self) -> Iterator[None]:
