@@ -63,6 +63,7 @@ def path_for(name: str, route: str, w: World) -> str:
         "cluster_id": str(w.cluster.pk),
         "username": "bob",
         "run_id": str(w.run.pk),
+        "round_id": str(w.eval_round.pk),
     }
     if name.startswith("admin:"):
         short = name.removeprefix("admin:")
@@ -135,6 +136,11 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "monitoring:runs":                {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
     "monitoring:run-detail":          {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
     "monitoring:run-metrics":         {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
+    "monitoring:eval-rounds":         {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
+    "monitoring:eval-round":          {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
+    "monitoring:eval-progress":       {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
+    "monitoring:eval-rate":           {"get": (302, 403, 200, 403, 200), "post": (302, 403, 404, 403, 404)},
+    "monitoring:run-decide":          {"get": (302, 405, 405, 405, 405), "post": (302, 403, 302, 403, 302)},
     "admin:index":                    {"get": (302, 302, 302, 200, 200), "post": (302, 302, 302, 200, 200)},
     "admin:login":                    {"get": (200, 200, 200, 302, 302), "post": (200, 200, 200, 200, 200)},
     "admin:logout":                   {"get": (302, 302, 302, 405, 405), "post": (302, 302, 302, 302, 302)},

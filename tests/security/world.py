@@ -31,7 +31,9 @@ from annotation.models import (
 )
 from annotation.services import comparisons_import, project_get_or_create
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_assign
-from training.models import TrainingRun
+from monitoring import eval_services
+from monitoring.models import EvalItem, EvalRound
+from training.models import Checkpoint, TrainingRun
 from training.services import snapshot_for
 
 BOB_SECRET = "bob-private-rationale-7f3a"
@@ -54,6 +56,7 @@ class World:
     export_sha256: str
     cluster: PromptCluster
     run: TrainingRun
+    eval_round: object
     judgement_ids: dict[str, int] = field(default_factory=dict)
 
 
@@ -142,6 +145,18 @@ def world_build(
         name=text("run name", 0), kind="dpo", base_model="smollm2-135m-instruct",
         snapshot=snapshot_for(export=export), config={}, created_by=users["ml_engineer"],
     )  # fmt: skip
+    checkpoint = Checkpoint.objects.create(run=run, step=4, path="/nonexistent/checkpoint")
+    eval_round = eval_services.round_create(
+        checkpoint=checkpoint, project=own, size=2, created_by=users["ml_engineer"],
+        baseline_model="smollm2-135m-instruct", enqueue=False,
+    )  # fmt: skip
+    for item in eval_round.items.all():
+        EvalItem.objects.filter(pk=item.pk).update(
+            checkpoint_text=text("checkpoint answer", item.position),
+            baseline_text=text("baseline answer", item.position),
+            checkpoint_tokens=8, baseline_tokens=4,
+        )  # fmt: skip
+    EvalRound.objects.filter(pk=eval_round.pk).update(status="open")
     judgement_ids = {
         j.comparison.project.slug: j.pk
         for j in Judgement.objects.select_related("comparison__project")
@@ -149,5 +164,6 @@ def world_build(
     return World(
         users=users, own=own, other=other, annie_assignment=annie_assignment,
         bob_assignment=bob_assignment, other_assignment=other_assignment, import_job=import_job,
-        export_sha256=export.sha256, cluster=cluster, run=run, judgement_ids=judgement_ids,
+        export_sha256=export.sha256, cluster=cluster, run=run, eval_round=eval_round,
+        judgement_ids=judgement_ids,
     )  # fmt: skip
