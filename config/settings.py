@@ -190,12 +190,14 @@ BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = _required_in_production("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # kombu's filesystem transport: the embedded broker for the demo, no server needed.
-    for _folder in ("queue", "processed"):
+    for _folder in ("queue", "processed", "control"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        # Broadcast (control) messages: kombu's default is a "control" folder in the working directory.
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
     }
 else:
