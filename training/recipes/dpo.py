@@ -30,6 +30,7 @@ from training.recipes.data import (
     file_sha256,
     load_preference_pairs,
 )
+from training.recipes.distributed import all_reduce_sum, barrier
 from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
 from training.recipes.models import load_causal_lm, load_tokenizer, model_fingerprint
 from training.recipes.packing import (
@@ -67,6 +68,16 @@ class ReferenceLogps:
 
 
 PairTokens = tuple[TokenizedSequence, TokenizedSequence]
+METRIC_SUMS = (
+    "loss",
+    "rewards/chosen",
+    "rewards/rejected",
+    "rewards/accuracy",
+    "rewards/margin",
+    "logps/chosen",
+    "logps/rejected",
+    "tokens",
+)
 
 
 def _forward_pairs(
@@ -185,7 +196,7 @@ def _dpo_micro_batch(
         label_smoothing=config.label_smoothing,
     )
     (losses.sum() / step_pairs).backward()
-    return {
+    return {  # sums over the micro-batch, keys as METRIC_SUMS
         "loss": float(losses.detach().sum()),
         "rewards/chosen": float(chosen_rewards.sum()),
         "rewards/rejected": float(rejected_rewards.sum()),
@@ -233,7 +244,7 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
     cache_path = cache_dir / f"dpo-reference-{key}.pt"
     reference = load_cached_reference(cache_path, len(pairs))
     cache_hit = reference is not None
-    if reference is None:
+    if reference is None and run.ranks.main:
         same_model = config.ref_model is None and resume_from is None
         ref_model = (
             policy
@@ -253,6 +264,13 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
         )
         del ref_model
         save_cached_reference(cache_path, reference)
+    barrier(run.ranks)  # the other ranks read what rank 0 computed
+    if reference is None:
+        reference = load_cached_reference(cache_path, len(pairs))
+    if reference is None:
+        raise RuntimeError(
+            f"rank {run.ranks.rank}: rank 0 wrote no reference cache at {cache_path}"
+        )
     reference_seconds = time.perf_counter() - started
 
     sampler = EpochSampler(len(pairs), config.batch_size, config.seed)
@@ -273,8 +291,8 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
         step = step_index + 1
         index = sampler.batch(epoch, batch_index)
         with throughput.timing():
-            sums: dict[str, float] = {}
-            for group in chunks(index, micro):
+            sums = dict.fromkeys(METRIC_SUMS, 0.0)
+            for group in chunks(run.ranks.shard(index), micro):
                 part = _dpo_micro_batch(
                     policy,
                     pairs,
@@ -286,9 +304,10 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
                     pad_token_id=pad_id,
                     device=device,
                 )
-                sums = {k: sums.get(k, 0.0) + v for k, v in part.items()}
+                sums = {k: sums[k] + v for k, v in part.items()}
+            sums = all_reduce_sum(sums, run.ranks, device)
             grad_norm = optimizer_step(
-                policy.parameters(), optimizer, scheduler, config.max_grad_norm
+                policy.parameters(), optimizer, scheduler, config.max_grad_norm, run.ranks
             )
         throughput.items += len(index)
         throughput.tokens += int(sums["tokens"])
@@ -305,9 +324,9 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
             )
             run.callback.on_log(step=step, metrics=logged)
             pending, last_logged = [], logged
-        stop = run.callback.should_stop()
+        stop = run.stop_requested()
         if run.checkpoints.due(step) or (stop and step < total_steps):
-            path = run.checkpoints.save(
+            run.save_checkpoint(
                 step=step,
                 model=policy,
                 tokenizer=tokenizer,
@@ -315,7 +334,6 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
                 scheduler=scheduler,
                 trainer_state={"epoch": epoch, "batch_in_epoch": batch_index + 1, "kind": "dpo"},
             )
-            run.callback.on_checkpoint(step=step, path=path)
         if stop and step < total_steps:
             status = "cancelled"
             break

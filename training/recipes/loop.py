@@ -14,6 +14,13 @@ import torch
 from training.recipes.callbacks import CallbackList, MetricsFile, TrainingCallback
 from training.recipes.checkpoints import CheckpointManager, save_pretrained
 from training.recipes.config import TrainingConfig
+from training.recipes.distributed import (
+    Ranks,
+    all_reduce_gradients,
+    any_rank,
+    barrier,
+    setup_distributed,
+)
 from training.recipes.runtime import TrainResult, resolve_device, seed_everything
 
 
@@ -26,29 +33,47 @@ class Run:
     output_dir: Path
     callback: CallbackList
     checkpoints: CheckpointManager
+    ranks: Ranks
 
     @property
     def resume_from(self) -> Path | None:
         return self.checkpoints.latest() if self.config.resume else None
 
+    def stop_requested(self) -> bool:
+        """The callbacks' cancel, agreed by every rank."""
+        return any_rank(self.callback.should_stop(), self.ranks, self.device)
+
+    def save_checkpoint(self, *, step: int, **state: Any) -> None:
+        """Rank 0 writes the checkpoint (see ``CheckpointManager.save``); every rank waits for it."""
+        if self.ranks.main:
+            path = self.checkpoints.save(step=step, **state)
+            self.callback.on_checkpoint(step=step, path=path)
+        barrier(self.ranks)
+
 
 def start_run(config: TrainingConfig, callback: TrainingCallback | None) -> Run:
-    """Create the run folder, write the resolved config, seed everything."""
+    """Create the run folder, write the resolved config, seed everything; join the process group
+    when launched by torchrun (only rank 0 writes the folder)."""
+    ranks, device = setup_distributed(resolve_device(config.device))
     output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    config.save(output_dir / "config.json")
+    callbacks: list[TrainingCallback] = []
+    if ranks.main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        config.save(output_dir / "config.json")
+        callbacks.append(MetricsFile(output_dir / "metrics.jsonl"))
+    barrier(ranks)
     seed_everything(config.seed)
-    callbacks: list[TrainingCallback] = [MetricsFile(output_dir / "metrics.jsonl")]
     if callback is not None:
         callbacks.append(callback)
     return Run(
         config=config,
-        device=resolve_device(config.device),
+        device=device,
         output_dir=output_dir,
         callback=CallbackList(callbacks),
         checkpoints=CheckpointManager(
             output_dir, every=config.checkpoint_every, keep=config.keep_checkpoints
         ),
+        ranks=ranks,
     )
 
 
@@ -57,8 +82,13 @@ def optimizer_step(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     max_grad_norm: float | None,
+    ranks: Ranks | None = None,
 ) -> float:
-    """Clip, step, schedule, zero; returns the gradient norm before clipping."""
+    """Sum gradients across ranks, clip, step, schedule, zero; returns the gradient norm before
+    clipping."""
+    params = list(params)
+    if ranks is not None:
+        all_reduce_gradients(params, ranks)
     params = [p for p in params if p.grad is not None]
     if max_grad_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
@@ -85,9 +115,11 @@ def finish_run(
     summary: dict[str, Any],
     extra_files: Mapping[str, Any] | None = None,
 ) -> TrainResult:
-    """Save the final model (completed runs only) and the summary; tell the callbacks."""
+    """Save the final model (completed runs only, rank 0) and the summary; tell the callbacks."""
     final_dir = None
-    if status == "completed":
+    if status == "completed" and not run.ranks.main:
+        final_dir = str(run.output_dir / "final")
+    elif status == "completed":
         final = run.output_dir / "final"
         final.mkdir(exist_ok=True)
         save_pretrained(model, final)
@@ -96,10 +128,17 @@ def finish_run(
         for name, payload in (extra_files or {}).items():
             (final / name).write_text(json.dumps(payload, indent=2))
         final_dir = str(final)
-    summary = {"steps": step, "final_model_dir": final_dir, **summary}
-    (run.output_dir / "summary.json").write_text(
-        json.dumps({"status": status, **summary}, indent=2)
-    )
+    summary = {
+        "steps": step,
+        "final_model_dir": final_dir,
+        "world_size": run.ranks.world,
+        **summary,
+    }
+    if run.ranks.main:
+        (run.output_dir / "summary.json").write_text(
+            json.dumps({"status": status, **summary}, indent=2)
+        )
+    barrier(run.ranks)
     run.callback.on_end(status=status, summary=summary)
     return TrainResult(
         status=status,

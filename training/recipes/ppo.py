@@ -125,6 +125,11 @@ def _policy_outputs(
 def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> TrainResult:
     """Run PPO as configured; resumes from the newest checkpoint in ``output_dir`` when allowed."""
     run = start_run(config, callback)
+    if run.ranks.distributed:
+        raise RuntimeError(
+            "PPO runs in one process for now (data-parallel PPO is not implemented): "
+            "launch it on one GPU"
+        )
     device = run.device
     tokenizer = load_tokenizer(config.model, padding_side="left")
     encoder = ChatEncoder(
@@ -278,9 +283,9 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
             )
             run.callback.on_log(step=step, metrics=logged)
             pending = []
-        stop = run.callback.should_stop()
+        stop = run.stop_requested()
         if run.checkpoints.due(step) or (stop and step < total_steps):
-            path = run.checkpoints.save(
+            run.save_checkpoint(
                 step=step,
                 model=policy,
                 tokenizer=tokenizer,
@@ -293,7 +298,6 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
                     "normalizer": None if normalizer is None else vars(normalizer),
                 },
             )
-            run.callback.on_checkpoint(step=step, path=path)
         if stop and step < total_steps:
             status = "cancelled"
             break

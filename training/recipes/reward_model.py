@@ -35,6 +35,7 @@ from training.recipes.data import (
     load_judged_pairs,
     split_eval,
 )
+from training.recipes.distributed import all_reduce_sum
 from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
 from training.recipes.models import enable_activation_checkpointing, load_tokenizer
 from training.recipes.packing import (
@@ -343,9 +344,10 @@ def train_reward_model(
         step = step_index + 1
         index = [train_index[i] for i in sampler.batch(epoch, batch_index)]
         sums = {"loss": 0.0, "accuracy": 0.0, "rewards/chosen": 0.0, "rewards/rejected": 0.0}
+        tokens = 0.0
         with throughput.timing():
             step_votes = votes.count(index) if votes is not None else 0
-            for group in chunks(index, micro):
+            for group in chunks(run.ranks.shard(index), micro):
                 with autocast(device, config.bf16):
                     chosen, rejected = _pair_rewards(scorer, encoded, group)
                 if head is not None and votes is not None:
@@ -367,9 +369,14 @@ def train_reward_model(
                 sums["accuracy"] += float((chosen > rejected).float().sum())
                 sums["rewards/chosen"] += float(chosen.detach().sum())
                 sums["rewards/rejected"] += float(rejected.detach().sum())
-                throughput.tokens += sum(len(encoded[i][0].input_ids) for i in group)
-                throughput.tokens += sum(len(encoded[i][1].input_ids) for i in group)
-            grad_norm = optimizer_step(params, optimizer, scheduler, config.max_grad_norm)
+                tokens += sum(
+                    len(encoded[i][0].input_ids) + len(encoded[i][1].input_ids) for i in group
+                )
+            sums = all_reduce_sum({**sums, "tokens": tokens}, run.ranks, device)
+            throughput.tokens += int(sums.pop("tokens"))
+            grad_norm = optimizer_step(
+                params, optimizer, scheduler, config.max_grad_norm, run.ranks
+            )
         throughput.items += len(index)
         metrics = {k: v / len(index) for k, v in sums.items()}
         metrics.update(grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0])
@@ -384,9 +391,9 @@ def train_reward_model(
             )
             run.callback.on_log(step=step, metrics=logged)
             pending = []
-        stop = run.callback.should_stop()
+        stop = run.stop_requested()
         if run.checkpoints.due(step) or (stop and step < total_steps):
-            path = run.checkpoints.save(
+            run.save_checkpoint(
                 step=step,
                 model=model,
                 tokenizer=tokenizer,
@@ -395,7 +402,6 @@ def train_reward_model(
                 trainer_state={"epoch": epoch, "batch_in_epoch": batch_index + 1, "kind": "rm"},
                 extra_modules=extra_modules,
             )
-            run.callback.on_checkpoint(step=step, path=path)
         if stop and step < total_steps:
             status = "cancelled"
             break

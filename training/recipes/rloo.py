@@ -55,6 +55,11 @@ def _token_logprobs(model: Any, sequences: list, *, packed: bool, pad_id: int, d
 def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> TrainResult:
     """Run RLOO as configured; resumes from the newest checkpoint in ``output_dir`` when allowed."""
     run = start_run(config, callback)
+    if run.ranks.distributed:
+        raise RuntimeError(
+            "RLOO runs in one process for now (data-parallel RLOO is not implemented): "
+            "launch it on one GPU"
+        )
     device = run.device
     tokenizer = load_tokenizer(config.model, padding_side="left")
     encoder = ChatEncoder(
@@ -190,9 +195,9 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
             )
             run.callback.on_log(step=step, metrics=logged)
             pending = []
-        stop = run.callback.should_stop()
+        stop = run.stop_requested()
         if run.checkpoints.due(step) or (stop and step < total_steps):
-            path = run.checkpoints.save(
+            run.save_checkpoint(
                 step=step,
                 model=policy,
                 tokenizer=tokenizer,
@@ -204,7 +209,6 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
                     "normalizer": None if normalizer is None else vars(normalizer),
                 },
             )
-            run.callback.on_checkpoint(step=step, path=path)
         if stop and step < total_steps:
             status = "cancelled"
             break
