@@ -1,22 +1,25 @@
 """The blind reviewer screen in headless Chromium: keyboard verdicts, the note, the next item, and the
 stored preference seen from the checkpoint's side. Skipped when Chromium is missing (see
-tests/browser/conftest.py, whose browser fixtures this module shares)."""
+tests/browser/conftest.py). The eval fixtures come from tests/monitoring_eval/conftest.py."""
 
 from __future__ import annotations
 
 import re
 
-import pytest
 from playwright.sync_api import expect
 
 from monitoring import eval_services
 from monitoring.models import EvalItem, EvalJudgement, EvalRound
-from tests.browser import conftest as browser_conftest
+from tests.monitoring_eval import conftest as eval_conftest
 from tests.monitoring_eval.conftest import BASELINE
 
-browser = browser_conftest.browser
-page = browser_conftest.page
-pytestmark = [pytest.mark.browser, browser_conftest.BROWSER_DB]
+# The eval fixtures, shared with tests/monitoring_eval (conftest fixtures reach only their folder).
+models_dir = eval_conftest.models_dir
+reviewers = eval_conftest.reviewers
+run_with_checkpoints = eval_conftest.run_with_checkpoints
+tiny_tokenizer_dir = eval_conftest.tiny_tokenizer_dir
+
+
 PASSWORD = "correct horse battery"  # UserFactory's password
 
 
