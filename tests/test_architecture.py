@@ -110,7 +110,8 @@ def test_apps_import_one_way(module, path):
 
 
 def test_web_process_does_not_load_torch():
-    """Loading every URL, view and admin of the site leaves torch and transformers unimported."""
+    """Loading every URL, view and admin of the site, and the recipes package's configs, leaves
+    torch and transformers unimported."""
     code = (
         "import sys, django, os;"
         "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'config.settings');"
@@ -118,6 +119,8 @@ def test_web_process_does_not_load_torch():
         "from django.urls import get_resolver; get_resolver().url_patterns;"
         "import config.wsgi;"
         "from django.contrib import admin; admin.autodiscover();"
+        # The admin's run form validates settings through the recipes package: it must stay light.
+        "import training.recipes; training.recipes.config_class('dpo');"
         "bad = [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -1,7 +1,15 @@
 """Training loops (torch + transformers, no Django): configs, recipes and the callback protocol.
 
 Each recipe is a function ``train_<kind>(config, callback=None) -> TrainResult``.
+
+The configs and callbacks import no torch, so the web process (the admin's run form) can validate
+settings through this package; the recipes, which need torch, load on first use (PEP 562).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from training.recipes.callbacks import CallbackList, JsonLinesReporter, TrainingCallback
 from training.recipes.config import (
@@ -15,22 +23,40 @@ from training.recipes.config import (
     config_from_dict,
     config_help,
 )
-from training.recipes.dpo import train_dpo
-from training.recipes.ppo import train_ppo
-from training.recipes.reward_model import train_reward_model
-from training.recipes.rloo import train_rloo
-from training.recipes.runtime import TrainResult
+
+if TYPE_CHECKING:
+    from training.recipes.dpo import train_dpo
+    from training.recipes.ppo import train_ppo
+    from training.recipes.reward_model import train_reward_model
+    from training.recipes.rloo import train_rloo
+    from training.recipes.runtime import TrainResult
+
+# name -> module that defines it (imported on first access: these need torch).
+_LAZY = {
+    "train_dpo": "training.recipes.dpo",
+    "train_ppo": "training.recipes.ppo",
+    "train_reward_model": "training.recipes.reward_model",
+    "train_rloo": "training.recipes.rloo",
+    "TrainResult": "training.recipes.runtime",
+}
+_RECIPES = {"dpo": "train_dpo", "ppo": "train_ppo", "rloo": "train_rloo", "rm": "train_reward_model"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_training(
     config: TrainingConfig, callbacks: list[TrainingCallback] | None = None
 ) -> TrainResult:
     """Run the recipe of ``config.kind`` with the given callbacks."""
-    recipes = {"dpo": train_dpo, "ppo": train_ppo, "rloo": train_rloo, "rm": train_reward_model}
-    if config.kind not in recipes:
-        raise ConfigError(f"kind: no recipe for {config.kind!r} (have {sorted(recipes)})")
+    if config.kind not in _RECIPES:
+        raise ConfigError(f"kind: no recipe for {config.kind!r} (have {sorted(_RECIPES)})")
+    recipe = __getattr__(_RECIPES[config.kind])
     callback = CallbackList(callbacks) if callbacks else None
-    return recipes[config.kind](config, callback)  # type: ignore[operator]
+    return recipe(config, callback)
 
 
 __all__ = [
