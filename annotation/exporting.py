@@ -4,9 +4,9 @@ Two files per export, in a folder named by their combined SHA-256:
 
 - ``pairs.jsonl``: one row per comparison with a consensus preference:
   ``{"prompt", "chosen", "rejected", "margin", "consensus", "n_judgements", "agreement",
-  "comparison_id", "cluster", "external_id", "model_chosen", "model_rejected", "tie"}``; ``cluster``
-  is the prompt's cluster (None before clustering), for cluster-balanced training batches. ``prompt`` is the text,
-  or the conversation as messages.
+  "comparison_id", "cluster", "external_id", "model_chosen", "model_rejected", "tie"}``. ``prompt``
+  is the text, or the conversation as messages; ``cluster`` is the prompt's cluster (None before
+  clustering), for cluster-balanced training batches.
 - ``judgements.jsonl``: the raw per-annotator rows (choice, strength, shown side, time).
 
 Consensus rule "dawid_skene": the verdict with the highest posterior under a model of each

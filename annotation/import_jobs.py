@@ -79,9 +79,7 @@ def import_job_run(*, job_id: int) -> ImportJob:
         result = comparisons_import(project=job.project, lines=Path(job.path), progress=progress)
     except ImportValidationError as exc:
         job.status = ImportJob.Status.FAILED
-        job.errors = [
-            {"line": e.line, "field": e.field, "message": e.message} for e in exc.errors
-        ]
+        job.errors = [{"line": e.line, "field": e.field, "message": e.message} for e in exc.errors]
         job.result = {"error_count": exc.total}
     except (OSError, ValueError) as exc:
         job.status = ImportJob.Status.FAILED

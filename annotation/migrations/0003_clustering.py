@@ -6,82 +6,166 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0002_assignment_import_export'),
+        ("annotation", "0002_assignment_import_export"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ClusteringRun',
+            name="ClusteringRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed')], default='queued', max_length=10)),
-                ('model_name', models.CharField(max_length=100)),
-                ('k_requested', models.PositiveSmallIntegerField(blank=True, help_text='Clusters asked for; empty: chosen by silhouette.', null=True)),
-                ('k', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('silhouette', models.FloatField(blank=True, null=True)),
-                ('silhouette_by_k', models.JSONField(blank=True, default=dict)),
-                ('n_prompts', models.PositiveIntegerField(default=0)),
-                ('n_embedded', models.PositiveIntegerField(default=0, help_text='Prompts embedded by this run.')),
-                ('progress', models.FloatField(default=0.0, help_text='0 to 1.')),
-                ('stage', models.CharField(blank=True, max_length=200)),
-                ('projection', models.JSONField(blank=True, default=dict)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='clustering_runs', to='annotation.project')),
-                ('requested_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                        ],
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                ("model_name", models.CharField(max_length=100)),
+                (
+                    "k_requested",
+                    models.PositiveSmallIntegerField(
+                        blank=True,
+                        help_text="Clusters asked for; empty: chosen by silhouette.",
+                        null=True,
+                    ),
+                ),
+                ("k", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("silhouette", models.FloatField(blank=True, null=True)),
+                ("silhouette_by_k", models.JSONField(blank=True, default=dict)),
+                ("n_prompts", models.PositiveIntegerField(default=0)),
+                (
+                    "n_embedded",
+                    models.PositiveIntegerField(
+                        default=0, help_text="Prompts embedded by this run."
+                    ),
+                ),
+                ("progress", models.FloatField(default=0.0, help_text="0 to 1.")),
+                ("stage", models.CharField(blank=True, max_length=200)),
+                ("projection", models.JSONField(blank=True, default=dict)),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="clustering_runs",
+                        to="annotation.project",
+                    ),
+                ),
+                (
+                    "requested_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='PromptCluster',
+            name="PromptCluster",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('label', models.PositiveSmallIntegerField(help_text='The value stored in Prompt.cluster.')),
-                ('name', models.CharField(blank=True, max_length=100)),
-                ('size', models.PositiveIntegerField()),
-                ('share', models.FloatField(help_text='size / prompts in the run.')),
-                ('top_terms', models.JSONField(blank=True, default=list)),
-                ('central_prompt_ids', models.JSONField(blank=True, default=list)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='clusters', to='annotation.clusteringrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "label",
+                    models.PositiveSmallIntegerField(
+                        help_text="The value stored in Prompt.cluster."
+                    ),
+                ),
+                ("name", models.CharField(blank=True, max_length=100)),
+                ("size", models.PositiveIntegerField()),
+                ("share", models.FloatField(help_text="size / prompts in the run.")),
+                ("top_terms", models.JSONField(blank=True, default=list)),
+                ("central_prompt_ids", models.JSONField(blank=True, default=list)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="clusters",
+                        to="annotation.clusteringrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'label'],
+                "ordering": ["run", "label"],
             },
         ),
         migrations.CreateModel(
-            name='PromptEmbedding',
+            name="PromptEmbedding",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model_name', models.CharField(max_length=100)),
-                ('text_hash', models.CharField(max_length=64)),
-                ('dim', models.PositiveSmallIntegerField()),
-                ('vector', models.BinaryField(help_text='float32 little-endian, dim * 4 bytes.')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('prompt', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='embeddings', to='annotation.prompt')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model_name", models.CharField(max_length=100)),
+                ("text_hash", models.CharField(max_length=64)),
+                ("dim", models.PositiveSmallIntegerField()),
+                ("vector", models.BinaryField(help_text="float32 little-endian, dim * 4 bytes.")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "prompt",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="embeddings",
+                        to="annotation.prompt",
+                    ),
+                ),
             ],
         ),
         migrations.AddConstraint(
-            model_name='clusteringrun',
-            constraint=models.UniqueConstraint(condition=models.Q(('status__in', ['queued', 'running'])), fields=('project',), name='clustering_one_active_run_per_project'),
+            model_name="clusteringrun",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("status__in", ["queued", "running"])),
+                fields=("project",),
+                name="clustering_one_active_run_per_project",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='clusteringrun',
-            constraint=models.CheckConstraint(condition=models.Q(('progress__gte', 0.0), ('progress__lte', 1.0)), name='clustering_progress_range'),
+            model_name="clusteringrun",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("progress__gte", 0.0), ("progress__lte", 1.0)),
+                name="clustering_progress_range",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='promptcluster',
-            constraint=models.UniqueConstraint(fields=('run', 'label'), name='cluster_label_unique_per_run'),
+            model_name="promptcluster",
+            constraint=models.UniqueConstraint(
+                fields=("run", "label"), name="cluster_label_unique_per_run"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='promptembedding',
-            constraint=models.UniqueConstraint(fields=('prompt', 'model_name'), name='embedding_one_per_prompt_and_model'),
+            model_name="promptembedding",
+            constraint=models.UniqueConstraint(
+                fields=("prompt", "model_name"), name="embedding_one_per_prompt_and_model"
+            ),
         ),
     ]

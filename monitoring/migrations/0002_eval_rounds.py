@@ -6,123 +6,333 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0003_clustering'),
-        ('monitoring', '0001_alerts'),
-        ('training', '0001_runs'),
+        ("annotation", "0003_clustering"),
+        ("monitoring", "0001_alerts"),
+        ("training", "0001_runs"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='EvalItem',
+            name="EvalItem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('position', models.PositiveIntegerField()),
-                ('checkpoint_text', models.TextField(blank=True)),
-                ('baseline_text', models.TextField(blank=True)),
-                ('checkpoint_tokens', models.PositiveIntegerField(default=0)),
-                ('baseline_tokens', models.PositiveIntegerField(default=0)),
-                ('reward_score', models.FloatField(blank=True, help_text="The reward model's score of the checkpoint's response.", null=True)),
-                ('prompt', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='annotation.prompt')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("position", models.PositiveIntegerField()),
+                ("checkpoint_text", models.TextField(blank=True)),
+                ("baseline_text", models.TextField(blank=True)),
+                ("checkpoint_tokens", models.PositiveIntegerField(default=0)),
+                ("baseline_tokens", models.PositiveIntegerField(default=0)),
+                (
+                    "reward_score",
+                    models.FloatField(
+                        blank=True,
+                        help_text="The reward model's score of the checkpoint's response.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "prompt",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="annotation.prompt",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['round', 'position'],
+                "ordering": ["round", "position"],
             },
         ),
         migrations.CreateModel(
-            name='EvalAssignment',
+            name="EvalAssignment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('shown_left', models.CharField(choices=[('checkpoint', 'Checkpoint'), ('baseline', 'Baseline')], max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('reviewer', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='eval_assignments', to=settings.AUTH_USER_MODEL)),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='assignments', to='monitoring.evalitem')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "shown_left",
+                    models.CharField(
+                        choices=[("checkpoint", "Checkpoint"), ("baseline", "Baseline")],
+                        max_length=10,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "reviewer",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="eval_assignments",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="assignments",
+                        to="monitoring.evalitem",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='EvalJudgement',
+            name="EvalJudgement",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('preference', models.CharField(choices=[('a', 'Checkpoint better'), ('b', 'Baseline better'), ('tie', 'Tie')], max_length=3)),
-                ('usefulness', models.PositiveSmallIntegerField()),
-                ('note', models.TextField(blank=True)),
-                ('elapsed_ms', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('assignment', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='judgement', to='monitoring.evalassignment')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "preference",
+                    models.CharField(
+                        choices=[
+                            ("a", "Checkpoint better"),
+                            ("b", "Baseline better"),
+                            ("tie", "Tie"),
+                        ],
+                        max_length=3,
+                    ),
+                ),
+                ("usefulness", models.PositiveSmallIntegerField()),
+                ("note", models.TextField(blank=True)),
+                ("elapsed_ms", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "assignment",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="judgement",
+                        to="monitoring.evalassignment",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'pk'],
+                "ordering": ["created_at", "pk"],
             },
         ),
         migrations.CreateModel(
-            name='EvalRound',
+            name="EvalRound",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('baseline_model', models.CharField(blank=True, help_text='Registry name of the baseline (SFT / base model).', max_length=100)),
-                ('prompt_ids', models.JSONField(default=list, help_text='The frozen held-out prompts, in order.')),
-                ('size', models.PositiveIntegerField()),
-                ('reviewers_per_item', models.PositiveSmallIntegerField(default=3)),
-                ('ci_width', models.FloatField(default=0.1, help_text="Wanted width of the win rate's interval.")),
-                ('sample_size_hint', models.PositiveIntegerField(default=0)),
-                ('sampling', models.JSONField(blank=True, default=dict)),
-                ('seed', models.IntegerField(default=0)),
-                ('status', models.CharField(choices=[('generating', 'Generating responses'), ('open', 'Open for ratings'), ('closed', 'Closed'), ('failed', 'Failed')], default='generating', max_length=10)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('baseline_checkpoint', models.ForeignKey(blank=True, help_text='Or an earlier checkpoint as the baseline.', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.checkpoint')),
-                ('checkpoint', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='eval_rounds', to='training.checkpoint')),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='eval_rounds', to='annotation.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "baseline_model",
+                    models.CharField(
+                        blank=True,
+                        help_text="Registry name of the baseline (SFT / base model).",
+                        max_length=100,
+                    ),
+                ),
+                (
+                    "prompt_ids",
+                    models.JSONField(
+                        default=list, help_text="The frozen held-out prompts, in order."
+                    ),
+                ),
+                ("size", models.PositiveIntegerField()),
+                ("reviewers_per_item", models.PositiveSmallIntegerField(default=3)),
+                (
+                    "ci_width",
+                    models.FloatField(
+                        default=0.1, help_text="Wanted width of the win rate's interval."
+                    ),
+                ),
+                ("sample_size_hint", models.PositiveIntegerField(default=0)),
+                ("sampling", models.JSONField(blank=True, default=dict)),
+                ("seed", models.IntegerField(default=0)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("generating", "Generating responses"),
+                            ("open", "Open for ratings"),
+                            ("closed", "Closed"),
+                            ("failed", "Failed"),
+                        ],
+                        default="generating",
+                        max_length=10,
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "baseline_checkpoint",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="Or an earlier checkpoint as the baseline.",
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.checkpoint",
+                    ),
+                ),
+                (
+                    "checkpoint",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="eval_rounds",
+                        to="training.checkpoint",
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="eval_rounds",
+                        to="annotation.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.AddField(
-            model_name='evalitem',
-            name='round',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='items', to='monitoring.evalround'),
+            model_name="evalitem",
+            name="round",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="items",
+                to="monitoring.evalround",
+            ),
         ),
         migrations.CreateModel(
-            name='StopDecision',
+            name="StopDecision",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('decision', models.CharField(choices=[('stop', 'Stop training'), ('continue', 'Continue'), ('rollback', 'Roll back to a checkpoint')], max_length=8)),
-                ('note', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('checkpoint', models.ForeignKey(blank=True, help_text='The checkpoint rolled back to.', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.checkpoint')),
-                ('reviewer', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('round', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='decisions', to='monitoring.evalround')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='stop_decisions', to='training.trainingrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "decision",
+                    models.CharField(
+                        choices=[
+                            ("stop", "Stop training"),
+                            ("continue", "Continue"),
+                            ("rollback", "Roll back to a checkpoint"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("note", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "checkpoint",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="The checkpoint rolled back to.",
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.checkpoint",
+                    ),
+                ),
+                (
+                    "reviewer",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "round",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="decisions",
+                        to="monitoring.evalround",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="stop_decisions",
+                        to="training.trainingrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.AddConstraint(
-            model_name='evalassignment',
-            constraint=models.UniqueConstraint(fields=('item', 'reviewer'), name='eval_item_once_per_reviewer'),
+            model_name="evalassignment",
+            constraint=models.UniqueConstraint(
+                fields=("item", "reviewer"), name="eval_item_once_per_reviewer"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='evaljudgement',
-            constraint=models.CheckConstraint(condition=models.Q(('usefulness__gte', 1), ('usefulness__lte', 5)), name='eval_usefulness_1_to_5'),
+            model_name="evaljudgement",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("usefulness__gte", 1), ("usefulness__lte", 5)),
+                name="eval_usefulness_1_to_5",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='evalround',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('baseline_checkpoint__isnull', True), models.Q(('baseline_model', ''), _negated=True)), models.Q(('baseline_checkpoint__isnull', False), ('baseline_model', '')), _connector='OR'), name='eval_round_one_baseline'),
+            model_name="evalround",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(
+                        ("baseline_checkpoint__isnull", True),
+                        models.Q(("baseline_model", ""), _negated=True),
+                    ),
+                    models.Q(("baseline_checkpoint__isnull", False), ("baseline_model", "")),
+                    _connector="OR",
+                ),
+                name="eval_round_one_baseline",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='evalround',
-            constraint=models.CheckConstraint(condition=models.Q(('reviewers_per_item__gte', 1)), name='eval_round_reviewers'),
+            model_name="evalround",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("reviewers_per_item__gte", 1)), name="eval_round_reviewers"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='evalitem',
-            constraint=models.UniqueConstraint(fields=('round', 'prompt'), name='eval_item_prompt_once'),
+            model_name="evalitem",
+            constraint=models.UniqueConstraint(
+                fields=("round", "prompt"), name="eval_item_prompt_once"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='stopdecision',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('decision', 'rollback'), _negated=True), ('checkpoint__isnull', False), _connector='OR'), name='stop_decision_rollback_names_checkpoint'),
+            model_name="stopdecision",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("decision", "rollback"), _negated=True),
+                    ("checkpoint__isnull", False),
+                    _connector="OR",
+                ),
+                name="stop_decision_rollback_names_checkpoint",
+            ),
         ),
     ]

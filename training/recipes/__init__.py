@@ -39,7 +39,12 @@ _LAZY = {
     "train_rloo": "training.recipes.rloo",
     "TrainResult": "training.recipes.runtime",
 }
-_RECIPES = {"dpo": "train_dpo", "ppo": "train_ppo", "rloo": "train_rloo", "rm": "train_reward_model"}
+_RECIPES = {
+    "dpo": "train_dpo",
+    "ppo": "train_ppo",
+    "rloo": "train_rloo",
+    "rm": "train_reward_model",
+}
 
 
 def __getattr__(name: str) -> Any:
