@@ -136,7 +136,9 @@ def run_trl(args: argparse.Namespace) -> dict:
     dataset = Dataset.from_list(
         [
             {
-                "prompt": [{"role": "user", "content": r["prompt"]}],
+                "prompt": r["prompt"]
+                if isinstance(r["prompt"], list)
+                else [{"role": "user", "content": r["prompt"]}],
                 "chosen": [{"role": "assistant", "content": r["chosen"]}],
                 "rejected": [{"role": "assistant", "content": r["rejected"]}],
             }

@@ -65,6 +65,11 @@ def run_ours(args: argparse.Namespace) -> dict:
     }
 
 
+def _prompt_text(prompt: str | list[dict[str, str]]) -> str:
+    """A conversation as plain text, as ours renders it for encoders (contents joined)."""
+    return prompt if isinstance(prompt, str) else "\n\n".join(m["content"] for m in prompt)
+
+
 def run_trl(args: argparse.Namespace) -> dict:
     import torch
     import trl
@@ -76,7 +81,11 @@ def run_trl(args: argparse.Namespace) -> dict:
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines()]
     dataset = Dataset.from_list(
         [
-            {"prompt": r["prompt"] + "\n\n", "chosen": r["chosen"], "rejected": r["rejected"]}
+            {
+                "prompt": _prompt_text(r["prompt"]) + "\n\n",
+                "chosen": r["chosen"],
+                "rejected": r["rejected"],
+            }
             for r in rows
         ]
     )

@@ -103,28 +103,34 @@ def _forward_pairs(
 def compute_reference_logps(
     model: Any,
     pairs: list[PairTokens],
+    groups: list[list[int]],
     *,
-    micro_batch_size: int,
     packed: bool,
     pad_token_id: int,
     device: torch.device,
     bf16: bool,
 ) -> ReferenceLogps:
-    """Reference log-probabilities of every pair, in pair order, without gradients."""
+    """Reference log-probabilities of every pair, without gradients, one forward per group of pair
+    indices. The recipe passes the first epoch's micro-batches: the same batch layout as the first
+    training steps, so under bf16 (where a different layout rounds differently) step 1 still sees
+    policy = reference exactly."""
     was_training = model.training
     model.eval()
-    sums, counts = [], []
+    sums = torch.zeros(2, len(pairs))
+    counts = torch.zeros(2, len(pairs), dtype=torch.long)
     with torch.inference_mode(), autocast(device, bf16):
-        for group in chunks(pairs, micro_batch_size):
+        for group in groups:
             totals, lengths, _ = _forward_pairs(
-                model, list(group), packed=packed, pad_token_id=pad_token_id, device=device
+                model,
+                [pairs[i] for i in group],
+                packed=packed,
+                pad_token_id=pad_token_id,
+                device=device,
             )
-            m = len(group)
-            sums.append(totals.view(2, m).cpu())
-            counts.append(lengths.view(2, m).cpu())
+            sums[:, group] = totals.view(2, len(group)).float().cpu()
+            counts[:, group] = lengths.view(2, len(group)).cpu()
     model.train(was_training)
-    all_sums, all_counts = torch.cat(sums, dim=1), torch.cat(counts, dim=1)
-    return ReferenceLogps(all_sums[0], all_sums[1], all_counts[0], all_counts[1])
+    return ReferenceLogps(sums[0], sums[1], counts[0], counts[1])
 
 
 def reference_cache_key(
@@ -232,6 +238,7 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
     )
     pad_id = tokenizer.pad_token_id
 
+    sampler = EpochSampler(len(pairs), config.batch_size, config.seed)
     started = time.perf_counter()
     reference_path = Path(config.ref_model or config.model)
     cache_dir = Path(config.reference_cache_dir or run.output_dir / "reference-cache")
@@ -253,10 +260,11 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
                 reference_path, device=device, packing=config.packing, trainable=False
             )[0]
         )
+        first_epoch = [sampler.batch(0, b) for b in range(sampler.batches_per_epoch)]
         reference = compute_reference_logps(
             ref_model,
             pairs,
-            micro_batch_size=micro,
+            [list(group) for batch in first_epoch for group in chunks(batch, micro)],
             packed=packed,
             pad_token_id=pad_id,
             device=device,
@@ -273,7 +281,6 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
         )
     reference_seconds = time.perf_counter() - started
 
-    sampler = EpochSampler(len(pairs), config.batch_size, config.seed)
     total_steps = total_steps_for(config, sampler.batches_per_epoch)
     optimizer = build_optimizer(policy.parameters(), config, device)
     scheduler = build_scheduler(optimizer, config, total_steps)

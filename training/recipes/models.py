@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from training.recipes.packing import packed_attention_for, supports_packing
+from training.recipes.packing import VARLEN_ATTENTION, packed_attention_for, supports_packing
 
 
 def load_tokenizer(path: str | Path, *, padding_side: str = "right") -> Any:
@@ -56,7 +56,9 @@ def load_causal_lm(
         enable_activation_checkpointing(model)
     model.train(trainable)
     model.requires_grad_(trainable)
-    return model, packing and supports_packing(model)
+    attention = getattr(model.config, "_attn_implementation", None)
+    packable = attention in (VARLEN_ATTENTION, "flash_attention_2") and supports_packing(model)
+    return model, packing and packable
 
 
 def model_fingerprint(path: str | Path) -> str:

@@ -63,15 +63,12 @@ def _grid_attention(
     """query, key, value: [1, heads, N, D] (key/value already repeated to all heads) -> [1, N, heads, D]."""
     heads, head_dim = query.shape[1], query.shape[-1]
     q, k, v = query[0], key[0], value[0]
+    single = len(layout.grids) == 1  # then the grid reads every position in order
     out = None
     for grid in layout.grids:
 
         def to_grid(x: Tensor, grid: _Grid = grid) -> Tensor:
-            rows = (
-                x
-                if grid.keep is None and grid.dest is None and len(layout.grids) == 1
-                else (x.index_select(1, grid.source))
-            )
+            rows = x if single else x.index_select(1, grid.source)
             flat = x.new_zeros(heads, grid.rows * grid.width, head_dim)
             flat = flat.index_copy(1, grid.flat_index, rows)
             return flat.view(heads, grid.rows, grid.width, head_dim).transpose(0, 1)
@@ -81,14 +78,13 @@ def _grid_attention(
         )
         flat = attended.transpose(0, 1).reshape(heads, grid.rows * grid.width, head_dim)
         result = flat.index_select(1, grid.flat_index)  # [heads, n, D] in ``source`` order
+        if single:
+            out = result
+            break
         if grid.keep is not None:
             result = result.index_select(1, grid.keep)
-        if len(layout.grids) == 1:
-            out = result
-        else:
-            base = out if out is not None else q.new_zeros(heads, layout.n_tokens, head_dim)
-            dest = grid.dest if grid.dest is not None else grid.source
-            out = base.index_copy(1, dest, result)
+        base = out if out is not None else q.new_zeros(heads, layout.n_tokens, head_dim)
+        out = base.index_copy(1, grid.dest if grid.dest is not None else grid.source, result)
     assert out is not None
     return out.transpose(0, 1).unsqueeze(0).contiguous()
 
@@ -444,7 +440,10 @@ def plain_output_weight(model: torch.nn.Module) -> Tensor | None:
 
 def last_hidden_states(model: torch.nn.Module, batch: SequenceBatch) -> Tensor:
     """The decoder's final hidden states, flattened to [N, H] (packed) or [S * L, H] (padded)."""
-    output = model.base_model(**batch.model_kwargs(), use_cache=False)
+    kwargs = batch.model_kwargs()
+    if not can_share_prompts(model):  # flash-attn reads cu_seq_lens; the grid layout is ours
+        kwargs.pop("concord_layout", None)
+    output = model.base_model(**kwargs, use_cache=False)
     hidden = output.last_hidden_state
     return hidden.reshape(-1, hidden.shape[-1])
 
@@ -464,7 +463,10 @@ def completion_token_logprobs(
     """
     weight = plain_output_weight(model)
     if weight is None:
-        logits = model(**batch.model_kwargs(), use_cache=False).logits
+        kwargs = batch.model_kwargs()
+        if not can_share_prompts(model):
+            kwargs.pop("concord_layout", None)
+        logits = model(**kwargs, use_cache=False).logits
         logits = logits.reshape(-1, logits.shape[-1]).index_select(0, batch.predict_index)
         log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
         return log_probs.gather(-1, batch.targets[:, None]).squeeze(-1)
