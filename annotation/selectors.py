@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.cache import cache
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
@@ -69,6 +70,7 @@ def judgement_counts_by_choice(*, project: Project) -> dict[str, int]:
 
 
 BATCH_SIZE = 20
+OPEN_PAIRS_CACHE_S = 5
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,14 @@ def labelling_progress(
         .distinct()
         .count()
     )
-    available = open_pairs.count() - touched
+    # Counting a large project's open pairs on every page costs more than the rest of the page;
+    # for a progress bar, a count a few seconds old is as good.
+    key = f"concord:open-pairs:{project.pk}:{project.created_at.timestamp()}"
+    open_count = cache.get(key)
+    if open_count is None:
+        open_count = open_pairs.count()
+        cache.set(key, open_count, OPEN_PAIRS_CACHE_S)
+    available = max(0, open_count - touched)
     return LabellingProgress(
         done=done.count(),
         done_today=done.filter(created_at__gte=start_of_day).count(),
