@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
+from rest_framework.authentication import BasicAuthentication
+from rest_framework.exceptions import AuthenticationFailed
 
 CONTENT_SECURITY_POLICY = "; ".join(
     [
@@ -39,3 +41,13 @@ class ContentSecurityPolicyMiddleware:
         response = self.get_response(request)
         response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         return response
+
+
+class StrictBasicAuthentication(BasicAuthentication):
+    """HTTP Basic auth that refuses credentials with NUL characters before they reach the database
+    (PostgreSQL text cannot hold them: DRF's own class would turn them into a 500)."""
+
+    def authenticate_credentials(self, userid, password, request=None):
+        if "\x00" in userid or "\x00" in password:
+            raise AuthenticationFailed("Invalid username/password.")
+        return super().authenticate_credentials(userid, password, request)

@@ -256,7 +256,8 @@ def metrics_record(*, run_id: int, step: int, metrics: Mapping[str, Any]) -> Non
         [MetricPoint(run_id=run_id, step=step, name=n, value=v) for n, v in numeric.items()],
         update_conflicts=True,
         unique_fields=["run", "name", "step"],
-        update_fields=["value"],
+        # A step logged again (after a resume) takes the new value and the new time.
+        update_fields=["value", "created_at"],
     )
     hook = getattr(settings, "CONCORD_METRICS_HOOK", "")
     if hook:

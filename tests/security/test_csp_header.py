@@ -53,3 +53,12 @@ def test_a_view_with_its_own_policy_keeps_it():
 
     response = ContentSecurityPolicyMiddleware(view)(RequestFactory().get("/"))
     assert response["Content-Security-Policy"] == own
+
+
+def test_basic_auth_with_nul_bytes_is_refused_not_a_server_error(client, db):
+    """Found by the schema fuzz: a NUL in HTTP Basic credentials reached PostgreSQL (500)."""
+    import base64
+
+    token = base64.b64encode(b"ann\x00ie:pass\x00word").decode()
+    response = client.get("/api/projects/x/imports/1/", HTTP_AUTHORIZATION=f"Basic {token}")
+    assert response.status_code in (401, 403)
