@@ -8,6 +8,7 @@ class CommonConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
+        import common.schema  # noqa: F401 - registers the OpenAPI extension of our auth class
         from common.roles import sync_role_permissions
 
         # Not limited to this app: the permissions of the other apps exist only after their own
