@@ -52,6 +52,7 @@ class TrainingConfig:
     bf16: bool = _f(False, "bfloat16 autocast for matmuls (CPU with AVX-512 BF16/AMX, or GPU)")
     gradient_checkpointing: bool = _f(False, "recompute activations in backward to save memory")
     packing: bool = _f(True, "padding-free packed batches where the model supports them")
+    disable_dropout: bool = _f(True, "set the models' dropout to 0 (losses compare forward passes)")
     device: str = _f("auto", "'auto' (cuda when available), 'cpu', 'cuda' or 'cuda:N'")
     log_every: int = _f(1, "log metrics every this many optimiser steps")
     checkpoint_every: int = _f(100, "save a checkpoint every this many steps (0: only at the end)")

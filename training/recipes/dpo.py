@@ -235,6 +235,7 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
         packing=config.packing,
         bf16=config.bf16,
         gradient_checkpointing=config.gradient_checkpointing,
+        no_dropout=config.disable_dropout,
     )
     pad_id = tokenizer.pad_token_id
 

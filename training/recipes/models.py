@@ -29,6 +29,7 @@ def load_causal_lm(
     bf16: bool = False,
     gradient_checkpointing: bool = False,
     trainable: bool = True,
+    no_dropout: bool = True,
 ) -> tuple[Any, bool]:
     """(model in float32 on ``device``, whether packed batches can be used with it).
 
@@ -52,6 +53,8 @@ def load_causal_lm(
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     model.to(device)
     model.config.use_cache = False
+    if no_dropout:
+        disable_dropout(model)
     if gradient_checkpointing:
         enable_activation_checkpointing(model)
     model.train(trainable)
@@ -83,3 +86,16 @@ def enable_activation_checkpointing(model: Any) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Zero every dropout probability in place (the saved config keeps its values).
+
+    Preference losses compare forward passes (policy against a cached reference, chosen against
+    rejected): dropout would add noise of its own to each. TRL does the same by default.
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0

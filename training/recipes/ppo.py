@@ -143,6 +143,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
         packing=config.packing,
         bf16=config.bf16,
         gradient_checkpointing=config.gradient_checkpointing,
+        no_dropout=config.disable_dropout,
     )
     reference, _ = load_causal_lm(
         config.ref_model or config.model, device=device, packing=config.packing, trainable=False

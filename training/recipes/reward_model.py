@@ -14,6 +14,7 @@ dropped afterwards; prompt-cluster conditioning of PIPELINE.md's third layer is 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,11 @@ from training.recipes.data import (
 )
 from training.recipes.distributed import all_reduce_sum
 from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
-from training.recipes.models import enable_activation_checkpointing, load_tokenizer
+from training.recipes.models import (
+    disable_dropout,
+    enable_activation_checkpointing,
+    load_tokenizer,
+)
 from training.recipes.packing import (
     VARLEN_ATTENTION,
     TokenizedSequence,
@@ -285,7 +290,11 @@ def train_reward_model(
         plain = dataclasses.replace(
             config, annotator_aware=False, output_dir=str(Path(config.output_dir) / "plain")
         )
-        plain_summary = train_reward_model(plain).summary
+        finished = Path(plain.output_dir) / "summary.json"
+        if config.resume and finished.is_file() and '"completed"' in finished.read_text():
+            plain_summary = json.loads(finished.read_text())  # a resumed run keeps its baseline
+        else:
+            plain_summary = train_reward_model(plain).summary
     run = start_run(config, callback)
     device = run.device
     tokenizer = load_tokenizer(config.model)
@@ -300,6 +309,8 @@ def train_reward_model(
     )
     if config.gradient_checkpointing:
         enable_activation_checkpointing(model)
+    if config.disable_dropout:
+        disable_dropout(model)
     model.train()
     scorer = RewardScorer(
         model, tokenizer, max_length=config.max_length, prompt_budget=config.prompt_budget
