@@ -4,7 +4,9 @@ peak memory, to show the two-pass streaming import does not hold the file in mem
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/concord_bench_import \\
         .venv/bin/python bench/bench_import.py [--rows 100000] [--judgements 3]
 
-The database named in DATABASE_URL is emptied (flush) first. Prints one JSON object.
+The database named in DATABASE_URL is emptied (flush) first. Prints one JSON object. Run it with
+DJANGO_DEBUG=false: with DEBUG on, Django keeps the text of recent queries (the bulk inserts are large),
+which inflates the peak memory measured here.
 """
 
 from __future__ import annotations
