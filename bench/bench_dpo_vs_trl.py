@@ -84,12 +84,14 @@ def run_ours(args: argparse.Namespace) -> dict:
 
     model = _model_dir()
     work = Path(args.work)
+    # A fresh cache per round: "cold" must compute the reference, "warm" then finds it.
+    cache_dir = Path(tempfile.mkdtemp(prefix=f"ref-cache-{args.precision}-", dir=work))
     results = {}
     for attempt in ("cold", "warm"):
         config = DPOConfig(
             model=model,
             data=args.data,
-            output_dir=str(work / f"ours-{args.precision}-{attempt}"),
+            output_dir=str(cache_dir / f"ours-{attempt}"),
             batch_size=args.batch,
             max_length=args.max_length,
             epochs=1,
@@ -99,7 +101,7 @@ def run_ours(args: argparse.Namespace) -> dict:
             checkpoint_every=0,
             resume=False,
             device="cpu",
-            reference_cache_dir=str(work / f"ref-cache-{args.precision}"),
+            reference_cache_dir=str(cache_dir),
         )
         result = train_dpo(config)
         metrics = [
@@ -107,7 +109,7 @@ def run_ours(args: argparse.Namespace) -> dict:
             for line in (Path(config.output_dir) / "metrics.jsonl").read_text().splitlines()
         ]
         results[attempt] = {**result.summary, "first_step_loss": metrics[0]["loss"]}
-    cache = next((work / f"ref-cache-{args.precision}").glob("*.pt"))
+    cache = next(cache_dir.glob("*.pt"))
     reference = load_cached_reference(cache, results["cold"]["pairs"])
     cold, warm = results["cold"], results["warm"]
     return {
