@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -148,6 +149,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder under var/")
     parser.add_argument(
         "--rounds", type=int, default=3, help="alternating runs per side; best kept"
     )
@@ -189,6 +191,8 @@ def main() -> None:
     if ours and trl:
         report["speedup"] = ours["pairs_per_second"] / trl["pairs_per_second"]
         report["peak_rss_ratio"] = ours["peak_rss_bytes"] / trl["peak_rss_bytes"]
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)  # trained models: about 0.5 GB a run
     print(json.dumps(report, indent=2))
 
 
