@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("rm", "dpo", "ppo", "rloo")
+# training.algorithms.DPO_LOSS_TYPES, repeated so that validating a config never imports torch (the
+# admin validates run settings in the web process); a test checks the two agree.
+DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 
 
 def _f(default: Any, help: str, **kwargs: Any) -> Any:
@@ -159,8 +162,6 @@ class DPOConfig(TrainingConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.kind = "dpo"
-        from training.algorithms import DPO_LOSS_TYPES
-
         if self.loss_type not in DPO_LOSS_TYPES:
             raise ConfigError(f"loss_type: one of {DPO_LOSS_TYPES}, got {self.loss_type!r}")
         if self.beta <= 0:

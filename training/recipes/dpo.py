@@ -45,6 +45,7 @@ from training.recipes.runtime import (
     autocast,
     build_optimizer,
     build_scheduler,
+    memory_fraction,
     peak_memory_bytes,
     total_steps_for,
 )
@@ -330,6 +331,9 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
                 pairs_per_second=throughput.per_second(throughput.items),
                 tokens_per_second=throughput.per_second(throughput.tokens),
             )
+            fraction = memory_fraction(device)
+            if fraction is not None:
+                logged["memory_fraction"] = fraction
             run.callback.on_log(step=step, metrics=logged)
             pending, last_logged = [], logged
         stop = run.stop_requested()

@@ -131,6 +131,18 @@ def shape_rewards(
     return rewards
 
 
+def repetition_rate(rollouts: Sequence[Rollout], n: int = 3) -> float:
+    """Mean share of each response's token n-grams that already appeared earlier in the same
+    response (0: no repeats; PIPELINE.md alerts above 0.10 as mode collapse)."""
+    rates = []
+    for rollout in rollouts:
+        ids = rollout.response_ids
+        grams = [ids[i : i + n] for i in range(len(ids) - n + 1)]
+        if grams:
+            rates.append(1 - len(set(grams)) / len(grams))
+    return sum(rates) / len(rates) if rates else 0.0
+
+
 def make_kl_controller(config: OnlineRLConfig, total_updates: int) -> KLController:
     """The controller named by ``config.kl_controller`` with the config's numbers."""
     if config.kl_controller == "adaptive":

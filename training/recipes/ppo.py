@@ -46,6 +46,7 @@ from training.recipes.online import (
     Rollout,
     fit_normalizer,
     make_kl_controller,
+    repetition_rate,
     sample_rollouts,
     score_rollouts,
     shape_rewards,
@@ -65,6 +66,7 @@ from training.recipes.runtime import (
     autocast,
     build_optimizer,
     build_scheduler,
+    memory_fraction,
     peak_memory_bytes,
     total_steps_for,
 )
@@ -270,6 +272,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
                 "kl": float(kl_per_sequence.mean()),
                 "kl_coef": kl_coef,
                 "response_length": float(mask.sum(dim=1).float().mean()),
+                "repetition_rate": repetition_rate(rollouts),
                 "eos_rate": sum(r.finished for r in rollouts) / len(rollouts),
                 "learning_rate": scheduler.get_last_lr()[0],
             }
@@ -282,6 +285,9 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
                 samples_per_second=throughput.per_second(throughput.items),
                 tokens_per_second=throughput.per_second(throughput.tokens),
             )
+            fraction = memory_fraction(device)
+            if fraction is not None:
+                logged["memory_fraction"] = fraction
             run.callback.on_log(step=step, metrics=logged)
             pending = []
         stop = run.stop_requested()

@@ -57,6 +57,7 @@ from training.recipes.runtime import (
     autocast,
     build_optimizer,
     build_scheduler,
+    memory_fraction,
     peak_memory_bytes,
     total_steps_for,
 )
@@ -400,6 +401,9 @@ def train_reward_model(
                 pairs_per_second=throughput.per_second(throughput.items),
                 tokens_per_second=throughput.per_second(throughput.tokens),
             )
+            fraction = memory_fraction(device)
+            if fraction is not None:
+                logged["memory_fraction"] = fraction
             run.callback.on_log(step=step, metrics=logged)
             pending = []
         stop = run.stop_requested()

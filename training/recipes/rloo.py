@@ -24,6 +24,7 @@ from training.recipes.models import load_causal_lm, load_tokenizer
 from training.recipes.online import (
     fit_normalizer,
     make_kl_controller,
+    repetition_rate,
     sample_rollouts,
     score_rollouts,
     shape_rewards,
@@ -36,6 +37,7 @@ from training.recipes.runtime import (
     autocast,
     build_optimizer,
     build_scheduler,
+    memory_fraction,
     peak_memory_bytes,
     total_steps_for,
 )
@@ -181,6 +183,7 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
                 "kl": float(kl.mean()),
                 "kl_coef": kl_coef,
                 "response_length": float(lengths.mean()),
+                "repetition_rate": repetition_rate(rollouts),
                 "eos_rate": sum(r.finished for r in rollouts) / n,
                 "grad_norm": grad_norm,
                 "learning_rate": scheduler.get_last_lr()[0],
@@ -194,6 +197,9 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
                 samples_per_second=throughput.per_second(throughput.items),
                 tokens_per_second=throughput.per_second(throughput.tokens),
             )
+            fraction = memory_fraction(device)
+            if fraction is not None:
+                logged["memory_fraction"] = fraction
             run.callback.on_log(step=step, metrics=logged)
             pending = []
         stop = run.stop_requested()

@@ -134,3 +134,12 @@ def peak_memory_bytes(device: torch.device) -> int | None:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
     except ImportError:  # pragma: no cover - not POSIX
         return None
+
+
+def memory_fraction(device: torch.device) -> float | None:
+    """Share of the accelerator's memory in use at the peak so far (PIPELINE.md alerts above 0.95);
+    None on CPU."""
+    if device.type != "cuda":
+        return None
+    total = torch.cuda.get_device_properties(device).total_memory
+    return float(torch.cuda.max_memory_reserved(device)) / total
