@@ -262,7 +262,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
         kl_coef = kl_controller.value
         kl_controller.update(float(kl_per_sequence.mean()), len(rollouts))
         throughput.items += len(rollouts)
-        throughput.tokens += full.n_tokens
+        throughput.tokens += sum(len(r.prompt_ids) + len(r.response_ids) for r in rollouts)
         pending.append(
             {
                 **stats,

@@ -171,7 +171,7 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
         kl_coef = kl_controller.value
         kl_controller.update(float(kl.mean()), n)
         throughput.items += n
-        throughput.tokens += batch.n_tokens
+        throughput.tokens += sum(len(seq.input_ids) for seq in sequences)
         lengths = batch.completion_lengths.float()
         pending.append(
             {

@@ -1,0 +1,224 @@
+"""RLOO on SmolLM2-135M-Instruct: Concord's recipe against TRL's RLOOTrainer, same policy, reward
+model, prompts, K samples per prompt, response length, learning rate and precision. Prints one JSON
+object.
+
+Prompts: the first ``--prompts`` demo prompts (demo/prompts.jsonl). Reward model: SmolLM2 with a new
+one-output head (the speed does not depend on what it has learnt). Sampling at temperature 1.0,
+top-p 1.0, KL coefficient 0.02, no gradient checkpointing. Sampled lengths differ between the two
+(sampling is random), so the mean response length is reported beside samples per second and each
+side's tokens per second. Each side runs in its own subprocess; the sides alternate for
+``--rounds`` rounds and the fastest round of each is reported.
+
+    .venv/bin/python bench/bench_train_rloo_vs_trl.py [--prompts 8] [--k 4] [--new-tokens 32]
+        [--steps 2] [--precision fp32|bf16] [--rounds 2] [--skip-trl] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_dpo_vs_trl import ROOT, _model_dir, _peak_rss_bytes
+
+LEARNING_RATE = 1e-6
+KL_COEF = 0.02
+
+
+def write_prompts(path: Path, n_prompts: int) -> int:
+    lines = (ROOT / "demo" / "prompts.jsonl").read_text().splitlines()[:n_prompts]
+    rows = [{"prompt": json.loads(line)["prompt"]} for line in lines]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return len(rows)
+
+
+def run_ours(args: argparse.Namespace) -> dict:
+    from training.recipes import RLOOConfig, train_rloo
+
+    model = _model_dir()
+    config = RLOOConfig(
+        model=model,
+        reward_model=model,
+        data=args.data,
+        output_dir=str(Path(args.work) / f"ours-{args.precision}"),
+        batch_size=args.prompts,
+        rloo_k=args.k,
+        max_new_tokens=args.new_tokens,
+        max_length=256,
+        max_steps=args.steps,
+        learning_rate=LEARNING_RATE,
+        kl_coef=KL_COEF,
+        temperature=1.0,
+        top_p=1.0,
+        bf16=args.precision == "bf16",
+        checkpoint_every=0,
+        resume=False,
+        device="cpu",
+    )
+    result = train_rloo(config)
+    rows = [
+        json.loads(line)
+        for line in (Path(config.output_dir) / "metrics.jsonl").read_text().splitlines()
+    ]
+    summary = result.summary
+    return {
+        "samples": summary["samples_trained"],
+        "samples_per_second": summary["samples_per_second"],
+        "tokens_per_second": summary["tokens_per_second"],
+        "train_seconds": summary["train_seconds"],
+        "mean_response_length": sum(r["response_length"] for r in rows) / len(rows),
+        "peak_rss_bytes": _peak_rss_bytes(),
+    }
+
+
+def run_trl(args: argparse.Namespace) -> dict:
+    import torch
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from trl import RLOOConfig, RLOOTrainer
+
+    model_dir = _model_dir()
+    rows = [json.loads(line) for line in Path(args.data).read_text().splitlines()]
+    dataset = Dataset.from_list(
+        [
+            {
+                "prompt": r["prompt"]
+                if isinstance(r["prompt"], list)
+                else [{"role": "user", "content": r["prompt"]}]
+            }
+            for r in rows
+        ]
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
+    policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    reward = AutoModelForSequenceClassification.from_pretrained(
+        model_dir, num_labels=1, dtype=torch.float32
+    )
+    reward.config.pad_token_id = tokenizer.pad_token_id
+    config = RLOOConfig(
+        output_dir=str(Path(args.work) / f"trl-{args.precision}"),
+        per_device_train_batch_size=args.prompts * args.k,
+        num_generations=args.k,
+        max_completion_length=args.new_tokens,
+        max_steps=args.steps,
+        learning_rate=LEARNING_RATE,
+        beta=KL_COEF,
+        temperature=1.0,
+        top_p=1.0,
+        bf16=args.precision == "bf16",
+        fp16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = RLOOTrainer(
+        model=policy,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        reward_processing_classes=tokenizer,
+    )
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    lengths = [
+        r["completions/mean_length"]
+        for r in trainer.state.log_history
+        if "completions/mean_length" in r
+    ]
+    samples = args.prompts * args.k * args.steps
+    return {
+        "samples": samples,
+        "samples_per_second": samples / seconds,
+        "train_seconds": seconds,
+        "mean_response_length": sum(lengths) / len(lengths) if lengths else None,
+        "peak_rss_bytes": _peak_rss_bytes(),
+        "trl_version": trl.__version__,
+    }
+
+
+def _child(side: str, args: argparse.Namespace) -> dict:
+    command = [
+        sys.executable, __file__, "--worker", side, "--precision", args.precision,
+        "--data", args.data, "--work", args.work, "--prompts", str(args.prompts),
+        "--k", str(args.k), "--new-tokens", str(args.new_tokens), "--steps", str(args.steps),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"error": done.stderr[-2000:]}
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    parser.add_argument("--k", type=int, default=4, help="samples per prompt")
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder under var/")
+    parser.add_argument("--worker", choices=("ours", "trl"), help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        print(json.dumps(run_ours(args) if args.worker == "ours" else run_trl(args)))
+        return
+
+    work = Path(tempfile.mkdtemp(prefix="bench-rloo-", dir=ROOT / "var"))
+    args.work, args.data = str(work), str(work / "prompts.jsonl")
+    n_prompts = write_prompts(Path(args.data), args.prompts * args.steps)
+    rounds: dict[str, list[dict]] = {"ours": [], "trl": []}
+    for _ in range(args.rounds):
+        rounds["ours"].append(_child("ours", args))
+        if not args.skip_trl:
+            rounds["trl"].append(_child("trl", args))
+    best = {
+        side: max(
+            (r for r in runs if "error" not in r),
+            key=lambda r: r["samples_per_second"],
+            default={},
+        )
+        for side, runs in rounds.items()
+    }
+    report = {
+        "benchmark": "rloo_vs_trl",
+        "model": "smollm2-135m-instruct",
+        "prompts": n_prompts,
+        "samples_per_prompt": args.k,
+        "max_new_tokens": args.new_tokens,
+        "precision": args.precision,
+        "ours": best["ours"],
+        "trl": best["trl"],
+        "rounds": {
+            side: [r.get("samples_per_second", r.get("error", "")[-300:]) for r in runs]
+            for side, runs in rounds.items()
+        },
+        "load_average_at_end": os.getloadavg(),
+    }
+    if best["ours"] and best["trl"]:
+        report["speedup"] = best["ours"]["samples_per_second"] / best["trl"]["samples_per_second"]
+        report["peak_rss_ratio"] = best["ours"]["peak_rss_bytes"] / best["trl"]["peak_rss_bytes"]
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
