@@ -51,7 +51,7 @@ def worker(browser, stack) -> Iterator[Worker]:
 
 
 def _draft_run(user) -> TrainingRun:
-    """A draft DPO run on 8 preference pairs: 60 steps take the CPU worker several seconds, so the
+    """A draft DPO run on 8 preference pairs: 1,200 steps take the CPU worker several seconds, so the
     page (polling every 2 s) sees it running more than once."""
     project, _ = project_get_or_create(slug="browser-runs")
     rows = [
@@ -63,8 +63,9 @@ def _draft_run(user) -> TrainingRun:
     snapshot = services.snapshot_for(export=dataset_export(project=project))
     return services.run_create(
         name="browser dpo run", kind="dpo", base_model="smollm2-135m-instruct", snapshot=snapshot,
-        config={"max_steps": 60, "batch_size": 2, "max_length": 64, "checkpoint_every": 10,
-                "learning_rate": 1e-3, "epochs": 20},
+        # Long enough that the page sees it running twice even on a quiet, fast machine.
+        config={"max_steps": 1200, "batch_size": 2, "max_length": 64, "checkpoint_every": 200,
+                "learning_rate": 1e-3, "epochs": 300},
         created_by=user,
     )  # fmt: skip
 
@@ -79,7 +80,7 @@ def test_ml_engineer_launches_a_run_from_the_admin_and_watches_its_chart_update(
     """The ML engineer logs in, ticks a draft DPO run in the admin's run list and applies "Launch
     on the gpu queue"; the admin confirms. The run's "charts" link opens its monitoring page, whose
     loss chart appears and gains points between two looks while the worker trains (the page polls
-    every 2 s, without a reload), and whose status ends "succeeded" at step 60/60. The database
+    every 2 s, without a reload), and whose status ends "succeeded" at step 1200/1200. The database
     agrees: the run succeeded, logged a loss per step (as many as the chart draws), saved its six
     checkpoints (listed on the page once reloaded), and its launch is audited under the engineer's
     name."""
@@ -123,7 +124,7 @@ def test_ml_engineer_launches_a_run_from_the_admin_and_watches_its_chart_update(
     assert page.evaluate("window.concordSamePage") is True
 
     expect(status).to_have_text("succeeded", timeout=LIVE_TIMEOUT_MS)
-    expect(page.get_by_test_id("run-step")).to_have_text("60")
+    expect(page.get_by_test_id("run-step")).to_have_text("1200")
     expect(chart.locator("svg path.series")).to_have_attribute("d", re.compile(r"^M.+L"))
     page.screenshot(path=SCREENSHOT, full_page=True)
     # The checkpoints table is drawn by the server, not by the polling: it shows them on reload.
@@ -132,9 +133,16 @@ def test_ml_engineer_launches_a_run_from_the_admin_and_watches_its_chart_update(
 
     run.refresh_from_db()
     assert run.status == TrainingRun.Status.SUCCEEDED, run.error
-    assert run.step == run.total_steps == 60
+    assert run.step == run.total_steps == 1200
     losses = MetricPoint.objects.filter(run=run, name="loss")
-    assert losses.count() >= 60
+    assert losses.count() >= 1200
     assert _points(page) == losses.values("step").distinct().count()
-    assert sorted(run.checkpoints.values_list("step", flat=True)) == [10, 20, 30, 40, 50, 60]
+    assert sorted(run.checkpoints.values_list("step", flat=True)) == [
+        200,
+        400,
+        600,
+        800,
+        1000,
+        1200,
+    ]
     assert run.events.filter(action="launched", user=engineer).exists()
