@@ -17,12 +17,17 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
 
-from annotation.importing import ImportValidationError
+from annotation.importing import (
+    ImportValidationError,
+    compressed_file_message,
+    compression_of,
+)
 from annotation.models import ImportJob, Project
 from annotation.services import comparisons_import
 from common.errors import ConcordError
 
 ALLOWED_SUFFIXES = (".jsonl", ".json", ".ndjson", ".txt")
+COMPRESSED_SUFFIXES = (".gz", ".zip", ".bz2", ".xz", ".zst", ".7z", ".tgz", ".tar")
 PROGRESS_TTL_S = 24 * 3600
 
 
@@ -37,6 +42,10 @@ def import_job_create(
     from annotation.import_tasks import import_job_run_task
 
     name = Path(upload.name or "upload.jsonl").name
+    if name.lower().endswith(COMPRESSED_SUFFIXES):
+        raise ConcordError(
+            f"{name}: compressed files are not accepted; upload the uncompressed JSONL"
+        )
     if not name.lower().endswith(ALLOWED_SUFFIXES):
         raise ConcordError(f"{name}: expected a JSONL file ({', '.join(ALLOWED_SUFFIXES)})")
     limit = settings.CONCORD_IMPORT_MAX_BYTES
@@ -44,6 +53,11 @@ def import_job_create(
         raise ConcordError(f"{name} is larger than the limit of {limit // (1024 * 1024)} MB")
     if upload.size == 0:
         raise ConcordError(f"{name} is empty")
+    upload.seek(0)
+    compression = compression_of(upload.read(8))
+    upload.seek(0)
+    if compression:  # refused unread: a small archive can unpack to gigabytes
+        raise ConcordError(compressed_file_message(name, compression))
     folder = Path(settings.UPLOAD_DIR)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{uuid.uuid4().hex}.jsonl"

@@ -19,13 +19,44 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from annotation.models import MAX_STRENGTH, Choice, Side
 
 MAX_LINE_BYTES = 1_000_000
+# Deeper JSON is refused: Python's parser gives up near 1,000 levels, and storing or exporting a
+# value nearly that deep could fail later, half-way through a write.
+MAX_DEPTH = 64
+MAX_NAME_CHARS = 200  # external ids and model names (the columns' length)
+MAX_ELAPSED_MS = 2**31 - 1  # the column's largest value (24 days: anything above is not a timing)
 ROLES = ("system", "user", "assistant")
+# The first bytes of compressed files: an upload is plain JSONL, never decompressed on the server.
+COMPRESSED_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"PK\x03\x04": "zip",
+    b"PK\x05\x06": "zip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"7z\xbc\xaf\x27\x1c": "7z",
+}
+
+
+def compression_of(head: bytes) -> str | None:
+    """The compression format whose signature starts ``head`` (a file's first bytes), or None."""
+    for magic, name in COMPRESSED_MAGIC.items():
+        if head.startswith(magic):
+            return name
+    return None
+
+
+def compressed_file_message(name: str, compression: str) -> str:
+    return (
+        f"{name} is a {compression}-compressed file; compressed files are not accepted: "
+        "upload the uncompressed JSONL"
+    )
 
 
 @dataclass(frozen=True)
@@ -184,9 +215,11 @@ def _parse_judgements(row: _Row) -> tuple[ImportedJudgement, ...]:
             continue
         elapsed = item.get("elapsed_ms")
         if elapsed is not None and (
-            isinstance(elapsed, bool) or not isinstance(elapsed, int) or elapsed < 0
+            isinstance(elapsed, bool)
+            or not isinstance(elapsed, int)
+            or not 0 <= elapsed <= MAX_ELAPSED_MS
         ):
-            row.fail(f"{where}.elapsed_ms", "must be a non-negative integer")
+            row.fail(f"{where}.elapsed_ms", f"must be an integer from 0 to {MAX_ELAPSED_MS}")
             continue
         rationale = item.get("rationale", "")
         if not isinstance(rationale, str):
@@ -198,16 +231,54 @@ def _parse_judgements(row: _Row) -> tuple[ImportedJudgement, ...]:
     return tuple(parsed)
 
 
+def _refuse_constant(token: str) -> float:
+    raise ValueError(f"{token} is not a number JSON allows")
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise ValueError(f"{token[:40]} is out of the range of a double")
+    return value
+
+
+def _unstorable(data: object) -> str | None:
+    """Why the parsed value cannot be stored as it is (too deep, a NUL character), or None.
+
+    Walks with an explicit stack: the value may be nearly as deep as the parser allows.
+    """
+    stack: list[tuple[object, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()  # depth: the level of ``value`` (the row object is level 1)
+        if isinstance(value, dict | list) and depth > MAX_DEPTH:
+            return f"JSON nested too deeply (at most {MAX_DEPTH} levels)"
+        if isinstance(value, str):
+            if "\x00" in value:
+                return "a string contains a NUL character (\\u0000), which cannot be stored"
+        elif isinstance(value, dict):
+            stack.extend((key, depth) for key in value)
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+    return None
+
+
 def parse_row(line: int, raw: str) -> ImportedComparison | list[LineError]:
     """Validate one JSONL line; returns the comparison or the line's errors."""
     if len(raw.encode("utf-8")) > MAX_LINE_BYTES:
         return [LineError(line, "", f"line is longer than {MAX_LINE_BYTES} bytes")]
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         return [LineError(line, "", f"malformed JSON: {exc.msg} at column {exc.colno}")]
+    except RecursionError:
+        return [LineError(line, "", f"JSON nested too deeply (at most {MAX_DEPTH} levels)")]
+    except ValueError as exc:  # a number token that is out of range (see the parse hooks)
+        return [LineError(line, "", f"unacceptable JSON number: {exc}")]
     if not isinstance(data, dict):
         return [LineError(line, "", "each line must be a JSON object")]
+    if problem := _unstorable(data):
+        return [LineError(line, "", problem)]
     row = _Row(line, data)
     prompt_text, messages = _parse_prompt(row)
     metadata = data.get("metadata", {})
@@ -230,8 +301,14 @@ def parse_row(line: int, raw: str) -> ImportedComparison | list[LineError]:
     if not isinstance(external_id, str | int) or isinstance(external_id, bool):
         row.fail("id", "must be a string or an integer")
         external_id = ""
+    elif len(str(external_id)) > MAX_NAME_CHARS:
+        row.fail("id", f"must be at most {MAX_NAME_CHARS} characters")
+        external_id = ""
     judgements = _parse_judgements(row)
     model_a, model_b = row.text("model_a", required=False), row.text("model_b", required=False)
+    for name, value in (("model_a", model_a), ("model_b", model_b)):
+        if len(value) > MAX_NAME_CHARS:
+            row.fail(name, f"must be at most {MAX_NAME_CHARS} characters")
     if row.errors:
         return row.errors
     return ImportedComparison(

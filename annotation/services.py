@@ -26,6 +26,8 @@ from annotation.importing import (
     ImportedComparison,
     ImportValidationError,
     LineError,
+    compressed_file_message,
+    compression_of,
     content_hash,
     parse_row,
 )
@@ -83,6 +85,10 @@ def _numbered_lines(source: Source) -> Iterator[tuple[int, str | LineError]]:
         yield from enumerate(source, start=1)
         return
     with source.open("rb") as handle:
+        if compression := compression_of(handle.read(8)):
+            yield 1, LineError(1, "", compressed_file_message("this file", compression))
+            return
+        handle.seek(0)
         for number, raw in enumerate(handle, start=1):
             try:
                 text = raw.decode("utf-8-sig" if number == 1 else "utf-8")

@@ -208,3 +208,68 @@ def test_large_file_spanning_chunks_imports_exactly(tmp_path, project, monkeypat
     assert Comparison.objects.get(external_id="", prompt__text="Question 3?").taken == 2
     assert phases[-1] == ("importing", 2501, 2501)
     assert ("validating", 1000, None) in phases
+
+
+_ROW = '"prompt": "Q", "response_a": "x", "response_b": "y"'
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "message"),
+    [
+        ("[" * 100_000, "", "nested too deeply (at most 64 levels)"),
+        ("{" + _ROW + ', "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}", "",
+         "nested too deeply"),
+        ("{" + _ROW + ', "metadata": ' + '{"a": ' * 65 + "1" + "}" * 65 + "}", "",
+         "nested too deeply"),
+        ("{" + _ROW + ', "metadata": {"x": NaN}}', "", "NaN is not a number JSON allows"),
+        ("{" + _ROW + ', "metadata": {"x": -Infinity}}', "", "-Infinity is not a number"),
+        ("{" + _ROW + ', "metadata": {"x": 1e999}}', "", "1e999 is out of the range of a double"),
+        ("{" + _ROW + ', "metadata": {"x": ' + "9" * 5000 + "}}", "",
+         "unacceptable JSON number: Exceeds the limit (4300 digits)"),
+        ("{" + _ROW + ', "metadata": {"x\\u0000": 1}}', "", "NUL character"),
+        (_line(response_b="a\u0000b"), "", "NUL character"),
+        (_line(id=int("9" * 201)), "id", "at most 200 characters"),
+        (_line(model_a="m" * 201), "model_a", "at most 200 characters"),
+        (_line(judgements=[{"annotator": "x", "choice": "a", "elapsed_ms": 2**31}]),
+         "judgements[0].elapsed_ms", "from 0 to 2147483647"),
+    ],
+)  # fmt: skip
+def test_hostile_lines_are_refused_with_a_line_error_and_change_nothing(
+    project, line, field, message
+):
+    """Lines Python's json parser chokes on (RecursionError, huge integers) or accepts although
+    the database would not store them (NaN, infinities, NUL, too long, too large) are line errors
+    found before anything is written, never an exception from the write half-way."""
+    good = _line(prompt="fine", response_a="1", response_b="2")
+    with pytest.raises(ImportValidationError) as caught:
+        comparisons_import(project=project, lines=[good, line])
+    (error,) = caught.value.errors
+    assert (error.line, error.field) == (2, field)
+    assert message in error.message
+    assert not Prompt.objects.exists() and not Comparison.objects.exists()
+
+
+def test_deepest_accepted_metadata_is_stored(project):
+    """64 levels of metadata are within the limit and round-trip through the database."""
+    deep = '{"a": ' * 63 + "1" + "}" * 63
+    line = "{" + _ROW + ', "metadata": ' + deep + "}"
+    comparisons_import(project=project, lines=[line])
+    stored = Comparison.objects.get().metadata
+    for _ in range(63):
+        stored = stored["a"]
+    assert stored == 1
+
+
+def test_compressed_file_is_refused_by_the_command_path(tmp_path, project):
+    """A gzip file given to the import (command or API path) is one clear error, never unpacked."""
+    import gzip
+
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(gzip.compress((_line() + "\n").encode()))
+    with pytest.raises(ImportValidationError) as caught:
+        comparisons_import(project=project, lines=path)
+    assert [str(e) for e in caught.value.errors] == [
+        "line 1: this file is a gzip-compressed file; compressed files are not accepted: "
+        "upload the uncompressed JSONL"
+    ]
+    assert not Comparison.objects.exists()

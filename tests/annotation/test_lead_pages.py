@@ -1,6 +1,9 @@
 """The project lead's page and API: upload with progress, errors listed, exports downloadable."""
 
+import gzip
+import io
 import json
+import zipfile
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -99,6 +102,55 @@ def test_oversized_upload_is_refused(ml_engineer, project, settings):
     )
     assert "larger than the limit" in response.content.decode()
     assert not ImportJob.objects.exists()
+
+
+def _zip_bomb(kind: str) -> bytes:
+    """10 MB of zeros compressed to a few kilobytes: a small zip bomb."""
+    zeros = b"0" * (10 * 1024 * 1024)
+    if kind == "gzip":
+        return gzip.compress(zeros)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("rows.jsonl", zeros)
+    return buffer.getvalue()
+
+
+COMPRESSED_UPLOADS = [
+    ("rows.jsonl.gz", "gzip", "rows.jsonl.gz: compressed files are not accepted"),
+    ("rows.zip", "zip", "rows.zip: compressed files are not accepted"),
+    # The same archives under a JSONL name: recognised by their first bytes, never unpacked.
+    ("rows.jsonl", "gzip", "rows.jsonl is a gzip-compressed file; compressed files are not accepted"),
+    ("rows.jsonl", "zip", "rows.jsonl is a zip-compressed file; compressed files are not accepted"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "kind", "message"), COMPRESSED_UPLOADS)
+def test_compressed_upload_is_refused_on_the_page(
+    ml_engineer, project, settings, name, kind, message
+):
+    bomb = _zip_bomb(kind)
+    assert len(bomb) < 100_000
+    response = logged_in(ml_engineer).post(
+        reverse("annotation:import-upload", args=["lead"]),
+        {"file": SimpleUploadedFile(name, bomb)},
+        follow=True,
+    )
+    assert message in response.content.decode()
+    assert not ImportJob.objects.exists() and not Comparison.objects.exists()
+    assert not settings.UPLOAD_DIR.exists() or not list(settings.UPLOAD_DIR.iterdir())
+
+
+@pytest.mark.parametrize(("name", "kind", "message"), COMPRESSED_UPLOADS)
+def test_compressed_upload_is_refused_by_the_api(
+    ml_engineer, project, settings, name, kind, message
+):
+    response = logged_in(ml_engineer).post(
+        "/api/projects/lead/imports/", {"file": SimpleUploadedFile(name, _zip_bomb(kind))}
+    )
+    assert response.status_code == 400
+    assert message in response.json()["file"][0]
+    assert not ImportJob.objects.exists() and not Comparison.objects.exists()
+    assert not settings.UPLOAD_DIR.exists() or not list(settings.UPLOAD_DIR.iterdir())
 
 
 def test_export_button_and_download(ml_engineer, project, django_capture_on_commit_callbacks):
