@@ -12,7 +12,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/concord
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: demo test venv models lint bench clean-var
+.PHONY: demo test venv models lint audit bench clean-var
 
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,3 +43,8 @@ test: venv
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+## make audit: known vulnerabilities in the installed packages (pip-audit), and bandit over the apps
+audit: venv
+	$(BIN)/python scripts/audit_dependencies.py
+	$(BIN)/bandit -c pyproject.toml -q -r config common annotation training monitoring

@@ -95,7 +95,7 @@ def _int_columns(queryset: QuerySet, columns: list[str]) -> np.ndarray:
     except EmptyResultSet:  # e.g. .none() or pk__in=[]: nothing to read
         return np.zeros((0, len(columns)), dtype=np.int64)
     packed = ", ".join(f"string_agg(int8send(q.{column}), '')" for column in columns)
-    statement = f"SELECT count(*), {packed} FROM ({sql}) AS q"  # noqa: S608 - Django's compiled SQL
+    statement = f"SELECT count(*), {packed} FROM ({sql}) AS q"  # noqa: S608 - Django's compiled SQL  # nosec B608
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         count, *blobs = cursor.fetchone()

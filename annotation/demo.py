@@ -14,7 +14,7 @@ from annotation.services import ImportResult, comparisons_import, project_get_or
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_assign
 
-DEMO_PASSWORD = "concord-demo"  # noqa: S105 - demo accounts only; refused in production
+DEMO_PASSWORD = "concord-demo"  # noqa: S105 - demo accounts only; refused in production  # nosec B105
 DEMO_SLUG = "demo"
 DEMO_COMPARISONS = Path(settings.BASE_DIR) / "demo" / "comparisons.jsonl"
 DEMO_ACCOUNTS = (
