@@ -1,9 +1,11 @@
-"""Data parallelism: DPO on two CPU processes (torchrun, Gloo) reaches the weights one process does."""
+"""Data parallelism: DPO, PPO and RLOO on two CPU processes (torchrun, Gloo) reach the weights one
+process does."""
 
 import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from training.recipes import DPOConfig, train_dpo
@@ -43,3 +45,80 @@ def test_two_ranks_train_like_one_process(tiny_llama_dir, pairs_file, tmp_path):
     b = load_file(str(tmp_path / "ddp" / "final" / "model.safetensors"))
     for name in a:
         assert torch.allclose(a[name], b[name], atol=1e-6), name
+
+
+def _online_values(policy, reward, prompts) -> dict:
+    return {
+        "model": str(policy),
+        "reward_model": str(reward),
+        "data": str(prompts),
+        "max_new_tokens": 6,
+        "max_length": 128,
+        "learning_rate": 1e-3,
+        "checkpoint_every": 0,
+        "device": "cpu",
+        "eval_prompts": 1,
+        "eval_every": 1,
+    }
+
+
+def test_two_ranks_run_ppo_and_rloo_like_one_process(
+    tiny_llama_dir, tiny_tokenizer_dir, prompts_file, tmp_path
+):
+    """PPO and RLOO with fixed rollouts (tests/training/fixed_rollouts.py: sampling itself cannot
+    match, each process draws its own random numbers) on 7 training prompts in steps of 4 and 3:
+    the second step splits 2 + 1 across the ranks, and PPO doubles the samples of its
+    high-variance prompts (threshold lowered to the tiny reward model's scale), so ranks hold
+    different numbers of rollouts. Whitening, the normaliser,
+    the KL controller and every metric use all ranks' rollouts, the minibatches are the same
+    slices of the global order, and gradients are summed: one epoch on 2 ranks gives the weights
+    and the logged numbers of 1 process (to float rounding: sums run in another order)."""
+    from safetensors.torch import load_file
+
+    from tests.training.conftest import tiny_llama
+    from tests.training.fixed_rollouts import fixed_rollouts
+    from training.recipes import PPOConfig, RLOOConfig, run_training
+
+    reward = tiny_llama(tmp_path / "rm", tiny_tokenizer_dir, seed=1, for_classification=True)
+    common = _online_values(tiny_llama_dir, reward, prompts_file)
+    configs = {
+        "ppo": lambda out: PPOConfig(
+            output_dir=str(out), batch_size=4, minibatch_size=4, ppo_epochs=2, value_hidden=16,
+            value_dropout=0.0, anchor_fraction=0.25, perturb_fraction=0.25,
+            double_sample_variance=5e-6, **common,
+        ),
+        "rloo": lambda out: RLOOConfig(output_dir=str(out), batch_size=4, rloo_k=2, **common),
+    }  # fmt: skip
+    paths = []
+    for kind, make in configs.items():
+        with fixed_rollouts():
+            run_training(make(tmp_path / f"{kind}-single"))
+        config = make(tmp_path / f"{kind}-ddp")
+        paths.append(tmp_path / f"{kind}-ddp.json")
+        config.save(paths[-1])
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         "-m", "tests.training.fixed_rollouts", *map(str, paths)],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    for kind in configs:
+        single, ddp = tmp_path / f"{kind}-single", tmp_path / f"{kind}-ddp"
+        assert json.loads((ddp / "summary.json").read_text())["world_size"] == 2
+        a = load_file(str(single / "final" / "model.safetensors"))
+        b = load_file(str(ddp / "final" / "model.safetensors"))
+        worst = max(float((a[name] - b[name]).abs().max()) for name in a)
+        assert worst < 2e-5, f"{kind}: weights differ by up to {worst}"
+        rows = [
+            [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            for run in (single, ddp)
+        ]
+        assert [r["step"] for r in rows[1]] == [1, 2]
+        for one, two in zip(*rows, strict=True):
+            for key in ("reward/score_mean", "reward/score_std", "kl", "loss", "eval_reward_mean"):
+                assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), (kind, key)
+            assert two["samples_per_second"] > 0
+        if kind == "ppo":  # the tiny reward model's score variances are ~1e-6 to 1e-4
+            doubled = [r["double_sampled_fraction"] for r in rows[0]]
+            assert any(0 < share < 1 for share in doubled), doubled

@@ -51,8 +51,9 @@ def test_rollout_shares_follow_the_config():
 def test_ppo_steps_log_the_monitored_metrics_and_change_the_policy(
     tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path
 ):
-    """Two rollout batches of 4 (1 anchor, 1 perturbed, 2 policy), 2 epochs of minibatches of 2:
-    the loop finishes with finite losses and the metrics of PIPELINE.md's alert table."""
+    """Two rollout batches of 4 prompts (1 anchor, 1 perturbed, 2 policy; 2 samples each, more for
+    high-variance prompts), 2 epochs of minibatches of 2: the loop finishes with finite losses, the
+    metrics of PIPELINE.md's alert table, and the held-out evaluation at the last step."""
     from safetensors.torch import load_file
 
     result = train_ppo(_config(tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path))
@@ -61,6 +62,8 @@ def test_ppo_steps_log_the_monitored_metrics_and_change_the_policy(
     for key in ("kl", "reward/score_std", "clip_fraction", "entropy", "value_loss", "approx_kl"):
         assert key in rows[0] and rows[0][key] == rows[0][key]  # present, not NaN
     assert 1 <= rows[0]["ppo_epochs_run"] <= 2
+    assert 0 <= rows[0]["double_sampled_fraction"] <= 1
+    assert "eval_reward_mean" in rows[-1] and "eval_reward_std" in rows[-1]  # the last step
     before = load_file(str(tiny_llama_dir / "model.safetensors"))
     after = load_file(f"{result.final_model_dir}/model.safetensors")
     assert any(not torch.equal(before[name], after[name]) for name in before)

@@ -17,6 +17,8 @@ KINDS = ("rm", "dpo", "ppo", "rloo")
 # training.algorithms.DPO_LOSS_TYPES, repeated so that validating a config never imports torch (the
 # admin validates run settings in the web process); a test checks the two agree.
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
+# training.recipes.zero.ZERO_PRESETS' names, repeated for the same reason (checked by a test).
+ZERO_STAGES = ("none", "zero2", "zero2_offload", "zero3", "zero3_offload")
 
 
 def _f(default: Any, help: str, **kwargs: Any) -> Any:
@@ -196,11 +198,33 @@ class OnlineRLConfig(TrainingConfig):
         (0.1, 1.0),
         "min-max normalise rewards into this range, fitted on the first batch (None: off)",
     )
+    eval_prompts: int = _f(
+        32,
+        "prompts held out of training for evaluation, at most a tenth of the data (the same "
+        "prompts for every run on the same file); 0: no held-out set, no evaluation",
+    )
+    eval_every: int = _f(
+        50,
+        "every this many steps (and at the last step), answer the held-out prompts greedily and "
+        "log the reward model's mean and std as eval_reward_mean / eval_reward_std",
+    )
+    deepspeed: str = _f(
+        "none",
+        "DeepSpeed ZeRO on CUDA (the gpu extra): 'none', 'zero2', 'zero2_offload' (optimizer "
+        "states in CPU memory), 'zero3' or 'zero3_offload' (optimizer states and parameters in "
+        "CPU memory)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.reward_model:
             raise ConfigError("reward_model: required")
+        if self.eval_prompts < 0:
+            raise ConfigError(f"eval_prompts: must be >= 0, got {self.eval_prompts}")
+        if self.eval_every < 1:
+            raise ConfigError(f"eval_every: must be >= 1, got {self.eval_every}")
+        if self.deepspeed not in ZERO_STAGES:
+            raise ConfigError(f"deepspeed: one of {ZERO_STAGES}, got {self.deepspeed!r}")
         if self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
         if self.temperature <= 0:
@@ -240,6 +264,14 @@ class PPOConfig(OnlineRLConfig):
     """PPO with a value head on the policy backbone, GAE and clipped objectives."""
 
     batch_size: int = _f(8, "prompts per rollout batch")
+    samples_per_prompt: int = _f(
+        2, "responses sampled per prompt (their score variance picks the prompts to double)"
+    )
+    double_sample_variance: float | None = _f(
+        0.15,
+        "a prompt whose responses' raw reward-model scores vary more than this (unbiased "
+        "variance) gets samples_per_prompt more: twice the samples (None: off)",
+    )
     ppo_epochs: int = _f(4, "optimisation passes over each rollout batch")
     minibatch_size: int = _f(4, "rollouts per PPO minibatch")
     gamma: float = _f(1.0, "discount")
@@ -269,6 +301,18 @@ class PPOConfig(OnlineRLConfig):
         self.kind = "ppo"
         if self.ppo_epochs < 1:
             raise ConfigError(f"ppo_epochs: must be >= 1, got {self.ppo_epochs}")
+        if self.samples_per_prompt < 1:
+            raise ConfigError(f"samples_per_prompt: must be >= 1, got {self.samples_per_prompt}")
+        if self.double_sample_variance is not None:
+            if self.double_sample_variance < 0:
+                raise ConfigError(
+                    f"double_sample_variance: must be >= 0 or None, got {self.double_sample_variance}"
+                )
+            if self.samples_per_prompt < 2:
+                raise ConfigError(
+                    "double_sample_variance: needs samples_per_prompt >= 2 to measure a prompt's "
+                    "score variance (set it to None to sample each prompt once)"
+                )
         if not 1 <= self.minibatch_size <= self.batch_size:
             raise ConfigError(
                 f"minibatch_size: must be in [1, batch_size={self.batch_size}], got {self.minibatch_size}"

@@ -41,6 +41,14 @@ class Ranks:
         """This rank's share of one step's rows (rank r takes rows r, r + world, ...)."""
         return list(items[self.rank :: self.world])
 
+    def block(self, items: Sequence[T]) -> list[T]:
+        """This rank's contiguous share: the ranks' blocks, concatenated in rank order, are ``items``
+        again (sizes differ by at most one, earlier ranks taking the extra rows). The online recipes
+        shard prompts this way so that rank-major order is the single-process order."""
+        base, extra = divmod(len(items), self.world)
+        start = self.rank * base + min(self.rank, extra)
+        return list(items[start : start + base + (1 if self.rank < extra else 0)])
+
 
 def setup_distributed(device: torch.device) -> tuple[Ranks, torch.device]:
     """Join the process group torchrun describes (NCCL on CUDA, Gloo on CPU); the device becomes
@@ -100,6 +108,47 @@ def any_rank(flag: bool, ranks: Ranks, device: torch.device) -> bool:
     value = torch.tensor([1.0 if flag else 0.0], device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
+
+
+def all_gather_rows(rows: torch.Tensor, ranks: Ranks) -> torch.Tensor:
+    """Every rank's ``rows`` ([n_r, ...], n_r may differ) concatenated in rank order, on every rank."""
+    if not ranks.distributed:
+        return rows
+    import torch.distributed as dist
+
+    count = torch.tensor([rows.shape[0]], dtype=torch.long, device=rows.device)
+    counts = [torch.zeros_like(count) for _ in range(ranks.world)]
+    dist.all_gather(counts, count)
+    sizes = [int(c.item()) for c in counts]
+    padded = rows.new_zeros((max(sizes), *rows.shape[1:]))
+    padded[: rows.shape[0]] = rows
+    parts = [torch.zeros_like(padded) for _ in range(ranks.world)]
+    dist.all_gather(parts, padded.contiguous())
+    return torch.cat([part[:size] for part, size in zip(parts, sizes, strict=True)])
+
+
+def gather_objects(value: T, ranks: Ranks) -> list[T]:
+    """Every rank's picklable ``value``, in rank order, on every rank (e.g. RNG states to save)."""
+    if not ranks.distributed:
+        return [value]
+    import torch.distributed as dist
+
+    values: list[T] = [value] * ranks.world
+    dist.all_gather_object(values, value)
+    return values
+
+
+def seed_rank_streams(seed: int, ranks: Ranks) -> None:
+    """Give every rank but 0 a random stream of its own (rank 0 keeps the single-process stream), so
+    ranks sampling different prompts do not share their random draws. Call it after every rank has
+    built the same initial weights from the common seed."""
+    if ranks.rank == 0:
+        return
+    import random
+
+    rank_seed = seed + 7919 * ranks.rank
+    random.seed(rank_seed)
+    torch.manual_seed(rank_seed)
 
 
 def barrier(ranks: Ranks) -> None:

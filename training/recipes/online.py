@@ -1,12 +1,15 @@
-"""What PPO and RLOO share: sampling responses with the chat template, EOS handling, reward-model
-scoring, reward shaping, and the KL controller named in the config.
+"""What PPO and RLOO share: loading the policy, reference and reward model; sampling responses with
+the chat template, EOS handling, reward-model scoring, reward shaping, the KL controller named in the
+config; the held-out evaluation; and the per-rollout statistics, reduced across ranks.
 
 Shapes: R rollouts (prompts x samples), T response tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +26,70 @@ from training.algorithms import (
     mask_after_first_eos,
     missing_eos_penalty,
 )
-from training.recipes.config import OnlineRLConfig
-from training.recipes.data import ChatEncoder, Messages
+from training.recipes.config import ConfigError, OnlineRLConfig
+from training.recipes.data import ChatEncoder, Messages, chunks
+from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
+from training.recipes.models import load_causal_lm, load_tokenizer
 from training.recipes.packing import TokenizedSequence
-from training.recipes.reward_model import RewardScorer
+from training.recipes.reward_model import RewardScorer, load_sequence_classifier
+from training.recipes.runtime import autocast, rng_state, set_rng_state
+
+# The held-out prompts depend on the data file only, not on the run's seed, so runs with different
+# seeds on the same data are evaluated on the same prompts.
+EVAL_SPLIT_SEED = 20_240_601
+
+
+@dataclass
+class OnlineModels:
+    """What an online recipe loads: the trainable policy (``packed``: packed batches work with it),
+    the frozen reference, and the frozen reward model behind ``scorer``."""
+
+    tokenizer: Any  # the policy's, left padding for generation
+    encoder: ChatEncoder
+    policy: Any
+    packed: bool
+    reference: Any
+    scorer: RewardScorer
+
+
+def load_online_models(
+    config: OnlineRLConfig, *, device: torch.device, resume_from: Any = None
+) -> OnlineModels:
+    """Policy (from ``resume_from`` when resuming), reference (``ref_model`` or the starting policy)
+    and reward model, on ``device``; only the policy is trainable."""
+    tokenizer = load_tokenizer(config.model, padding_side="left")
+    encoder = ChatEncoder(
+        tokenizer, max_length=config.max_length, prompt_budget=config.prompt_budget
+    )
+    policy, packed = load_causal_lm(
+        resume_from or config.model,
+        device=device,
+        packing=config.packing,
+        bf16=config.bf16,
+        gradient_checkpointing=config.gradient_checkpointing,
+        no_dropout=config.disable_dropout,
+    )
+    reference, _ = load_causal_lm(
+        config.ref_model or config.model, device=device, packing=config.packing, trainable=False
+    )
+    reward_tokenizer = load_tokenizer(config.reward_model)
+    reward_model = (
+        load_sequence_classifier(
+            config.reward_model,
+            device=device,
+            tokenizer=reward_tokenizer,
+            packing=config.packing and bool(getattr(reward_tokenizer, "chat_template", None)),
+        )
+        .eval()
+        .requires_grad_(False)
+    )
+    scorer = RewardScorer(
+        reward_model,
+        reward_tokenizer,
+        max_length=config.max_length + config.max_new_tokens,
+        prompt_budget=config.prompt_budget,
+    )
+    return OnlineModels(tokenizer, encoder, policy, packed, reference, scorer)
 
 
 @dataclass
@@ -50,11 +113,13 @@ def sample_rollouts(
     encoder: ChatEncoder,
     prompts: Sequence[Messages],
     *,
-    temperature: float,
-    top_p: float,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
     max_new_tokens: int,
+    greedy: bool = False,
 ) -> list[Rollout]:
-    """One sampled response per prompt, in order (repeat a prompt to sample it several times).
+    """One sampled response per prompt, in order (repeat a prompt to sample it several times);
+    ``greedy``: the most likely token at each step instead (no randomness drawn).
 
     Prompts are rendered with the chat template and left-padded so generation starts right after
     each; everything after a response's first EOS is dropped, and ``finished`` records whether the
@@ -71,13 +136,15 @@ def sample_rollouts(
         attention[row, width - len(ids) :] = 1
     was_training = model.training
     model.eval()
+    sampling = (
+        {"do_sample": False}
+        if greedy
+        else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
+    )
     output = model.generate(
         input_ids=input_ids.to(device),
         attention_mask=attention.to(device),
-        do_sample=True,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=0,
+        **sampling,
         max_new_tokens=max_new_tokens,
         pad_token_id=pad,
         eos_token_id=tokenizer.eos_token_id,
@@ -131,16 +198,161 @@ def shape_rewards(
     return rewards
 
 
+def response_repetition(rollout: Rollout, n: int = 3) -> float | None:
+    """Share of the response's token n-grams that already appeared earlier in it; None when the
+    response is shorter than n tokens."""
+    ids = rollout.response_ids
+    grams = [ids[i : i + n] for i in range(len(ids) - n + 1)]
+    return 1 - len(set(grams)) / len(grams) if grams else None
+
+
 def repetition_rate(rollouts: Sequence[Rollout], n: int = 3) -> float:
     """Mean share of each response's token n-grams that already appeared earlier in the same
     response (0: no repeats; PIPELINE.md alerts above 0.10 as mode collapse)."""
-    rates = []
-    for rollout in rollouts:
-        ids = rollout.response_ids
-        grams = [ids[i : i + n] for i in range(len(ids) - n + 1)]
-        if grams:
-            rates.append(1 - len(set(grams)) / len(grams))
+    rates = [r for r in (response_repetition(x, n) for x in rollouts) if r is not None]
     return sum(rates) / len(rates) if rates else 0.0
+
+
+def rollout_metrics(
+    rollouts: Sequence[Rollout],
+    *,
+    scores: torch.Tensor,
+    shaped: torch.Tensor,
+    kl: torch.Tensor,
+    ranks: Ranks,
+    device: torch.device,
+    **more: torch.Tensor,
+) -> tuple[dict[str, float], int, int]:
+    """The health metrics of one step's rollouts on every rank, as if one process held them all:
+    (metrics, rollouts, tokens) summed over ranks.
+
+    scores, shaped, kl: [R] per rollout (raw reward-model score, shaped reward, summed KL);
+    ``more``: other [R] columns whose mean is logged under their name.
+    """
+    repetition = [response_repetition(r) for r in rollouts]
+    columns = {
+        "score": scores.float().cpu(),
+        "shaped": shaped.float().cpu(),
+        "kl": kl.detach().float().cpu(),
+        "length": torch.tensor([len(r.response_ids) for r in rollouts], dtype=torch.float32),
+        "tokens": torch.tensor(
+            [len(r.prompt_ids) + len(r.response_ids) for r in rollouts], dtype=torch.float32
+        ),
+        "finished": torch.tensor([float(r.finished) for r in rollouts]),
+        "repetition": torch.tensor([math.nan if x is None else x for x in repetition]),
+        **{name: column.detach().float().cpu() for name, column in more.items()},
+    }
+    local = torch.stack(list(columns.values()), dim=1).reshape(len(rollouts), len(columns))
+    rows = all_gather_rows(local.to(device), ranks).cpu()
+    every = dict(zip(columns, rows.unbind(dim=1), strict=True))
+    n = rows.shape[0]
+    repeats = every["repetition"][~every["repetition"].isnan()]
+    metrics = {
+        "reward/score_mean": float(every["score"].mean()),
+        "reward/score_std": float(every["score"].std()) if n > 1 else 0.0,
+        "reward/shaped_mean": float(every["shaped"].mean()),
+        "kl": float(every["kl"].mean()),
+        "response_length": float(every["length"].mean()),
+        "repetition_rate": float(repeats.mean()) if repeats.numel() else 0.0,
+        "eos_rate": float(every["finished"].mean()),
+        **{name: float(every[name].mean()) for name in more},
+    }
+    return metrics, n, int(every["tokens"].sum())
+
+
+def require_prompts_per_rank(n_prompts: int, batch_size: int, ranks: Ranks) -> None:
+    """Every rank must get at least one prompt of every step (the last batch of an epoch may be
+    short): a clear error up front instead of a rank with nothing to do."""
+    last = n_prompts - (-(-n_prompts // batch_size) - 1) * batch_size
+    smallest = min(batch_size, last)
+    if smallest < ranks.world:
+        raise ConfigError(
+            f"batch_size: each of the {ranks.world} processes needs a prompt in every step, but "
+            f"the smallest batch has {smallest} ({n_prompts} training prompts in batches of "
+            f"{batch_size})"
+        )
+
+
+def gather_scores(scores: torch.Tensor, ranks: Ranks, device: torch.device) -> torch.Tensor:
+    """Every rank's raw scores [R_r], concatenated in rank order (for the normaliser's fit)."""
+    return all_gather_rows(scores.float().to(device), ranks).cpu()
+
+
+def split_eval_prompts(
+    prompts: Sequence[Messages], count: int
+) -> tuple[list[Messages], list[Messages]]:
+    """(training prompts, held-out prompts), both in file order: ``count`` prompts, at most a tenth
+    of the file (at least one from two prompts on), drawn with a fixed seed."""
+    n = len(prompts)
+    held = min(count, max(1, n // 10)) if count > 0 and n >= 2 else 0
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(EVAL_SPLIT_SEED)).tolist()
+    chosen = set(order[:held])
+    train = [p for i, p in enumerate(prompts) if i not in chosen]
+    return train, [prompts[i] for i in sorted(chosen)]
+
+
+def eval_due(config: OnlineRLConfig, step: int, total_steps: int, n_eval_prompts: int) -> bool:
+    return n_eval_prompts > 0 and (step % config.eval_every == 0 or step == total_steps)
+
+
+@contextlib.contextmanager
+def _rng_untouched(device: torch.device) -> Iterator[None]:
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        yield
+
+
+@torch.no_grad()
+def evaluate_policy(
+    models: OnlineModels,
+    prompts: Sequence[Messages],
+    config: OnlineRLConfig,
+    *,
+    ranks: Ranks,
+    device: torch.device,
+) -> dict[str, float]:
+    """Greedy responses of the policy to the held-out ``prompts`` (each rank answers its block),
+    scored by the reward model: eval_reward_mean and eval_reward_std (raw scores: the training
+    normaliser clamps to its range, which would flatten the curve the plateau rule reads), mean
+    response length and EOS rate. Draws no randomness, so training continues exactly as without it."""
+    rows: list[tuple[float, float, float]] = []
+    with _rng_untouched(device):
+        for part in chunks(ranks.block(prompts), config.batch_size):
+            with autocast(device, config.bf16):
+                rollouts = sample_rollouts(
+                    models.policy,
+                    models.tokenizer,
+                    models.encoder,
+                    part,
+                    max_new_tokens=config.max_new_tokens,
+                    greedy=True,
+                )
+                scores = score_rollouts(models.scorer, rollouts, batch_size=len(rollouts))
+            rows += [
+                (float(s), float(len(r.response_ids)), float(r.finished))
+                for s, r in zip(scores.tolist(), rollouts, strict=True)
+            ]
+    local = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), 3)
+    every = all_gather_rows(local.to(device), ranks).cpu()
+    scores, lengths, finished = every.unbind(dim=1)
+    return {
+        "eval_reward_mean": float(scores.mean()),
+        "eval_reward_std": float(scores.std()) if len(scores) > 1 else 0.0,
+        "eval_response_length": float(lengths.mean()),
+        "eval_eos_rate": float(finished.mean()),
+    }
+
+
+def rank_rng_states(ranks: Ranks) -> list[dict[str, Any]] | None:
+    """Every rank's RNG state for a checkpoint (None in one process: the checkpoint's own RNG state
+    is the whole story there)."""
+    return gather_objects(rng_state(), ranks) if ranks.distributed else None
+
+
+def restore_rank_rng(states: list[dict[str, Any]] | None, ranks: Ranks) -> None:
+    """Put back this rank's RNG state saved by ``rank_rng_states`` (same world size only)."""
+    if ranks.distributed and states is not None and len(states) == ranks.world:
+        set_rng_state(states[ranks.rank])
 
 
 def make_kl_controller(config: OnlineRLConfig, total_updates: int) -> KLController:

@@ -5,10 +5,12 @@ Per step, for a batch of B prompts:
 
 1. Rollouts (PIPELINE.md): ``anchor_fraction`` of the prompts are answered by the frozen SFT reference
    at ``anchor_temperature``, ``perturb_fraction`` by the policy with a perturbing instruction
-   appended, the rest by the policy at ``temperature``. Everything after the first EOS is masked.
-2. Score with the reward model, shape (normalise, length and missing-EOS penalties), and fold the
-   per-token KL penalty against the reference into the rewards: r_t = -beta KL_t, plus the score on
-   the last token.
+   appended, the rest by the policy at ``temperature``; ``samples_per_prompt`` responses each.
+   Everything after the first EOS is masked.
+2. Score with the reward model. A prompt whose responses' raw scores vary more than
+   ``double_sample_variance`` gets as many responses again from the same source (twice the samples,
+   PIPELINE.md). Shape (normalise, length and missing-EOS penalties), and fold the per-token KL
+   penalty against the reference into the rewards: r_t = -beta KL_t, plus the score on the last token.
 3. Old log-probabilities and values from the policy before the update; GAE (gamma, lambda) gives
    advantages (whitened over the batch) and returns.
 4. ``ppo_epochs`` passes over shuffled minibatches: clipped surrogate + vf_coef * clipped value loss
@@ -17,6 +19,14 @@ Per step, for a batch of B prompts:
 
 All log-probabilities (policy, old, reference) are of the tempered distribution softmax(logits / T)
 with the policy's sampling temperature T, the distribution the policy samples from.
+
+Under torchrun each rank samples for its contiguous block of the B prompts. Whitening statistics, the
+normaliser's fit, the KL controller's input and the logged metrics are taken over every rank's
+rollouts; a minibatch is a slice of one permutation of the global rollout order (the same on every
+rank, seeded by step), each rank runs its own members of it, divides its token sums by the
+minibatch's global token count, and the gradients are summed before each step. With the same
+rollouts this is the single-process update (sampling itself differs: each rank draws its own
+random numbers).
 """
 
 from __future__ import annotations
@@ -32,24 +42,39 @@ from training.algorithms import (
     gae,
     kl_early_stop,
     kl_penalized_rewards,
-    masked_mean,
     masked_whiten,
     ppo_policy_loss,
 )
+from training.algorithms.ppo import entropy_bonus
 from training.algorithms.shaping import RewardNormalizer
 from training.recipes.callbacks import TrainingCallback
 from training.recipes.config import PPOConfig
-from training.recipes.data import ChatEncoder, EpochSampler, Messages, load_prompts
+from training.recipes.data import EpochSampler, Messages, load_prompts
+from training.recipes.distributed import (
+    Ranks,
+    all_reduce_gradients,
+    all_reduce_sum,
+    gather_objects,
+    seed_rank_streams,
+)
 from training.recipes.loop import finish_run, mean_metrics, start_run
-from training.recipes.models import load_causal_lm, load_tokenizer
 from training.recipes.online import (
+    OnlineModels,
     Rollout,
+    eval_due,
+    evaluate_policy,
     fit_normalizer,
+    gather_scores,
+    load_online_models,
     make_kl_controller,
-    repetition_rate,
+    rank_rng_states,
+    require_prompts_per_rank,
+    restore_rank_rng,
+    rollout_metrics,
     sample_rollouts,
     score_rollouts,
     shape_rewards,
+    split_eval_prompts,
 )
 from training.recipes.packing import (
     SequenceBatch,
@@ -59,7 +84,6 @@ from training.recipes.packing import (
     last_hidden_states,
     plain_output_weight,
 )
-from training.recipes.reward_model import RewardScorer, load_sequence_classifier
 from training.recipes.runtime import (
     Throughput,
     TrainResult,
@@ -107,6 +131,28 @@ def _perturbed(prompt: Messages, instruction: str) -> Messages:
     return (*prompt[:-1], (role, f"{content}\n\n{instruction}"))
 
 
+def rollout_prompts(
+    prompts: list[Messages], sources: list[str], config: PPOConfig, step: int
+) -> list[Messages]:
+    """What each prompt's source is asked: 'perturb' prompts get an instruction appended (cycled by
+    the step and the prompt's place among the batch's perturbed prompts), the others as they are."""
+    instructions = config.perturb_instructions
+    asked, n_perturbed = [], 0
+    for prompt, source in zip(prompts, sources, strict=True):
+        if source == "perturb":
+            prompt = _perturbed(prompt, instructions[(step + n_perturbed) % len(instructions)])
+            n_perturbed += 1
+        asked.append(prompt)
+    return asked
+
+
+def high_variance_prompts(scores: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Which prompts get twice the samples (PIPELINE.md): scores [P, S] (S >= 2 raw reward-model
+    scores per prompt) -> [P] bool, True where the unbiased variance across the S exceeds
+    ``threshold``. E.g. scores (0, 1) have variance 0.5 (doubled at 0.15), (0.2, 0.4) 0.02 (not)."""
+    return scores.float().var(dim=1) > threshold
+
+
 def _policy_outputs(
     policy: Any, value_head: ValueHead, batch: SequenceBatch, temperature: float, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -127,52 +173,19 @@ def _policy_outputs(
 def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> TrainResult:
     """Run PPO as configured; resumes from the newest checkpoint in ``output_dir`` when allowed."""
     run = start_run(config, callback)
-    if run.ranks.distributed:
-        raise RuntimeError(
-            "PPO runs in one process for now (data-parallel PPO is not implemented): "
-            "launch it on one GPU"
-        )
-    device = run.device
-    tokenizer = load_tokenizer(config.model, padding_side="left")
-    encoder = ChatEncoder(
-        tokenizer, max_length=config.max_length, prompt_budget=config.prompt_budget
-    )
-    prompts = load_prompts(config.data)
+    ranks, device = run.ranks, run.device
     resume_from = run.resume_from
-    policy, packed = load_causal_lm(
-        resume_from or config.model,
-        device=device,
-        packing=config.packing,
-        bf16=config.bf16,
-        gradient_checkpointing=config.gradient_checkpointing,
-        no_dropout=config.disable_dropout,
-    )
-    reference, _ = load_causal_lm(
-        config.ref_model or config.model, device=device, packing=config.packing, trainable=False
-    )
-    reward_tokenizer = load_tokenizer(config.reward_model)
-    reward_model = (
-        load_sequence_classifier(
-            config.reward_model,
-            device=device,
-            tokenizer=reward_tokenizer,
-            packing=config.packing and bool(getattr(reward_tokenizer, "chat_template", None)),
-        )
-        .eval()
-        .requires_grad_(False)
-    )
-    scorer = RewardScorer(
-        reward_model,
-        reward_tokenizer,
-        max_length=config.max_length + config.max_new_tokens,
-        prompt_budget=config.prompt_budget,
-    )
+    models = load_online_models(config, device=device, resume_from=resume_from)
+    policy, reference, tokenizer = models.policy, models.reference, models.tokenizer
+    packed = models.packed
+    prompts, eval_prompts = split_eval_prompts(load_prompts(config.data), config.eval_prompts)
     value_head = ValueHead(policy.config.hidden_size, config.value_hidden, config.value_dropout).to(
         device
     )
     pad_id = tokenizer.pad_token_id
     temperature = config.temperature
 
+    require_prompts_per_rank(len(prompts), config.batch_size, ranks)
     sampler = EpochSampler(len(prompts), config.batch_size, config.seed)
     total_steps = total_steps_for(config, sampler.batches_per_epoch)
     params = [*policy.parameters(), *value_head.parameters()]
@@ -180,6 +193,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
     scheduler = build_scheduler(optimizer, config, total_steps)
     kl_controller = make_kl_controller(config, total_steps)
     normalizer: RewardNormalizer | None = None
+    seed_rank_streams(config.seed, ranks)
     start_step = 0
     if resume_from is not None:
         state, extra = run.checkpoints.restore(
@@ -192,6 +206,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
         kl_controller.load_state_dict(extra["kl_controller"])
         if extra.get("normalizer"):
             normalizer = RewardNormalizer(**extra["normalizer"])
+        restore_rank_rng(extra.get("rank_rng"), ranks)
 
     run.callback.on_start(total_steps=total_steps, config=config.to_dict())
     throughput = Throughput()
@@ -201,14 +216,14 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
         step = step_index + 1
         batch_prompts = [prompts[i] for i in sampler.batch(epoch, batch_index)]
         sources = assign_rollout_sources(len(batch_prompts), config)
+        asked = rollout_prompts(batch_prompts, sources, config, step)
+        mine = ranks.block(range(len(asked)))
         with throughput.timing():
-            rollouts = _mixed_rollouts(
-                policy, reference, tokenizer, encoder, batch_prompts, sources, config, step
+            rollouts, scores, doubled = collect_rollouts(
+                models, [asked[i] for i in mine], [sources[i] for i in mine], config, device
             )
-            with autocast(device, config.bf16):
-                scores = score_rollouts(scorer, rollouts, batch_size=len(rollouts))
             if normalizer is None and config.reward_range is not None:
-                normalizer = fit_normalizer(config, scores)
+                normalizer = fit_normalizer(config, gather_scores(scores, ranks, device))
             shaped = shape_rewards(scores, rollouts, config, normalizer).to(device)
 
             full = build_batch(
@@ -240,7 +255,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
             )
             advantages, returns = gae(rewards, old_values, mask, gamma=config.gamma, lam=config.lam)
             if config.whiten_advantages:
-                advantages = masked_whiten(advantages, mask)
+                advantages = _whiten(advantages, mask, ranks, device)
             stats = _ppo_epochs(
                 policy,
                 value_head,
@@ -256,31 +271,42 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
                 returns=returns,
                 mask=mask,
                 params=params,
+                ranks=ranks,
+                step=step,
             )
             scheduler.step()
-        kl_per_sequence = (kl * mask).sum(dim=1)
+        metrics, n_all, tokens = rollout_metrics(
+            rollouts,
+            scores=scores,
+            shaped=shaped,
+            kl=(kl * mask).sum(dim=1),
+            ranks=ranks,
+            device=device,
+        )
+        doubled_count = all_reduce_sum({"doubled": float(sum(doubled))}, ranks, device)
         kl_coef = kl_controller.value
-        kl_controller.update(float(kl_per_sequence.mean()), len(rollouts))
-        throughput.items += len(rollouts)
-        throughput.tokens += sum(len(r.prompt_ids) + len(r.response_ids) for r in rollouts)
+        kl_controller.update(metrics["kl"], n_all)
+        throughput.items += n_all
+        throughput.tokens += tokens
         pending.append(
             {
                 **stats,
-                "reward/score_mean": float(scores.mean()),
-                "reward/score_std": float(scores.std()) if len(rollouts) > 1 else 0.0,
-                "reward/shaped_mean": float(shaped.mean()),
-                "kl": float(kl_per_sequence.mean()),
+                **metrics,
                 "kl_coef": kl_coef,
-                "response_length": float(mask.sum(dim=1).float().mean()),
-                "repetition_rate": repetition_rate(rollouts),
-                "eos_rate": sum(r.finished for r in rollouts) / len(rollouts),
+                "double_sampled_fraction": doubled_count["doubled"] / len(batch_prompts),
                 "learning_rate": scheduler.get_last_lr()[0],
             }
         )
         run.callback.on_step(step=step, total_steps=total_steps)
-        if step % config.log_every == 0 or step == total_steps:
+        evaluated = (
+            evaluate_policy(models, eval_prompts, config, ranks=ranks, device=device)
+            if eval_due(config, step, total_steps, len(eval_prompts))
+            else {}
+        )
+        if step % config.log_every == 0 or step == total_steps or evaluated:
             logged = mean_metrics(pending)
             logged.update(
+                evaluated,
                 epoch=epoch + (batch_index + 1) / sampler.batches_per_epoch,
                 samples_per_second=throughput.per_second(throughput.items),
                 tokens_per_second=throughput.per_second(throughput.tokens),
@@ -303,6 +329,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
                 extra_state={
                     "kl_controller": kl_controller.state_dict(),
                     "normalizer": None if normalizer is None else vars(normalizer),
+                    "rank_rng": rank_rng_states(ranks),
                 },
             )
         if stop and step < total_steps:
@@ -312,6 +339,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
     summary = {
         "kind": "ppo",
         "prompts": len(prompts),
+        "eval_prompts": len(eval_prompts),
         "samples_trained": throughput.items,
         "tokens_trained": throughput.tokens,
         "train_seconds": throughput.seconds,
@@ -327,45 +355,99 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
     )
 
 
-def _mixed_rollouts(
-    policy: Any,
-    reference: Any,
-    tokenizer: Any,
-    encoder: ChatEncoder,
-    prompts: list[Messages],
+def _sample_from_sources(
+    models: OnlineModels,
+    asked: list[Messages],
     sources: list[str],
+    repeats: int,
     config: PPOConfig,
-    step: int,
-) -> list[Rollout]:
-    """Rollouts in prompt order, each from the source assigned to its prompt."""
-    device = next(policy.parameters()).device
+    device: torch.device,
+) -> list[list[Rollout]]:
+    """``repeats`` rollouts for each asked prompt, from the source assigned to it (one generate call
+    per source)."""
     by_source: dict[str, list[int]] = {}
     for index, source in enumerate(sources):
         by_source.setdefault(source, []).append(index)
-    rollouts: list[Rollout | None] = [None] * len(prompts)
-    instructions = config.perturb_instructions
+    rollouts: list[list[Rollout]] = [[] for _ in asked]
     for source, indices in by_source.items():
-        asked = [prompts[i] for i in indices]
-        if source == "perturb":
-            asked = [
-                _perturbed(p, instructions[(step + j) % len(instructions)])
-                for j, p in enumerate(asked)
-            ]
-        model = reference if source == "anchor" else policy
-        temperature = config.anchor_temperature if source == "anchor" else config.temperature
+        anchor = source == "anchor"
         with autocast(device, config.bf16):
             sampled = sample_rollouts(
-                model,
-                tokenizer,
-                encoder,
-                asked,
-                temperature=temperature,
+                models.reference if anchor else models.policy,
+                models.tokenizer,
+                models.encoder,
+                [asked[i] for i in indices for _ in range(repeats)],
+                temperature=config.anchor_temperature if anchor else config.temperature,
                 top_p=config.top_p,
                 max_new_tokens=config.max_new_tokens,
             )
-        for index, rollout in zip(indices, sampled, strict=True):
-            rollouts[index] = rollout
-    return [r for r in rollouts if r is not None]
+        for position, index in enumerate(indices):
+            rollouts[index] = sampled[position * repeats : (position + 1) * repeats]
+    return rollouts
+
+
+def collect_rollouts(
+    models: OnlineModels,
+    asked: list[Messages],
+    sources: list[str],
+    config: PPOConfig,
+    device: torch.device,
+) -> tuple[list[Rollout], torch.Tensor, list[bool]]:
+    """A step's rollouts for these prompts, with their raw scores [R], and which prompts were
+    doubled.
+
+    Each prompt gets ``samples_per_prompt`` responses; those whose scores' variance passes
+    ``double_sample_variance`` get as many again from the same source. Rollouts come prompt by
+    prompt (a prompt's first samples, then its extra ones), so blocks of prompts on several ranks
+    concatenate into the single-process order.
+    """
+    per_prompt = config.samples_per_prompt
+
+    def scored(groups: list[list[Rollout]]) -> torch.Tensor:
+        flat = [r for group in groups for r in group]
+        with autocast(device, config.bf16):
+            scores = score_rollouts(models.scorer, flat, batch_size=len(flat))
+        return scores.view(len(groups), per_prompt)
+
+    base = _sample_from_sources(models, asked, sources, per_prompt, config, device)
+    base_scores = scored(base)
+    doubled = [False] * len(asked)
+    if config.double_sample_variance is not None:
+        doubled = high_variance_prompts(base_scores, config.double_sample_variance).tolist()
+    chosen = [i for i, flag in enumerate(doubled) if flag]
+    extra: dict[int, tuple[list[Rollout], torch.Tensor]] = {}
+    if chosen:
+        groups = _sample_from_sources(
+            models, [asked[i] for i in chosen], [sources[i] for i in chosen], per_prompt, config,
+            device,
+        )  # fmt: skip
+        extra = dict(zip(chosen, zip(groups, scored(groups), strict=True), strict=True))
+    rollouts: list[Rollout] = []
+    scores: list[torch.Tensor] = []
+    for index in range(len(asked)):
+        rollouts += base[index]
+        scores.append(base_scores[index])
+        if index in extra:
+            rollouts += extra[index][0]
+            scores.append(extra[index][1])
+    return rollouts, torch.cat(scores), doubled
+
+
+def _whiten(
+    values: torch.Tensor, mask: torch.Tensor, ranks: Ranks, device: torch.device
+) -> torch.Tensor:
+    """``masked_whiten`` with the mean and unbiased variance of every rank's kept entries."""
+    if not ranks.distributed:
+        return masked_whiten(values, mask)
+    kept = mask.to(values.dtype)
+    sums = all_reduce_sum(
+        {"sum": float((values * kept).sum()), "count": float(kept.sum())}, ranks, device
+    )
+    mean = sums["sum"] / max(sums["count"], 1.0)
+    squares = all_reduce_sum({"sq": float((((values - mean) ** 2) * kept).sum())}, ranks, device)
+    variance = squares["sq"] / max(sums["count"] - 1, 1.0)
+    whitened = (values - mean) / (variance + 1e-8) ** 0.5
+    return torch.where(mask.bool(), whitened, torch.zeros_like(whitened))
 
 
 def _ppo_epochs(
@@ -384,51 +466,50 @@ def _ppo_epochs(
     returns: torch.Tensor,
     mask: torch.Tensor,
     params: list[nn.Parameter],
+    ranks: Ranks,
+    step: int,
 ) -> dict[str, float]:
-    """Minibatch epochs over one rollout batch; returns mean statistics of the minibatches run."""
+    """Minibatch epochs over one rollout batch; returns mean statistics of the minibatches run.
+
+    Minibatches are slices of a permutation of the global rollout order (rank 0's rollouts, then
+    rank 1's, ...), drawn from a generator seeded by the step, so every rank agrees on them; each
+    rank runs its own members of each (possibly none) and token sums are divided by the
+    minibatch's token count over every rank."""
+    counts = gather_objects(len(rollouts), ranks)
+    offset, total = sum(counts[: ranks.rank]), sum(counts)
+    generator = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
     rows: list[dict[str, float]] = []
     epochs_done = 0
-    generator = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
     stopped = False
     for _ in range(config.ppo_epochs):
-        order = torch.randperm(len(rollouts), generator=generator).tolist()
-        for start in range(0, len(order), config.minibatch_size):
-            index = order[start : start + config.minibatch_size]
-            batch = build_batch(
-                [rollouts[i].sequence() for i in index],
-                packed=packed,
-                pad_token_id=pad_id,
-                device=device,
+        order = torch.randperm(total, generator=generator).tolist()
+        for start in range(0, total, config.minibatch_size):
+            chunk = order[start : start + config.minibatch_size]
+            index = [g - offset for g in chunk if offset <= g < offset + len(rollouts)]
+            local_tokens = float(mask[index].sum()) if index else 0.0
+            tokens = max(all_reduce_sum({"tokens": local_tokens}, ranks, device)["tokens"], 1.0)
+            sums = dict.fromkeys(
+                ("loss", "policy_loss", "value_loss", "entropy", "clip", "approx_kl", "value_clip"),
+                0.0,
             )
-            with autocast(device, config.bf16):
-                logps, values, entropy = _policy_outputs(
+            if index:
+                sums = _minibatch_backward(
                     policy,
                     value_head,
-                    batch,
-                    config.temperature,
-                    with_entropy=config.entropy_coef > 0,
+                    rollouts,
+                    index,
+                    config,
+                    packed=packed,
+                    pad_id=pad_id,
+                    device=device,
+                    old_logps=old_logps,
+                    old_values=old_values,
+                    advantages=advantages,
+                    returns=returns,
+                    tokens=tokens,
                 )
-            logps, mb_mask = batch.to_padded(logps)
-            values, _ = batch.to_padded(values)
-            rows_index = torch.tensor(index, device=device)
-            mb_old_logps, mb_advantages, mb_old_values, mb_returns = (
-                t.index_select(0, rows_index)[:, : logps.shape[1]]
-                for t in (old_logps, advantages, old_values, returns)
-            )
-            policy_loss, stats = ppo_policy_loss(
-                logps, mb_old_logps, mb_advantages, mb_mask, clip_ratio=config.clip_ratio
-            )
-            value_loss, value_clip = clipped_value_loss(
-                values, mb_old_values, mb_returns, mb_mask, clip_range=config.value_clip
-            )
-            loss = policy_loss + config.vf_coef * value_loss
-            mean_entropy = 0.0
-            if entropy is not None:
-                entropy_padded, _ = batch.to_padded(entropy)
-                entropy_mean = masked_mean(entropy_padded, mb_mask)
-                loss = loss - config.entropy_coef * entropy_mean
-                mean_entropy = float(entropy_mean.detach())
-            loss.backward()
+            sums = all_reduce_sum(sums, ranks, device)
+            all_reduce_gradients(params, ranks)
             grad_norm = (
                 torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
                 if config.max_grad_norm is not None
@@ -436,19 +517,20 @@ def _ppo_epochs(
             )
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            approx_kl = sums["approx_kl"] / tokens
             rows.append(
                 {
-                    "loss": float(loss.detach()),
-                    "policy_loss": float(policy_loss.detach()),
-                    "value_loss": float(value_loss.detach()),
-                    "clip_fraction": float(stats["clip_fraction"]),
-                    "approx_kl": float(stats["approx_kl"]),
-                    "value_clip_fraction": float(value_clip),
-                    "entropy": mean_entropy,
+                    "loss": sums["loss"],
+                    "policy_loss": sums["policy_loss"],
+                    "value_loss": sums["value_loss"],
+                    "clip_fraction": sums["clip"] / tokens,
+                    "approx_kl": approx_kl,
+                    "value_clip_fraction": sums["value_clip"] / tokens,
+                    "entropy": sums["entropy"],
                     "grad_norm": float(grad_norm),
                 }
             )
-            if kl_early_stop(float(stats["approx_kl"]), limit=config.target_kl_stop):
+            if kl_early_stop(approx_kl, limit=config.target_kl_stop):
                 stopped = True
                 break
         epochs_done += 1
@@ -457,3 +539,79 @@ def _ppo_epochs(
     summary = mean_metrics(rows)
     summary.update(ppo_epochs_run=float(epochs_done), early_stopped=float(stopped))
     return summary
+
+
+def _minibatch_backward(
+    policy: Any,
+    value_head: ValueHead,
+    rollouts: list[Rollout],
+    index: list[int],
+    config: PPOConfig,
+    *,
+    packed: bool,
+    pad_id: int,
+    device: torch.device,
+    old_logps: torch.Tensor,
+    old_values: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    tokens: float,
+) -> dict[str, float]:
+    """Forward and backward of this rank's rows ``index`` of a minibatch whose tokens over every
+    rank number ``tokens``; returns this rank's share of the losses and its token sums of the clip
+    and KL statistics."""
+    batch = build_batch(
+        [rollouts[i].sequence() for i in index],
+        packed=packed,
+        pad_token_id=pad_id,
+        device=device,
+    )
+    with autocast(device, config.bf16):
+        logps, values, entropy = _policy_outputs(
+            policy,
+            value_head,
+            batch,
+            config.temperature,
+            with_entropy=config.entropy_coef > 0,
+        )
+    logps, mb_mask = batch.to_padded(logps)
+    values, _ = batch.to_padded(values)
+    rows_index = torch.tensor(index, device=device)
+    mb_old_logps, mb_advantages, mb_old_values, mb_returns = (
+        t.index_select(0, rows_index)[:, : logps.shape[1]]
+        for t in (old_logps, advantages, old_values, returns)
+    )
+    policy_loss, stats = ppo_policy_loss(
+        logps,
+        mb_old_logps,
+        mb_advantages,
+        mb_mask,
+        clip_ratio=config.clip_ratio,
+        token_count=tokens,
+    )
+    value_loss, value_clip = clipped_value_loss(
+        values,
+        mb_old_values,
+        mb_returns,
+        mb_mask,
+        clip_range=config.value_clip,
+        token_count=tokens,
+    )
+    loss = policy_loss + config.vf_coef * value_loss
+    entropy_term = 0.0
+    if entropy is not None:
+        entropy_padded, _ = batch.to_padded(entropy)
+        entropy_mean = entropy_bonus(entropy_padded, mb_mask, token_count=tokens)
+        loss = loss - config.entropy_coef * entropy_mean
+        entropy_term = float(entropy_mean.detach())
+    loss.backward()
+    local_tokens = float(mb_mask.sum())
+    return {
+        "loss": float(loss.detach()),
+        "policy_loss": float(policy_loss.detach()),
+        "value_loss": float(value_loss.detach()),
+        "entropy": entropy_term,
+        "clip": float(stats["clip_fraction"]) * local_tokens,
+        "approx_kl": float(stats["approx_kl"]) * local_tokens,
+        "value_clip": float(value_clip) * local_tokens,
+    }

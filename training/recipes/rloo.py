@@ -6,6 +6,11 @@ score them with the reward model, shape (normalise, length and missing-EOS penal
 kl_coef * sum_t (log pi - log pi_ref), take leave-one-out advantages, and make one REINFORCE step
 on -A * log pi(y | x) averaged over the B * K samples. The policy's log-probabilities for the KL and
 the gradient come from the same forward pass (the update is on-policy).
+
+Under torchrun each rank samples for its contiguous block of the B prompts (all K samples of a
+prompt stay on one rank, so the leave-one-out baselines are local), divides its loss by the global
+B * K and the gradients are summed before the step: the single-process step on the same samples.
+The normaliser is fitted on every rank's first scores, and the KL controller sees the global KL.
 """
 
 from __future__ import annotations
@@ -18,19 +23,26 @@ from training.algorithms import kl_estimate, rloo_advantages, segment_sum
 from training.algorithms.shaping import RewardNormalizer
 from training.recipes.callbacks import TrainingCallback
 from training.recipes.config import RLOOConfig
-from training.recipes.data import ChatEncoder, EpochSampler, load_prompts
+from training.recipes.data import EpochSampler, load_prompts
+from training.recipes.distributed import all_reduce_sum, seed_rank_streams
 from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
-from training.recipes.models import load_causal_lm, load_tokenizer
 from training.recipes.online import (
+    eval_due,
+    evaluate_policy,
     fit_normalizer,
+    gather_scores,
+    load_online_models,
     make_kl_controller,
-    repetition_rate,
+    rank_rng_states,
+    require_prompts_per_rank,
+    restore_rank_rng,
+    rollout_metrics,
     sample_rollouts,
     score_rollouts,
     shape_rewards,
+    split_eval_prompts,
 )
 from training.recipes.packing import build_batch, can_share_prompts, completion_token_logprobs
-from training.recipes.reward_model import RewardScorer, load_sequence_classifier
 from training.recipes.runtime import (
     Throughput,
     TrainResult,
@@ -57,55 +69,23 @@ def _token_logprobs(model: Any, sequences: list, *, packed: bool, pad_id: int, d
 def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> TrainResult:
     """Run RLOO as configured; resumes from the newest checkpoint in ``output_dir`` when allowed."""
     run = start_run(config, callback)
-    if run.ranks.distributed:
-        raise RuntimeError(
-            "RLOO runs in one process for now (data-parallel RLOO is not implemented): "
-            "launch it on one GPU"
-        )
-    device = run.device
-    tokenizer = load_tokenizer(config.model, padding_side="left")
-    encoder = ChatEncoder(
-        tokenizer, max_length=config.max_length, prompt_budget=config.prompt_budget
-    )
-    prompts = load_prompts(config.data)
+    ranks, device = run.ranks, run.device
     resume_from = run.resume_from
-    policy, packed = load_causal_lm(
-        resume_from or config.model,
-        device=device,
-        packing=config.packing,
-        bf16=config.bf16,
-        gradient_checkpointing=config.gradient_checkpointing,
-        no_dropout=config.disable_dropout,
-    )
-    reference, _ = load_causal_lm(
-        config.ref_model or config.model, device=device, packing=config.packing, trainable=False
-    )
-    reward_tokenizer = load_tokenizer(config.reward_model)
-    reward_model = (
-        load_sequence_classifier(
-            config.reward_model,
-            device=device,
-            tokenizer=reward_tokenizer,
-            packing=config.packing and bool(getattr(reward_tokenizer, "chat_template", None)),
-        )
-        .eval()
-        .requires_grad_(False)
-    )
-    scorer = RewardScorer(
-        reward_model,
-        reward_tokenizer,
-        max_length=config.max_length + config.max_new_tokens,
-        prompt_budget=config.prompt_budget,
-    )
+    models = load_online_models(config, device=device, resume_from=resume_from)
+    policy, reference, tokenizer = models.policy, models.reference, models.tokenizer
+    packed = models.packed
+    prompts, eval_prompts = split_eval_prompts(load_prompts(config.data), config.eval_prompts)
     pad_id = tokenizer.pad_token_id
     k = config.rloo_k
 
+    require_prompts_per_rank(len(prompts), config.batch_size, ranks)
     sampler = EpochSampler(len(prompts), config.batch_size, config.seed)
     total_steps = total_steps_for(config, sampler.batches_per_epoch)
     optimizer = build_optimizer(policy.parameters(), config, device)
     scheduler = build_scheduler(optimizer, config, total_steps)
     kl_controller = make_kl_controller(config, total_steps)
     normalizer: RewardNormalizer | None = None
+    seed_rank_streams(config.seed, ranks)
     start_step = 0
     if resume_from is not None:
         state, extra = run.checkpoints.restore(
@@ -115,6 +95,7 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
         kl_controller.load_state_dict(extra["kl_controller"])
         if extra.get("normalizer"):
             normalizer = RewardNormalizer(**extra["normalizer"])
+        restore_rank_rng(extra.get("rank_rng"), ranks)
 
     run.callback.on_start(total_steps=total_steps, config=config.to_dict())
     throughput = Throughput()
@@ -122,22 +103,25 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
     status, step = "completed", start_step
     for step_index, epoch, batch_index in sampler.positions(start_step, total_steps):
         step = step_index + 1
-        batch_prompts = [prompts[i] for i in sampler.batch(epoch, batch_index)]
+        index = sampler.batch(epoch, batch_index)
+        batch_prompts = [prompts[i] for i in ranks.block(index)]
+        step_samples = len(index) * k  # over every rank
         with throughput.timing():
             with autocast(device, config.bf16):
                 rollouts = sample_rollouts(
                     policy,
                     tokenizer,
-                    encoder,
+                    models.encoder,
                     [p for p in batch_prompts for _ in range(k)],
                     temperature=config.temperature,
                     top_p=config.top_p,
                     max_new_tokens=config.max_new_tokens,
                 )
-                scores = score_rollouts(scorer, rollouts, batch_size=len(rollouts))
+                scores = score_rollouts(models.scorer, rollouts, batch_size=len(rollouts))
             if normalizer is None and config.reward_range is not None:
-                normalizer = fit_normalizer(config, scores)
+                normalizer = fit_normalizer(config, gather_scores(scores, ranks, device))
             shaped = shape_rewards(scores, rollouts, config, normalizer).to(device)
+            n = len(rollouts)
             sequences = [r.sequence() for r in rollouts]
             with torch.no_grad(), autocast(device, config.bf16):
                 ref_logps, _ = _token_logprobs(
@@ -157,42 +141,49 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
                     device=device,
                     temperature=config.temperature,
                 )
-            n = len(rollouts)
             kl_tokens = kl_estimate(logps.detach(), ref_logps, config.kl_estimator)  # type: ignore[arg-type]
             kl = segment_sum(kl_tokens, batch.segment_ids, n)
             rewards = shaped - kl_controller.value * kl
             advantages = rloo_advantages(rewards.view(-1, k)).view(-1)
             sequence_logps = segment_sum(logps, batch.segment_ids, n)
-            loss = -(advantages.detach() * sequence_logps).mean()
+            # This rank's share of the mean over every rank's samples (the mean itself in one process).
+            loss = -(advantages.detach() * sequence_logps).mean() * (n / step_samples)
             loss.backward()
             grad_norm = optimizer_step(
-                policy.parameters(), optimizer, scheduler, config.max_grad_norm
+                policy.parameters(), optimizer, scheduler, config.max_grad_norm, ranks
             )
+        metrics, n_all, tokens = rollout_metrics(
+            rollouts,
+            scores=scores,
+            shaped=shaped,
+            kl=kl,
+            ranks=ranks,
+            device=device,
+            **{"reward/total_mean": rewards},
+        )
         kl_coef = kl_controller.value
-        kl_controller.update(float(kl.mean()), n)
-        throughput.items += n
-        throughput.tokens += sum(len(seq.input_ids) for seq in sequences)
-        lengths = batch.completion_lengths.float()
+        kl_controller.update(metrics["kl"], n_all)
+        throughput.items += n_all
+        throughput.tokens += tokens
         pending.append(
             {
-                "loss": float(loss.detach()),
-                "reward/score_mean": float(scores.mean()),
-                "reward/score_std": float(scores.std()) if n > 1 else 0.0,
-                "reward/shaped_mean": float(shaped.mean()),
-                "reward/total_mean": float(rewards.mean()),
-                "kl": float(kl.mean()),
+                **all_reduce_sum({"loss": float(loss.detach())}, ranks, device),
+                **metrics,
                 "kl_coef": kl_coef,
-                "response_length": float(lengths.mean()),
-                "repetition_rate": repetition_rate(rollouts),
-                "eos_rate": sum(r.finished for r in rollouts) / n,
                 "grad_norm": grad_norm,
                 "learning_rate": scheduler.get_last_lr()[0],
             }
         )
         run.callback.on_step(step=step, total_steps=total_steps)
-        if step % config.log_every == 0 or step == total_steps:
+        evaluated = (
+            evaluate_policy(models, eval_prompts, config, ranks=ranks, device=device)
+            if eval_due(config, step, total_steps, len(eval_prompts))
+            else {}
+        )
+        if step % config.log_every == 0 or step == total_steps or evaluated:
             logged = mean_metrics(pending)
             logged.update(
+                evaluated,
                 epoch=epoch + (batch_index + 1) / sampler.batches_per_epoch,
                 samples_per_second=throughput.per_second(throughput.items),
                 tokens_per_second=throughput.per_second(throughput.tokens),
@@ -214,6 +205,7 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
                 extra_state={
                     "kl_controller": kl_controller.state_dict(),
                     "normalizer": None if normalizer is None else vars(normalizer),
+                    "rank_rng": rank_rng_states(ranks),
                 },
             )
         if stop and step < total_steps:
@@ -223,6 +215,7 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
     summary = {
         "kind": "rloo",
         "prompts": len(prompts),
+        "eval_prompts": len(eval_prompts),
         "samples_trained": throughput.items,
         "tokens_trained": throughput.tokens,
         "train_seconds": throughput.seconds,
