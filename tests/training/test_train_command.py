@@ -79,19 +79,68 @@ def test_bad_config_value_names_the_field(tiny_llama_dir, pairs_file, tmp_path):
         )
 
 
-def test_list_options_prints_help_texts(tiny_llama_dir, pairs_file, tmp_path):
+def test_list_options_needs_only_the_kind():
+    """Listing a kind's settings needs no data, model or output folder."""
     out = StringIO()
-    call_command(
-        "train",
-        "--kind",
-        "dpo",
-        "--data",
-        "x",
-        "--model",
-        "x",
-        "--output",
-        "x",
-        "--list-options",
-        stdout=out,
-    )
+    call_command("train", "--kind", "ppo", "--list-options", stdout=out)
+    text = out.getvalue()
+    assert "double_sample_variance" in text and "eval_reward_mean" in text
+    assert "deepspeed" in text and "zero3_offload" in text
+    out = StringIO()
+    call_command("train", "--kind", "dpo", "--list-options", stdout=out)
     assert "label_smoothing" in out.getvalue() and "conservative DPO" in out.getvalue()
+
+
+def test_training_without_data_model_or_output_is_a_command_error(pairs_file):
+    with pytest.raises(CommandError, match="--model, --output: required"):
+        _run("--kind", "dpo", "--data", str(pairs_file))
+
+
+def test_deepspeed_without_cuda_is_a_clear_error(tiny_llama_dir, prompts_file, tmp_path):
+    """ZeRO needs CUDA and the deepspeed package: on this CPU run the command says so, naming the
+    setting, before any model is loaded."""
+    with pytest.raises(CommandError, match="deepspeed: 'zero3' cannot be used: it runs on CUDA"):
+        _run(
+            "--kind", "rloo", "--data", str(prompts_file), "--model", str(tiny_llama_dir),
+            "--reward-model", str(tiny_llama_dir), "--output", str(tmp_path),
+            "--set", "device=cpu", "--set", "deepspeed=zero3",
+        )  # fmt: skip
+
+
+def test_nproc_launches_torchrun_on_the_saved_config(
+    tiny_llama_dir, prompts_file, tmp_path, monkeypatch
+):
+    """--nproc 2 writes the resolved config to the run folder and runs training.launch on it under
+    torchrun with 2 processes per node, passing its JSON lines through."""
+    from training.management.commands import train as command
+    from training.recipes import config_from_dict
+
+    launched = []
+
+    class FakePopen:
+        def __init__(self, args, **kwargs):
+            launched.append(args)
+            self.stdout = iter(['{"step": 1, "loss": 0.5}\n', '{"event": "summary"}\n'])
+            self.returncode = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(command.subprocess, "Popen", FakePopen)
+    rows = _run(
+        "--kind", "rloo", "--data", str(prompts_file), "--model", str(tiny_llama_dir),
+        "--reward-model", str(tiny_llama_dir), "--output", str(tmp_path / "run"),
+        "--nproc", "2", "--set", "rloo_k=3",
+    )  # fmt: skip
+    assert rows == [{"step": 1, "loss": 0.5}, {"event": "summary"}]
+    (args,) = launched
+    config_path = tmp_path / "run" / "launch-config.json"
+    assert args[1:] == [
+        "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        "-m", "training.launch", str(config_path),
+    ]  # fmt: skip
+    config = config_from_dict(json.loads(config_path.read_text()))
+    assert config.kind == "rloo" and config.rloo_k == 3

@@ -3,12 +3,17 @@
 Runs one training job in this process (debugging, scripts, benchmarks): one JSON line per logged
 step on stdout, then a JSON summary with pairs (or samples) and tokens per second. Ctrl-C stops after
 the current step with a checkpoint; running the same command again resumes from it.
+
+``--nproc N`` runs it data-parallel in N processes instead (one per GPU; Gloo on CPU): the resolved
+config is written to DIR/launch-config.json and ``torchrun`` runs ``training.launch`` on it, whose
+rank 0 prints the same lines. ``--list-options --kind K`` prints K's settings and needs nothing else.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +52,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--kind", choices=KINDS, required=True)
-        parser.add_argument("--data", required=True, help="JSONL: preference pairs or prompts")
-        parser.add_argument("--model", required=True, help="registry name or model folder")
-        parser.add_argument("--output", required=True, help="run folder (created)")
+        # Required unless --list-options (checked in handle, so listing needs only --kind).
+        parser.add_argument("--data", help="JSONL: preference pairs or prompts (required)")
+        parser.add_argument("--model", help="registry name or model folder (required)")
+        parser.add_argument("--output", help="run folder, created (required)")
         parser.add_argument("--batch-size", type=int, help="pairs or prompts per optimiser step")
         parser.add_argument("--micro-batch-size", type=int, help="rows per forward pass")
         parser.add_argument("--max-length", type=int, help="longest sequence in tokens")
@@ -70,6 +76,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--list-options", action="store_true", help="print the kind's fields and exit"
         )
+        parser.add_argument(
+            "--nproc",
+            type=int,
+            default=1,
+            help="data-parallel processes (GPUs): > 1 runs the recipe under torchrun",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from transformers.utils import logging as hf_logging
@@ -89,6 +101,14 @@ class Command(BaseCommand):
             for name, default, help_text in config_help(cls):
                 self.stdout.write(f"{name:24} {default!r:>14}  {help_text}")
             return
+
+        missing = [f"--{name}" for name in ("data", "model", "output") if not options[name]]
+        if missing:
+            raise CommandError(
+                f"{', '.join(missing)}: required (only --list-options runs without them)"
+            )
+        if options["nproc"] < 1:
+            raise CommandError(f"--nproc: must be >= 1, got {options['nproc']}")
 
         values: dict[str, Any] = {
             "model": _model_folder(options["model"]),
@@ -123,6 +143,18 @@ class Command(BaseCommand):
         except (ConfigError, TypeError) as exc:
             raise CommandError(str(exc)) from exc
 
+        if getattr(config, "deepspeed", "none") != "none":
+            from training.recipes.runtime import resolve_device
+            from training.recipes.zero import require_zero_available
+
+            try:
+                require_zero_available(config, resolve_device(config.device).type)
+            except ConfigError as exc:
+                raise CommandError(str(exc)) from exc
+        if options["nproc"] > 1:
+            self._launch(config, options["nproc"])
+            return
+
         interrupted = {"flag": False}
 
         class StopOnInterrupt(TrainingCallback):
@@ -146,3 +178,21 @@ class Command(BaseCommand):
             raise CommandError(
                 f"run {result.status} at step {result.steps}; run the same command to resume"
             )
+
+    def _launch(self, config: Any, nproc: int) -> None:
+        """Run the recipe in ``nproc`` processes under torchrun, passing rank 0's lines through."""
+        from training.worker import launch_command
+
+        output = Path(config.output_dir)
+        output.mkdir(parents=True, exist_ok=True)
+        config_path = output / "launch-config.json"
+        config.save(config_path)
+        command = launch_command(gpus=nproc, config_path=config_path)
+        with subprocess.Popen(
+            command, stdout=subprocess.PIPE, text=True, cwd=settings.BASE_DIR
+        ) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                self.stdout.write(line.rstrip("\n"))
+        if process.returncode != 0:
+            raise CommandError(f"torchrun exited with {process.returncode}: {' '.join(command)}")
