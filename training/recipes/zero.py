@@ -132,9 +132,7 @@ def zero_config(
 
 def write_zero_config(config: OnlineRLConfig, path: Path, *, world_size: int) -> Path:
     """Write the run's DeepSpeed JSON (the hidden size read from the policy's folder)."""
-    values = zero_config(
-        config, world_size=world_size, hidden_size=model_hidden_size(config.model)
-    )
+    values = zero_config(config, world_size=world_size, hidden_size=model_hidden_size(config.model))
     path.write_text(json.dumps(values, indent=2) + "\n")
     return path
 
