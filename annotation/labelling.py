@@ -85,7 +85,7 @@ def _release_expired(project: Project) -> int:
     """Give the slots of expired leases back to the pool; returns how many were released."""
     now = timezone.now()
     expired = list(
-        Assignment.objects.select_for_update(skip_locked=True)
+        Assignment.objects.select_for_update(skip_locked=True, of=("self",))
         .filter(comparison__project=project, status=Assignment.Status.ACTIVE, expires_at__lt=now)
         .order_by("pk")
         .values_list("pk", "comparison_id", "kind")[:500]
@@ -117,9 +117,14 @@ def _lease(comparison: Comparison, annotator: AbstractBaseUser, kind: str, shown
     )
 
 
+# What the labelling screen shows of a comparison, fetched with it (one query, not four).
+SCREEN_RELATED = ("prompt", "response_a", "response_b")
+
+
 def _claim_normal(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
     comparison = (
-        Comparison.objects.select_for_update(skip_locked=True)
+        Comparison.objects.select_for_update(skip_locked=True, of=("self",))
+        .select_related(*SCREEN_RELATED)
         .filter(project=project, taken__lt=project.overlap, gold="")
         .exclude(assignments__annotator=annotator)
         .exclude(judgements__annotator=annotator)
@@ -189,7 +194,9 @@ def assignment_claim(*, annotator: AbstractBaseUser, project: Project) -> Assign
     with transaction.atomic():
         _release_expired(project)
         current = (
-            Assignment.objects.select_related("comparison__project")
+            Assignment.objects.select_related(
+                "comparison__project", *(f"comparison__{name}" for name in SCREEN_RELATED)
+            )
             .filter(
                 comparison__project=project,
                 annotator=annotator,
@@ -201,20 +208,27 @@ def assignment_claim(*, annotator: AbstractBaseUser, project: Project) -> Assign
         )
         if current is not None:
             return current
-        done = Assignment.objects.filter(
-            comparison__project=project, annotator=annotator, status=Assignment.Status.DONE
-        ).count()
-        try:
-            with transaction.atomic():
-                if _due(project.repeat_every, done) and (
-                    repeat := _claim_repeat(project, annotator)
-                ):
-                    return repeat
-                if _due(project.gold_every, done) and (gold := _claim_gold(project, annotator)):
-                    return gold
-        except IntegrityError:
-            pass  # a concurrent tab claimed the same special item: fall back to a normal pair
+        if project.repeat_every or project.gold_every:
+            special = _claim_special(project, annotator)
+            if special is not None:
+                return special
         return _claim_normal(project, annotator)
+
+
+def _claim_special(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
+    """A swap repeat or a gold item when one is due for the annotator, else None."""
+    done = Assignment.objects.filter(
+        comparison__project=project, annotator=annotator, status=Assignment.Status.DONE
+    ).count()
+    try:
+        with transaction.atomic():
+            if _due(project.repeat_every, done) and (repeat := _claim_repeat(project, annotator)):
+                return repeat
+            if _due(project.gold_every, done) and (gold := _claim_gold(project, annotator)):
+                return gold
+    except IntegrityError:
+        pass  # a concurrent tab claimed the same special item: fall back to a normal pair
+    return None
 
 
 def _validate(project: Project, verdict: Verdict) -> None:
@@ -244,7 +258,9 @@ def judgement_submit(
     """
     with transaction.atomic():
         assignment = (
-            Assignment.objects.select_for_update()
+            # Only the assignment's row is locked: joined rows (the comparison, the project every
+            # submission shares) would make all of a project's submissions wait for one another.
+            Assignment.objects.select_for_update(of=("self",))
             .select_related("comparison__project")
             .filter(pk=assignment_id, annotator=annotator)
             .first()
@@ -313,7 +329,7 @@ def judgement_edit(
     """Change the annotator's own judgement (undo); the side shown when it was made is kept."""
     with transaction.atomic():
         judgement = (
-            Judgement.objects.select_for_update()
+            Judgement.objects.select_for_update(of=("self",))
             .select_related("comparison__project")
             .filter(Q(pk=judgement_id) & Q(annotator=annotator))
             .first()

@@ -9,6 +9,8 @@ targets and get rel="noopener noreferrer nofollow".
 
 from __future__ import annotations
 
+import threading
+
 import markdown
 import nh3
 from django.utils.safestring import SafeString, mark_safe
@@ -31,12 +33,28 @@ class _RawHtmlAsText(Extension):
         md.inlinePatterns.deregister("html")
 
 
+_parsers = threading.local()
+
+
+def _parser() -> markdown.Markdown:
+    """This thread's Markdown parser: building one costs more than most conversions (the labelling
+    page converts four texts), and a parser must not be shared between threads."""
+    parser = getattr(_parsers, "parser", None)
+    if parser is None:
+        parser = markdown.Markdown(
+            extensions=["fenced_code", "tables", "sane_lists", _RawHtmlAsText()]
+        )
+        _parsers.parser = parser
+    return parser
+
+
 def render_markdown(text: str) -> SafeString:
     """Render ``text`` (Markdown, possibly with raw HTML) to inert HTML safe to put in a page."""
-    html = markdown.markdown(
-        text[:MAX_RENDER_CHARS],
-        extensions=["fenced_code", "tables", "sane_lists", _RawHtmlAsText()],
-    )
+    parser = _parser()
+    try:
+        html = parser.convert(text[:MAX_RENDER_CHARS])
+    finally:
+        parser.reset()  # nothing of one text (footnotes, references) carries over to the next
     cleaned = nh3.clean(
         html,
         tags=ALLOWED_TAGS,

@@ -226,6 +226,25 @@ def test_swap_repeat_shows_an_old_pair_with_sides_flipped():
     assert Judgement.objects.count() == 7
 
 
+def test_progress_counts_open_pairs_the_annotator_has_not_touched():
+    """Pairs left = open pairs (below the overlap) minus those the annotator was given (judged,
+    skipped, on screen) or has an imported judgement on; full pairs do not count either way."""
+    from annotation.selectors import labelling_progress
+    from tests.factories import JudgementFactory
+
+    project, comparisons = _project(5, overlap=2)
+    a, b = _annotators(project, 2)
+    _label(a, project)  # a judges c0
+    skipped = labelling.assignment_claim(annotator=a, project=project)  # c1
+    _label(b, project)  # b judges c0: c0 is full
+    labelling.assignment_skip(annotator=a, assignment_id=skipped.pk)
+    JudgementFactory(comparison=comparisons[2], annotator=a)  # imported: no assignment
+    progress_a = labelling_progress(annotator=a, project=project)
+    assert (progress_a.done, progress_a.available) == (2, 2)  # open c1-c4; a touched c1, c2
+    progress_b = labelling_progress(annotator=b, project=project, showing=True)
+    assert (progress_b.done, progress_b.available) == (1, 5)  # open c1-c4, plus the one on screen
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_claims_never_over_assign():
     """24 annotator threads claim and submit at once: every comparison ends with exactly `overlap`
