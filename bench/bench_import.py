@@ -51,9 +51,9 @@ def main() -> None:
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         sys.exit("set DATABASE_URL to a PostgreSQL database that may be emptied")
-    from bench_labelling import _create_database
+    from stack import create_database
 
-    _create_database(os.environ["DATABASE_URL"])
+    create_database(os.environ["DATABASE_URL"])
     import django
 
     django.setup()
