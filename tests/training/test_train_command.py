@@ -96,14 +96,23 @@ def test_training_without_data_model_or_output_is_a_command_error(pairs_file):
         _run("--kind", "dpo", "--data", str(pairs_file))
 
 
-def test_deepspeed_without_cuda_is_a_clear_error(tiny_llama_dir, prompts_file, tmp_path):
-    """ZeRO needs CUDA and the deepspeed package: on this CPU run the command says so, naming the
-    setting, before any model is loaded."""
-    with pytest.raises(CommandError, match="deepspeed: 'zero3' cannot be used: it runs on CUDA"):
+@pytest.mark.parametrize(
+    ("preset", "message"),
+    [
+        ("zero2", "deepspeed: 'zero2' cannot be used: it runs on CUDA"),
+        ("zero3", "deepspeed: 'zero3' is not supported by the PPO/RLOO loops yet"),
+    ],
+)
+def test_deepspeed_that_cannot_run_is_a_clear_error(
+    preset, message, tiny_llama_dir, prompts_file, tmp_path
+):
+    """ZeRO needs CUDA and the deepspeed package (and the loops run ZeRO-2 only): the command
+    says so, naming the setting, before any model is loaded."""
+    with pytest.raises(CommandError, match=message):
         _run(
             "--kind", "rloo", "--data", str(prompts_file), "--model", str(tiny_llama_dir),
             "--reward-model", str(tiny_llama_dir), "--output", str(tmp_path),
-            "--set", "device=cpu", "--set", "deepspeed=zero3",
+            "--set", "device=cpu", "--set", f"deepspeed={preset}",
         )  # fmt: skip
 
 

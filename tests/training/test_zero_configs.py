@@ -62,6 +62,7 @@ def test_rloo_batch_fields_follow_the_recipe():
     assert values["gradient_clipping"] == 0.5
     assert values["optimizer"]["params"]["lr"] == 3e-6
     assert values["optimizer"]["params"]["weight_decay"] == 0.01
+    assert values["optimizer"]["params"]["torch_adam"] is True  # states on the GPU
 
 
 def test_ppo_batch_fields_follow_the_minibatch():
@@ -75,6 +76,7 @@ def test_ppo_batch_fields_follow_the_minibatch():
     assert values["gradient_accumulation_steps"] == 1
     assert values["train_batch_size"] == 8
     assert values["bf16"] == {"enabled": False} and values["gradient_clipping"] == 0.0
+    assert values["optimizer"]["params"]["torch_adam"] is False  # DeepSpeed's CPU Adam
 
 
 def test_zero3_buckets_come_from_the_models_hidden_size(tiny_llama_dir, tmp_path):
@@ -102,3 +104,11 @@ def test_zero_needs_cuda_and_the_deepspeed_package(monkeypatch):
         require_zero_available(config, "cuda")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
     require_zero_available(config, "cuda")
+
+
+def test_the_online_loops_refuse_zero3_with_the_reason():
+    """ZeRO-3 configs are written, but PPO and RLOO run ZeRO-2 only: asking for ZeRO-3 says why,
+    wherever the run would go."""
+    for device_type in ("cpu", "cuda"):
+        with pytest.raises(ConfigError, match=r"^deepspeed: 'zero3_offload' is not supported"):
+            require_zero_available(RLOOConfig(**COMMON, deepspeed="zero3_offload"), device_type)

@@ -50,13 +50,7 @@ from training.algorithms.shaping import RewardNormalizer
 from training.recipes.callbacks import TrainingCallback
 from training.recipes.config import PPOConfig
 from training.recipes.data import EpochSampler, Messages, load_prompts
-from training.recipes.distributed import (
-    Ranks,
-    all_reduce_gradients,
-    all_reduce_sum,
-    gather_objects,
-    seed_rank_streams,
-)
+from training.recipes.distributed import Ranks, all_reduce_sum, gather_objects, seed_rank_streams
 from training.recipes.loop import finish_run, mean_metrics, start_run
 from training.recipes.online import (
     OnlineModels,
@@ -67,11 +61,11 @@ from training.recipes.online import (
     gather_scores,
     load_online_models,
     make_kl_controller,
-    rank_rng_states,
     require_prompts_per_rank,
-    restore_rank_rng,
+    restore_online_checkpoint,
     rollout_metrics,
     sample_rollouts,
+    save_online_checkpoint,
     score_rollouts,
     shape_rewards,
     split_eval_prompts,
@@ -88,12 +82,13 @@ from training.recipes.runtime import (
     Throughput,
     TrainResult,
     autocast,
-    build_optimizer,
     build_scheduler,
     memory_fraction,
     peak_memory_bytes,
     total_steps_for,
 )
+from training.recipes.updates import PlainUpdates, ZeroUpdates, make_updates
+from training.recipes.zero import require_zero_available
 
 
 class ValueHead(nn.Module):
@@ -174,6 +169,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
     """Run PPO as configured; resumes from the newest checkpoint in ``output_dir`` when allowed."""
     run = start_run(config, callback)
     ranks, device = run.ranks, run.device
+    require_zero_available(config, device.type)
     resume_from = run.resume_from
     models = load_online_models(config, device=device, resume_from=resume_from)
     policy, reference, tokenizer = models.policy, models.reference, models.tokenizer
@@ -188,25 +184,22 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
     require_prompts_per_rank(len(prompts), config.batch_size, ranks)
     sampler = EpochSampler(len(prompts), config.batch_size, config.seed)
     total_steps = total_steps_for(config, sampler.batches_per_epoch)
-    params = [*policy.parameters(), *value_head.parameters()]
-    optimizer = build_optimizer(params, config, device)
-    scheduler = build_scheduler(optimizer, config, total_steps)
+    trained = nn.ModuleDict({"policy": policy, "value_head": value_head})
+    updates = make_updates(config, trained, ranks=ranks, device=device)
+    scheduler = build_scheduler(updates.optimizer, config, total_steps)
     kl_controller = make_kl_controller(config, total_steps)
     normalizer: RewardNormalizer | None = None
     seed_rank_streams(config.seed, ranks)
     start_step = 0
     if resume_from is not None:
-        state, extra = run.checkpoints.restore(
+        start_step, normalizer = restore_online_checkpoint(
+            run,
+            updates,
             resume_from,
-            optimizer=optimizer,
             scheduler=scheduler,
+            kl_controller=kl_controller,
             extra_modules={"value_head": value_head},
         )
-        start_step = state.step
-        kl_controller.load_state_dict(extra["kl_controller"])
-        if extra.get("normalizer"):
-            normalizer = RewardNormalizer(**extra["normalizer"])
-        restore_rank_rng(extra.get("rank_rng"), ranks)
 
     run.callback.on_start(total_steps=total_steps, config=config.to_dict())
     throughput = Throughput()
@@ -259,7 +252,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
             stats = _ppo_epochs(
                 policy,
                 value_head,
-                optimizer,
+                updates,
                 rollouts,
                 config,
                 packed=packed,
@@ -270,7 +263,6 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
                 advantages=advantages,
                 returns=returns,
                 mask=mask,
-                params=params,
                 ranks=ranks,
                 step=step,
             )
@@ -318,19 +310,17 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
             pending = []
         stop = run.stop_requested()
         if run.checkpoints.due(step) or (stop and step < total_steps):
-            run.save_checkpoint(
+            save_online_checkpoint(
+                run,
+                updates,
                 step=step,
-                model=policy,
+                policy=policy,
                 tokenizer=tokenizer,
-                optimizer=optimizer,
                 scheduler=scheduler,
+                kl_controller=kl_controller,
+                normalizer=normalizer,
                 trainer_state={"epoch": epoch, "batch_in_epoch": batch_index + 1, "kind": "ppo"},
                 extra_modules={"value_head": value_head},
-                extra_state={
-                    "kl_controller": kl_controller.state_dict(),
-                    "normalizer": None if normalizer is None else vars(normalizer),
-                    "rank_rng": rank_rng_states(ranks),
-                },
             )
         if stop and step < total_steps:
             status = "cancelled"
@@ -453,7 +443,7 @@ def _whiten(
 def _ppo_epochs(
     policy: Any,
     value_head: ValueHead,
-    optimizer: torch.optim.Optimizer,
+    updates: PlainUpdates | ZeroUpdates,
     rollouts: list[Rollout],
     config: PPOConfig,
     *,
@@ -465,7 +455,6 @@ def _ppo_epochs(
     advantages: torch.Tensor,
     returns: torch.Tensor,
     mask: torch.Tensor,
-    params: list[nn.Parameter],
     ranks: Ranks,
     step: int,
 ) -> dict[str, float]:
@@ -473,8 +462,9 @@ def _ppo_epochs(
 
     Minibatches are slices of a permutation of the global rollout order (rank 0's rollouts, then
     rank 1's, ...), drawn from a generator seeded by the step, so every rank agrees on them; each
-    rank runs its own members of each (possibly none) and token sums are divided by the
-    minibatch's token count over every rank."""
+    rank runs its own members of each and token sums are divided by the minibatch's token count
+    over every rank. A rank with no member runs one of its rows with weight 0, so every rank makes
+    the same backward passes (DeepSpeed reduces gradients during backward)."""
     counts = gather_objects(len(rollouts), ranks)
     offset, total = sum(counts[: ranks.rank]), sum(counts)
     generator = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
@@ -488,35 +478,25 @@ def _ppo_epochs(
             index = [g - offset for g in chunk if offset <= g < offset + len(rollouts)]
             local_tokens = float(mask[index].sum()) if index else 0.0
             tokens = max(all_reduce_sum({"tokens": local_tokens}, ranks, device)["tokens"], 1.0)
-            sums = dict.fromkeys(
-                ("loss", "policy_loss", "value_loss", "entropy", "clip", "approx_kl", "value_clip"),
-                0.0,
+            sums = _minibatch_backward(
+                policy,
+                value_head,
+                updates,
+                rollouts,
+                index or [0],
+                config,
+                weight=1.0 if index else 0.0,
+                packed=packed,
+                pad_id=pad_id,
+                device=device,
+                old_logps=old_logps,
+                old_values=old_values,
+                advantages=advantages,
+                returns=returns,
+                tokens=tokens,
             )
-            if index:
-                sums = _minibatch_backward(
-                    policy,
-                    value_head,
-                    rollouts,
-                    index,
-                    config,
-                    packed=packed,
-                    pad_id=pad_id,
-                    device=device,
-                    old_logps=old_logps,
-                    old_values=old_values,
-                    advantages=advantages,
-                    returns=returns,
-                    tokens=tokens,
-                )
             sums = all_reduce_sum(sums, ranks, device)
-            all_reduce_gradients(params, ranks)
-            grad_norm = (
-                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                if config.max_grad_norm is not None
-                else torch.zeros(())
-            )
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norm = updates.step()
             approx_kl = sums["approx_kl"] / tokens
             rows.append(
                 {
@@ -527,7 +507,7 @@ def _ppo_epochs(
                     "approx_kl": approx_kl,
                     "value_clip_fraction": sums["value_clip"] / tokens,
                     "entropy": sums["entropy"],
-                    "grad_norm": float(grad_norm),
+                    "grad_norm": grad_norm,
                 }
             )
             if kl_early_stop(approx_kl, limit=config.target_kl_stop):
@@ -544,10 +524,12 @@ def _ppo_epochs(
 def _minibatch_backward(
     policy: Any,
     value_head: ValueHead,
+    updates: PlainUpdates | ZeroUpdates,
     rollouts: list[Rollout],
     index: list[int],
     config: PPOConfig,
     *,
+    weight: float,
     packed: bool,
     pad_id: int,
     device: torch.device,
@@ -558,8 +540,8 @@ def _minibatch_backward(
     tokens: float,
 ) -> dict[str, float]:
     """Forward and backward of this rank's rows ``index`` of a minibatch whose tokens over every
-    rank number ``tokens``; returns this rank's share of the losses and its token sums of the clip
-    and KL statistics."""
+    rank number ``tokens``, the loss times ``weight`` (1, or 0 for a stand-in row); returns this
+    rank's share of the losses and its token sums of the clip and KL statistics (times weight)."""
     batch = build_batch(
         [rollouts[i].sequence() for i in index],
         packed=packed,
@@ -604,13 +586,13 @@ def _minibatch_backward(
         entropy_mean = entropy_bonus(entropy_padded, mb_mask, token_count=tokens)
         loss = loss - config.entropy_coef * entropy_mean
         entropy_term = float(entropy_mean.detach())
-    loss.backward()
-    local_tokens = float(mb_mask.sum())
+    updates.backward(loss * weight)
+    local_tokens = float(mb_mask.sum()) * weight
     return {
-        "loss": float(loss.detach()),
-        "policy_loss": float(policy_loss.detach()),
-        "value_loss": float(value_loss.detach()),
-        "entropy": entropy_term,
+        "loss": float(loss.detach()) * weight,
+        "policy_loss": float(policy_loss.detach()) * weight,
+        "value_loss": float(value_loss.detach()) * weight,
+        "entropy": entropy_term * weight,
         "clip": float(stats["clip_fraction"]) * local_tokens,
         "approx_kl": float(stats["approx_kl"]) * local_tokens,
         "value_clip": float(value_clip) * local_tokens,

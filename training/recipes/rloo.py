@@ -25,7 +25,7 @@ from training.recipes.callbacks import TrainingCallback
 from training.recipes.config import RLOOConfig
 from training.recipes.data import EpochSampler, load_prompts
 from training.recipes.distributed import all_reduce_sum, seed_rank_streams
-from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
+from training.recipes.loop import finish_run, mean_metrics, start_run
 from training.recipes.online import (
     eval_due,
     evaluate_policy,
@@ -33,11 +33,11 @@ from training.recipes.online import (
     gather_scores,
     load_online_models,
     make_kl_controller,
-    rank_rng_states,
     require_prompts_per_rank,
-    restore_rank_rng,
+    restore_online_checkpoint,
     rollout_metrics,
     sample_rollouts,
+    save_online_checkpoint,
     score_rollouts,
     shape_rewards,
     split_eval_prompts,
@@ -47,12 +47,13 @@ from training.recipes.runtime import (
     Throughput,
     TrainResult,
     autocast,
-    build_optimizer,
     build_scheduler,
     memory_fraction,
     peak_memory_bytes,
     total_steps_for,
 )
+from training.recipes.updates import make_updates
+from training.recipes.zero import require_zero_available
 
 
 def _token_logprobs(model: Any, sequences: list, *, packed: bool, pad_id: int, device, temperature):
@@ -70,6 +71,7 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
     """Run RLOO as configured; resumes from the newest checkpoint in ``output_dir`` when allowed."""
     run = start_run(config, callback)
     ranks, device = run.ranks, run.device
+    require_zero_available(config, device.type)
     resume_from = run.resume_from
     models = load_online_models(config, device=device, resume_from=resume_from)
     policy, reference, tokenizer = models.policy, models.reference, models.tokenizer
@@ -81,21 +83,16 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
     require_prompts_per_rank(len(prompts), config.batch_size, ranks)
     sampler = EpochSampler(len(prompts), config.batch_size, config.seed)
     total_steps = total_steps_for(config, sampler.batches_per_epoch)
-    optimizer = build_optimizer(policy.parameters(), config, device)
-    scheduler = build_scheduler(optimizer, config, total_steps)
+    updates = make_updates(config, policy, ranks=ranks, device=device)
+    scheduler = build_scheduler(updates.optimizer, config, total_steps)
     kl_controller = make_kl_controller(config, total_steps)
     normalizer: RewardNormalizer | None = None
     seed_rank_streams(config.seed, ranks)
     start_step = 0
     if resume_from is not None:
-        state, extra = run.checkpoints.restore(
-            resume_from, optimizer=optimizer, scheduler=scheduler
+        start_step, normalizer = restore_online_checkpoint(
+            run, updates, resume_from, scheduler=scheduler, kl_controller=kl_controller
         )
-        start_step = state.step
-        kl_controller.load_state_dict(extra["kl_controller"])
-        if extra.get("normalizer"):
-            normalizer = RewardNormalizer(**extra["normalizer"])
-        restore_rank_rng(extra.get("rank_rng"), ranks)
 
     run.callback.on_start(total_steps=total_steps, config=config.to_dict())
     throughput = Throughput()
@@ -148,10 +145,9 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
             sequence_logps = segment_sum(logps, batch.segment_ids, n)
             # This rank's share of the mean over every rank's samples (the mean itself in one process).
             loss = -(advantages.detach() * sequence_logps).mean() * (n / step_samples)
-            loss.backward()
-            grad_norm = optimizer_step(
-                policy.parameters(), optimizer, scheduler, config.max_grad_norm, ranks
-            )
+            updates.backward(loss)
+            grad_norm = updates.step()
+            scheduler.step()
         metrics, n_all, tokens = rollout_metrics(
             rollouts,
             scores=scores,
@@ -195,18 +191,16 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
             pending = []
         stop = run.stop_requested()
         if run.checkpoints.due(step) or (stop and step < total_steps):
-            run.save_checkpoint(
+            save_online_checkpoint(
+                run,
+                updates,
                 step=step,
-                model=policy,
+                policy=policy,
                 tokenizer=tokenizer,
-                optimizer=optimizer,
                 scheduler=scheduler,
+                kl_controller=kl_controller,
+                normalizer=normalizer,
                 trainer_state={"epoch": epoch, "batch_in_epoch": batch_index + 1, "kind": "rloo"},
-                extra_state={
-                    "kl_controller": kl_controller.state_dict(),
-                    "normalizer": None if normalizer is None else vars(normalizer),
-                    "rank_rng": rank_rng_states(ranks),
-                },
             )
         if stop and step < total_steps:
             status = "cancelled"

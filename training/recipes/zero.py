@@ -122,6 +122,8 @@ def zero_config(
                 "betas": [0.9, 0.999],
                 "eps": 1e-8,
                 "weight_decay": config.weight_decay,
+                # torch's AdamW on GPU states; DeepSpeed's CPU Adam for offloaded states
+                "torch_adam": not preset.offload_optimizer,
             },
         },
         "zero_optimization": zero,
@@ -147,9 +149,17 @@ def zero_unavailable_reason(device_type: str) -> str | None:
 
 
 def require_zero_available(config: OnlineRLConfig, device_type: str) -> None:
-    """A clear error, naming the field, when ``config.deepspeed`` asks for what is not here."""
+    """A clear error, naming the field, when ``config.deepspeed`` asks for what the online loops
+    cannot use (ZeRO-3) or what is not here (CUDA, the deepspeed package)."""
     if config.deepspeed == "none":
         return
+    if ZERO_PRESETS[config.deepspeed].stage == 3:
+        raise ConfigError(
+            f"deepspeed: {config.deepspeed!r} is not supported by the PPO/RLOO loops yet (ZeRO-3 "
+            "partitions the parameters: every rank would have to generate in lockstep, and the "
+            "log-probability path reads the output layer's weight directly); use 'zero2' or "
+            "'zero2_offload' (zero_config still writes ZeRO-3 configurations)"
+        )
     reason = zero_unavailable_reason(device_type)
     if reason is not None:
         raise ConfigError(f"deepspeed: {config.deepspeed!r} cannot be used: {reason}")
