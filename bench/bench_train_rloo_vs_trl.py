@@ -60,6 +60,7 @@ def run_ours(args: argparse.Namespace) -> dict:
         checkpoint_every=0,
         resume=False,
         device="cpu",
+        eval_prompts=0,  # TRL's RLOO trains on every prompt and evaluates nothing
     )
     result = train_rloo(config)
     rows = [
