@@ -4,6 +4,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+handler500 = "common.views.server_error"
+
 admin.site.site_header = "Concord administration"
 admin.site.site_title = "Concord"
 
