@@ -212,3 +212,33 @@ def test_double_samples_can_be_turned_off_for_one_sample_per_prompt():
         samples_per_prompt=1, double_sample_variance=None,
     )  # fmt: skip
     assert config.samples_per_prompt == 1
+
+
+def test_each_rank_samples_with_its_own_stream_and_resumes_it():
+    """Rank 0 keeps the single-process stream, rank 1 gets its own (seed + 7919); a checkpoint
+    keeps every rank's state, and on resume each rank takes back its own (same world size only)."""
+    from training.recipes.distributed import seed_rank_streams
+    from training.recipes.online import rank_rng_states, restore_rank_rng
+    from training.recipes.runtime import rng_state
+
+    torch.manual_seed(5)
+    seed_rank_streams(5, Ranks(0, 2))
+    rank0 = torch.rand(3)
+    seed_rank_streams(5, Ranks(1, 2))
+    rank1 = torch.rand(3)
+    torch.manual_seed(5)
+    assert torch.equal(torch.rand(3), rank0)
+    torch.manual_seed(5 + 7919)
+    assert torch.equal(torch.rand(3), rank1)
+
+    assert rank_rng_states(Ranks()) is None  # one process: the checkpoint's RNG state suffices
+    torch.manual_seed(1)
+    saved = [rng_state(), None]
+    torch.manual_seed(2)
+    saved[1] = rng_state()
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    restore_rank_rng(saved, Ranks(1, 3))  # another world size: left alone
+    assert not torch.equal(torch.rand(3), expected)
+    restore_rank_rng(saved, Ranks(1, 2))
+    assert torch.equal(torch.rand(3), expected)
