@@ -56,15 +56,19 @@ class Tally:
     ran_out: int = 0
 
 
+def annotator_session(base: str, session_key: str) -> aiohttp.ClientSession:
+    """An HTTP session logged in as the annotator whose Django session key is given."""
+    jar = aiohttp.CookieJar(unsafe=True)  # unsafe: keep cookies of an IP address (127.0.0.1)
+    jar.update_cookies({"sessionid": session_key}, URL(base))
+    return aiohttp.ClientSession(cookie_jar=jar, timeout=aiohttp.ClientTimeout(total=60))
+
+
 async def _annotator(
     base: str, session_key: str, rng: random.Random, think: tuple[float, float],
     retry_fraction: float, deadline: float, tally: Tally,
 ) -> None:  # fmt: skip
-    jar = aiohttp.CookieJar(unsafe=True)  # unsafe: keep cookies of an IP address (127.0.0.1)
-    jar.update_cookies({"sessionid": session_key}, URL(base))
-    timeout = aiohttp.ClientTimeout(total=60)
     label = base + stack.LABEL_PATH
-    async with aiohttp.ClientSession(cookie_jar=jar, timeout=timeout) as http:
+    async with annotator_session(base, session_key) as http:
         await asyncio.sleep(rng.uniform(0, think[1]))  # arrivals spread over one think time
         while time.monotonic() < deadline:
             started = time.perf_counter()
@@ -117,9 +121,7 @@ async def _warm_up(base: str, keys: list[str]) -> None:
     template compilation, database connections), as a server that has been up a while has had."""
 
     async def load(key: str) -> None:
-        jar = aiohttp.CookieJar(unsafe=True)
-        jar.update_cookies({"sessionid": key}, URL(base))
-        async with aiohttp.ClientSession(cookie_jar=jar) as http:
+        async with annotator_session(base, key) as http:
             for _ in range(3):
                 async with http.get(base + stack.LABEL_PATH) as page:
                     await page.read()

@@ -149,13 +149,17 @@ class Server:
 
 
 @contextlib.contextmanager
-def gunicorn(env: dict[str, str], *, workers: int, threads: int) -> Iterator[Server]:
-    """gunicorn serving Django on a free loopback port, stopped at the end."""
+def gunicorn(
+    env: dict[str, str], *, workers: int, threads: int, log: Path | None = None
+) -> Iterator[Server]:
+    """gunicorn serving Django on a free loopback port, stopped at the end; its output (Django's
+    error log included) goes to ``log`` when given."""
     port = free_port()
+    output = log.open("w") if log else None
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{port}",
          "--workers", str(workers), "--threads", str(threads), "--log-level", "warning"],
-        cwd=ROOT, env=env,
+        cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT if output else None,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
@@ -167,6 +171,8 @@ def gunicorn(env: dict[str, str], *, workers: int, threads: int) -> Iterator[Ser
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
+        if output:
+            output.close()
 
 
 def integrity(env: dict[str, str], acknowledged: set[int] | None = None) -> dict[str, int]:
@@ -177,7 +183,8 @@ def integrity(env: dict[str, str], acknowledged: set[int] | None = None) -> dict
         json.dump(sorted(acknowledged or ()), handle)
     code = f"""
 import json
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count, Exists, F, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from annotation.models import Assignment, Comparison, Judgement
 acknowledged = set(json.load(open({handle.name!r})))
 over = Comparison.objects.annotate(n=Count("judgements")).filter(n__gt={OVERLAP}).count()
@@ -191,8 +198,17 @@ stored_ids = set(done.filter(Exists(judged)).values_list("pk", flat=True))
 completed = Assignment.objects.filter(
     status=Assignment.Status.DONE, comparison=OuterRef("comparison"),
     annotator=OuterRef("annotator"))
+# taken = active leases + judgements, for every pair outside the gold items
+leases = Assignment.objects.filter(comparison=OuterRef("pk"), kind=Assignment.Kind.NORMAL,
+                                   status=Assignment.Status.ACTIVE).values("comparison")
+stored = Judgement.objects.filter(comparison=OuterRef("pk")).values("comparison")
+mismatch = Comparison.objects.filter(gold="").annotate(
+    leases=Coalesce(Subquery(leases.annotate(n=Count("pk")).values("n")), 0),
+    stored=Coalesce(Subquery(stored.annotate(n=Count("pk")).values("n")), 0),
+).exclude(taken=F("leases") + F("stored")).count()
 result = {{
     "judgements": Judgement.objects.count(),
+    "taken_mismatch": mismatch,
     "over_assigned": over,
     "duplicate_judgements": dup,
     "judgements_without_completed_assignment": Judgement.objects.exclude(
