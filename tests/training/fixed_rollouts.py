@@ -5,7 +5,8 @@ Sampled responses cannot match between one and two processes: each process draws
 numbers for its own prompts. ``fixed_rollouts()`` replaces sampling (not greedy evaluation) by
 responses derived from a hash of the prompt and how often that prompt was asked before in this
 process; every prompt of a step lives on one rank, so a one-epoch run sees the same responses
-whatever the number of processes. Run as a module under torchrun, it trains each config given.
+whatever the number of processes. Run as a module under torchrun with a plan file, it makes the
+runs the plan lists (see ``main``).
 """
 
 from __future__ import annotations
@@ -68,14 +69,20 @@ def fixed_rollouts() -> Iterator[None]:
         yield
 
 
-def main(config_paths: list[str]) -> int:
+def main(plan_path: str) -> int:
+    """Run the plan's runs in order in this process group: a JSON list of {"config": path,
+    "fixed_rollouts": bool, "stop_after": steps or null}."""
+    from tests.training.test_dpo_recipe import StopAfter
     from training.recipes import config_from_dict, run_training
 
-    for path in config_paths:
-        with fixed_rollouts():
-            run_training(config_from_dict(json.loads(Path(path).read_text())))
+    for entry in json.loads(Path(plan_path).read_text()):
+        config = config_from_dict(json.loads(Path(entry["config"]).read_text()))
+        callbacks = [StopAfter(entry["stop_after"])] if entry.get("stop_after") else []
+        sampling = fixed_rollouts() if entry.get("fixed_rollouts") else contextlib.nullcontext()
+        with sampling:
+            run_training(config, callbacks=callbacks)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main(sys.argv[1]))

@@ -47,6 +47,17 @@ def test_two_ranks_train_like_one_process(tiny_llama_dir, pairs_file, tmp_path):
         assert torch.allclose(a[name], b[name], atol=1e-6), name
 
 
+def _torchrun_plan(plan: list[dict], tmp_path) -> None:
+    """Make the plan's runs (tests/training/fixed_rollouts.py) in one 2-process torchrun group."""
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         "-m", "tests.training.fixed_rollouts", str(tmp_path / "plan.json")],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def _online_values(policy, reward, prompts) -> dict:
     return {
         "model": str(policy),
@@ -89,19 +100,13 @@ def test_two_ranks_run_ppo_and_rloo_like_one_process(
         ),
         "rloo": lambda out: RLOOConfig(output_dir=str(out), batch_size=4, rloo_k=2, **common),
     }  # fmt: skip
-    paths = []
+    plan = []
     for kind, make in configs.items():
         with fixed_rollouts():
             run_training(make(tmp_path / f"{kind}-single"))
-        config = make(tmp_path / f"{kind}-ddp")
-        paths.append(tmp_path / f"{kind}-ddp.json")
-        config.save(paths[-1])
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         "-m", "tests.training.fixed_rollouts", *map(str, paths)],
-        capture_output=True, text=True, check=False, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+        make(tmp_path / f"{kind}-ddp").save(tmp_path / f"{kind}-ddp.json")
+        plan.append({"config": str(tmp_path / f"{kind}-ddp.json"), "fixed_rollouts": True})
+    _torchrun_plan(plan, tmp_path)
 
     for kind in configs:
         single, ddp = tmp_path / f"{kind}-single", tmp_path / f"{kind}-ddp"
@@ -122,3 +127,41 @@ def test_two_ranks_run_ppo_and_rloo_like_one_process(
         if kind == "ppo":  # the tiny reward model's score variances are ~1e-6 to 1e-4
             doubled = [r["double_sampled_fraction"] for r in rows[0]]
             assert any(0 < share < 1 for share in doubled), doubled
+
+
+def test_two_ranks_resume_ppo_and_rloo_exactly(
+    tiny_llama_dir, tiny_tokenizer_dir, prompts_file, tmp_path
+):
+    """Real sampling on 2 ranks, each with its own random stream: a run cancelled after step 1 and
+    resumed ends with the weights of an uninterrupted run, because the checkpoint keeps every
+    rank's RNG state (not only rank 0's), the value head, KL controller and normaliser."""
+    from safetensors.torch import load_file
+
+    from tests.training.conftest import tiny_llama
+    from training.recipes import PPOConfig, RLOOConfig
+
+    reward = tiny_llama(tmp_path / "rm", tiny_tokenizer_dir, seed=1, for_classification=True)
+    common = {**_online_values(tiny_llama_dir, reward, prompts_file), "max_steps": 2}
+    common["kl_controller"] = "adaptive"
+    configs = {
+        "ppo": lambda out: PPOConfig(
+            output_dir=str(out), batch_size=4, minibatch_size=4, ppo_epochs=1, value_hidden=16,
+            anchor_fraction=0.25, perturb_fraction=0.25, **common,
+        ),
+        "rloo": lambda out: RLOOConfig(output_dir=str(out), batch_size=4, rloo_k=2, **common),
+    }  # fmt: skip
+    plan = []
+    for kind, make in configs.items():
+        for run, stop_after in (("straight", None), ("resumed", 1), ("resumed", None)):
+            path = tmp_path / f"{kind}-{run}.json"
+            make(tmp_path / f"{kind}-{run}").save(path)
+            plan.append({"config": str(path), "stop_after": stop_after})
+    _torchrun_plan(plan, tmp_path)
+
+    for kind in configs:
+        summary = json.loads((tmp_path / f"{kind}-resumed" / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["world_size"] == 2
+        a = load_file(str(tmp_path / f"{kind}-straight" / "final" / "model.safetensors"))
+        b = load_file(str(tmp_path / f"{kind}-resumed" / "final" / "model.safetensors"))
+        for name in a:
+            assert torch.equal(a[name], b[name]), (kind, name)
