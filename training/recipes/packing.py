@@ -59,8 +59,17 @@ def _grid_attention(
     layout: PackedLayout,
     scaling: float | None,
     dropout: float,
+    *,
+    causal: bool = True,
 ) -> Tensor:
-    """query, key, value: [1, heads, N, D] (key/value already repeated to all heads) -> [1, N, heads, D]."""
+    """query, key, value: [1, heads, N, D] (key/value already repeated to all heads) -> [1, N, heads, D].
+
+    Causal grids need no mask (a causal query never reaches a right-padded key). Bidirectional grids
+    (encoders) mask the padded keys of each row; a padded query's output is never read back."""
+    if not causal and len(layout.grids) != 1:
+        raise ValueError(
+            "bidirectional attention cannot share prompts (each token sees the whole row)"
+        )
     heads, head_dim = query.shape[1], query.shape[-1]
     q, k, v = query[0], key[0], value[0]
     single = len(layout.grids) == 1  # then the grid reads every position in order
@@ -73,8 +82,18 @@ def _grid_attention(
             flat = flat.index_copy(1, grid.flat_index, rows)
             return flat.view(heads, grid.rows, grid.width, head_dim).transpose(0, 1)
 
+        mask = None
+        if not causal:  # [rows, 1, 1, width]: True where the key is a real token of that row
+            real = torch.zeros(grid.rows * grid.width, dtype=torch.bool, device=q.device)
+            mask = real.index_fill(0, grid.flat_index, True).view(grid.rows, 1, 1, grid.width)
         attended = F.scaled_dot_product_attention(
-            to_grid(q), to_grid(k), to_grid(v), dropout_p=dropout, is_causal=True, scale=scaling
+            to_grid(q),
+            to_grid(k),
+            to_grid(v),
+            attn_mask=mask,
+            dropout_p=dropout,
+            is_causal=causal,
+            scale=scaling,
         )
         flat = attended.transpose(0, 1).reshape(heads, grid.rows * grid.width, head_dim)
         result = flat.index_select(1, grid.flat_index)  # [heads, n, D] in ``source`` order
@@ -117,12 +136,10 @@ def _varlen_sdpa_attention(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-    if not causal:
-        raise ValueError("packed batches are for causal (decoder) attention only")
     n_rep = query.shape[1] // key.shape[1]
     key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
     dropout_p = dropout if module.training else 0.0
-    return _grid_attention(query, key, value, layout, scaling, dropout_p), None
+    return _grid_attention(query, key, value, layout, scaling, dropout_p, causal=causal), None
 
 
 def register_varlen_attention() -> str:
@@ -487,3 +504,46 @@ def sequence_completion_logprobs(
     if average:
         return totals / batch.completion_lengths.clamp(min=1)
     return totals
+
+
+PACKABLE_ENCODERS = frozenset({"BertForSequenceClassification"})
+
+
+def supports_encoder_packing(model: torch.nn.Module) -> bool:
+    """True for BERT-family sequence classifiers (MiniLM) loaded with the grid attention: their
+    linear layers then run on the real tokens only, and attention on per-row grids with the padded
+    keys masked (the unpadding of Zeng et al. 2022, "Boosting distributed training performance of
+    the unpadded BERT model", done with stock transformers modules)."""
+    return (
+        type(model).__name__ in PACKABLE_ENCODERS
+        and getattr(model.config, "_attn_implementation", None) == VARLEN_ATTENTION
+    )
+
+
+def packed_encoder_logits(
+    model: torch.nn.Module,
+    input_ids: Sequence[Sequence[int]],
+    token_type_ids: Sequence[Sequence[int] | None],
+) -> Tensor:
+    """A BERT sequence classifier's logits [S, labels] for S unpadded sequences, equal to its padded
+    forward: position ids restart per sequence, each row's [CLS] (first token) is pooled."""
+    device = next(model.parameters()).device
+    sequences = [TokenizedSequence(tuple(ids), len(ids)) for ids in input_ids]
+    batch = build_batch(sequences, packed=True, pad_token_id=0, device=device)
+    types = [
+        t
+        for ids, kinds in zip(input_ids, token_type_ids, strict=True)
+        for t in (kinds if kinds is not None else [0] * len(ids))
+    ]
+    lengths = torch.tensor([len(ids) for ids in input_ids], device=device)
+    first = batch.last_index - lengths + 1
+    encoder = model.bert  # type: ignore[attr-defined]
+    hidden = encoder(
+        input_ids=batch.input_ids,
+        token_type_ids=torch.tensor([types], device=device),
+        position_ids=batch.position_ids,
+        concord_layout=batch.layout,
+    ).last_hidden_state[0]
+    cls = hidden.index_select(0, first)  # [S, H]
+    pooled = encoder.pooler(cls[:, None, :]) if encoder.pooler is not None else cls
+    return model.classifier(model.dropout(pooled))  # type: ignore[attr-defined]

@@ -49,6 +49,8 @@ from training.recipes.packing import (
     build_batch,
     last_hidden_states,
     packed_attention_for,
+    packed_encoder_logits,
+    supports_encoder_packing,
     supports_packing,
 )
 from training.recipes.runtime import (
@@ -112,6 +114,7 @@ class RewardScorer:
             and isinstance(head, torch.nn.Linear)
             and model.config._attn_implementation in (VARLEN_ATTENTION, "flash_attention_2")
         )
+        self.encoder_packed = supports_encoder_packing(model)
 
     def encode(self, prompt: Messages, response: str) -> RewardInput:
         if self.chat:
@@ -132,6 +135,11 @@ class RewardScorer:
             )
             hidden = last_hidden_states(self.model, batch).index_select(0, batch.last_index)
             return self.model.score(hidden).squeeze(-1).float()
+        if self.encoder_packed:
+            logits = packed_encoder_logits(
+                self.model, [x.input_ids for x in inputs], [x.token_type_ids for x in inputs]
+            )
+            return logits[:, 0].float()
         longest = max(len(x.input_ids) for x in inputs)
         ids = torch.full((len(inputs), longest), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -304,7 +312,7 @@ def train_reward_model(
     if not train_index:
         raise ValueError(f"{config.data}: no pairs left to train on after the eval split")
     resume_from = run.resume_from
-    packing = config.packing and bool(getattr(tokenizer, "chat_template", None))
+    packing = config.packing  # decoders with a chat template, and BERT-family encoders
     model = load_sequence_classifier(
         resume_from or config.model, device=device, tokenizer=tokenizer, packing=packing
     )
@@ -436,7 +444,7 @@ def train_reward_model(
         "train_seconds": throughput.seconds,
         "pairs_per_second": throughput.per_second(throughput.items),
         "tokens_per_second": throughput.per_second(throughput.tokens),
-        "packed": scorer.packed,
+        "packed": scorer.packed or scorer.encoder_packed,
         "bf16": config.bf16,
         "peak_memory_bytes": peak_memory_bytes(device),
         **evaluation,
