@@ -221,6 +221,38 @@ def test_reference_logps_are_cached_by_data_and_model(tiny_llama_dir, pairs_file
     assert len(list(cache.glob("*.pt"))) == 2
 
 
+@pytest.mark.parametrize("micro_batch_size", [None, 2])
+def test_first_step_fills_its_reference_values_equal_to_a_full_reference_pass(
+    tiny_llama_dir, pairs_file, tmp_path, micro_batch_size
+):
+    """With the starting policy as reference, the first step's pairs take their reference values
+    from that step's own forward; the cache then holds what a separate pass over every pair gives
+    (an explicit reference model with the same weights)."""
+    from training.recipes.dpo import load_cached_reference
+
+    runs = {}
+    for name, ref_model in (("filled", None), ("full", str(tiny_llama_dir))):
+        cache = tmp_path / f"cache-{name}"
+        result = train_dpo(
+            _config(
+                tiny_llama_dir,
+                pairs_file,
+                tmp_path / name,
+                max_steps=2,
+                ref_model=ref_model,
+                micro_batch_size=micro_batch_size,
+                reference_cache_dir=str(cache),
+            )
+        )
+        runs[name] = (result, load_cached_reference(next(cache.glob("*.pt")), 8))
+    (filled_run, filled), (full_run, full) = runs["filled"], runs["full"]
+    for field in ("chosen", "rejected"):
+        assert torch.allclose(getattr(filled, field), getattr(full, field), atol=1e-4)
+        assert torch.equal(getattr(filled, f"{field}_tokens"), getattr(full, f"{field}_tokens"))
+    assert _metrics(tmp_path / "filled")[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)
+    assert filled_run.summary["reference_seconds"] < full_run.summary["reference_seconds"]
+
+
 class StopAfter(TrainingCallback):
     def __init__(self, step: int) -> None:
         self.stop_at, self.step = step, 0

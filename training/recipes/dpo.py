@@ -4,9 +4,12 @@ Per optimiser step: for each micro-batch, chosen and rejected sequences go throu
 packed forward (no padding; logits only at completion positions), the DPO loss is summed over pairs
 and divided by the step's pair count (so gradient accumulation is exact), then one clipped AdamW step.
 
-The reference model never changes, so its log-probabilities are computed once before training and
-cached on disk under a key made of the data file's hash, the reference weights' hash, the tokenisation
-and the precision. When the reference is the starting policy (the default), no second model is loaded.
+The reference model never changes, so its log-probabilities are computed once and cached on disk
+under a key made of the data file's hash, the reference weights' hash, the tokenisation and the
+precision. When the reference is the starting policy (the default), no second model is loaded, and
+the first step's pairs need no reference pass at all: until the first update the policy is the
+reference, so the first step's own forward (same layout, dropout off) gives their reference values
+exactly. Only the rest of the first epoch's pairs run through the reference pass before training.
 """
 
 from __future__ import annotations
@@ -59,6 +62,13 @@ class ReferenceLogps:
     rejected: torch.Tensor
     chosen_tokens: torch.Tensor
     rejected_tokens: torch.Tensor
+
+    def fill(self, index: list[int], totals: torch.Tensor, lengths: torch.Tensor) -> None:
+        """Set pairs ``index`` from one forward's outputs: totals, lengths [2m] (chosen, rejected)."""
+        m = len(index)
+        totals, lengths = totals.float().cpu(), lengths.cpu()
+        self.chosen[index], self.rejected[index] = totals[:m], totals[m:]
+        self.chosen_tokens[index], self.rejected_tokens[index] = lengths[:m], lengths[m:]
 
     def select(self, index: list[int], *, average: bool) -> tuple[torch.Tensor, torch.Tensor]:
         chosen, rejected = self.chosen[index], self.rejected[index]
@@ -178,8 +188,12 @@ def _dpo_micro_batch(
     packed: bool,
     pad_token_id: int,
     device: torch.device,
+    fill_reference: bool = False,
 ) -> dict[str, float]:
-    """Forward and backward for one micro-batch; returns its metric sums (divide by step pairs)."""
+    """Forward and backward for one micro-batch; returns its metric sums (divide by step pairs).
+
+    With ``fill_reference`` (first step, policy = reference) the forward's own detached log-probs
+    become these pairs' reference values before the loss reads them."""
     with autocast(device, config.bf16):
         totals, lengths, n_tokens = _forward_pairs(
             policy,
@@ -189,6 +203,8 @@ def _dpo_micro_batch(
             device=device,
         )
     m = len(index)
+    if fill_reference:
+        reference.fill(index, totals.detach(), lengths)
     average = config.loss_type == "ipo"
     logps = totals / lengths.clamp(min=1) if average else totals
     policy_chosen, policy_rejected = logps[:m], logps[m:]
@@ -253,8 +269,13 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
     cache_path = cache_dir / f"dpo-reference-{key}.pt"
     reference = load_cached_reference(cache_path, len(pairs))
     cache_hit = reference is not None
+    same_model = config.ref_model is None and resume_from is None
+    # The first step's pairs take their reference values from the first step's forward (see the
+    # module docstring); one process only, so that every pair is filled where it is trained.
+    fill_first_step = (
+        reference is None and same_model and config.disable_dropout and run.ranks.world == 1
+    )
     if reference is None and run.ranks.main:
-        same_model = config.ref_model is None and resume_from is None
         ref_model = (
             policy
             if same_model
@@ -266,14 +287,19 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
         reference = compute_reference_logps(
             ref_model,
             pairs,
-            [list(group) for batch in first_epoch for group in chunks(batch, micro)],
+            [
+                list(group)
+                for batch in first_epoch[1 if fill_first_step else 0 :]
+                for group in chunks(batch, micro)
+            ],
             packed=packed,
             pad_token_id=pad_id,
             device=device,
             bf16=config.bf16,
         )
         del ref_model
-        save_cached_reference(cache_path, reference)
+        if not fill_first_step:
+            save_cached_reference(cache_path, reference)
     barrier(run.ranks)  # the other ranks read what rank 0 computed
     if reference is None:
         reference = load_cached_reference(cache_path, len(pairs))
@@ -312,12 +338,15 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
                     packed=packed,
                     pad_token_id=pad_id,
                     device=device,
+                    fill_reference=fill_first_step and step == 1,
                 )
                 sums = {k: sums[k] + v for k, v in part.items()}
             sums = all_reduce_sum(sums, run.ranks, device)
             grad_norm = optimizer_step(
                 policy.parameters(), optimizer, scheduler, config.max_grad_norm, run.ranks
             )
+            if fill_first_step and step == 1:
+                save_cached_reference(cache_path, reference)  # now complete
         throughput.items += len(index)
         throughput.tokens += int(sums["tokens"])
         metrics = {k: v / len(index) for k, v in sums.items() if k != "tokens"}
