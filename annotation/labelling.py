@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from annotation.models import (
@@ -117,6 +117,14 @@ def _lease(comparison: Comparison, annotator: AbstractBaseUser, kind: str, shown
     )
 
 
+def _never_given_to(annotator: AbstractBaseUser) -> Q:
+    """Comparisons the annotator was never assigned and never judged. Spelt as NOT EXISTS (what
+    ``exclude()`` across a relation becomes, at a higher cost to build on every claim)."""
+    given = Assignment.objects.filter(comparison=OuterRef("pk"), annotator=annotator)
+    judged = Judgement.objects.filter(comparison=OuterRef("pk"), annotator=annotator)
+    return ~Q(Exists(given)) & ~Q(Exists(judged))
+
+
 # What the labelling screen shows of a comparison, fetched with it (one query, not four).
 SCREEN_RELATED = ("prompt", "response_a", "response_b")
 
@@ -126,8 +134,7 @@ def _claim_normal(project: Project, annotator: AbstractBaseUser) -> Assignment |
         Comparison.objects.select_for_update(skip_locked=True, of=("self",))
         .select_related(*SCREEN_RELATED)
         .filter(project=project, taken__lt=project.overlap, gold="")
-        .exclude(assignments__annotator=annotator)
-        .exclude(judgements__annotator=annotator)
+        .filter(_never_given_to(annotator))
         .order_by("queue_position", "pk")
         .first()
     )
@@ -144,8 +151,7 @@ def _claim_gold(project: Project, annotator: AbstractBaseUser) -> Assignment | N
     comparison = (
         Comparison.objects.filter(project=project)
         .exclude(gold="")
-        .exclude(assignments__annotator=annotator)
-        .exclude(judgements__annotator=annotator)
+        .filter(_never_given_to(annotator))
         .order_by("queue_position", "pk")
         .first()
     )
@@ -279,15 +285,22 @@ def judgement_submit(
             "elapsed_ms": elapsed_ms,
         }
         if assignment.kind == Assignment.Kind.REPEAT:
-            stored, _ = RepeatJudgement.objects.get_or_create(
-                comparison=comparison, annotator=annotator, defaults=fields
-            )
+            model, values = RepeatJudgement, fields
         else:
-            stored, _ = Judgement.objects.get_or_create(
-                comparison=comparison,
-                annotator=annotator,
-                defaults={**fields, "rationale": rationale[:10_000]},
-            )
+            model, values = Judgement, {**fields, "rationale": rationale[:10_000]}
+        mine = model.objects.filter(comparison=comparison, annotator=annotator)
+        # A retry or a double click finds the assignment done and gets the stored judgement back;
+        # a first submission inserts without looking first (the unique constraint settles a race
+        # with an import of the same pair for this annotator).
+        stored = mine.first() if assignment.status == Assignment.Status.DONE else None
+        if stored is None:
+            try:
+                with transaction.atomic():
+                    stored = model.objects.create(
+                        comparison=comparison, annotator=annotator, **values
+                    )
+            except IntegrityError:
+                stored = mine.get()
         if assignment.status != Assignment.Status.DONE:
             assignment.status = Assignment.Status.DONE
             assignment.finished_at = timezone.now()

@@ -108,6 +108,23 @@ def test_double_submission_is_idempotent():
     assert judgement.choice == assignment.shown_left  # the first submission stands
 
 
+def test_submission_of_a_pair_imported_meanwhile_keeps_the_imported_judgement():
+    """The annotator's judgement of the pair arrived by import while the pair was on screen: the
+    submission completes the assignment and returns that judgement; no second row, no error."""
+    from tests.factories import JudgementFactory
+
+    project, _ = _project(1, overlap=2)
+    (user,) = _annotators(project, 1)
+    assignment = labelling.assignment_claim(annotator=user, project=project)
+    imported = JudgementFactory(comparison=assignment.comparison, annotator=user, choice="tie")
+    stored = labelling.judgement_submit(
+        annotator=user, assignment_id=assignment.pk, verdict=Verdict("left")
+    )
+    assert stored == imported and Judgement.objects.count() == 1
+    assignment.refresh_from_db()
+    assert assignment.status == Assignment.Status.DONE
+
+
 @pytest.mark.parametrize(
     ("fields", "verdict", "message"),
     [
