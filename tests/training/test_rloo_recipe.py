@@ -55,6 +55,7 @@ def test_rloo_steps_change_the_policy_and_log_health_metrics(
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-5)
     for key in ("loss", "reward/score_mean", "reward/score_std", "kl_coef", "eos_rate"):
         assert key in rows[0]
+    assert 0 < rows[0]["entropy"] < 10  # nats per token; the untrained tiny model is near uniform
     assert result.summary["samples_per_second"] > 0
     before = load_file(str(tiny_llama_dir / "model.safetensors"))
     after = load_file(f"{result.final_model_dir}/model.safetensors")

@@ -155,8 +155,11 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
             kl=kl,
             ranks=ranks,
             device=device,
-            **{"reward/total_mean": rewards},
+            **{"reward/total_mean": rewards, "negative_logp": -sequence_logps.detach()},
         )
+        # Entropy per response token, estimated by the sampled tokens' -log pi (unbiased: they
+        # were drawn from this tempered distribution); the monitoring alert reads "entropy".
+        metrics["entropy"] = metrics.pop("negative_logp") / max(metrics["response_length"], 1e-9)
         kl_coef = kl_controller.value
         kl_controller.update(metrics["kl"], n_all)
         throughput.items += n_all
