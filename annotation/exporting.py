@@ -4,9 +4,11 @@ Two files per export, in a folder named by their combined SHA-256:
 
 - ``pairs.jsonl``: one row per comparison with a consensus preference:
   ``{"prompt", "chosen", "rejected", "margin", "consensus", "n_judgements", "agreement",
-  "comparison_id", "cluster", "external_id", "model_chosen", "model_rejected", "tie"}``. ``prompt``
-  is the text, or the conversation as messages; ``cluster`` is the prompt's cluster (None before
-  clustering), for cluster-balanced training batches.
+  "comparison_id", "chosen_side", "cluster", "external_id", "model_chosen", "model_rejected",
+  "tie"}``. ``prompt`` is the text, or the conversation as messages; ``chosen_side`` says which of
+  the comparison's responses (a or b) won, so the raw rows below can be read relative to ``chosen``
+  (the annotator-aware reward model joins them by ``comparison_id``); ``cluster`` is the prompt's
+  cluster (None before clustering), for cluster-balanced batches and domain conditioning.
 - ``judgements.jsonl``: the raw per-annotator rows (choice, strength, shown side, time).
 
 Consensus rule "dawid_skene": the verdict with the highest posterior under a model of each
@@ -187,6 +189,7 @@ def _write_files(
                         "chosen": chosen.text,
                         "rejected": rejected.text,
                         "margin": consensus.margin,
+                        "chosen_side": "b" if consensus.choice == Choice.B else "a",
                         "consensus": consensus_rule,
                         "tie": consensus.choice == Choice.TIE,
                         "n_judgements": len(ballot),

@@ -27,7 +27,15 @@ from common.model_registry import model_get, model_path
 from training.models import Checkpoint, DatasetSnapshot, MetricPoint, RunEvent, TrainingRun
 
 # Config fields Concord fills in itself (from the run's base model, snapshot and folder).
-MANAGED_FIELDS = ("model", "data", "output_dir", "resume", "reward_model", "ref_model")
+MANAGED_FIELDS = (
+    "model",
+    "data",
+    "judgements",
+    "output_dir",
+    "resume",
+    "reward_model",
+    "ref_model",
+)
 Status = TrainingRun.Status
 
 

@@ -71,10 +71,30 @@ def test_export_contents_and_provenance(tmp_path, settings):
     assert (first["model_chosen"], first["model_rejected"]) == ("m1", "m2")
     assert second["prompt"] == [{"role": "user", "content": "P2"}]
     assert (second["chosen"], second["rejected"]) == ("y", "x")
+    assert (first["chosen_side"], second["chosen_side"]) == ("a", "b")
     raw = _read(tmp_path / "exports" / "exp" / export.sha256 / "judgements.jsonl")
     assert len(raw) == 4
     assert {"annotator": "u1", "choice": "a", "strength": 3, "shown_left": "b",
             "elapsed_ms": 4000}.items() <= raw[0].items()  # fmt: skip
+
+
+def test_annotator_aware_training_reads_an_export_as_exported(tmp_path, settings):
+    """The reward model's reader joins the export's raw rows to its pairs by comparison id and
+    chosen side: every a/b vote, relative to the chosen response, with the side it was shown on."""
+    from training.recipes.data import judgements_file_for, load_judged_pairs
+
+    settings.EXPORT_DIR = tmp_path / "exports"
+    export = dataset_export(project=_project_with_votes())
+    pairs_path = tmp_path / "exports" / "exp" / export.sha256 / "pairs.jsonl"
+    judgements = judgements_file_for(pairs_path)
+    assert judgements is not None and judgements.name == "judgements.jsonl"
+    pairs, votes = load_judged_pairs(pairs_path, judgements)
+    assert [(p.chosen, p.rejected) for p in pairs] == [("good", "bad"), ("y", "x")]
+    assert sorted((v.pair, v.annotator, v.prefers_chosen, v.chosen_shown_left) for v in votes) == [
+        (0, "u1", True, False),  # chose a = chosen, shown on the right
+        (0, "u2", True, None),
+        (1, "u1", True, None),  # chose b = chosen
+    ]
 
 
 def test_keep_ties_option(tmp_path, settings):

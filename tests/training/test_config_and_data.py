@@ -110,6 +110,40 @@ def test_import_format_rows_use_gold_or_the_majority(tmp_path):
     ]
 
 
+def test_export_rows_join_their_raw_judgements_by_comparison_and_chosen_side(tmp_path):
+    """Votes are read relative to each pair's chosen side; ties, other comparisons and rows of
+    pairs without a chosen_side are skipped; the cluster is kept as text; a bad side is named."""
+    from training.recipes.data import DataError, judgements_file_for, load_judged_pairs
+
+    rows = [
+        {"prompt": "p1", "chosen": "B", "rejected": "A", "comparison_id": 7, "chosen_side": "b",
+         "cluster": 2},
+        {"prompt": "p2", "chosen": "A", "rejected": "B", "comparison_id": 8, "chosen_side": "a"},
+        {"prompt": "p3", "chosen": "A", "rejected": "B"},
+    ]  # fmt: skip
+    raw = [
+        {"comparison_id": 7, "annotator": "x", "choice": "b", "shown_left": "a"},
+        {"comparison_id": 7, "annotator": "y", "choice": "a", "shown_left": "a"},
+        {"comparison_id": 8, "annotator": "x", "choice": "tie"},
+        {"comparison_id": 8, "annotator": "y", "choice": "a"},
+        {"comparison_id": 99, "annotator": "z", "choice": "a"},
+    ]
+    data = write_jsonl(tmp_path / "set.jsonl", rows)
+    write_jsonl(tmp_path / "set.judgements.jsonl", raw)
+    judgements = judgements_file_for(data)
+    assert judgements == tmp_path / "set.judgements.jsonl"
+    pairs, votes = load_judged_pairs(data, judgements)
+    assert [p.cluster for p in pairs] == ["2", None, None]
+    assert [(v.pair, v.annotator, v.prefers_chosen, v.chosen_shown_left) for v in votes] == [
+        (0, "x", True, False),
+        (0, "y", False, False),
+        (1, "y", True, None),
+    ]
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{**rows[0], "chosen_side": "left"}])
+    with pytest.raises(DataError, match="line 1: chosen_side"):
+        load_judged_pairs(bad)
+
+
 def test_a_bad_line_is_named(tmp_path):
     from training.recipes.data import DataError, load_preference_pairs
 

@@ -233,3 +233,45 @@ def test_annotator_aware_model_learns_a_side_bias_and_reports_the_plain_accuracy
     assert abs(annotators["careful"]["left_bias"]) < annotators["lefty"]["left_bias"] / 2
     assert result.summary["plain/eval/accuracy"] is not None
     assert 0.0 <= result.summary["eval/accuracy"] <= 1.0
+
+
+def test_cluster_conditioning_learns_a_preference_that_flips_by_domain(tiny_bert_dir, tmp_path):
+    """The same prompts and responses in two clusters, with the preference reversed between them
+    ("formal" wants the long answer, "casual" the short one). Without the cluster the task is a coin
+    toss; with the cluster embedded into the input the held-out accuracy beats the plain model's."""
+    import random
+
+    from tests.training.conftest import write_jsonl
+
+    rng = random.Random(0)
+    rows = []
+    for i in range(24):
+        short, long = f"ok {i}", f"certainly, here is a full answer {i}"
+        for cluster in ("formal", "casual"):
+            chosen, rejected = (long, short) if cluster == "formal" else (short, long)
+            rows.append(
+                {"prompt": f"q {i}", "chosen": chosen, "rejected": rejected, "cluster": cluster}
+            )
+    rng.shuffle(rows)
+    data = write_jsonl(tmp_path / "domains.jsonl", rows)
+    result = train_reward_model(
+        _config(
+            tiny_bert_dir,
+            data,
+            tmp_path / "run",
+            cluster_conditioning=True,
+            epochs=12,
+            batch_size=8,
+            learning_rate=5e-3,
+            annotator_head_learning_rate=5e-2,
+            eval_fraction=0.25,
+            lr_scheduler="constant",
+        )
+    )
+    summary = result.summary
+    assert set(summary["clusters"]) == {"casual", "formal"}
+    assert all(norm > 0 for norm in summary["clusters"].values())
+    assert summary["eval/accuracy"] >= 0.75
+    assert summary["eval/accuracy"] > summary["plain/eval/accuracy"]
+    saved = json.loads((tmp_path / "run" / "final" / "cluster_conditioning.json").read_text())
+    assert saved["clusters"] == ["casual", "formal"] and len(saved["weight"]) == 2

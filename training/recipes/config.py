@@ -134,7 +134,18 @@ class RewardModelConfig(TrainingConfig):
         "(dropped at inference); a plain model is trained too for comparison",
     )
     annotator_head_learning_rate: float = _f(
-        1e-2, "learning rate of the per-annotator scales and biases (a few scalars each)"
+        1e-2,
+        "learning rate of the per-annotator scales and biases and of the cluster embeddings",
+    )
+    judgements: str | None = _f(
+        None,
+        "per-annotator rows of a Concord export for annotator_aware (None: the judgements file "
+        "exported beside the data file, when there is one)",
+    )
+    cluster_conditioning: bool = _f(
+        False,
+        "add a learned embedding of each prompt's cluster to every input token (PIPELINE.md's "
+        "domain conditioning); a plain model is trained too for comparison",
     )
 
     def __post_init__(self) -> None:

@@ -7,6 +7,11 @@ Preference rows (one JSON object a line) take either form:
   ``judgements`` (majority of "a"/"b" choices; ties and rows without a majority are skipped). Its
   per-annotator judgements also feed the annotator-aware reward model.
 
+A Concord export's pairs rows also carry ``comparison_id``, ``chosen_side`` ("a" | "b") and
+``cluster``; its raw per-annotator rows (``judgements.jsonl`` beside ``pairs.jsonl``, or
+``NAME.judgements.jsonl`` beside ``NAME.jsonl``) are joined to the pairs by ``comparison_id`` for the
+annotator-aware reward model (``judgements_file_for``).
+
 ``prompt`` is a string or a list of chat messages; responses are strings (or a one-message list).
 Prompt rows (PPO, RLOO) need only ``prompt``. A bad line raises ``DataError`` naming its number.
 """
@@ -37,6 +42,7 @@ class PreferencePair:
     chosen: str
     rejected: str
     margin: float = 0.0
+    cluster: str | None = None  # the prompt's cluster (export rows), for domain conditioning
 
 
 def _messages(value: Any, where: str) -> Messages:
@@ -116,12 +122,53 @@ def _votes(row: dict[str, Any], winner: str, pair: int) -> list[AnnotatorVote]:
     return votes
 
 
-def load_judged_pairs(path: str | Path) -> tuple[list[PreferencePair], list[AnnotatorVote]]:
+def judgements_file_for(path: str | Path) -> Path | None:
+    """The raw per-annotator file exported beside a pairs file, when there is one."""
+    path = Path(path)
+    for candidate in (
+        path.with_name("judgements.jsonl") if path.name == "pairs.jsonl" else None,
+        path.with_name(path.name.removesuffix(".jsonl") + ".judgements.jsonl"),
+    ):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+def _export_votes(path: Path, sides: dict[int, tuple[int, str]]) -> list[AnnotatorVote]:
+    """Votes of an export's raw rows on the pairs in ``sides`` (comparison id -> (pair index,
+    chosen side)); ties, both-bad and rows of other comparisons are skipped."""
+    votes = []
+    for number, row in _read_jsonl(path):
+        where = f"{path.name} line {number}"
+        cid, choice = row.get("comparison_id"), row.get("choice")
+        if cid not in sides or choice not in ("a", "b"):
+            continue
+        if "annotator" not in row:
+            raise DataError(f"{where}: missing 'annotator'")
+        pair, chosen_side = sides[cid]
+        shown = row.get("shown_left")
+        votes.append(
+            AnnotatorVote(
+                pair=pair,
+                annotator=str(row["annotator"]),
+                prefers_chosen=choice == chosen_side,
+                chosen_shown_left=None if shown not in ("a", "b") else shown == chosen_side,
+            )
+        )
+    return votes
+
+
+def load_judged_pairs(
+    path: str | Path, judgements: str | Path | None = None
+) -> tuple[list[PreferencePair], list[AnnotatorVote]]:
     """Every usable pair of the file, in file order (rows without a decided winner are skipped), and
-    the per-annotator votes of rows in Concord's import format (``judgements`` inline)."""
+    the per-annotator votes: inline ``judgements`` of import-format rows, plus, with ``judgements``
+    (an export's raw rows), the votes on export rows that name their ``comparison_id`` and
+    ``chosen_side``."""
     path = Path(path)
     pairs: list[PreferencePair] = []
     votes: list[AnnotatorVote] = []
+    sides: dict[int, tuple[int, str]] = {}
     for number, row in _read_jsonl(path):
         where = f"{path.name} line {number}"
         if "prompt" not in row:
@@ -130,6 +177,11 @@ def load_judged_pairs(path: str | Path) -> tuple[list[PreferencePair], list[Anno
         if "chosen" in row or "rejected" in row:
             chosen = _response(row.get("chosen"), where, "chosen")
             rejected = _response(row.get("rejected"), where, "rejected")
+            side = row.get("chosen_side")
+            if side is not None and side not in ("a", "b"):
+                raise DataError(f"{where}: chosen_side must be 'a' or 'b', got {side!r}")
+            if side is not None and row.get("comparison_id") is not None:
+                sides[row["comparison_id"]] = (len(pairs), side)
         elif "response_a" in row and "response_b" in row:
             winner = row.get("gold") or _majority(row.get("judgements", []), where)
             if winner not in ("a", "b", None, "tie"):
@@ -147,9 +199,13 @@ def load_judged_pairs(path: str | Path) -> tuple[list[PreferencePair], list[Anno
         margin = row.get("margin", 0.0)
         if not isinstance(margin, int | float):
             raise DataError(f"{where}: margin must be a number")
-        pairs.append(PreferencePair(prompt, chosen, rejected, float(margin)))
+        cluster = row.get("cluster")
+        cluster = None if cluster is None else str(cluster)
+        pairs.append(PreferencePair(prompt, chosen, rejected, float(margin), cluster))
     if not pairs:
         raise DataError(f"{path.name}: no usable preference pairs")
+    if judgements is not None:
+        votes.extend(_export_votes(Path(judgements), sides))
     return pairs, votes
 
 

@@ -3,12 +3,16 @@ trained with the Bradley-Terry loss on preference pairs.
 
 Decoders (SmolLM2) read the reward at the last token of prompt + response rendered with the chat
 template, in packed batches when the architecture allows; encoders (MiniLM) read it from the pooled
-first token of the pair ``[CLS] prompt [SEP] response [SEP]``, padded. The trained model is a plain
-``AutoModelForSequenceClassification`` folder; ``RewardScorer`` scores new responses the same way.
+first token of the pair ``[CLS] prompt [SEP] response [SEP]``, unpadded for BERT-family models (linear
+layers on the real tokens only). The trained model is a plain ``AutoModelForSequenceClassification``
+folder; ``RewardScorer`` scores new responses the same way.
 
-The annotator-aware variant (``annotator_aware``) trains on every annotator's own vote instead of the
-consensus, through a per-annotator reliability scale and side bias (``AnnotatorBiasHead``) that is
-dropped afterwards; prompt-cluster conditioning of PIPELINE.md's third layer is not implemented.
+PIPELINE.md's annotator-aware reward model, as two options: ``annotator_aware`` trains on every
+annotator's own vote instead of the consensus, through a per-annotator reliability scale and side bias
+(``AnnotatorBiasHead``) that is dropped afterwards; ``cluster_conditioning`` adds a learned embedding
+of the prompt's cluster to every input token (``ClusterConditioning``), saved beside the model as
+``cluster_conditioning.json``. With either, a plain model is trained first and its held-out accuracy
+is reported next to the conditioned one's.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from training.recipes.data import (
     EpochSampler,
     Messages,
     chunks,
+    judgements_file_for,
     load_judged_pairs,
     split_eval,
 )
@@ -96,8 +101,54 @@ def load_sequence_classifier(
     return model.to(device)
 
 
+class ClusterConditioning(nn.Module):
+    """Domain conditioning (PIPELINE.md's third layer): a learned vector per prompt cluster, added to
+    the input embedding of every token of a sequence whose prompt is in that cluster.
+
+    Added to the input, not to the pooled output: an offset at the output would be the same for a
+    pair's chosen and rejected responses (same prompt, same cluster) and cancel in the Bradley-Terry
+    difference. Row 0 is "no cluster" and stays zero; the others start at zero, so training starts
+    from the base model. Shapes: ``weight`` [C + 1, H].
+    """
+
+    def __init__(self, clusters: Sequence[str], hidden_size: int) -> None:
+        super().__init__()
+        self.clusters = list(clusters)
+        self.index = {name: i + 1 for i, name in enumerate(self.clusters)}
+        self.weight = nn.Parameter(torch.zeros(len(self.clusters) + 1, hidden_size))
+        self._tokens: torch.Tensor | None = None
+
+    def ids(self, clusters: Sequence[str | None]) -> list[int]:
+        return [self.index.get(c, 0) if c is not None else 0 for c in clusters]
+
+    def attach(self, model: Any) -> None:
+        """Add the current token clusters to ``model``'s input embeddings from now on."""
+        model.get_input_embeddings().register_forward_hook(self._add)
+
+    def _add(self, module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+        if self._tokens is None:
+            return output
+        known = (self._tokens > 0).unsqueeze(-1)  # row 0 ("no cluster") adds exactly nothing
+        added = torch.where(known, self.weight[self._tokens], 0.0)
+        return output + added.to(output.dtype)
+
+    def condition(self, tokens: torch.Tensor | None) -> None:
+        """Cluster id per input token (the shape of the next forward's input ids), or None."""
+        self._tokens = tokens
+
+    def report(self) -> dict[str, float]:
+        """Norm of each cluster's learned vector (how far the reward adapted to that domain)."""
+        norms = self.weight.detach()[1:].norm(dim=-1).tolist()
+        return {name: round(norm, 4) for name, norm in zip(self.clusters, norms, strict=True)}
+
+    def payload(self) -> dict[str, Any]:
+        return {"clusters": self.clusters, "weight": self.weight.detach()[1:].tolist()}
+
+
 class RewardScorer:
     """Encodes (prompt, response) pairs and returns scalar rewards [S] float32 for a reward model."""
+
+    conditioning: ClusterConditioning | None = None
 
     def __init__(self, model: Any, tokenizer: Any, *, max_length: int, prompt_budget: int) -> None:
         self.model = model
@@ -125,8 +176,28 @@ class RewardScorer:
         types = encoded.get("token_type_ids")
         return RewardInput(tuple(encoded["input_ids"]), None if types is None else tuple(types))
 
-    def score(self, inputs: Sequence[RewardInput]) -> torch.Tensor:
-        """Rewards [S] float32 (with gradients when the model is training and grad is enabled)."""
+    def score(
+        self, inputs: Sequence[RewardInput], clusters: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        """Rewards [S] float32 (with gradients when the model is training and grad is enabled).
+
+        ``clusters``: each input's cluster id for the attached ``ClusterConditioning`` (0: none)."""
+        if self.conditioning is None or clusters is None:
+            return self._score(inputs)
+        ids = torch.tensor(list(clusters))
+        lengths = torch.tensor([len(x.input_ids) for x in inputs])
+        device = next(self.model.parameters()).device
+        if self.packed or self.encoder_packed:  # one row, sequences one after another
+            tokens = ids.repeat_interleave(lengths)[None]
+        else:
+            tokens = ids[:, None].expand(len(inputs), int(lengths.max()))
+        self.conditioning.condition(tokens.to(device))
+        try:
+            return self._score(inputs)
+        finally:
+            self.conditioning.condition(None)
+
+    def _score(self, inputs: Sequence[RewardInput]) -> torch.Tensor:
         device = next(self.model.parameters()).device
         if self.packed:
             sequences = [TokenizedSequence(x.input_ids, len(x.input_ids)) for x in inputs]
@@ -156,10 +227,17 @@ class RewardScorer:
 
 
 def _pair_rewards(
-    scorer: RewardScorer, encoded: list[tuple[RewardInput, RewardInput]], index: Sequence[int]
+    scorer: RewardScorer,
+    encoded: list[tuple[RewardInput, RewardInput]],
+    index: Sequence[int],
+    clusters: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One forward over [chosen_1..m, rejected_1..m] -> (chosen rewards [m], rejected rewards [m])."""
-    rewards = scorer.score([encoded[i][0] for i in index] + [encoded[i][1] for i in index])
+    """One forward over [chosen_1..m, rejected_1..m] -> (chosen rewards [m], rejected rewards [m]).
+    ``clusters``: every pair's cluster id (indexed like ``encoded``), for cluster conditioning."""
+    pair_clusters = None if clusters is None else [clusters[i] for i in index] * 2
+    rewards = scorer.score(
+        [encoded[i][0] for i in index] + [encoded[i][1] for i in index], pair_clusters
+    )
     return rewards[: len(index)], rewards[len(index) :]
 
 
@@ -171,6 +249,7 @@ def evaluate_reward_model(
     batch_size: int,
     device: torch.device,
     bf16: bool,
+    clusters: Sequence[int] | None = None,
 ) -> dict[str, float]:
     """Held-out accuracy (chosen scored above rejected), BT loss, and the mean and standard deviation
     of all rewards (a std under 0.05 is PIPELINE.md's reward-collapse alarm)."""
@@ -181,7 +260,7 @@ def evaluate_reward_model(
     chosen, rejected = [], []
     with torch.inference_mode(), autocast(device, bf16):
         for group in chunks(list(index), batch_size):
-            c, r = _pair_rewards(scorer, encoded, group)
+            c, r = _pair_rewards(scorer, encoded, group, clusters)
             chosen.append(c.cpu())
             rejected.append(r.cpu())
     scorer.model.train(was_training)
@@ -295,9 +374,12 @@ def train_reward_model(
     accuracy is reported next to the annotator-aware model's, trained on the per-annotator votes.
     """
     plain_summary: dict[str, Any] = {}
-    if config.annotator_aware:
+    if config.annotator_aware or config.cluster_conditioning:
         plain = dataclasses.replace(
-            config, annotator_aware=False, output_dir=str(Path(config.output_dir) / "plain")
+            config,
+            annotator_aware=False,
+            cluster_conditioning=False,
+            output_dir=str(Path(config.output_dir) / "plain"),
         )
         finished = Path(plain.output_dir) / "summary.json"
         if config.resume and finished.is_file() and '"completed"' in finished.read_text():
@@ -307,7 +389,10 @@ def train_reward_model(
     run = start_run(config, callback)
     device = run.device
     tokenizer = load_tokenizer(config.model)
-    pairs, raw_votes = load_judged_pairs(config.data)
+    judgements = config.judgements or (
+        judgements_file_for(config.data) if config.annotator_aware else None
+    )
+    pairs, raw_votes = load_judged_pairs(config.data, judgements)
     train_index, eval_index = split_eval(len(pairs), config.eval_fraction, config.seed)
     if not train_index:
         raise ValueError(f"{config.data}: no pairs left to train on after the eval split")
@@ -335,8 +420,21 @@ def train_reward_model(
     if config.annotator_aware:
         votes = VoteTable.build(raw_votes, len(pairs))
         head = AnnotatorBiasHead(votes.annotators).to(device)
-    extra_modules = {"annotator_head": head} if head is not None else None
-    params = [*model.parameters(), *(head.parameters() if head is not None else [])]
+    conditioning = None
+    cluster_ids = None
+    if config.cluster_conditioning:
+        names = sorted({p.cluster for p in pairs if p.cluster is not None})
+        if not names:
+            raise ValueError(f"{config.data}: cluster_conditioning needs rows with a 'cluster'")
+        hidden = model.get_input_embeddings().embedding_dim
+        conditioning = ClusterConditioning(names, hidden).to(device)
+        conditioning.attach(model)
+        scorer.conditioning = conditioning
+        cluster_ids = conditioning.ids([p.cluster for p in pairs])
+    extra = {"annotator_head": head, "cluster_conditioning": conditioning}
+    extra_modules = {name: module for name, module in extra.items() if module is not None} or None
+    extra_params = [p for module in (extra_modules or {}).values() for p in module.parameters()]
+    params = [*model.parameters(), *extra_params]
 
     sampler = EpochSampler(len(train_index), config.batch_size, config.seed)
     total_steps = total_steps_for(config, sampler.batches_per_epoch)
@@ -345,8 +443,8 @@ def train_reward_model(
         config,
         device,
         extra_groups=None
-        if head is None
-        else [{"params": list(head.parameters()), "lr": config.annotator_head_learning_rate}],
+        if not extra_params
+        else [{"params": extra_params, "lr": config.annotator_head_learning_rate}],
     )
     scheduler = build_scheduler(optimizer, config, total_steps)
     start_step = 0
@@ -369,7 +467,7 @@ def train_reward_model(
             step_votes = votes.count(index) if votes is not None else 0
             for group in chunks(run.ranks.shard(index), micro):
                 with autocast(device, config.bf16):
-                    chosen, rejected = _pair_rewards(scorer, encoded, group)
+                    chosen, rejected = _pair_rewards(scorer, encoded, group, cluster_ids)
                 if head is not None and votes is not None:
                     vote_loss, _ = _annotator_loss(head, votes, group, chosen, rejected)
                     centering = ((chosen + rejected) ** 2).sum() / len(index)
@@ -430,7 +528,13 @@ def train_reward_model(
             break
 
     evaluation = evaluate_reward_model(
-        scorer, encoded, eval_index, batch_size=micro, device=device, bf16=config.bf16
+        scorer,
+        encoded,
+        eval_index,
+        batch_size=micro,
+        device=device,
+        bf16=config.bf16,
+        clusters=cluster_ids,
     )
     if evaluation:
         run.callback.on_log(step=step, metrics=evaluation)
@@ -451,8 +555,15 @@ def train_reward_model(
     }
     if head is not None:
         summary["annotators"] = head.report()
+        summary["annotator_votes"] = len(raw_votes)
+    if conditioning is not None:
+        summary["clusters"] = conditioning.report()
+    if plain_summary:
         summary["plain/eval/accuracy"] = plain_summary.get("eval/accuracy")
         summary["plain/eval/reward_std"] = plain_summary.get("eval/reward_std")
+    files: dict[str, Any] = {"reward_stats.json": evaluation} if evaluation else {}
+    if conditioning is not None:
+        files["cluster_conditioning.json"] = conditioning.payload()
     return finish_run(
         run,
         status=status,
@@ -460,5 +571,5 @@ def train_reward_model(
         model=model,
         tokenizer=tokenizer,
         summary=summary,
-        extra_files={"reward_stats.json": evaluation} if evaluation else None,
+        extra_files=files or None,
     )
