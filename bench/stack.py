@@ -86,7 +86,9 @@ def prepare(env: dict[str, str], *, annotators: int, comparisons: int) -> list[s
 import json
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.models import Group, User
-from django.contrib.sessions.backends.db import SessionStore
+from importlib import import_module
+from django.conf import settings
+SessionStore = import_module(settings.SESSION_ENGINE).SessionStore
 from django.db import connection
 from annotation.models import Comparison, Project, Prompt, Response
 p = Project.objects.create(name="Bench", slug="{PROJECT_SLUG}", overlap={OVERLAP}, gold_every=0,

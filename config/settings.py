@@ -237,6 +237,14 @@ _cache_default = (
     else f"filecache://{VAR_DIR / 'cache'}"
 )
 CACHES = {"default": env.cache_url("CACHE_URL", default=_cache_default)}
+# Sessions are read on every request: from a shared cache when there is one (Redis), the database
+# only when the cache lost them; both are written. A cache local to one machine (files) would let a
+# session deleted through one web server live on in another's cache, so then: the database alone.
+SESSION_ENGINE = (
+    "django.contrib.sessions.backends.cached_db"
+    if "redis" in CACHES["default"]["BACKEND"].lower()
+    else "django.contrib.sessions.backends.db"
+)
 
 # --- Imports and exports ------------------------------------------------------------------------------
 UPLOAD_DIR = VAR_DIR / "uploads"

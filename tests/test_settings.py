@@ -79,3 +79,35 @@ def test_development_defaults_need_no_server(tmp_path):
         check=True,
     )
     assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://"]
+
+
+def _setting(name: str, env: dict[str, str], tmp_path) -> str:
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='config.settings'; django.setup();"
+        f"from django.conf import settings as s; print(s.{name})"
+    )
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "DATABASE_", "CELERY_", "CONCORD_", "CACHE_"))
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "CONCORD_VAR_DIR": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
+def test_sessions_are_cached_only_in_a_shared_cache(tmp_path):
+    """Redis (shared by every web server) caches sessions; a cache in local files does not, or a
+    session ended through one server could live on in another's cache."""
+    redis = {"CELERY_BROKER_URL": "redis://127.0.0.1:6379/0"}
+    engine = "django.contrib.sessions.backends."
+    assert _setting("SESSION_ENGINE", redis, tmp_path) == engine + "cached_db"
+    assert _setting("SESSION_ENGINE", {}, tmp_path) == engine + "db"
+    rabbitmq = {"CELERY_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//"}
+    assert _setting("SESSION_ENGINE", rabbitmq, tmp_path) == engine + "db"
