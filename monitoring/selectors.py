@@ -13,8 +13,8 @@ from training.models import MetricPoint, TrainingRun
 PREFERRED = (
     "loss", "reward/score_mean", "reward/score_std", "reward/total_mean", "kl", "kl_coef",
     "clip_fraction", "entropy", "rewards/accuracy", "accuracy", "rewards/margin", "rewards/chosen",
-    "rewards/rejected",
-    "generation_length", "repetition_rate", "tokens_per_second", "memory_fraction", "learning_rate",
+    "rewards/rejected", "eval_reward_mean", "eval_reward_std",
+    "response_length", "repetition_rate", "tokens_per_second", "memory_fraction", "learning_rate",
 )  # fmt: skip
 
 
