@@ -4,7 +4,8 @@ Concurrency: a claim is one short transaction that locks one comparison row with
 ``SELECT ... FOR UPDATE SKIP LOCKED`` (ordered by queue position, then id), bumps its ``taken`` counter
 and records a lease. ``taken`` = active leases + judgements, so a comparison is never handed out beyond
 its overlap; PostgreSQL re-checks ``taken < overlap`` on the locked row, so two claims can never both
-take the last slot. Expired leases are released (the slot returns to the pool) at the start of a claim.
+take the last slot. Claims release expired leases (the slot returns to the pool): at most every
+RELEASE_EVERY_S seconds per project, and at once when a claim finds no free pair.
 
 Sides: the response shown on the left alternates between the annotators of a comparison (its
 ``served`` counter's parity, started from the comparison id so that A is not always first), and is
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
@@ -38,6 +40,8 @@ from common.errors import ConcordError
 PICKS = ("left", "right", "tie", "both_bad")
 # Swap repeats come from pairs judged at least this many pairs ago (memory of the answer fades).
 REPEAT_MIN_DISTANCE = 5
+# Claims look for expired leases to release at most this often per project (seconds).
+RELEASE_EVERY_S = 5
 
 
 logger = logging.getLogger(__name__)
@@ -79,6 +83,13 @@ class Verdict:
         if self.pick == "right":
             return Side.B if shown_left == Side.A else Side.A
         return self.pick
+
+
+def _release_due(project: Project) -> bool:
+    """True for one claim per project every RELEASE_EVERY_S seconds (across all web processes):
+    looking for expired leases on every claim costs a locking query each time, and a slot that
+    comes back a few seconds later changes nothing. A claim that finds no free pair looks at once."""
+    return cache.add(f"concord:lease-release:{project.pk}", 1, RELEASE_EVERY_S)
 
 
 def _release_expired(project: Project) -> int:
@@ -204,7 +215,9 @@ def assignment_claim(*, annotator: AbstractBaseUser, project: Project) -> Assign
     annotator has never been given.
     """
     with transaction.atomic():
-        _release_expired(project)
+        released = _release_due(project)
+        if released:
+            _release_expired(project)
         assignment = (
             Assignment.objects.filter(
                 comparison__project=project,
@@ -219,6 +232,8 @@ def assignment_claim(*, annotator: AbstractBaseUser, project: Project) -> Assign
             assignment = _claim_special(project, annotator)
         if assignment is None:
             assignment = _claim_normal(project, annotator)
+        if assignment is None and not released and _release_expired(project):
+            assignment = _claim_normal(project, annotator)  # an expired lease freed a slot
     # After the commit: the claimed comparison's row lock is held no longer than needed.
     return None if assignment is None else _with_screen(assignment, project)
 

@@ -168,6 +168,23 @@ def test_expired_lease_returns_the_slot_to_the_pool():
         labelling.judgement_submit(annotator=slow, assignment_id=lease.pk, verdict=Verdict("left"))
 
 
+def test_expired_leases_are_released_every_few_seconds_while_free_pairs_remain():
+    """While free pairs remain, claims look for expired leases once per RELEASE_EVERY_S seconds:
+    inside the window the expired lease stays; the first claim after it releases the slot."""
+    from django.core.cache import cache
+
+    project, (first, second) = _project(2, overlap=1)
+    slow, fast, late = _annotators(project, 3)
+    lease = labelling.assignment_claim(annotator=slow, project=project)
+    assert lease.comparison == first
+    Assignment.objects.filter(pk=lease.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert labelling.assignment_claim(annotator=fast, project=project).comparison == second
+    assert Assignment.objects.filter(pk=lease.pk).exists()  # inside the window: not looked for
+    cache.delete(f"concord:lease-release:{project.pk}")  # the window has passed
+    assert labelling.assignment_claim(annotator=late, project=project).comparison == first
+    assert not Assignment.objects.filter(pk=lease.pk).exists()
+
+
 def test_late_submission_of_an_unreclaimed_expired_lease_is_kept():
     """Nothing an annotator submitted is lost: an expired lease nobody took is still accepted."""
     project, _ = _project(1, overlap=1)
