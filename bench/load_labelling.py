@@ -165,13 +165,28 @@ def main() -> None:
     load_before = os.getloadavg()
     with stack.gunicorn(env, workers=args.workers, threads=args.threads) as server:
         asyncio.run(_warm_up(server.base, keys[: args.workers * args.threads]))
-        web_before = stack.cpu_seconds(server.worker_pids())
-        db_before = stack.cpu_seconds(stack.database_backend_pids(env))
+        web = stack.CpuMeter(server.worker_pids())
+        database = stack.CpuMeter(stack.database_backend_pids(env))
         own_before = time.process_time()
-        wall = asyncio.run(_run(server.base, keys, args, tally))
+
+        async def measured() -> float:
+            async def sample() -> None:
+                while True:
+                    await asyncio.sleep(1)
+                    web.sample(server.worker_pids())
+                    database.sample(await asyncio.to_thread(stack.database_backend_pids, env))
+
+            sampler = asyncio.create_task(sample())
+            wall = await _run(server.base, keys, args, tally)
+            sampler.cancel()
+            return wall
+
+        wall = asyncio.run(measured())
+        web.sample(server.worker_pids())
+        database.sample(stack.database_backend_pids(env))
         cpu = {
-            "web": stack.cpu_seconds(server.worker_pids()) - web_before,
-            "database": stack.cpu_seconds(stack.database_backend_pids(env)) - db_before,
+            "web": web.seconds(),
+            "database": database.seconds(),
             "load_generator": time.process_time() - own_before,
         }
     load_after = os.getloadavg()

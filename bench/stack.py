@@ -232,16 +232,32 @@ print(json.dumps(result))
         os.unlink(handle.name)
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time the processes have used so far (those still alive)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / os.sysconf("SC_CLK_TCK")
+def _cpu_of(pid: int) -> float | None:
+    """User + system CPU seconds the process has used so far; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+class CpuMeter:
+    """CPU used by a changing set of processes (database backends come and go as connections are
+    recycled): sample often; each process counts from its first sample, or from zero when it
+    started after the first one."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.first = {pid: cpu for pid in pids if (cpu := _cpu_of(pid)) is not None}
+        self.last = dict(self.first)
+
+    def sample(self, pids: list[int]) -> None:
+        for pid in pids:
+            if (cpu := _cpu_of(pid)) is not None:
+                self.first.setdefault(pid, 0.0)
+                self.last[pid] = cpu
+
+    def seconds(self) -> float:
+        return sum(self.last[pid] - self.first[pid] for pid in self.last)
 
 
 def database_backend_pids(env: dict[str, str]) -> list[int]:
