@@ -100,6 +100,14 @@ def tiny_llama_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
     return tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tiny_tokenizer_dir)
 
 
+@pytest.fixture(scope="session")
+def tiny_reward_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
+    """A tiny Llama with a one-output classification head (a reward model for PPO and RLOO)."""
+    return tiny_llama(
+        tmp_path_factory.mktemp("tiny-rm"), tiny_tokenizer_dir, seed=1, for_classification=True
+    )
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from tests.training.conftest import tiny_llama
-from training.recipes import ConfigError, PPOConfig, RLOOConfig
+from tests.training.test_rloo_recipe import _config as _rloo
+from training.recipes import ConfigError, PPOConfig
 from training.recipes.data import load_prompts
 from training.recipes.distributed import Ranks
 from training.recipes.online import (
@@ -26,31 +26,6 @@ from training.recipes.ppo import (
 from training.recipes.rloo import train_rloo
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(scope="module")
-def tiny_reward_dir(tmp_path_factory, tiny_tokenizer_dir):
-    return tiny_llama(
-        tmp_path_factory.mktemp("tiny-rm"), tiny_tokenizer_dir, seed=1, for_classification=True
-    )
-
-
-def _rloo(policy, reward, prompts, output_dir, **overrides) -> RLOOConfig:
-    values = {
-        "model": str(policy),
-        "reward_model": str(reward),
-        "data": str(prompts),
-        "output_dir": str(output_dir),
-        "batch_size": 2,
-        "rloo_k": 2,
-        "max_new_tokens": 6,
-        "max_length": 128,
-        "learning_rate": 1e-3,
-        "checkpoint_every": 0,
-        "device": "cpu",
-        "max_steps": 2,
-    }
-    return RLOOConfig(**{**values, **overrides})
 
 
 def _metrics(output_dir):

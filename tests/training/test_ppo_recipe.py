@@ -2,19 +2,10 @@
 
 import json
 
-import pytest
 import torch
 
-from tests.training.conftest import tiny_llama
 from training.recipes import PPOConfig
 from training.recipes.ppo import assign_rollout_sources, train_ppo
-
-
-@pytest.fixture(scope="module")
-def tiny_reward_dir(tmp_path_factory, tiny_tokenizer_dir):
-    return tiny_llama(
-        tmp_path_factory.mktemp("tiny-rm"), tiny_tokenizer_dir, seed=1, for_classification=True
-    )
 
 
 def _config(policy, reward, prompts, output_dir, **overrides) -> PPOConfig:

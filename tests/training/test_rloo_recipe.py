@@ -5,16 +5,8 @@ import json
 import pytest
 import torch
 
-from tests.training.conftest import tiny_llama
 from training.recipes import RLOOConfig
 from training.recipes.rloo import train_rloo
-
-
-@pytest.fixture(scope="module")
-def tiny_reward_dir(tmp_path_factory, tiny_tokenizer_dir):
-    return tiny_llama(
-        tmp_path_factory.mktemp("tiny-rm"), tiny_tokenizer_dir, seed=1, for_classification=True
-    )
 
 
 def _config(policy, reward, prompts, output_dir, **overrides) -> RLOOConfig:

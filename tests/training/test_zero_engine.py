@@ -12,7 +12,6 @@ import types
 import pytest
 import torch
 
-from tests.training.conftest import tiny_llama
 from training.recipes import PPOConfig, RLOOConfig
 from training.recipes.ppo import train_ppo
 from training.recipes.rloo import train_rloo
@@ -71,13 +70,6 @@ def fake_deepspeed(monkeypatch):
     monkeypatch.setattr(zero, "zero_unavailable_reason", lambda device_type: None)
     FakeEngine.calls = []
     return FakeEngine
-
-
-@pytest.fixture(scope="module")
-def tiny_reward_dir(tmp_path_factory, tiny_tokenizer_dir):
-    return tiny_llama(
-        tmp_path_factory.mktemp("tiny-rm"), tiny_tokenizer_dir, seed=1, for_classification=True
-    )
 
 
 def _weights(result):

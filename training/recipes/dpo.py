@@ -35,7 +35,7 @@ from training.recipes.data import (
 )
 from training.recipes.distributed import all_reduce_sum, barrier
 from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
-from training.recipes.models import load_causal_lm, load_tokenizer, model_fingerprint
+from training.recipes.models import load_causal_lm, load_policy, load_tokenizer, model_fingerprint
 from training.recipes.packing import (
     TokenizedSequence,
     build_batch,
@@ -246,14 +246,7 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
     ]
     micro = config.micro_batch_size or config.batch_size
     resume_from = run.resume_from
-    policy, packed = load_causal_lm(
-        resume_from or config.model,
-        device=device,
-        packing=config.packing,
-        bf16=config.bf16,
-        gradient_checkpointing=config.gradient_checkpointing,
-        no_dropout=config.disable_dropout,
-    )
+    policy, packed = load_policy(resume_from or config.model, config, device)
     pad_id = tokenizer.pad_token_id
 
     sampler = EpochSampler(len(pairs), config.batch_size, config.seed)

@@ -64,6 +64,19 @@ def load_causal_lm(
     return model, packing and packable
 
 
+def load_policy(path: str | Path, config: Any, device: torch.device) -> tuple[Any, bool]:
+    """The policy a recipe trains, from ``path`` (the base model, or a checkpoint when resuming),
+    loaded as ``config`` (a ``TrainingConfig``) asks: packing, bf16, checkpointing, dropout."""
+    return load_causal_lm(
+        path,
+        device=device,
+        packing=config.packing,
+        bf16=config.bf16,
+        gradient_checkpointing=config.gradient_checkpointing,
+        no_dropout=config.disable_dropout,
+    )
+
+
 def model_fingerprint(path: str | Path) -> str:
     """sha256 over the folder's config and weight files: the identity of a reference model, so a
     cache of its log-probabilities is never reused for different weights."""

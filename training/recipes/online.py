@@ -31,7 +31,7 @@ from training.recipes.config import ConfigError, OnlineRLConfig
 from training.recipes.data import ChatEncoder, Messages, chunks
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
 from training.recipes.loop import Run
-from training.recipes.models import load_causal_lm, load_tokenizer
+from training.recipes.models import load_causal_lm, load_policy, load_tokenizer
 from training.recipes.packing import TokenizedSequence
 from training.recipes.reward_model import RewardScorer, load_sequence_classifier
 from training.recipes.runtime import autocast, rng_state, set_rng_state
@@ -64,14 +64,7 @@ def load_online_models(
     encoder = ChatEncoder(
         tokenizer, max_length=config.max_length, prompt_budget=config.prompt_budget
     )
-    policy, packed = load_causal_lm(
-        resume_from or config.model,
-        device=device,
-        packing=config.packing,
-        bf16=config.bf16,
-        gradient_checkpointing=config.gradient_checkpointing,
-        no_dropout=config.disable_dropout,
-    )
+    policy, packed = load_policy(resume_from or config.model, config, device)
     reference, _ = load_causal_lm(
         config.ref_model or config.model, device=device, packing=config.packing, trainable=False
     )
