@@ -141,9 +141,7 @@ def run_trl(args: argparse.Namespace) -> dict:
     dataset = Dataset.from_list(
         [
             {
-                "prompt": r["prompt"]
-                if isinstance(r["prompt"], list)
-                else [{"role": "user", "content": r["prompt"]}],
+                "prompt": as_messages(r["prompt"]),
                 "chosen": [{"role": "assistant", "content": r["chosen"]}],
                 "rejected": [{"role": "assistant", "content": r["rejected"]}],
             }
@@ -192,28 +190,27 @@ def run_trl(args: argparse.Namespace) -> dict:
     }
 
 
-def _child(side: str, precision: str, args: argparse.Namespace) -> dict:
-    command = [
-        sys.executable,
-        __file__,
-        "--worker",
-        side,
-        "--precision",
-        precision,
-        "--data",
-        args.data,
-        "--work",
-        args.work,
-        "--batch",
-        str(args.batch),
-        "--max-length",
-        str(args.max_length),
-    ]
+def run_worker(script: str, side: str, precision: str, *options: str) -> dict:
+    """Run ``script --worker SIDE`` in its own process (so its peak memory is its own); returns the
+    last JSON object it printed, or ``{"error": <end of its stderr>}``."""
+    command = [sys.executable, script, "--worker", side, "--precision", precision, *options]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         return {"error": done.stderr[-2000:]}
     return json.loads(lines[-1])
+
+
+def as_messages(prompt: str | list[dict[str, str]]) -> list[dict[str, str]]:
+    """A prompt as TRL's conversational format wants it: a text becomes one user message."""
+    return prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+
+
+def _child(side: str, precision: str, args: argparse.Namespace) -> dict:
+    return run_worker(
+        __file__, side, precision, "--data", args.data, "--work", args.work,
+        "--batch", str(args.batch), "--max-length", str(args.max_length),
+    )  # fmt: skip
 
 
 def _compare(ours: dict, trl: dict) -> dict:

@@ -19,13 +19,11 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_dpo_vs_trl import ROOT, _model_dir, _peak_rss_bytes
+from bench_dpo_vs_trl import ROOT, _model_dir, _peak_rss_bytes, as_messages, run_worker
 
 LEARNING_RATE = 1e-6
 KL_COEF = 0.02
@@ -87,16 +85,7 @@ def run_trl(args: argparse.Namespace) -> dict:
 
     model_dir = _model_dir()
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines()]
-    dataset = Dataset.from_list(
-        [
-            {
-                "prompt": r["prompt"]
-                if isinstance(r["prompt"], list)
-                else [{"role": "user", "content": r["prompt"]}]
-            }
-            for r in rows
-        ]
-    )
+    dataset = Dataset.from_list([{"prompt": as_messages(r["prompt"])} for r in rows])
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     reward = AutoModelForSequenceClassification.from_pretrained(
@@ -151,16 +140,11 @@ def run_trl(args: argparse.Namespace) -> dict:
 
 
 def _child(side: str, args: argparse.Namespace) -> dict:
-    command = [
-        sys.executable, __file__, "--worker", side, "--precision", args.precision,
-        "--data", args.data, "--work", args.work, "--prompts", str(args.prompts),
-        "--k", str(args.k), "--new-tokens", str(args.new_tokens), "--steps", str(args.steps),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"error": done.stderr[-2000:]}
-    return json.loads(lines[-1])
+    return run_worker(
+        __file__, side, args.precision, "--data", args.data, "--work", args.work,
+        "--prompts", str(args.prompts), "--k", str(args.k), "--new-tokens", str(args.new_tokens),
+        "--steps", str(args.steps),
+    )  # fmt: skip
 
 
 def main() -> None:

@@ -19,13 +19,12 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_dpo_vs_trl import ROOT, _best, _peak_rss_bytes, write_pairs
+from bench_dpo_vs_trl import ROOT, _best, _peak_rss_bytes, run_worker, write_pairs
 
 LEARNING_RATE = 1e-5
 
@@ -130,16 +129,10 @@ def run_trl(args: argparse.Namespace) -> dict:
 
 
 def _child(side: str, args: argparse.Namespace) -> dict:
-    command = [
-        sys.executable, __file__, "--worker", side, "--precision", args.precision,
-        "--data", args.data, "--work", args.work, "--batch", str(args.batch),
-        "--max-length", str(args.max_length),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"error": done.stderr[-2000:]}
-    return json.loads(lines[-1])
+    return run_worker(
+        __file__, side, args.precision, "--data", args.data, "--work", args.work,
+        "--batch", str(args.batch), "--max-length", str(args.max_length),
+    )  # fmt: skip
 
 
 def main() -> None:
