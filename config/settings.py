@@ -237,6 +237,9 @@ _cache_default = (
     else f"filecache://{VAR_DIR / 'cache'}"
 )
 CACHES = {"default": env.cache_url("CACHE_URL", default=_cache_default)}
+if CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache":
+    # The same backend without a new client object per call (see common/cache.py).
+    CACHES["default"]["BACKEND"] = "common.cache.ReusingRedisCache"
 # Sessions are read on every request: from a shared cache when there is one (Redis), the database
 # only when the cache lost them; both are written. A cache local to one machine (files) would let a
 # session deleted through one web server live on in another's cache, so then: the database alone.
