@@ -16,12 +16,13 @@ back to the stored responses a and b.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
@@ -85,10 +86,22 @@ class Verdict:
         return self.pick
 
 
+# Per process: project pk -> time.monotonic() of this process's last turn at _release_due.
+_release_asked: dict[int, float] = {}
+
+
 def _release_due(project: Project) -> bool:
     """True for one claim per project every RELEASE_EVERY_S seconds (across all web processes):
     looking for expired leases on every claim costs a locking query each time, and a slot that
-    comes back a few seconds later changes nothing. A claim that finds no free pair looks at once."""
+    comes back a few seconds later changes nothing. A claim that finds no free pair looks at once.
+
+    Each process asks the shared cache at most once per window (the other claims of the window
+    skip that round trip); a race between two threads costs one extra ask, never a second release.
+    """
+    now = time.monotonic()
+    if now - _release_asked.get(project.pk, -RELEASE_EVERY_S) < RELEASE_EVERY_S:
+        return False
+    _release_asked[project.pk] = now
     return cache.add(f"concord:lease-release:{project.pk}", 1, RELEASE_EVERY_S)
 
 
@@ -117,14 +130,15 @@ def _side_for(comparison: Comparison) -> str:
     return Side.A if (comparison.pk + comparison.served) % 2 == 0 else Side.B
 
 
-def _lease(comparison: Comparison, annotator: AbstractBaseUser, kind: str, shown_left: str):
-    minutes = comparison.project.lease_minutes
+def _lease(
+    comparison_id: int, project: Project, annotator: AbstractBaseUser, kind: str, shown_left: str
+) -> Assignment:
     return Assignment.objects.create(
-        comparison=comparison,
+        comparison_id=comparison_id,
         annotator=annotator,
         kind=kind,
         shown_left=shown_left,
-        expires_at=timezone.now() + timedelta(minutes=minutes),
+        expires_at=timezone.now() + timedelta(minutes=project.lease_minutes),
     )
 
 
@@ -147,20 +161,45 @@ def _with_screen(assignment: Assignment, project: Project) -> Assignment:
     return assignment
 
 
+# Take one slot of the next free comparison in queue order that the annotator was never given or
+# judged, in one statement: the inner SELECT locks the row (skipping rows other claims hold), and
+# PostgreSQL re-checks ``taken < overlap`` on the locked row, so the last slot goes to one claim only.
+# Hand-written: built through the ORM (two NOT EXISTS subqueries, then an UPDATE) it cost more CPU
+# than the rest of a claim, on every pair shown. Parameters: project, overlap, annotator (twice).
+_CLAIM_NEXT_SQL = """
+UPDATE {comparison} SET taken = taken + 1, served = served + 1
+WHERE id = (
+    SELECT c.id FROM {comparison} c
+    WHERE c.project_id = %s AND c.taken < %s AND c.gold = ''
+      AND NOT EXISTS (SELECT 1 FROM {assignment} a
+                      WHERE a.comparison_id = c.id AND a.annotator_id = %s)
+      AND NOT EXISTS (SELECT 1 FROM {judgement} j
+                      WHERE j.comparison_id = c.id AND j.annotator_id = %s)
+    ORDER BY c.queue_position, c.id
+    LIMIT 1{lock})
+RETURNING id, served
+"""
+
+
 def _claim_normal(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
-    comparison = (
-        Comparison.objects.select_for_update(skip_locked=True, of=("self",))
-        .filter(project=project, taken__lt=project.overlap, gold="")
-        .filter(_never_given_to(annotator))
-        .order_by("queue_position", "pk")
-        .first()
+    quote = connection.ops.quote_name
+    sql = _CLAIM_NEXT_SQL.format(
+        comparison=quote(Comparison._meta.db_table),
+        assignment=quote(Assignment._meta.db_table),
+        judgement=quote(Judgement._meta.db_table),
+        # SQLite has no row locks (it runs one writer at a time) and no FOR UPDATE.
+        lock=" FOR UPDATE SKIP LOCKED"
+        if connection.features.has_select_for_update_skip_locked
+        else "",
     )
-    if comparison is None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [project.pk, project.overlap, annotator.pk, annotator.pk])
+        row = cursor.fetchone()
+    if row is None:
         return None
-    shown_left = _side_for(comparison)
-    Comparison.objects.filter(pk=comparison.pk).update(taken=F("taken") + 1, served=F("served") + 1)
-    comparison.project = project
-    return _lease(comparison, annotator, Assignment.Kind.NORMAL, shown_left)
+    comparison_id, served = row
+    shown_left = _side_for(Comparison(pk=comparison_id, served=served - 1))
+    return _lease(comparison_id, project, annotator, Assignment.Kind.NORMAL, shown_left)
 
 
 def _claim_gold(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
@@ -175,8 +214,7 @@ def _claim_gold(project: Project, annotator: AbstractBaseUser) -> Assignment | N
     if comparison is None:
         return None
     Comparison.objects.filter(pk=comparison.pk).update(served=F("served") + 1)
-    comparison.project = project
-    return _lease(comparison, annotator, Assignment.Kind.GOLD, _side_for(comparison))
+    return _lease(comparison.pk, project, annotator, Assignment.Kind.GOLD, _side_for(comparison))
 
 
 def _claim_repeat(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
@@ -197,9 +235,28 @@ def _claim_repeat(project: Project, annotator: AbstractBaseUser) -> Assignment |
     for comparison_id, shown_left in reversed(judged):  # the oldest first
         if comparison_id not in repeated:
             flipped = Side.B if shown_left == Side.A else Side.A
-            comparison = Comparison.objects.select_related("project").get(pk=comparison_id)
-            return _lease(comparison, annotator, Assignment.Kind.REPEAT, flipped)
+            return _lease(comparison_id, project, annotator, Assignment.Kind.REPEAT, flipped)
     return None
+
+
+# The annotator's unexpired lease in a project, if any. Parameters: project, annotator, status, now.
+_ACTIVE_LEASE_SQL = """
+SELECT a.* FROM {assignment} a JOIN {comparison} c ON c.id = a.comparison_id
+WHERE c.project_id = %s AND a.annotator_id = %s AND a.status = %s AND a.expires_at >= %s
+ORDER BY a.id
+LIMIT 1
+"""
+
+
+def _active_lease(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
+    """The lease a page reload shows again. Hand-written for the CPU it saves on every claim."""
+    quote = connection.ops.quote_name
+    sql = _ACTIVE_LEASE_SQL.format(
+        assignment=quote(Assignment._meta.db_table), comparison=quote(Comparison._meta.db_table)
+    )
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    params = [project.pk, annotator.pk, Assignment.Status.ACTIVE.value, now]
+    return next(iter(Assignment.objects.raw(sql, params)), None)
 
 
 def _due(every: int, done: int) -> bool:
@@ -218,16 +275,7 @@ def assignment_claim(*, annotator: AbstractBaseUser, project: Project) -> Assign
         released = _release_due(project)
         if released:
             _release_expired(project)
-        assignment = (
-            Assignment.objects.filter(
-                comparison__project=project,
-                annotator=annotator,
-                status=Assignment.Status.ACTIVE,
-                expires_at__gte=timezone.now(),
-            )
-            .order_by("pk")
-            .first()
-        )
+        assignment = _active_lease(project, annotator)
         if assignment is None and (project.repeat_every or project.gold_every):
             assignment = _claim_special(project, annotator)
         if assignment is None:
@@ -265,6 +313,33 @@ def _validate(project: Project, verdict: Verdict) -> None:
         raise LabellingError(f"strength must be between 1 and {project.strength_scale}")
 
 
+# The annotator's assignment, locked, with its comparison's project. Only the assignment's row is
+# locked: joined rows (the comparison, the project every submission shares) would make all of a
+# project's submissions wait for one another. Parameters: assignment, annotator.
+_OWN_ASSIGNMENT_SQL = """
+SELECT a.*, c.project_id AS project_of_comparison
+FROM {assignment} a JOIN {comparison} c ON c.id = a.comparison_id
+WHERE a.id = %s AND a.annotator_id = %s
+{lock}
+"""
+
+
+def _locked_assignment(assignment_id: int, annotator: AbstractBaseUser) -> Assignment | None:
+    """The annotator's assignment ``assignment_id``, row-locked until the transaction ends (None if
+    it is not theirs, or no longer exists). Hand-written for the CPU it saves on every submission."""
+    quote = connection.ops.quote_name
+    features = connection.features
+    lock = ""
+    if features.has_select_for_update:  # SQLite: one writer at a time, no row locks
+        lock = "FOR UPDATE OF a" if features.has_select_for_update_of else "FOR UPDATE"
+    sql = _OWN_ASSIGNMENT_SQL.format(
+        assignment=quote(Assignment._meta.db_table),
+        comparison=quote(Comparison._meta.db_table),
+        lock=lock,
+    )
+    return next(iter(Assignment.objects.raw(sql, [assignment_id, annotator.pk])), None)
+
+
 def judgement_submit(
     *,
     annotator: AbstractBaseUser,
@@ -272,27 +347,23 @@ def judgement_submit(
     verdict: Verdict,
     rationale: str = "",
     elapsed_ms: int | None = None,
+    project: Project | None = None,
 ) -> Judgement | RepeatJudgement:
     """Record the annotator's verdict on their assignment; idempotent for retries and double clicks.
 
     A second submission of the same assignment returns the stored judgement unchanged (edits go
     through ``judgement_edit``). A submission that arrives after its lease expired is still kept:
-    nothing an annotator submitted is lost.
+    nothing an annotator submitted is lost. ``project``: the caller's copy of the assignment's
+    project, if it has one (saves a query; any other project is ignored and the right one read).
     """
     with transaction.atomic():
-        assignment = (
-            # Only the assignment's row is locked: joined rows (the comparison, the project every
-            # submission shares) would make all of a project's submissions wait for one another.
-            Assignment.objects.select_for_update(of=("self",))
-            .select_related("comparison__project")
-            .filter(pk=assignment_id, annotator=annotator)
-            .first()
-        )
+        assignment = _locked_assignment(assignment_id, annotator)
         if assignment is None:
             # The lease expired and was released; the pair may have been handed to someone else.
             raise LabellingError("this pair is no longer assigned to you; the next pair is loaded")
-        comparison = assignment.comparison
-        _validate(comparison.project, verdict)
+        if project is None or project.pk != assignment.project_of_comparison:
+            project = Project.objects.get(pk=assignment.project_of_comparison)
+        _validate(project, verdict)
         choice = verdict.choice(assignment.shown_left)
         strength = 1 if choice in (Choice.TIE, Choice.BOTH_BAD) else verdict.strength
         fields = {
@@ -305,25 +376,52 @@ def judgement_submit(
             model, values = RepeatJudgement, fields
         else:
             model, values = Judgement, {**fields, "rationale": rationale[:10_000]}
-        mine = model.objects.filter(comparison=comparison, annotator=annotator)
+        comparison_id = assignment.comparison_id
+        mine = model.objects.filter(comparison_id=comparison_id, annotator=annotator)
         # A retry or a double click finds the assignment done and gets the stored judgement back;
         # a first submission inserts without looking first (the unique constraint settles a race
-        # with an import of the same pair for this annotator).
+        # with an import of the same pair for this annotator: the row already there is kept).
         stored = mine.first() if assignment.status == Assignment.Status.DONE else None
         if stored is None:
-            try:
-                with transaction.atomic():
-                    stored = model.objects.create(
-                        comparison=comparison, annotator=annotator, **values
-                    )
-            except IntegrityError:
-                stored = mine.get()
+            row = model(comparison_id=comparison_id, annotator=annotator, **values)
+            stored = _insert_unless_judged(row) or mine.get()
         if assignment.status != Assignment.Status.DONE:
             assignment.status = Assignment.Status.DONE
             assignment.finished_at = timezone.now()
             assignment.save(update_fields=["status", "finished_at"])
-            judgements_changed(comparison.project)
+            judgements_changed(project)
         return stored
+
+
+def _insert_unless_judged(row: Judgement | RepeatJudgement) -> Judgement | RepeatJudgement | None:
+    """INSERT ``row`` unless the annotator already has one for its comparison (then None).
+
+    One statement, ``INSERT ... ON CONFLICT (comparison_id, annotator_id) DO NOTHING RETURNING id``,
+    where ``create()`` inside a savepoint costs three round trips to the database on every
+    submission (SAVEPOINT, INSERT, RELEASE). PostgreSQL and SQLite (3.35+) both speak it.
+    """
+    meta = row._meta
+    for field in meta.concrete_fields:
+        if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+            field.pre_save(row, add=True)  # sets created_at / updated_at on the instance
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    quote = connection.ops.quote_name
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "  # noqa: S608  # nosec B608
+        f"VALUES ({', '.join(['%s'] * len(fields))}) "
+        f"ON CONFLICT ({quote('comparison_id')}, {quote('annotator_id')}) DO NOTHING "
+        f"RETURNING {quote(meta.pk.column)}"
+    )  # names from the model's metadata; every value is a parameter
+    params = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        inserted = cursor.fetchone()
+    if inserted is None:
+        return None
+    row.pk = inserted[0]
+    row._state.adding = False
+    row._state.db = connection.alias
+    return row
 
 
 def assignment_skip(*, annotator: AbstractBaseUser, assignment_id: int) -> None:

@@ -40,9 +40,10 @@ def project_overview(request: HttpRequest) -> HttpResponse:
 
 def _member_project(request: HttpRequest, slug: str):
     """The project ``slug`` if the user labels in it; 404 otherwise (its existence is not revealed)."""
-    if not has_role(request.user, ANNOTATOR):
+    project = selectors.member_project(user=request.user, slug=slug)
+    if project is None or not has_role(request.user, ANNOTATOR):
         raise Http404
-    return get_object_or_404(selectors.projects_of_member(user=request.user), slug=slug)
+    return project
 
 
 def _verdict_from(request: HttpRequest) -> labelling.Verdict:
@@ -112,6 +113,7 @@ def label_submit(request: HttpRequest, slug: str, assignment_id: int) -> HttpRes
             verdict=_verdict_from(request),
             rationale=request.POST.get("rationale", ""),
             elapsed_ms=_elapsed_ms(request),
+            project=project,
         )
     except labelling.LabellingError as exc:
         messages.error(request, str(exc))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.db import connection
 
 ANNOTATOR = "Annotator"
 REVIEWER = "Reviewer"
@@ -34,6 +36,38 @@ def user_roles(user: AbstractBaseUser | AnonymousUser) -> frozenset[str]:
         cached = frozenset(user.groups.filter(name__in=ALL_ROLES).values_list("name", flat=True))
         user._concord_roles = cached
     return cached
+
+
+def role_flags_sql(user_id: int) -> tuple[str, list[object]]:
+    """Select-list items for a raw query that also tells which roles a user holds: one
+    ``EXISTS (...) AS holds_role_<i>`` per role of ALL_ROLES, and their parameters. Read a fetched
+    row back with ``remember_roles``. The labelling pages need a project and the user's roles on
+    every request: one query instead of two, on every judgement.
+    """
+    user_model = get_user_model()
+    groups = user_model._meta.get_field("groups")
+    link = groups.remote_field.through._meta
+    quote = connection.ops.quote_name
+    items, params = [], []
+    for i, role in enumerate(ALL_ROLES):
+        items.append(
+            f"EXISTS (SELECT 1 FROM {quote(link.db_table)} ug "  # noqa: S608  # nosec B608
+            f"JOIN {quote(Group._meta.db_table)} g ON g.id = ug.{quote(groups.m2m_reverse_name())} "
+            f"WHERE ug.{quote(groups.m2m_column_name())} = %s AND g.name = %s) AS holds_role_{i}"
+        )
+        params += [user_id, role]
+    return ", ".join(items), params
+
+
+def remember_roles(user: AbstractBaseUser, row: object) -> None:
+    """Cache on ``user`` the roles read by a query with ``role_flags_sql`` into ``row`` (what
+    ``user_roles`` would have queried: a superuser or inactive user is left to ``user_roles``, which
+    needs no query)."""
+    if user.is_superuser or not user.is_active:
+        return
+    user._concord_roles = frozenset(
+        role for i, role in enumerate(ALL_ROLES) if getattr(row, f"holds_role_{i}")
+    )
 
 
 def has_role(user: AbstractBaseUser | AnonymousUser, role: str) -> bool:

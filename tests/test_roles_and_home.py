@@ -125,3 +125,25 @@ def test_inactive_imported_annotator_cannot_log_in(client):
 def test_api_schema_is_served(ml_engineer):
     response = logged_in(ml_engineer).get("/api/schema/", HTTP_ACCEPT="application/json")
     assert response.status_code == 200
+
+
+def test_member_project_brings_the_users_roles_in_the_same_query(django_assert_num_queries):
+    """The labelling pages' membership check reads the project and the user's roles in one query;
+    the roles it remembers are the ones ``user_roles`` reads, and a non-member gets None."""
+    from django.contrib.auth import get_user_model
+
+    from annotation.selectors import member_project
+
+    project = ProjectFactory(slug="mine")
+    ProjectFactory(slug="theirs")
+    both = UserFactory(role=ANNOTATOR)
+    Group.objects.get(name=REVIEWER).user_set.add(both)
+    project.members.add(both)
+    user = get_user_model().objects.get(pk=both.pk)
+    with django_assert_num_queries(1):
+        assert member_project(user=user, slug="mine") == project
+        assert user_roles(user) == frozenset({ANNOTATOR, REVIEWER})
+    fresh = get_user_model().objects.get(pk=both.pk)
+    assert user_roles(fresh) == frozenset({ANNOTATOR, REVIEWER})
+    assert member_project(user=user, slug="theirs") is None
+    assert member_project(user=user, slug="nowhere") is None

@@ -125,6 +125,27 @@ def test_submission_of_a_pair_imported_meanwhile_keeps_the_imported_judgement():
     assert assignment.status == Assignment.Status.DONE
 
 
+def test_submission_reads_the_assignments_own_project_whatever_the_caller_passes():
+    """The view passes the project of the URL; an assignment of another project is validated
+    against its own project's rules (here: no ties), never the one passed in."""
+    strict, _ = _project(1, allow_ties=False)
+    lenient, _ = _project(1, allow_ties=True)
+    (user,) = _annotators(strict, 1)
+    lenient.members.add(user)
+    assignment = labelling.assignment_claim(annotator=user, project=strict)
+    with pytest.raises(LabellingError, match="does not allow ties"):
+        labelling.judgement_submit(
+            annotator=user, assignment_id=assignment.pk, verdict=Verdict("tie"), project=lenient
+        )
+    stored = labelling.judgement_submit(
+        annotator=user, assignment_id=assignment.pk, verdict=Verdict("left"), project=strict
+    )
+    assert stored.pk and stored.comparison_id == assignment.comparison_id
+    assert (stored.created_at, stored.updated_at) == (
+        Judgement.objects.values_list("created_at", "updated_at").get()
+    )
+
+
 @pytest.mark.parametrize(
     ("fields", "verdict", "message"),
     [
@@ -168,7 +189,7 @@ def test_expired_lease_returns_the_slot_to_the_pool():
         labelling.judgement_submit(annotator=slow, assignment_id=lease.pk, verdict=Verdict("left"))
 
 
-def test_expired_leases_are_released_every_few_seconds_while_free_pairs_remain():
+def test_expired_leases_are_released_every_few_seconds_while_free_pairs_remain(monkeypatch):
     """While free pairs remain, claims look for expired leases once per RELEASE_EVERY_S seconds:
     inside the window the expired lease stays; the first claim after it releases the slot."""
     from django.core.cache import cache
@@ -180,7 +201,9 @@ def test_expired_leases_are_released_every_few_seconds_while_free_pairs_remain()
     Assignment.objects.filter(pk=lease.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert labelling.assignment_claim(annotator=fast, project=project).comparison == second
     assert Assignment.objects.filter(pk=lease.pk).exists()  # inside the window: not looked for
-    cache.delete(f"concord:lease-release:{project.pk}")  # the window has passed
+    # The window has passed: for the shared cache and for this process's own note of it.
+    cache.delete(f"concord:lease-release:{project.pk}")
+    monkeypatch.setattr(labelling, "_release_asked", {})
     assert labelling.assignment_claim(annotator=late, project=project).comparison == first
     assert not Assignment.objects.filter(pk=lease.pk).exists()
 
