@@ -43,8 +43,11 @@ def test_two_ranks_train_like_one_process(tiny_llama_dir, pairs_file, tmp_path):
 
     a = load_file(f"{single.final_model_dir}/model.safetensors")
     b = load_file(str(tmp_path / "ddp" / "final" / "model.safetensors"))
+    # Adam (lr 1e-3) turns float rounding of gradients summed in another order into weight
+    # differences of a few 1e-6: two exactly equivalent log-prob paths in one process differ by
+    # 2e-6. A wrong gradient would be off by about the learning rate.
     for name in a:
-        assert torch.allclose(a[name], b[name], atol=1e-6), name
+        assert torch.allclose(a[name], b[name], atol=1e-5), name
 
 
 def _torchrun_plan(plan: list[dict], tmp_path) -> None:

@@ -82,25 +82,36 @@ def test_bf16_logits_are_scored_in_float32():
     assert torch.equal(got, sequence_logprobs(logits.float(), ids, mask))
 
 
-def test_selected_logprobs_equals_full_logits_values_and_gradients():
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("keep_bytes", [2**30, 0], ids=["softmax-kept", "recomputed"])
+def test_selected_logprobs_equals_full_logits_values_and_gradients(dtype, keep_bytes):
     """The chunked fused path (chunk 3 of 10 tokens, so chunks are ragged) gives the same values and
-    the same gradients for hidden states and output weights as log_softmax on the full logits."""
+    the same gradients for hidden states and output weights as log_softmax on the full logits,
+    whether backward uses the softmax kept from forward or recomputes it."""
     gen = torch.Generator().manual_seed(1)
-    hidden = torch.randn(10, 8, generator=gen, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(13, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    hidden = torch.randn(10, 8, generator=gen, dtype=dtype).requires_grad_()
+    weight = torch.randn(13, 8, generator=gen, dtype=dtype).requires_grad_()
     targets = torch.randint(0, 13, (10,), generator=gen)
-    upstream = torch.randn(10, generator=gen, dtype=torch.float64)
+    upstream = torch.randn(10, generator=gen, dtype=dtype)
 
-    got = selected_logprobs(hidden, weight, targets, chunk_size=3)
+    got = selected_logprobs(hidden, weight, targets, chunk_size=3, keep_bytes=keep_bytes)
     (got * upstream.float()).sum().backward()
     grads = hidden.grad.clone(), weight.grad.clone()
     hidden.grad, weight.grad = None, None
 
     expected = torch.log_softmax(hidden @ weight.T, dim=-1).gather(1, targets[:, None]).squeeze(1)
     (expected * upstream).sum().backward()
-    assert torch.allclose(got.double(), expected, atol=1e-6)
+    assert torch.allclose(got.to(dtype), expected, atol=1e-6)
     assert torch.allclose(grads[0], hidden.grad, atol=1e-6)
     assert torch.allclose(grads[1], weight.grad, atol=1e-6)
+
+
+def test_selected_logprobs_keeps_no_softmax_without_gradients():
+    """Reference passes (no gradients) keep nothing for backward, whatever the budget."""
+    hidden, weight = torch.randn(4, 8), torch.randn(13, 8)
+    with torch.no_grad():
+        got = selected_logprobs(hidden, weight, torch.zeros(4, dtype=torch.long))
+    assert got.grad_fn is None and got.shape == (4,)
 
 
 def test_token_logprobs_shape():

@@ -103,26 +103,54 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     return -(log_p.exp() * log_p).sum(-1)
 
 
+# selected_logprobs keeps the softmax of the forward for backward while it takes at most this many
+# bytes (float32 [N, V]); above it, backward recomputes the logits chunk by chunk instead.
+KEEP_SOFTMAX_BYTES = 2 * 1024**3
+
+
+def _softmax_chunk_(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """Turn float32 ``logits`` [n, V] into their softmax in place; returns (softmax, logsumexp [n]).
+    Max-shifted, so as stable as ``torch.logsumexp``, in four passes over [n, V] and no copy."""
+    top = logits.amax(dim=-1, keepdim=True)
+    probs = logits.sub_(top).exp_()
+    total = probs.sum(dim=-1, keepdim=True)
+    probs.div_(total)
+    return probs, (top + total.log()).squeeze(-1)
+
+
 class _SelectedLogprobs(torch.autograd.Function):
     """Chunked fused ``log_softmax(hidden @ weight.T)[target]`` that never holds all N x V logits.
 
-    Forward keeps only the logsumexp per token; backward recomputes one chunk of logits at a time.
-    This is the standard memory trade (Liger kernel, torchtune's chunked loss): the output layer of a
-    135M model with a 49k vocabulary has 6x more activations than the rest of one token's layer.
+    Forward keeps the softmax for backward when it fits in ``keep_bytes`` (then backward is two
+    matrix products per chunk); otherwise only the logsumexp per token, and backward recomputes one
+    chunk of logits at a time: the memory trade of Liger kernel and torchtune's chunked loss, for an
+    output layer (49k vocabulary) with 6x more activations than the rest of a token's layer. Element
+    work is in place on each chunk. Backward may run once (it reuses the kept softmax's memory).
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, chunk_size, compute_dtype):  # type: ignore[override]
-        logprobs = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+    def forward(ctx, hidden, weight, targets, chunk_size, compute_dtype, keep_bytes):  # type: ignore[override]
+        n, vocab = hidden.shape[0], weight.shape[0]
+        logprobs = torch.empty(n, dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(logprobs)
+        needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        keep = needs_grad and n * vocab * 4 <= keep_bytes
+        probs = torch.empty(n, vocab, dtype=torch.float32, device=hidden.device) if keep else None
         weight_c = weight.to(compute_dtype)
-        for start in range(0, hidden.shape[0], chunk_size):
-            stop = start + chunk_size
-            logits = (hidden[start:stop].to(compute_dtype) @ weight_c.T).float()
-            lse[start:stop] = torch.logsumexp(logits, dim=-1)
+        for start in range(0, n, chunk_size):
+            stop = min(start + chunk_size, n)
+            out = probs[start:stop] if probs is not None else None
+            if out is not None and compute_dtype == torch.float32:
+                logits = torch.mm(hidden[start:stop].to(compute_dtype), weight_c.T, out=out)
+            else:
+                logits = (hidden[start:stop].to(compute_dtype) @ weight_c.T).float()
             picked = logits.gather(-1, targets[start:stop].unsqueeze(-1)).squeeze(-1)
+            softmax, lse[start:stop] = _softmax_chunk_(logits)
+            if out is not None and softmax.data_ptr() != out.data_ptr():
+                out.copy_(softmax)
             logprobs[start:stop] = picked - lse[start:stop]
         ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.probs = probs
         ctx.chunk_size = chunk_size
         ctx.compute_dtype = compute_dtype
         return logprobs
@@ -130,6 +158,7 @@ class _SelectedLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
         hidden, weight, targets, lse = ctx.saved_tensors
+        probs, ctx.probs = ctx.probs, None
         dtype = ctx.compute_dtype
         weight_c = weight.to(dtype)
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
@@ -139,19 +168,24 @@ class _SelectedLogprobs(torch.autograd.Function):
         for start in range(0, hidden.shape[0], ctx.chunk_size):
             stop = start + ctx.chunk_size
             h = hidden[start:stop].to(dtype)
-            probs = torch.exp((h @ weight_c.T).float() - lse[start:stop, None])
-            g = grad_out[start:stop, None]
+            if probs is not None:
+                grad_logits = probs[start:stop]
+            else:
+                grad_logits = (h @ weight_c.T).float().sub_(lse[start:stop, None]).exp_()
+            g = grad_out[start:stop, None].float()
             # d(logit_target - lse)/d logits = onehot(target) - softmax
-            grad_logits = -probs * g
-            grad_logits.scatter_add_(-1, targets[start:stop, None], g)
+            grad_logits.mul_(-g).scatter_add_(-1, targets[start:stop, None], g)
             grad_logits = grad_logits.to(dtype)
             if grad_hidden is not None:
                 grad_hidden[start:stop] = (grad_logits @ weight_c).to(hidden.dtype)
             if grad_weight is not None:
-                grad_weight += (grad_logits.T @ h).float()
+                if grad_logits.dtype == torch.float32 and h.dtype == torch.float32:
+                    grad_weight.addmm_(grad_logits.T, h)
+                else:
+                    grad_weight += (grad_logits.T @ h).float()
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None
 
 
 def selected_logprobs(
@@ -161,14 +195,17 @@ def selected_logprobs(
     *,
     chunk_size: int = 1024,
     compute_dtype: torch.dtype | None = None,
+    keep_bytes: int = KEEP_SOFTMAX_BYTES,
 ) -> Tensor:
     """log softmax(hidden @ weight.T)[target] for selected positions only, float32, memory-lean.
 
     hidden: [N, H] (the decoder's last hidden states at the positions that predict ``targets``),
     weight: [V, H] (the output embedding, no bias), targets: [N] token ids -> [N]. Equal to
-    ``token_logprobs`` on the full logits at those positions, but never materialises [N, V] at once:
-    peak extra memory is one [chunk_size, V] float32 block. ``compute_dtype`` is the matmul dtype
-    (bf16 under autocast); the softmax is float32 regardless.
+    ``token_logprobs`` on the full logits at those positions, but never materialises [N, V] logits
+    at once. When gradients are needed and the float32 softmax [N, V] takes at most ``keep_bytes``,
+    it is kept for backward (one matrix product fewer per chunk); otherwise backward recomputes one
+    [chunk_size, V] block at a time. ``compute_dtype`` is the matmul dtype (bf16 under autocast);
+    the softmax is float32 regardless.
     """
     if hidden.dim() != 2 or targets.shape != hidden.shape[:1]:
         raise ValueError(
@@ -182,7 +219,9 @@ def selected_logprobs(
             else hidden.dtype
         )
     with torch.autocast(hidden.device.type, enabled=False):
-        return _SelectedLogprobs.apply(hidden, weight, targets, chunk_size, compute_dtype)
+        return _SelectedLogprobs.apply(
+            hidden, weight, targets, chunk_size, compute_dtype, keep_bytes
+        )
 
 
 def segment_sum(values: Tensor, segment_ids: Tensor, n_segments: int) -> Tensor:
