@@ -134,23 +134,19 @@ class _SelectedLogprobs(torch.autograd.Function):
         logprobs = torch.empty(n, dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(logprobs)
         needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-        keep = needs_grad and n * vocab * 4 <= keep_bytes
-        probs = torch.empty(n, vocab, dtype=torch.float32, device=hidden.device) if keep else None
+        # Each chunk's softmax, in order, when kept for backward (float32 [chunk, V] each).
+        kept: list[Tensor] | None = [] if needs_grad and n * vocab * 4 <= keep_bytes else None
         weight_c = weight.to(compute_dtype)
         for start in range(0, n, chunk_size):
-            stop = min(start + chunk_size, n)
-            out = probs[start:stop] if probs is not None else None
-            if out is not None and compute_dtype == torch.float32:
-                logits = torch.mm(hidden[start:stop].to(compute_dtype), weight_c.T, out=out)
-            else:
-                logits = (hidden[start:stop].to(compute_dtype) @ weight_c.T).float()
+            stop = start + chunk_size
+            logits = (hidden[start:stop].to(compute_dtype) @ weight_c.T).float()
             picked = logits.gather(-1, targets[start:stop].unsqueeze(-1)).squeeze(-1)
             softmax, lse[start:stop] = _softmax_chunk_(logits)
-            if out is not None and softmax.data_ptr() != out.data_ptr():
-                out.copy_(softmax)
+            if kept is not None:
+                kept.append(softmax)
             logprobs[start:stop] = picked - lse[start:stop]
         ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.probs = probs
+        ctx.kept = kept
         ctx.chunk_size = chunk_size
         ctx.compute_dtype = compute_dtype
         return logprobs
@@ -158,18 +154,18 @@ class _SelectedLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
         hidden, weight, targets, lse = ctx.saved_tensors
-        probs, ctx.probs = ctx.probs, None
+        kept, ctx.kept = ctx.kept, None
         dtype = ctx.compute_dtype
         weight_c = weight.to(dtype)
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = (
             torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
         )
-        for start in range(0, hidden.shape[0], ctx.chunk_size):
+        for index, start in enumerate(range(0, hidden.shape[0], ctx.chunk_size)):
             stop = start + ctx.chunk_size
             h = hidden[start:stop].to(dtype)
-            if probs is not None:
-                grad_logits = probs[start:stop]
+            if kept is not None:
+                grad_logits = kept[index]
             else:
                 grad_logits = (h @ weight_c.T).float().sub_(lse[start:stop, None]).exp_()
             g = grad_out[start:stop, None].float()
