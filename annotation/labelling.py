@@ -181,17 +181,22 @@ RETURNING id, served
 """
 
 
-def _claim_normal(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
+def _labelling_sql(template: str, lock: str = "") -> str:
+    """One of this module's SQL templates with the quoted table names of the comparison,
+    assignment and judgement models filled in as {comparison}, {assignment}, {judgement}, and
+    ``lock`` as {lock} (empty on SQLite: no row locks, it runs one writer at a time)."""
     quote = connection.ops.quote_name
-    sql = _CLAIM_NEXT_SQL.format(
+    return template.format(
         comparison=quote(Comparison._meta.db_table),
         assignment=quote(Assignment._meta.db_table),
         judgement=quote(Judgement._meta.db_table),
-        # SQLite has no row locks (it runs one writer at a time) and no FOR UPDATE.
-        lock=" FOR UPDATE SKIP LOCKED"
-        if connection.features.has_select_for_update_skip_locked
-        else "",
+        lock=lock,
     )
+
+
+def _claim_normal(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
+    skip_locked = connection.features.has_select_for_update_skip_locked
+    sql = _labelling_sql(_CLAIM_NEXT_SQL, " FOR UPDATE SKIP LOCKED" if skip_locked else "")
     with connection.cursor() as cursor:
         cursor.execute(sql, [project.pk, project.overlap, annotator.pk, annotator.pk])
         row = cursor.fetchone()
@@ -250,10 +255,7 @@ LIMIT 1
 
 def _active_lease(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
     """The lease a page reload shows again. Hand-written for the CPU it saves on every claim."""
-    quote = connection.ops.quote_name
-    sql = _ACTIVE_LEASE_SQL.format(
-        assignment=quote(Assignment._meta.db_table), comparison=quote(Comparison._meta.db_table)
-    )
+    sql = _labelling_sql(_ACTIVE_LEASE_SQL)
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     params = [project.pk, annotator.pk, Assignment.Status.ACTIVE.value, now]
     return next(iter(Assignment.objects.raw(sql, params)), None)
@@ -327,16 +329,11 @@ WHERE a.id = %s AND a.annotator_id = %s
 def _locked_assignment(assignment_id: int, annotator: AbstractBaseUser) -> Assignment | None:
     """The annotator's assignment ``assignment_id``, row-locked until the transaction ends (None if
     it is not theirs, or no longer exists). Hand-written for the CPU it saves on every submission."""
-    quote = connection.ops.quote_name
     features = connection.features
     lock = ""
-    if features.has_select_for_update:  # SQLite: one writer at a time, no row locks
+    if features.has_select_for_update:
         lock = "FOR UPDATE OF a" if features.has_select_for_update_of else "FOR UPDATE"
-    sql = _OWN_ASSIGNMENT_SQL.format(
-        assignment=quote(Assignment._meta.db_table),
-        comparison=quote(Comparison._meta.db_table),
-        lock=lock,
-    )
+    sql = _labelling_sql(_OWN_ASSIGNMENT_SQL, lock)
     return next(iter(Assignment.objects.raw(sql, [assignment_id, annotator.pk])), None)
 
 
