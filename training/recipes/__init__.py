@@ -61,7 +61,12 @@ def run_training(
         raise ConfigError(f"kind: no recipe for {config.kind!r} (have {sorted(_RECIPES)})")
     recipe = __getattr__(_RECIPES[config.kind])
     callback = CallbackList(callbacks) if callbacks else None
-    return recipe(config, callback)
+    from training.recipes.runtime import freed_memory
+
+    try:
+        return recipe(config, callback)
+    finally:
+        freed_memory.reset()  # a run that raised never reached finish_run, which releases it
 
 
 __all__ = [

@@ -21,7 +21,7 @@ from training.recipes.distributed import (
     barrier,
     setup_distributed,
 )
-from training.recipes.runtime import TrainResult, resolve_device, seed_everything
+from training.recipes.runtime import TrainResult, freed_memory, resolve_device, seed_everything
 
 
 @dataclass
@@ -34,6 +34,7 @@ class Run:
     callback: CallbackList
     checkpoints: CheckpointManager
     ranks: Ranks
+    keeps_freed_memory: bool = False  # counted in ``runtime.freed_memory`` until ``finish_run``
 
     @property
     def resume_from(self) -> Path | None:
@@ -53,7 +54,8 @@ class Run:
 
 def start_run(config: TrainingConfig, callback: TrainingCallback | None) -> Run:
     """Create the run folder, write the resolved config, seed everything; join the process group
-    when launched by torchrun (only rank 0 writes the folder)."""
+    when launched by torchrun (only rank 0 writes the folder). On CPU, freed memory stays in the
+    heap until ``finish_run`` (``runtime.FreedMemoryPolicy``)."""
     ranks, device = setup_distributed(resolve_device(config.device))
     output_dir = Path(config.output_dir)
     callbacks: list[TrainingCallback] = []
@@ -74,6 +76,7 @@ def start_run(config: TrainingConfig, callback: TrainingCallback | None) -> Run:
             output_dir, every=config.checkpoint_every, keep=config.keep_checkpoints
         ),
         ranks=ranks,
+        keeps_freed_memory=freed_memory.enter(device),
     )
 
 
@@ -139,6 +142,9 @@ def finish_run(
             json.dumps({"status": status, **summary}, indent=2)
         )
     barrier(run.ranks)
+    if run.keeps_freed_memory:
+        run.keeps_freed_memory = False
+        freed_memory.leave()
     run.callback.on_end(status=status, summary=summary)
     return TrainResult(
         status=status,
