@@ -170,10 +170,31 @@ def run_resume(*, run: TrainingRun, user: AbstractBaseUser | None) -> TrainingRu
         run.refresh_from_db()
         raise RunError(f"run #{run.pk} is {run.status}; only failed or cancelled runs resume")
     run.refresh_from_db()
+    recovered = _record_unrecorded_checkpoints(run)
     last = run.checkpoints.order_by("-step").first()
-    _event(run, "resumed", user, from_step=last.step if last else 0)
+    detail: dict[str, Any] = {"from_step": last.step if last else 0}
+    if recovered:
+        detail["recovered_checkpoints"] = recovered
+    _event(run, "resumed", user, **detail)
     _enqueue(run)
     return run
+
+
+def _record_unrecorded_checkpoints(run: TrainingRun) -> list[int]:
+    """Record the complete checkpoints on disk that the database lacks (a worker killed between
+    writing a checkpoint and recording it) and return their steps. The recipe resumes from the
+    newest complete folder, so the ``resumed`` event must count it too."""
+    if not run.output_dir:
+        return []
+    from training.recipes.checkpoint_files import complete_checkpoints  # torch-free, still a recipe
+
+    recorded = set(run.checkpoints.values_list("step", flat=True))
+    recovered = []
+    for step, folder in complete_checkpoints(Path(run.output_dir)):
+        if step not in recorded:
+            checkpoint_record(run_id=run.pk, step=step, path=str(folder), metrics={})
+            recovered.append(step)
+    return recovered
 
 
 def run_clone(

@@ -139,6 +139,29 @@ def test_reaper_fails_a_silent_run_and_resume_continues(snapshot, models_dir):
     ]  # fmt: skip
 
 
+def test_resume_counts_a_checkpoint_written_but_not_recorded(snapshot):
+    """A worker killed after renaming checkpoint 15 into place but before recording it: resuming
+    records it (the recipe will load it) and says so; a partial folder stays ignored."""
+    from training.recipes.checkpoint_files import STATE_FILE, checkpoint_folder, partial_folder
+
+    run = _dpo(snapshot)
+    output = Path(run.output_dir)
+    for step in (10, 15):
+        folder = checkpoint_folder(output, step)
+        folder.mkdir(parents=True)
+        (folder / STATE_FILE).write_text(json.dumps({"step": step}))
+    partial_folder(output, 20).mkdir()
+    services.checkpoint_record(
+        run_id=run.pk, step=10, path=str(checkpoint_folder(output, 10)), metrics={"loss": 0.6}
+    )
+    TrainingRun.objects.filter(pk=run.pk).update(status="failed")
+    run.refresh_from_db()
+    services.run_resume(run=run, user=None)
+    resumed = run.events.get(action="resumed")
+    assert resumed.detail == {"from_step": 15, "recovered_checkpoints": [15]}
+    assert list(run.checkpoints.values_list("step", "metrics")) == [(10, {"loss": 0.6}), (15, {})]
+
+
 def test_clone_copies_settings_with_changes(snapshot):
     run = _dpo(snapshot, beta=0.2)
     clone = services.run_clone(run=run, user=None, changes={"max_steps": 9})

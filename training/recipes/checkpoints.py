@@ -17,10 +17,16 @@ from typing import Any
 
 import torch
 
+from training.recipes.checkpoint_files import (
+    STATE_FILE,
+    TENSORS_FILE,
+    checkpoint_folder,
+    checkpoints_root,
+    complete_checkpoints,
+    partial_folder,
+    read_trainer_state,
+)
 from training.recipes.runtime import rng_state, set_rng_state
-
-STATE_FILE = "trainer_state.json"
-TENSORS_FILE = "training_state.pt"
 
 
 @dataclass
@@ -32,7 +38,8 @@ class ResumeState:
 
 class CheckpointManager:
     def __init__(self, output_dir: Path, *, every: int, keep: int) -> None:
-        self.root = output_dir / "checkpoints"
+        self.output_dir = output_dir
+        self.root = checkpoints_root(output_dir)
         self.every = every
         self.keep = keep
 
@@ -41,10 +48,7 @@ class CheckpointManager:
 
     def checkpoints(self) -> list[Path]:
         """Complete checkpoints, oldest first."""
-        if not self.root.is_dir():
-            return []
-        done = [p for p in self.root.glob("step-*") if (p / STATE_FILE).is_file() and p.is_dir()]
-        return sorted(done, key=lambda p: int(p.name.split("-")[1]))
+        return [folder for _, folder in complete_checkpoints(self.output_dir)]
 
     def latest(self) -> Path | None:
         found = self.checkpoints()
@@ -63,8 +67,8 @@ class CheckpointManager:
         extra_state: dict[str, Any] | None = None,
     ) -> Path:
         """Write step ``step`` atomically and prune old checkpoints; returns the folder."""
-        final = self.root / f"step-{step:08d}"
-        partial = self.root / f".step-{step:08d}.partial"
+        final = checkpoint_folder(self.output_dir, step)
+        partial = partial_folder(self.output_dir, step)
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         save_pretrained(model, partial)
@@ -103,8 +107,8 @@ class CheckpointManager:
         for name, module in (extra_modules or {}).items():
             module.load_state_dict(saved["modules"][name])
         set_rng_state(saved["rng"])
-        trainer_state = json.loads((path / STATE_FILE).read_text())
-        return ResumeState(trainer_state["step"], trainer_state, path), saved["extra"]
+        state = read_trainer_state(path)
+        return ResumeState(state["step"], state, path), saved["extra"]
 
 
 def save_pretrained(model: Any, folder: Path) -> None:
