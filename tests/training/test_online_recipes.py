@@ -65,7 +65,10 @@ class SpreadByPrompt:
     def encode(self, prompt, response):
         return prompt
 
-    def score(self, prompts):
+    def clusters_for(self, prompts):
+        return None  # not cluster-conditioned
+
+    def score(self, prompts, clusters=None):
         values = []
         for prompt in prompts:
             text = prompt[-1][1]

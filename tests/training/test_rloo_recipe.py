@@ -75,3 +75,63 @@ def test_rloo_cancel_and_resume_is_exact(tiny_llama_dir, tiny_reward_dir, prompt
     b = load_file(f"{resumed.final_model_dir}/model.safetensors")
     for name in a:
         assert torch.equal(a[name], b[name]), name
+
+
+def test_a_cluster_conditioned_reward_model_scores_each_prompt_in_its_cluster(
+    tiny_llama_dir, tiny_reward_dir, tmp_path
+):
+    """A reward model saved with cluster conditioning (as ``cluster_conditioning=True`` saves it):
+    the online scorer reads each prompt's cluster from the data rows, a prompt in a cluster scores
+    differently from the plain model, one without a cluster exactly alike, a variant of a prompt
+    (PPO's perturbed instructions) in its original's cluster; RLOO trains with it and says so."""
+    import shutil
+
+    from tests.training.conftest import PAIRS, write_jsonl
+    from training.recipes.data import load_prompt_clusters
+    from training.recipes.models import load_tokenizer
+    from training.recipes.reward_model import (
+        CONDITIONING_FILE,
+        ClusterConditioning,
+        RewardScorer,
+        load_sequence_classifier,
+    )
+
+    reward = shutil.copytree(tiny_reward_dir, tmp_path / "rm")
+    tokenizer = load_tokenizer(reward)
+    model = load_sequence_classifier(reward, device=torch.device("cpu"), tokenizer=tokenizer)
+    hidden = model.get_input_embeddings().embedding_dim
+    weight = [[0.5] * hidden, [0.0] * hidden]
+    (reward / CONDITIONING_FILE).write_text(json.dumps({"clusters": ["a", "b"], "weight": weight}))
+    rows = [
+        {"prompt": p, **({"cluster": "a"} if i < 4 else {})} for i, (p, _, _) in enumerate(PAIRS)
+    ]
+    prompts = write_jsonl(tmp_path / "prompts.jsonl", rows)
+
+    clusters = load_prompt_clusters(prompts)
+    assert len(clusters) == 4 and set(clusters.values()) == {"a"}
+    plain = RewardScorer(model.eval(), tokenizer, max_length=128, prompt_budget=64)
+    inside, outside = ((("user", PAIRS[0][0]),), (("user", PAIRS[5][0]),))
+    inputs = [plain.encode(inside, "fine."), plain.encode(outside, "fine.")]
+    with torch.no_grad():
+        before = plain.score(inputs, plain.clusters_for([inside, outside]))
+        conditioning = ClusterConditioning.load(reward, hidden)
+        plain.condition_on(conditioning.requires_grad_(False), clusters)
+        after = plain.score(inputs, plain.clusters_for([inside, outside]))
+        variant = (("user", PAIRS[0][0] + "\n\nBe brief."),)
+        plain.share_clusters([variant], [inside])
+        assert plain.clusters_for([variant]) == [conditioning.index["a"]]
+    assert plain.conditioned_clusters() == 2
+    assert not torch.isclose(after[0], before[0])
+    assert after[1] == before[1]
+
+    result = train_rloo(_config(tiny_llama_dir, reward, prompts, tmp_path / "run"))
+    assert result.status == "completed" and result.summary["reward_clusters"] == 2
+
+
+def test_conditioning_of_the_wrong_size_is_refused(tmp_path):
+    from training.recipes.reward_model import CONDITIONING_FILE, ClusterConditioning
+
+    (tmp_path / CONDITIONING_FILE).write_text(json.dumps({"clusters": ["a"], "weight": [[1.0]]}))
+    with pytest.raises(ValueError, match=r"expected \[1, 8\]"):
+        ClusterConditioning.load(tmp_path, 8)
+    assert ClusterConditioning.load(tmp_path / "elsewhere", 8) is None

@@ -225,6 +225,18 @@ def load_prompts(path: str | Path) -> list[Messages]:
     return prompts
 
 
+def load_prompt_clusters(path: str | Path) -> dict[Messages, str]:
+    """Each prompt's cluster where its row names one (export rows do), for scoring with a
+    cluster-conditioned reward model; prompts without one are absent."""
+    path = Path(path)
+    found: dict[Messages, str] = {}
+    for n, row in _read_jsonl(path):
+        cluster = row.get("cluster")
+        if cluster is not None:
+            found[_messages(row.get("prompt"), f"{path.name} line {n}")] = str(cluster)
+    return found
+
+
 def file_sha256(path: str | Path) -> str:
     digest = hashlib.sha256()
     with Path(path).open("rb") as handle:

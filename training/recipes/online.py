@@ -28,12 +28,16 @@ from training.algorithms import (
     missing_eos_penalty,
 )
 from training.recipes.config import ConfigError, OnlineRLConfig
-from training.recipes.data import ChatEncoder, Messages, chunks
+from training.recipes.data import ChatEncoder, Messages, chunks, load_prompt_clusters
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
 from training.recipes.loop import Run
 from training.recipes.models import load_causal_lm, load_policy, load_tokenizer
 from training.recipes.packing import TokenizedSequence
-from training.recipes.reward_model import RewardScorer, load_sequence_classifier
+from training.recipes.reward_model import (
+    ClusterConditioning,
+    RewardScorer,
+    load_sequence_classifier,
+)
 from training.recipes.runtime import autocast, rng_state, set_rng_state
 from training.recipes.updates import PlainUpdates, ZeroUpdates
 
@@ -85,6 +89,12 @@ def load_online_models(
         max_length=config.max_length + config.max_new_tokens,
         prompt_budget=config.prompt_budget,
     )
+    hidden = reward_model.get_input_embeddings().embedding_dim
+    conditioning = ClusterConditioning.load(config.reward_model, hidden)
+    if conditioning is not None:  # the reward model was trained per prompt cluster
+        scorer.condition_on(
+            conditioning.to(device).requires_grad_(False), load_prompt_clusters(config.data)
+        )
     return OnlineModels(tokenizer, encoder, policy, packed, reference, scorer)
 
 
@@ -164,11 +174,13 @@ def sample_rollouts(
 def score_rollouts(
     scorer: RewardScorer, rollouts: Sequence[Rollout], batch_size: int
 ) -> torch.Tensor:
-    """Reward-model scores [R] float32 (the reward model reads text, so its tokenizer may differ)."""
+    """Reward-model scores [R] float32 (the reward model reads text, so its tokenizer may differ;
+    a cluster-conditioned one reads each prompt's cluster too)."""
     scores = []
     for start in range(0, len(rollouts), batch_size):
         part = rollouts[start : start + batch_size]
-        scores.append(scorer.score([scorer.encode(r.prompt, r.text) for r in part]).cpu())
+        inputs = [scorer.encode(r.prompt, r.text) for r in part]
+        scores.append(scorer.score(inputs, scorer.clusters_for([r.prompt for r in part])).cpu())
     return torch.cat(scores)
 
 

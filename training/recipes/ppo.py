@@ -210,6 +210,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
         batch_prompts = [prompts[i] for i in sampler.batch(epoch, batch_index)]
         sources = assign_rollout_sources(len(batch_prompts), config)
         asked = rollout_prompts(batch_prompts, sources, config, step)
+        models.scorer.share_clusters(asked, batch_prompts)
         mine = ranks.block(range(len(asked)))
         with throughput.timing():
             rollouts, scores, doubled = collect_rollouts(
@@ -339,6 +340,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
         "packed": packed,
         "bf16": config.bf16,
         "peak_memory_bytes": peak_memory_bytes(device),
+        "reward_clusters": models.scorer.conditioned_clusters(),
     }
     return finish_run(
         run, status=status, step=step, model=policy, tokenizer=tokenizer, summary=summary

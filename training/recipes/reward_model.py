@@ -101,6 +101,9 @@ def load_sequence_classifier(
     return model.to(device)
 
 
+CONDITIONING_FILE = "cluster_conditioning.json"
+
+
 class ClusterConditioning(nn.Module):
     """Domain conditioning (PIPELINE.md's third layer): a learned vector per prompt cluster, added to
     the input embedding of every token of a sequence whose prompt is in that cluster.
@@ -144,9 +147,31 @@ class ClusterConditioning(nn.Module):
     def payload(self) -> dict[str, Any]:
         return {"clusters": self.clusters, "weight": self.weight.detach()[1:].tolist()}
 
+    @classmethod
+    def load(cls, folder: str | Path, hidden_size: int) -> ClusterConditioning | None:
+        """The conditioning saved beside a trained reward model (``CONDITIONING_FILE``), or None
+        when the model was trained without it."""
+        file = Path(folder) / CONDITIONING_FILE
+        if not file.is_file():
+            return None
+        payload = json.loads(file.read_text())
+        module = cls(payload["clusters"], hidden_size)
+        weight = torch.tensor(payload["weight"], dtype=torch.float32)
+        if weight.shape != (len(module.clusters), hidden_size):
+            raise ValueError(
+                f"{file}: weight is {list(weight.shape)}, expected "
+                f"[{len(module.clusters)}, {hidden_size}] (clusters x the model's hidden size)"
+            )
+        with torch.no_grad():
+            module.weight[1:] = weight
+        return module
+
 
 class RewardScorer:
-    """Encodes (prompt, response) pairs and returns scalar rewards [S] float32 for a reward model."""
+    """Encodes (prompt, response) pairs and returns scalar rewards [S] float32 for a reward model.
+
+    With a ``ClusterConditioning`` (``condition_on``), each prompt's cluster comes from
+    ``prompt_clusters``; prompts it does not know score as "no cluster"."""
 
     conditioning: ClusterConditioning | None = None
 
@@ -166,6 +191,31 @@ class RewardScorer:
             and model.config._attn_implementation in (VARLEN_ATTENTION, "flash_attention_2")
         )
         self.encoder_packed = supports_encoder_packing(model)
+        self.prompt_clusters: dict[Messages, str] = {}
+
+    def condition_on(
+        self, conditioning: ClusterConditioning, prompt_clusters: dict[Messages, str]
+    ) -> None:
+        """Score with ``conditioning`` from now on, each prompt in its ``prompt_clusters`` entry."""
+        conditioning.attach(self.model)
+        self.conditioning = conditioning
+        self.prompt_clusters = dict(prompt_clusters)
+
+    def clusters_for(self, prompts: Sequence[Messages]) -> list[int] | None:
+        """Cluster ids of ``prompts`` for ``score`` (0: none), or None without conditioning."""
+        if self.conditioning is None:
+            return None
+        return self.conditioning.ids([self.prompt_clusters.get(p) for p in prompts])
+
+    def conditioned_clusters(self) -> int:
+        """How many prompt clusters the reward model tells apart (0: not conditioned)."""
+        return 0 if self.conditioning is None else len(self.conditioning.clusters)
+
+    def share_clusters(self, variants: Sequence[Messages], originals: Sequence[Messages]) -> None:
+        """Each variant of a prompt (an instruction appended, say) is in its original's cluster."""
+        for variant, original in zip(variants, originals, strict=True):
+            if variant != original and original in self.prompt_clusters:
+                self.prompt_clusters[variant] = self.prompt_clusters[original]
 
     def encode(self, prompt: Messages, response: str) -> RewardInput:
         if self.chat:
@@ -563,7 +613,7 @@ def train_reward_model(
         summary["plain/eval/reward_std"] = plain_summary.get("eval/reward_std")
     files: dict[str, Any] = {"reward_stats.json": evaluation} if evaluation else {}
     if conditioning is not None:
-        files["cluster_conditioning.json"] = conditioning.payload()
+        files[CONDITIONING_FILE] = conditioning.payload()
     return finish_run(
         run,
         status=status,

@@ -222,6 +222,7 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
         "packed": packed,
         "bf16": config.bf16,
         "peak_memory_bytes": peak_memory_bytes(device),
+        "reward_clusters": models.scorer.conditioned_clusters(),
     }
     return finish_run(
         run, status=status, step=step, model=policy, tokenizer=tokenizer, summary=summary
