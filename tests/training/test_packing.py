@@ -91,8 +91,9 @@ def test_bucketed_decoder_rows_equal_padding(tiny_llama_dir, monkeypatch):
 
 @pytest.mark.parametrize("call_cost", [0, None])
 def test_bucketed_encoder_rows_equal_padding(tiny_bert_dir, monkeypatch, call_cost):
-    """BERT unpadded over several buckets (and over one) gives the padded forward's logits and
-    gradients, the [CLS]-only last layer included."""
+    """BERT unpadded (sequences of very different lengths, with token type ids) over several buckets
+    and over the default split gives the padded forward's logits and the same gradients on every
+    parameter, the [CLS]-only last layer included."""
     from transformers import AutoModelForSequenceClassification
 
     if call_cost is not None:

@@ -96,44 +96,6 @@ def test_packed_rewards_equal_what_transformers_computes_on_the_saved_model(
     assert torch.allclose(got, expected, atol=1e-5)
 
 
-def test_unpadded_encoder_equals_its_padded_forward_in_values_and_gradients(tiny_bert_dir):
-    """BERT with the grid attention, run on the real tokens only (sequences of very different
-    lengths, with token type ids), gives the padded forward's rewards and the same gradients."""
-    from transformers import AutoModelForSequenceClassification
-
-    from training.recipes.packing import packed_attention_for, packed_encoder_logits
-
-    tokenizer = load_tokenizer(tiny_bert_dir)
-    texts = [("what is 2+2?", "four " * k) for k in (1, 9, 3, 20)]
-    encoded = [tokenizer(a, b) for a, b in texts]
-    padded = tokenizer(
-        [a for a, _ in texts], [b for _, b in texts], padding=True, return_tensors="pt"
-    )
-    assert int(padded["attention_mask"].sum()) < padded["attention_mask"].numel()  # padding exists
-
-    def run(packed: bool):
-        torch.manual_seed(0)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            str(tiny_bert_dir), num_labels=1, attn_implementation=packed_attention_for("cpu")
-        )
-        if packed:
-            logits = packed_encoder_logits(
-                model,
-                [e["input_ids"] for e in encoded],
-                [e["token_type_ids"] for e in encoded],
-            )
-        else:
-            logits = model(**padded).logits
-        (logits[:, 0] * torch.arange(1.0, 5.0)).sum().backward()
-        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
-
-    packed_logits, packed_grads = run(True)
-    padded_logits, padded_grads = run(False)
-    assert torch.allclose(packed_logits, padded_logits, atol=1e-6)
-    for name, grad in padded_grads.items():
-        assert torch.allclose(packed_grads[name], grad, atol=1e-5), name
-
-
 def test_encoder_reward_model_trains_unpadded_and_scores_like_plain_transformers(
     tiny_bert_dir, pairs_file, tmp_path
 ):
