@@ -127,3 +127,33 @@ def test_bucketed_encoder_rows_equal_padding(tiny_bert_dir, monkeypatch, call_co
     assert torch.allclose(packed_logits, padded_logits, atol=1e-6)
     for name, grad in padded_grads.items():
         assert torch.allclose(packed_grads[name], grad, atol=1e-5), name
+
+
+def test_bucketed_slots_of_shared_prompts_equal_padding(tiny_llama_dir, monkeypatch):
+    """Shared prompts with completions of very different lengths, each completion slot split into
+    several grids: the same log-probabilities and gradients as right padding."""
+    monkeypatch.setattr(packing, "GRID_CALL_COST", 0)
+    model, _ = load_causal_lm(tiny_llama_dir, device=torch.device("cpu"))
+    generator = torch.Generator().manual_seed(1)
+
+    def tokens(n: int) -> tuple[int, ...]:
+        return tuple(torch.randint(3, model.config.vocab_size, (n,), generator=generator).tolist())
+
+    long_prompt, short_prompt = tokens(30), tokens(4)
+    sequences = [
+        *(TokenizedSequence(long_prompt + tokens(n), 30) for n in (2, 25, 3)),
+        *(TokenizedSequence(short_prompt + tokens(n), 4) for n in (40, 1)),
+        TokenizedSequence(tokens(12), 3),
+    ]
+    results = []
+    for packed in (True, False):
+        batch = build_batch(sequences, packed=packed, pad_token_id=0, share_prompts=packed)
+        if packed:
+            assert batch.layout is not None and batch.layout.shared
+            assert len(batch.layout.grids) > 3  # more grids than completion slots
+        logps = sequence_completion_logprobs(model, batch)
+        (logps * torch.arange(1.0, 7.0)).sum().backward()
+        results.append((logps.detach(), model.model.embed_tokens.weight.grad.clone()))
+        model.zero_grad()
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-5)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-5)

@@ -52,8 +52,8 @@ class _Grid:
 
 @dataclass(frozen=True)
 class PackedLayout:
-    """How attention reads a packed row: grids of similar-length rows (or, with shared prompts,
-    one grid per completion slot) and where each packed position's output lies among their slots."""
+    """How attention reads a packed row: grids of similar-length rows (with shared prompts, per
+    completion slot) and where each packed position's output lies among their slots."""
 
     grids: tuple[_Grid, ...]
     n_tokens: int
@@ -298,22 +298,16 @@ def _packed_layout(
     n_tokens: int,
     device: torch.device | str,
 ) -> PackedLayout:
-    """Grids for groups of (prefix start, member indices) with their branches' starts and lengths:
-    one grid per completion slot when prompts are shared, else one per ``length_buckets`` bucket.
-    A grid row is a prefix followed by one branch; a shared prefix's outputs come from slot 0."""
+    """Grids for groups of (prefix start, member indices) with their branches' starts and lengths.
+    A grid row is a prefix followed by one branch (completion slot k of its group; without shared
+    prompts every group has one slot); each slot's rows go into ``length_buckets`` grids of similar
+    width. A shared prefix's outputs come from slot 0's rows."""
     slots = max(len(members) for _, members in groups)
     rows_per_grid: list[list[tuple[int, int]]] = []  # (group, slot) per row
-    if slots == 1:
-        lengths = [
-            branch_starts[g][0] - start + branch_lengths[g][0]
-            for g, (start, _) in enumerate(groups)
-        ]
-        rows_per_grid = [[(g, 0) for g in bucket] for bucket in length_buckets(lengths)]
-    else:
-        rows_per_grid = [
-            [(g, slot) for g in range(len(groups)) if len(groups[g][1]) > slot]
-            for slot in range(slots)
-        ]
+    for slot in range(slots):
+        members = [g for g in range(len(groups)) if len(groups[g][1]) > slot]
+        widths = [branch_starts[g][0] - groups[g][0] + branch_lengths[g][slot] for g in members]
+        rows_per_grid += [[(members[i], slot) for i in bucket] for bucket in length_buckets(widths)]
     grids = []
     output_index = [0] * n_tokens
     offset = 0
