@@ -21,7 +21,6 @@ from training.recipes.checkpoint_files import (
     STATE_FILE,
     TENSORS_FILE,
     checkpoint_folder,
-    checkpoints_root,
     complete_checkpoints,
     partial_folder,
     read_trainer_state,
@@ -39,7 +38,6 @@ class ResumeState:
 class CheckpointManager:
     def __init__(self, output_dir: Path, *, every: int, keep: int) -> None:
         self.output_dir = output_dir
-        self.root = checkpoints_root(output_dir)
         self.every = every
         self.keep = keep
 

@@ -72,7 +72,7 @@ class PackedLayout:
 
     def from_grids(self, outputs: Sequence[Tensor]) -> Tensor:
         """One [rows, heads, width, D] per grid -> [N, heads, D] in packed order."""
-        flat = [out.transpose(1, 2).reshape(-1, *out.shape[1:2], out.shape[-1]) for out in outputs]
+        flat = [out.transpose(1, 2).reshape(-1, out.shape[1], out.shape[-1]) for out in outputs]
         return (flat[0] if len(flat) == 1 else torch.cat(flat)).index_select(0, self.output_index)
 
 
@@ -303,32 +303,25 @@ def _packed_layout(
     prompts every group has one slot); each slot's rows go into ``length_buckets`` grids of similar
     width. A shared prefix's outputs come from slot 0's rows."""
     slots = max(len(members) for _, members in groups)
-    rows_per_grid: list[list[tuple[int, int]]] = []  # (group, slot) per row
+    grid_rows: list[tuple[list[tuple[int, int]], int]] = []  # ((group, slot) per row, width)
     for slot in range(slots):
         members = [g for g in range(len(groups)) if len(groups[g][1]) > slot]
         widths = [branch_starts[g][0] - groups[g][0] + branch_lengths[g][slot] for g in members]
-        rows_per_grid += [[(members[i], slot) for i in bucket] for bucket in length_buckets(widths)]
+        for bucket in length_buckets(widths):
+            grid_rows.append(([(members[i], slot) for i in bucket], max(widths[i] for i in bucket)))
     grids = []
     output_index = [0] * n_tokens
     offset = 0
-    for rows in rows_per_grid:
-        lines = []
-        for g, slot in rows:
+    for rows, width in grid_rows:
+        gather = []
+        for row, (g, slot) in enumerate(rows):
             start = groups[g][0]
             prefix = branch_starts[g][0] - start
             branch = branch_starts[g][slot]
-            lines.append(
-                (
-                    prefix,
-                    [
-                        *range(start, start + prefix),
-                        *range(branch, branch + branch_lengths[g][slot]),
-                    ],
-                )
-            )
-        width = max(len(positions) for _, positions in lines)
-        gather = []
-        for row, ((_, slot), (prefix, positions)) in enumerate(zip(rows, lines, strict=True)):
+            positions = [
+                *range(start, start + prefix),
+                *range(branch, branch + branch_lengths[g][slot]),
+            ]
             gather.extend(positions)
             gather.extend([n_tokens] * (width - len(positions)))
             for j in range(0 if slot == 0 else prefix, len(positions)):
