@@ -69,6 +69,24 @@ def _sequences(lengths: list[int], vocab: int) -> list[TokenizedSequence]:
     ]
 
 
+def _packed_matches_padding(model, sequences, *, share_prompts: bool):
+    """Score ``sequences`` packed and right-padded; assert equal log-probabilities and embedding
+    gradients (each sequence weighted differently); return the packed layout."""
+    results = []
+    for packed in (True, False):
+        batch = build_batch(
+            sequences, packed=packed, pad_token_id=0, share_prompts=packed and share_prompts
+        )
+        logps = sequence_completion_logprobs(model, batch)
+        (logps * torch.arange(1.0, len(sequences) + 1.0)).sum().backward()
+        results.append((logps.detach(), model.model.embed_tokens.weight.grad.clone(), batch))
+        model.zero_grad()
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-5)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-5)
+    assert results[0][2].layout is not None
+    return results[0][2].layout
+
+
 def test_bucketed_decoder_rows_equal_padding(tiny_llama_dir, monkeypatch):
     """Causal attention over several length buckets scores every completion as right padding does,
     with the same gradients."""
@@ -76,17 +94,8 @@ def test_bucketed_decoder_rows_equal_padding(tiny_llama_dir, monkeypatch):
     model, packable = load_causal_lm(tiny_llama_dir, device=torch.device("cpu"))
     assert packable
     sequences = _sequences([40, 4, 23, 5, 41, 3], model.config.vocab_size)
-    results = []
-    for packed in (True, False):
-        batch = build_batch(sequences, packed=packed, pad_token_id=0)
-        if packed:
-            assert batch.layout is not None and len(batch.layout.grids) > 1
-        logps = sequence_completion_logprobs(model, batch)
-        (logps * torch.arange(1.0, 7.0)).sum().backward()
-        results.append((logps.detach(), model.model.embed_tokens.weight.grad.clone()))
-        model.zero_grad()
-    assert torch.allclose(results[0][0], results[1][0], atol=1e-5)
-    assert torch.allclose(results[0][1], results[1][1], atol=1e-5)
+    layout = _packed_matches_padding(model, sequences, share_prompts=False)
+    assert len(layout.grids) > 1
 
 
 @pytest.mark.parametrize("call_cost", [0, None])
@@ -145,15 +154,5 @@ def test_bucketed_slots_of_shared_prompts_equal_padding(tiny_llama_dir, monkeypa
         *(TokenizedSequence(short_prompt + tokens(n), 4) for n in (40, 1)),
         TokenizedSequence(tokens(12), 3),
     ]
-    results = []
-    for packed in (True, False):
-        batch = build_batch(sequences, packed=packed, pad_token_id=0, share_prompts=packed)
-        if packed:
-            assert batch.layout is not None and batch.layout.shared
-            assert len(batch.layout.grids) > 3  # more grids than completion slots
-        logps = sequence_completion_logprobs(model, batch)
-        (logps * torch.arange(1.0, 7.0)).sum().backward()
-        results.append((logps.detach(), model.model.embed_tokens.weight.grad.clone()))
-        model.zero_grad()
-    assert torch.allclose(results[0][0], results[1][0], atol=1e-5)
-    assert torch.allclose(results[0][1], results[1][1], atol=1e-5)
+    layout = _packed_matches_padding(model, sequences, share_prompts=True)
+    assert layout.shared and len(layout.grids) > 3  # more grids than completion slots
