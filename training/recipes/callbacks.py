@@ -21,6 +21,10 @@ class TrainingCallback:
     def on_start(self, *, total_steps: int, config: Mapping[str, Any]) -> None:
         """Before the first step; ``config`` is the resolved configuration."""
 
+    def on_phase(self, *, phase: str, done: int, total: int) -> None:
+        """Progress of work before (or between) steps, e.g. ``phase="reference log-probs"``,
+        ``done=3``, ``total=4`` batches; ``total`` 0 when unknown. Also a heartbeat."""
+
     def on_step(self, *, step: int, total_steps: int) -> None:
         """After every optimiser step (1-based ``step``): progress and heartbeat."""
 
@@ -29,6 +33,11 @@ class TrainingCallback:
 
     def on_checkpoint(self, *, step: int, path: Path) -> None:
         """After a checkpoint is complete on disk."""
+
+    def on_samples(self, *, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
+        """A few generations kept at an evaluation step (online kinds): each a mapping with at
+        least ``prompt`` and ``response`` (text) and ``reward`` (float), plus any per-sample
+        figures the recipe has (``score``, ``kl``, ``length``)."""
 
     def should_stop(self) -> bool:
         """Polled after every step; True stops cleanly (a checkpoint is written first)."""
@@ -48,6 +57,10 @@ class CallbackList(TrainingCallback):
         for callback in self.callbacks:
             callback.on_start(**kwargs)
 
+    def on_phase(self, **kwargs: Any) -> None:
+        for callback in self.callbacks:
+            callback.on_phase(**kwargs)
+
     def on_step(self, **kwargs: Any) -> None:
         for callback in self.callbacks:
             callback.on_step(**kwargs)
@@ -59,6 +72,10 @@ class CallbackList(TrainingCallback):
     def on_checkpoint(self, **kwargs: Any) -> None:
         for callback in self.callbacks:
             callback.on_checkpoint(**kwargs)
+
+    def on_samples(self, **kwargs: Any) -> None:
+        for callback in self.callbacks:
+            callback.on_samples(**kwargs)
 
     def should_stop(self) -> bool:
         return any(callback.should_stop() for callback in self.callbacks)
