@@ -1,0 +1,129 @@
+"""Consensus labels: majority vote and Dawid-Skene posteriors, each with its margin."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from annotation.agreement.coefficients import MISSING, N_CHOICES, item_counts
+
+
+@dataclass(frozen=True)
+class Consensus:
+    """A consensus label per item. label [I] (MISSING where undecided or unjudged), posterior [I, K]
+    (soft label: a probability per category), margin [I] (top posterior minus the runner-up)."""
+
+    label: np.ndarray
+    posterior: np.ndarray
+    margin: np.ndarray
+
+
+def _consensus_from_posterior(posterior: np.ndarray, judged: np.ndarray) -> Consensus:
+    top2 = np.sort(posterior, axis=1)[:, -2:] if posterior.shape[1] >= 2 else None
+    margin = top2[:, 1] - top2[:, 0] if top2 is not None else np.ones(posterior.shape[0])
+    label = np.where(judged & (margin > 0), posterior.argmax(axis=1), MISSING)
+    return Consensus(label=label, posterior=posterior, margin=np.where(judged, margin, np.nan))
+
+
+def majority_vote(counts: np.ndarray) -> Consensus:
+    """The most chosen category per item; the posterior is the share of votes; a tie at the top is
+    undecided (label MISSING, margin 0). counts: [I, K]."""
+    table = np.asarray(counts, dtype=float)
+    n = table.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shares = np.where(n[:, None] > 0, table / n[:, None], np.nan)
+    return _consensus_from_posterior(np.nan_to_num(shares), n > 0)
+
+
+def _row_reduce(ufunc: np.ufunc, matrix: np.ndarray) -> np.ndarray:
+    """ufunc over the columns of a narrow [N, K] matrix, column by column (much faster than axis=1)."""
+    out = matrix[:, 0].copy()
+    for column in range(1, matrix.shape[1]):
+        ufunc(out, matrix[:, column], out=out)
+    return out
+
+
+@dataclass(frozen=True)
+class DawidSkene:
+    """Result of Dawid-Skene EM. consensus: soft labels; confusion [R, K, K]: P(annotator says l |
+    true class k); priors [K]; iterations run; log_likelihood of the data at the end."""
+
+    consensus: Consensus
+    confusion: np.ndarray
+    priors: np.ndarray
+    iterations: int
+    log_likelihood: float
+
+
+def dawid_skene(
+    item: np.ndarray,
+    annotator: np.ndarray,
+    label: np.ndarray,
+    *,
+    n_items: int,
+    n_annotators: int,
+    n_categories: int = N_CHOICES,
+    max_iter: int = 100,
+    tol: float = 1e-7,
+    smoothing: float = 0.01,
+) -> DawidSkene:
+    """Dawid & Skene (1979) EM: each annotator has a confusion matrix, each item a latent true class.
+
+    item, annotator, label: [J] judgements. Starts from the majority-vote shares; the M-step adds
+    ``smoothing`` pseudo-counts to every confusion cell (and prior) so an annotator who never used a
+    category keeps a finite likelihood. Stops when the log-likelihood gains less than tol x |LL|.
+    The posterior over true classes is the soft label a bias-aware export uses; annotators who, e.g.,
+    favour the left side or the longer answer get confusion matrices that discount those votes.
+    """
+    from scipy import sparse  # only consensus needs it; the report and the command do not
+
+    item = np.asarray(item, np.int64)
+    annotator = np.asarray(annotator, np.int64)
+    label = np.asarray(label, np.int64)
+    k = n_categories
+    counts = item_counts(item, label, n_items=n_items, n_categories=k)
+    judged = counts.sum(axis=1) > 0
+    posterior = np.where(
+        judged[:, None], counts / np.maximum(counts.sum(axis=1, keepdims=True), 1), 1.0 / k
+    )
+    # votes[i, r * K + l] = 1 when annotator r said l on item i: both EM steps are products with it.
+    votes = sparse.csr_matrix(
+        (np.ones(item.size), (item, annotator * k + label)), shape=(n_items, n_annotators * k)
+    )
+    votes_t = votes.T.tocsr()
+    judged_weight = judged.astype(float)
+    previous = -np.inf
+    log_likelihood = -np.inf
+    iterations = 0
+    confusion = np.full((n_annotators, k, k), 1.0 / k)
+    priors = np.full(k, 1.0 / k)
+    while iterations < max_iter:
+        iterations += 1
+        # M-step: priors and confusion[r, true, said] from the current soft labels.
+        priors = judged_weight @ posterior + smoothing
+        priors /= priors.sum()
+        said_true = votes_t @ posterior  # [R * K (annotator, said), K true]
+        confusion = said_true.reshape(n_annotators, k, k).transpose(0, 2, 1) + smoothing
+        confusion /= confusion.sum(axis=2, keepdims=True)
+        # E-step: log P(true = t | item) = log prior_t + sum over its votes of log confusion. An item
+        # without votes gets the priors. Row reductions run column by column: K is tiny.
+        log_conf = np.log(confusion).transpose(0, 2, 1).reshape(n_annotators * k, k)
+        posterior = votes @ log_conf
+        posterior += np.log(priors)
+        top = _row_reduce(np.maximum, posterior)
+        posterior -= top[:, None]
+        np.exp(posterior, out=posterior)
+        normaliser = _row_reduce(np.add, posterior)
+        posterior /= normaliser[:, None]
+        log_likelihood = float(top.sum() + np.log(normaliser).sum())
+        if log_likelihood - previous < tol * abs(log_likelihood):
+            break
+        previous = log_likelihood
+    return DawidSkene(
+        consensus=_consensus_from_posterior(posterior, judged),
+        confusion=confusion,
+        priors=priors,
+        iterations=iterations,
+        log_likelihood=log_likelihood,
+    )
