@@ -12,7 +12,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/concord
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: demo test venv models lint audit bench clean-var
+.PHONY: demo test venv models lint audit
 
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, F, Q
+from django.db.models import Count, F
 from django.utils import timezone
 
 from annotation.models import Assignment, Comparison, Judgement, Project
@@ -61,14 +61,6 @@ def projects_for_annotator(*, annotator: AbstractBaseUser) -> list[ProjectProgre
 def projects_overview() -> list[ProjectProgress]:
     """Every project with its progress (for project leads and reviewers)."""
     return _progress(Project.objects.order_by("name"), None)
-
-
-def judgement_counts_by_choice(*, project: Project) -> dict[str, int]:
-    """How often each choice was made in the project: {"a": n, "b": n, "tie": n, "both_bad": n}."""
-    counts = Judgement.objects.filter(comparison__project=project).aggregate(
-        **{choice: Count("id", filter=Q(choice=choice)) for choice in ("a", "b", "tie", "both_bad")}
-    )
-    return {key: value or 0 for key, value in counts.items()}
 
 
 BATCH_SIZE = 20

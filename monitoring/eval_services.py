@@ -218,15 +218,6 @@ def reward_scores(
     return out
 
 
-def items_score_rewards(*, round_: EvalRound, scores: Mapping[int, float]) -> int:
-    """Store the reward model's scores of the checkpoint's responses: {item id: score}."""
-    items = list(round_.items.filter(pk__in=list(scores)))
-    for item in items:
-        item.reward_score = float(scores[item.pk])
-    EvalItem.objects.bulk_update(items, ["reward_score"])
-    return len(items)
-
-
 def eval_claim_next(*, reviewer: AbstractBaseUser, round_: EvalRound) -> EvalAssignment | None:
     """The reviewer's unanswered assignment in the round, else a newly claimed item (short of
     reviewers, never one this reviewer already has); None when nothing is left for them."""

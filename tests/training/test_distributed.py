@@ -10,6 +10,8 @@ import torch
 
 from training.recipes import DPOConfig, train_dpo
 
+pytestmark = pytest.mark.multiprocess
+
 
 def test_two_ranks_train_like_one_process(tiny_llama_dir, pairs_file, tmp_path):
     """Each rank takes half of every step's pairs and the gradients are summed before the step, so
