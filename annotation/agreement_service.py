@@ -40,6 +40,7 @@ from annotation.models import (
     Side,
 )
 from annotation.selectors import BATCH_SIZE
+from common.jobs import task_send
 
 KAPPA_TARGET = 0.7  # PIPELINE.md: inter-annotator agreement target, kappa above 0.7
 CACHE_SECONDS = 7 * 24 * 3600
@@ -529,10 +530,13 @@ def dashboard_refresh_schedule(*, project: Project, delay: int = REFRESH_DELAY_S
     """
     if not cache.add(_pending_key(project), "1", timeout=delay + 600):
         return False
-    from annotation.tasks import agreement_report_refresh  # the task module imports this one
-
     try:
-        agreement_report_refresh.apply_async(args=[project.pk], countdown=delay)
+        task_send(
+            "annotation.tasks.agreement_report_refresh",
+            args=[project.pk],
+            countdown=delay,
+            on_commit=False,
+        )
     except Exception:
         cache.delete(_pending_key(project))  # the broker is down: let the next call try again
         raise

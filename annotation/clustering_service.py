@@ -43,6 +43,7 @@ from annotation.models import (
     PromptEmbedding,
 )
 from common.errors import ConcordError
+from common.jobs import task_send
 from common.model_registry import model_path
 
 logger = logging.getLogger(__name__)
@@ -235,11 +236,9 @@ def clustering_run_start(
 ) -> tuple[ClusteringRun, bool]:
     """Queue a run and send it to the default worker queue once the transaction commits; when a
     run is already active, return it and send nothing."""
-    from annotation.clustering_tasks import cluster_prompts  # the task module imports this one
-
     run, created = clustering_run_request(project=project, k=k, requested_by=requested_by)
     if created:
-        transaction.on_commit(lambda: cluster_prompts.delay(run.pk))
+        task_send("annotation.clustering_tasks.cluster_prompts", args=[run.pk])
     return run, created
 
 

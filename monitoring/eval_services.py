@@ -26,6 +26,7 @@ from django.utils import timezone
 from annotation.clustering_service import prompt_ids_held_out
 from annotation.models import Project, Prompt
 from common.errors import ConcordError
+from common.jobs import task_send
 from monitoring import stopping
 from monitoring.models import EvalAssignment, EvalItem, EvalJudgement, EvalRound, StopDecision
 from training import services as training_services
@@ -95,14 +96,12 @@ def round_create(
             EvalItem(round=round_, prompt_id=pid, position=k) for k, pid in enumerate(prompt_ids)
         )
         if enqueue:
-            transaction.on_commit(lambda: _enqueue_generation(round_.pk))
+            task_send(
+                "monitoring.tasks.generate_round_responses",
+                args=[round_.pk],
+                queue=settings.CONCORD_GPU_QUEUE,
+            )
     return round_
-
-
-def _enqueue_generation(round_id: int) -> None:
-    from monitoring.tasks import generate_round_responses
-
-    generate_round_responses.apply_async(args=[round_id], queue=settings.CONCORD_GPU_QUEUE)
 
 
 def _sampling_config(config: Mapping[str, Any]):

@@ -196,7 +196,7 @@ def test_start_sends_the_task_after_commit(
 ):
     project, _ = topic_project
     sent = []
-    monkeypatch.setattr(cluster_prompts, "delay", sent.append)
+    monkeypatch.setattr(cluster_prompts, "apply_async", lambda args: sent.append(*args))
     with django_capture_on_commit_callbacks(execute=True):
         run, created = service.clustering_run_start(project=project)
     _, created_again = service.clustering_run_start(project=project)

@@ -24,7 +24,7 @@ def _clustered(project) -> ClusteringRun:
 def sent(monkeypatch):
     """Task messages that would go to the broker: the run ids."""
     ids = []
-    monkeypatch.setattr(cluster_prompts, "delay", ids.append)
+    monkeypatch.setattr(cluster_prompts, "apply_async", lambda args: ids.append(*args))
     return ids
 
 
