@@ -7,28 +7,19 @@ read the cached copy, and ask for a recomputation when it is missing or out of d
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
 
 from annotation import agreement_service
 from annotation.models import Project
-from common.roles import ML_ENGINEER, has_role
+from common.roles import ML_ENGINEER, role_required
 
 
-def _lead_project(request: HttpRequest, slug: str) -> Project:
-    """The project, for a project lead (ML engineer); 404 for anyone else."""
-    if not has_role(request.user, ML_ENGINEER):
-        raise Http404
-    return get_object_or_404(Project, slug=slug)
-
-
-@login_required
+@role_required(ML_ENGINEER)
 def agreement_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     """Coefficients with intervals and the target, pairwise kappa, agreement per batch, cluster and
     day, and the annotator table with flags (charts drawn by agreement.js from agreement_data)."""
-    project = _lead_project(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     state = agreement_service.dashboard_state(project=project)
     report = state.payload
     context = {
@@ -62,10 +53,10 @@ def _coefficient_rows(report: dict) -> list[dict]:
     ]
 
 
-@login_required
+@role_required(ML_ENGINEER)
 def agreement_data(request: HttpRequest, slug: str) -> JsonResponse:
     """The cached report as JSON for the charts, with whether it is stale or being recomputed."""
-    project = _lead_project(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     state = agreement_service.dashboard_state(project=project, schedule=False)
     return JsonResponse(
         {
@@ -77,20 +68,19 @@ def agreement_data(request: HttpRequest, slug: str) -> JsonResponse:
     )
 
 
-@login_required
-@require_POST
+@role_required(ML_ENGINEER, methods=("POST",))
 def agreement_refresh(request: HttpRequest, slug: str) -> HttpResponse:
     """Queue a recomputation now (collapses with one already queued)."""
-    project = _lead_project(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     agreement_service.dashboard_refresh_schedule(project=project, delay=0)
     return redirect("annotation:agreement", slug=project.slug)
 
 
-@login_required
+@role_required(ML_ENGINEER)
 def agreement_annotator(request: HttpRequest, slug: str, username: str) -> HttpResponse:
     """Drill-down: one annotator's statistics and the comparisons where they differ from the others'
     majority."""
-    project = _lead_project(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     if not get_user_model().objects.filter(**{get_user_model().USERNAME_FIELD: username}).exists():
         raise Http404
     report = agreement_service.cached_dashboard(project=project)

@@ -8,26 +8,17 @@ happens on the default worker queue.
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_POST
 
 from annotation import clustering_service as service
 from annotation.models import ClusteringRun, Project, PromptCluster
 from common.errors import ConcordError
-from common.roles import ML_ENGINEER, has_role
+from common.roles import ML_ENGINEER, role_required
 
 # Colours cycle after this many clusters (clusters.css defines .cluster-0 ... .cluster-11).
 PALETTE_SIZE = 12
 SCATTER_WIDTH, SCATTER_HEIGHT = 640, 420
-
-
-def _project_for_engineer(request: HttpRequest, slug: str) -> Project:
-    """The project, for an ML engineer; 404 for anyone else (the page's existence is not shown)."""
-    if not has_role(request.user, ML_ENGINEER):
-        raise Http404
-    return get_object_or_404(Project, slug=slug)
 
 
 def _run_status(run: ClusteringRun | None) -> dict[str, object]:
@@ -43,10 +34,9 @@ def _run_status(run: ClusteringRun | None) -> dict[str, object]:
     }
 
 
-@login_required
-@require_GET
+@role_required(ML_ENGINEER, methods=("GET",))
 def clusters(request: HttpRequest, slug: str) -> HttpResponse:
-    project = _project_for_engineer(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     current = service.clustering_run_current(project=project)
     latest = service.clustering_run_latest(project=project)
     points, total = ([], 0)
@@ -70,18 +60,16 @@ def clusters(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "annotation/clusters.html", context)
 
 
-@login_required
-@require_GET
+@role_required(ML_ENGINEER, methods=("GET",))
 def clusters_status(request: HttpRequest, slug: str) -> JsonResponse:
     """The latest run's state, polled by the page while a run is queued or running."""
-    project = _project_for_engineer(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     return JsonResponse(_run_status(service.clustering_run_latest(project=project)))
 
 
-@login_required
-@require_POST
+@role_required(ML_ENGINEER, methods=("POST",))
 def clusters_recluster(request: HttpRequest, slug: str) -> HttpResponse:
-    project = _project_for_engineer(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     raw_k = request.POST.get("k", "").strip()
     try:
         k = int(raw_k) if raw_k else None
@@ -98,10 +86,9 @@ def clusters_recluster(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("annotation:clusters", slug=project.slug)
 
 
-@login_required
-@require_POST
+@role_required(ML_ENGINEER, methods=("POST",))
 def cluster_rename(request: HttpRequest, slug: str, cluster_id: int) -> HttpResponse:
-    project = _project_for_engineer(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     cluster = get_object_or_404(PromptCluster, pk=cluster_id, run__project=project)
     try:
         service.cluster_rename(cluster=cluster, name=request.POST.get("name", ""))

@@ -9,11 +9,17 @@ A user may hold several roles; a superuser counts as every role.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.core.exceptions import PermissionDenied
 from django.db import connection
+from django.http import Http404, HttpRequest, HttpResponse
+from django.views.decorators.http import require_http_methods
 
 ANNOTATOR = "Annotator"
 REVIEWER = "Reviewer"
@@ -75,6 +81,36 @@ def has_role(user: AbstractBaseUser | AnonymousUser, role: str) -> bool:
     if role not in ALL_ROLES:
         raise ValueError(f"unknown role {role!r}; expected one of {ALL_ROLES}")
     return role in user_roles(user)
+
+
+View = Callable[..., HttpResponse]
+
+
+def role_required(
+    *roles: str, hide: bool = True, methods: tuple[str, ...] | None = None
+) -> Callable[[View], View]:
+    """View decorator for the pages of one or more roles, checked in this order:
+
+    1. an anonymous user goes to the login page;
+    2. a method outside ``methods`` (e.g. ``("POST",)``; None allows any) is 405, for everyone;
+    3. a user holding none of ``roles`` gets 404 when ``hide`` (the default: a page of another role's
+       work is not revealed to exist) or 403 (``hide=False``, for pages everyone knows of).
+    """
+    unknown = set(roles) - set(ALL_ROLES)
+    if not roles or unknown:
+        raise ValueError(f"roles must be some of {ALL_ROLES}, got {roles}")
+
+    def decorate(view: View) -> View:
+        @functools.wraps(view)
+        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if user_roles(request.user).isdisjoint(roles):
+                raise Http404 if hide else PermissionDenied
+            return view(request, *args, **kwargs)
+
+        checked = guarded if methods is None else require_http_methods(list(methods))(guarded)
+        return login_required(checked)
+
+    return decorate
 
 
 def role_assign(*, user: AbstractBaseUser, role: str) -> None:

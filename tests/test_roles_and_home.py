@@ -147,3 +147,13 @@ def test_member_project_brings_the_users_roles_in_the_same_query(django_assert_n
     assert user_roles(fresh) == frozenset({ANNOTATOR, REVIEWER})
     assert member_project(user=user, slug="theirs") is None
     assert member_project(user=user, slug="nowhere") is None
+
+
+def test_role_required_refuses_unknown_roles_when_a_view_is_declared():
+    """A typo in a role name fails at import time, not as a page nobody can open."""
+    from common.roles import role_required
+
+    with pytest.raises(ValueError, match="roles must be some of"):
+        role_required("ML engineers")
+    with pytest.raises(ValueError, match="roles must be some of"):
+        role_required()
