@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from annotation.models import (
     MAX_STRENGTH,
+    SCREEN_PAIR,
     Assignment,
     Choice,
     Comparison,
@@ -37,6 +38,7 @@ from annotation.models import (
     Side,
 )
 from common.errors import ConcordError
+from common.sides import LEFT, RIGHT, other_side, stored_side
 
 PICKS = ("left", "right", "tie", "both_bad")
 # Swap repeats come from pairs judged at least this many pairs ago (memory of the answer fades).
@@ -79,10 +81,8 @@ class Verdict:
 
     def choice(self, shown_left: str) -> str:
         """The stored choice (a / b / tie / both_bad) for a screen showing ``shown_left`` on the left."""
-        if self.pick == "left":
-            return shown_left
-        if self.pick == "right":
-            return Side.B if shown_left == Side.A else Side.A
+        if self.pick in (LEFT, RIGHT):
+            return stored_side(self.pick, shown_left=shown_left, pair=SCREEN_PAIR)
         return self.pick
 
 
@@ -239,7 +239,7 @@ def _claim_repeat(project: Project, annotator: AbstractBaseUser) -> Assignment |
     )
     for comparison_id, shown_left in reversed(judged):  # the oldest first
         if comparison_id not in repeated:
-            flipped = Side.B if shown_left == Side.A else Side.A
+            flipped = other_side(shown_left, pair=SCREEN_PAIR)
             return _lease(comparison_id, project, annotator, Assignment.Kind.REPEAT, flipped)
     return None
 

@@ -27,6 +27,10 @@ class Side(models.TextChoices):
     B = "b", "B on the left"
 
 
+# The stored pair a labelling screen shows, in common.sides' (first, second) order.
+SCREEN_PAIR = (Side.A, Side.B)
+
+
 MAX_STRENGTH = 3
 MAX_OVERLAP = 20
 

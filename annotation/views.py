@@ -15,9 +15,10 @@ from annotation import labelling, selectors
 from annotation.agreement_service import agreement_alerts
 from annotation.exporting import CONSENSUS_RULES, JUDGEMENTS_FILE, PAIRS_FILE, dataset_export
 from annotation.import_jobs import import_job_create, import_job_progress
-from annotation.models import DatasetExport, ImportJob, Project, Side
+from annotation.models import SCREEN_PAIR, DatasetExport, ImportJob, Project, Side
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, has_role
+from common.sides import screen_order
 
 
 @login_required
@@ -63,9 +64,9 @@ def _elapsed_ms(request: HttpRequest) -> int | None:
 
 
 def _screen(request: HttpRequest, project, comparison, shown_left: str, **extra) -> HttpResponse:
-    left, right = comparison.response_a, comparison.response_b
-    if shown_left == Side.B:
-        left, right = right, left
+    left, right = screen_order(
+        shown_left, pair=SCREEN_PAIR, values=(comparison.response_a, comparison.response_b)
+    )
     context = {
         "project": project,
         "comparison": comparison,

@@ -27,8 +27,16 @@ from annotation.clustering_service import prompt_ids_held_out
 from annotation.models import Project, Prompt
 from common.errors import ConcordError
 from common.jobs import task_send
+from common.sides import stored_side
 from monitoring import stopping
-from monitoring.models import EvalAssignment, EvalItem, EvalJudgement, EvalRound, StopDecision
+from monitoring.models import (
+    EVAL_PAIR,
+    EvalAssignment,
+    EvalItem,
+    EvalJudgement,
+    EvalRound,
+    StopDecision,
+)
 from training import services as training_services
 from training.models import Checkpoint, TrainingRun
 
@@ -284,10 +292,10 @@ def eval_submit(
     if pick == "tie":
         preference = EvalJudgement.Preference.TIE
     else:
-        checkpoint_side = "left" if assignment.shown_left == Side.CHECKPOINT else "right"
         preference = (
             EvalJudgement.Preference.CHECKPOINT
-            if pick == checkpoint_side
+            if stored_side(pick, shown_left=assignment.shown_left, pair=EVAL_PAIR)
+            == Side.CHECKPOINT
             else EvalJudgement.Preference.BASELINE
         )
     try:

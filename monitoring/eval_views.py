@@ -13,9 +13,10 @@ from django.views.decorators.http import require_POST
 
 from annotation.models import Project
 from common.roles import ML_ENGINEER, REVIEWER, has_role
+from common.sides import screen_order, screen_side
 from monitoring import eval_selectors, eval_services
 from monitoring.eval_services import EvalError
-from monitoring.models import EvalAssignment, EvalRound, StopDecision
+from monitoring.models import EVAL_PAIR, EvalAssignment, EvalRound, StopDecision
 from training.models import Checkpoint, TrainingRun
 
 
@@ -104,11 +105,8 @@ def rate(request: HttpRequest, round_id: int) -> HttpResponse:
     if assignment is None:
         return render(request, "monitoring/eval/rate_done.html", {"round": round_})
     item = assignment.item
-    checkpoint_left = assignment.shown_left == EvalAssignment.Side.CHECKPOINT
-    left, right = (
-        (item.checkpoint_text, item.baseline_text)
-        if checkpoint_left
-        else (item.baseline_text, item.checkpoint_text)
+    left, right = screen_order(
+        assignment.shown_left, pair=EVAL_PAIR, values=(item.checkpoint_text, item.baseline_text)
     )
     context = {
         "round": round_,
@@ -117,7 +115,9 @@ def rate(request: HttpRequest, round_id: int) -> HttpResponse:
         "left": left,
         "right": right,
         # Usefulness is about the checkpoint's response; the screen names its side, not its model.
-        "rated_side": "left" if checkpoint_left else "right",
+        "rated_side": screen_side(
+            EvalAssignment.Side.CHECKPOINT, shown_left=assignment.shown_left, pair=EVAL_PAIR
+        ),
         "levels": range(1, 6),
     }
     return render(request, "monitoring/eval/rate.html", context)

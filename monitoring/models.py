@@ -153,6 +153,10 @@ class EvalAssignment(models.Model):
         return f"{self.item} -> {self.reviewer}"
 
 
+# The stored pair an eval-round screen shows, in common.sides' (first, second) order.
+EVAL_PAIR = (EvalAssignment.Side.CHECKPOINT, EvalAssignment.Side.BASELINE)
+
+
 class EvalJudgement(models.Model):
     """A reviewer's blind verdict: preference (a = the checkpoint, b = the baseline, tie) and the
     1-5 usefulness of the checkpoint's response."""
