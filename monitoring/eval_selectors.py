@@ -95,7 +95,9 @@ def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
         "usefulness": stopping.usefulness_summary(ratings, item_ids, n_boot=n_boot),
         "alpha": alpha,
         "length_controlled": lc,
-        "repetition": float(np.mean([stopping.repetition_rate(i.checkpoint_text) for i in rated]))
+        "repetition": float(
+            np.mean([stopping.text_repetition_rate(i.checkpoint_text) for i in rated])
+        )
         if rated
         else None,
         "items": rows,
@@ -178,7 +180,9 @@ def run_stopping_panel(run: TrainingRun, *, n_boot: int = 1000) -> dict[str, Any
         )
         if rows:
             length_ratio = float(np.mean([max(c, 1) / max(b, 1) for c, b, _ in rows]))
-            repetition = float(np.mean([stopping.repetition_rate(text) for _, _, text in rows]))
+            repetition = float(
+                np.mean([stopping.text_repetition_rate(text) for _, _, text in rows])
+            )
     return {
         "length_ratio": length_ratio,
         "repetition": repetition,

@@ -26,6 +26,8 @@ import numpy as np
 from scipy.special import expit, ndtri
 from scipy.stats import spearmanr
 
+from common.ngrams import repeated_ngram_share
+
 ArrayLike = Sequence[float] | np.ndarray
 
 
@@ -347,13 +349,10 @@ def length_controlled_win_rate(
     )  # fmt: skip
 
 
-def repetition_rate(text: str, *, n: int = 3) -> float:
-    """Share of a text's word n-grams that repeat an earlier n-gram (0: none, -> 1: a loop)."""
-    words = text.split()
-    grams = [tuple(words[k : k + n]) for k in range(len(words) - n + 1)]
-    if not grams:
-        return 0.0
-    return 1 - len(set(grams)) / len(grams)
+def text_repetition_rate(text: str, *, n: int = 3) -> float:
+    """Share of a text's word n-grams that repeat an earlier n-gram (0: none, -> 1: a loop); 0 for a
+    text shorter than n words."""
+    return repeated_ngram_share(text.split(), n=n) or 0.0
 
 
 # --- Training-side criteria ------------------------------------------------------------------------

@@ -17,6 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PACKAGES = ("config", "common", "annotation", "training", "monitoring")
 PURE = (
+    "common.ngrams",
+    "common.sides",
     "annotation.agreement",
     "annotation.clustering",
     "training.algorithms",

@@ -135,8 +135,8 @@ def test_length_controlled_win_rate_removes_the_length_preference():
 
 def test_repetition_rate():
     """'a b c a b c' has 4 trigrams, (a b c) twice: 1 - 3/4 = 0.25."""
-    assert stopping.repetition_rate("a b c a b c") == pytest.approx(0.25)
-    assert stopping.repetition_rate("short") == 0
+    assert stopping.text_repetition_rate("a b c a b c") == pytest.approx(0.25)
+    assert stopping.text_repetition_rate("short") == 0
 
 
 def test_correlation_alarm_under_point_three():

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from common.ngrams import repeated_ngram_share
 from training.algorithms import (
     AdaptiveKLController,
     FixedKLController,
@@ -209,9 +210,7 @@ def shape_rewards(
 def response_repetition(rollout: Rollout, n: int = 3) -> float | None:
     """Share of the response's token n-grams that already appeared earlier in it; None when the
     response is shorter than n tokens."""
-    ids = rollout.response_ids
-    grams = [ids[i : i + n] for i in range(len(ids) - n + 1)]
-    return 1 - len(set(grams)) / len(grams) if grams else None
+    return repeated_ngram_share(rollout.response_ids, n=n)
 
 
 def repetition_rate(rollouts: Sequence[Rollout], n: int = 3) -> float:
