@@ -1,11 +1,12 @@
 from django.urls import path
 
-from monitoring import eval_views, views
+from monitoring import eval_views, views, views_hub
 
 app_name = "monitoring"
 
 urlpatterns = [
     path("", views.review_home, name="review-home"),
+    path("overview/", views_hub.every_role_home, name="every-role-home"),
     path("runs/", views.runs_list, name="runs"),
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/metrics.json", views.run_metrics, name="run-metrics"),

@@ -157,3 +157,16 @@ def test_role_required_refuses_unknown_roles_when_a_view_is_declared():
         role_required("ML engineers")
     with pytest.raises(ValueError, match="roles must be some of"):
         role_required()
+
+
+def test_superuser_lands_on_every_roles_work():
+    """A superuser holds every role: the home page shows each role's work, not "not a member"."""
+    admin = UserFactory(username="root", is_superuser=True, is_staff=True)
+    ProjectFactory(name="Lead me")
+    client = logged_in(admin)
+    response = client.get("/")
+    assert response.status_code == 302 and response.url == reverse("monitoring:every-role-home")
+    page = client.get(response.url).content.decode()
+    for section in ("hub-label", "hub-review", "hub-projects", "hub-runs"):
+        assert f'data-testid="{section}"' in page
+    assert "Lead me" in page and "not a member of any project" in page

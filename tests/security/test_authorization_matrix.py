@@ -133,6 +133,7 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "annotation:agreement-refresh":   {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     "annotation:agreement-annotator": {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     "monitoring:review-home":         {"get": (302, 403, 200, 403, 200), "post": (302, 403, 200, 403, 200)},
+    "monitoring:every-role-home":     {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     "monitoring:runs":                {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
     "monitoring:run-detail":          {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
     "monitoring:run-metrics":         {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
