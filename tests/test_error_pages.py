@@ -73,3 +73,12 @@ def test_the_api_answers_json(ml_engineer, monkeypatch):
     response = client.post("/api/projects/p/exports/", {}, content_type="application/json")
     assert response.status_code == 503
     assert response.json() == {"detail": "The database is not answering; retry in a few seconds."}
+
+
+def test_favicon_is_served_not_404(client):
+    """Pages without an icon link (the admin) make browsers ask for /favicon.ico."""
+    response = client.get("/favicon.ico")
+    from django.contrib.staticfiles import finders
+
+    assert response.status_code == 302 and response.url.endswith("favicon.ico")
+    assert finders.find("favicon.ico")  # what the redirect points at exists

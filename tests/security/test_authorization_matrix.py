@@ -110,6 +110,7 @@ def client_for(role: str, w: World) -> Client:
 LOGIN = 302
 MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "home":                           {"get": (302, 302, 302, 302, 302), "post": (302, 302, 302, 302, 302)},
+    "favicon":                        {"get": (302, 302, 302, 302, 302), "post": (302, 302, 302, 302, 302)},
     "login":                          {"get": (200, 302, 302, 302, 302), "post": (200, 302, 302, 302, 302)},
     "logout":                         {"get": (405, 405, 405, 405, 405), "post": (302, 302, 302, 302, 302)},
     "annotation:my-projects":         {"get": (302, 200, 403, 403, 200), "post": (302, 200, 403, 403, 200)},
