@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 # The CPU wheel of torch, installed before anything that depends on torch (a plain `torch` would pull
 # a multi-GB CUDA build). Override on a GPU machine, e.g. TORCH_SPEC='torch==2.13.0'.
 TORCH_SPEC ?= torch==2.13.0
+# The demo's port: `make demo PORT=8001` when 8000 is taken.
+PORT ?= 8000
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
 # Test services: PostgreSQL and Redis on this machine (override to point elsewhere).
@@ -31,7 +33,7 @@ demo: venv
 	$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py fetch_models
 	$(BIN)/python manage.py load_demo
-	$(BIN)/python manage.py rundemo
+	$(BIN)/python manage.py rundemo --addr 127.0.0.1:$(PORT)
 
 ## make test: the whole suite against PostgreSQL and Redis (browser tests in headless Chromium)
 test: venv

@@ -3,6 +3,7 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -11,3 +12,11 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # Each app keeps its tasks in ``tasks.py`` or in ``<topic>_tasks.py`` modules; missing ones are skipped.
 for _module in ("tasks", "import_tasks", "clustering_tasks", "export_tasks"):
     app.autodiscover_tasks(related_name=_module)
+
+
+@worker_process_init.connect
+def _no_progress_bars(**kwargs) -> None:
+    """tqdm bars (model loading, encoding) are drawn for a terminal; a worker's stderr goes to its log,
+    where each redraw was a line. Runs in each pool process before any task imports tqdm."""
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

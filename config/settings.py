@@ -190,7 +190,8 @@ SPECTACULAR_SETTINGS = {
 
 # --- Celery -----------------------------------------------------------------------------------------
 BROKER_DIR = VAR_DIR / "broker"
-CELERY_BROKER_URL = _required_in_production("CELERY_BROKER_URL", "filesystem://")
+# "localhost" names no server (the transport uses folders); without a host kombu warns on every start.
+CELERY_BROKER_URL = _required_in_production("CELERY_BROKER_URL", "filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # kombu's filesystem transport: the embedded broker for the demo, no server needed.
     for _folder in ("queue", "processed", "control"):
@@ -227,6 +228,8 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# What libraries print in a worker is logged at INFO, not as warnings (Celery's default).
+CELERY_WORKER_REDIRECT_STDOUTS_LEVEL = "INFO"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Cache (import progress, reports) ----------------------------------------------------------------

@@ -78,7 +78,7 @@ def test_development_defaults_need_no_server(tmp_path):
         text=True,
         check=True,
     )
-    assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://"]
+    assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://localhost/"]
 
 
 def _setting(name: str, env: dict[str, str], tmp_path) -> str:
