@@ -2,7 +2,7 @@
 
 ``DJANGO_ENV`` picks the profile:
 
-- ``development`` (default): DEBUG on, SQLite under ``var/`` and a Celery broker on the local filesystem,
+- ``development`` (default): DEBUG off unless ``DJANGO_DEBUG=1`` (tracebacks in the browser), SQLite under ``var/`` and a Celery broker on the local filesystem,
   so the demo needs no server. ``DATABASE_URL`` / ``CELERY_BROKER_URL`` switch to PostgreSQL and Redis
   (or RabbitMQ).
 - ``production``: DEBUG off, HTTPS-only cookies, HSTS; refuses to start without ``DJANGO_SECRET_KEY``,
@@ -48,7 +48,8 @@ def _required_in_production(name: str, default: str) -> str:
 SECRET_KEY = _required_in_production(
     "DJANGO_SECRET_KEY", "django-insecure-development-only-key-do-not-use-in-production"
 )
-DEBUG = env.bool("DJANGO_DEBUG", default=not PRODUCTION)
+# Off unless asked for, in development too: a demo user sees the plain error page, not a traceback.
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list(
     "DJANGO_ALLOWED_HOSTS", default=[] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]"]
 )
@@ -142,6 +143,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Development serves static files straight from the app folders (no collectstatic), DEBUG or not.
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_AUTOREFRESH = not PRODUCTION
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
