@@ -19,16 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from monitoring.stopping import text_repetition_rate  # noqa: E402
 from training.recipes.generation import ChatGenerator, Generation, SamplingConfig  # noqa: E402
 
-CAREFUL = SamplingConfig(max_new_tokens=160, temperature=0.3, top_p=0.9, seed=11)
-ADVENTUROUS = SamplingConfig(max_new_tokens=160, temperature=1.0, top_p=0.95, seed=23)
+# A budget most answers finish within; the rest are cut back to their last whole sentence.
+CAREFUL = SamplingConfig(max_new_tokens=384, temperature=0.3, top_p=0.9, seed=11)
+ADVENTUROUS = SamplingConfig(max_new_tokens=384, temperature=1.0, top_p=0.95, seed=23)
 MODEL = "smollm2-135m-instruct"
 
 # name: (habit, probability that the habit decides instead of the reference rule, seconds per judgement)
@@ -40,13 +43,25 @@ ANNOTATORS = {
 }
 
 
-def repetition_rate(text: str, n: int = 3) -> float:
-    """Share of word n-grams that repeat an earlier n-gram of the same text (0 = no repetition)."""
-    words = text.lower().split()
-    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
-    if not grams:
-        return 0.0
-    return 1.0 - len(set(grams)) / len(grams)
+def repetition_rate(text: str) -> float:
+    """Share of word 3-grams that repeat an earlier one of the same text (0 = no repetition)."""
+    return text_repetition_rate(text.lower())
+
+
+# A sentence ends with . ! ? (optionally a closing quote or bracket) before a space or the end, or a
+# code block closes.
+SENTENCE_END = re.compile(r"""[.!?]["')\]]*(?=\s|$)|```(?=\s*$|\n)""")
+
+
+def end_on_sentence(gen: Generation) -> tuple[str, bool]:
+    """The response as shown in the demo, and whether it was cut: an answer that ran out of budget
+    ends at its last whole sentence (an answer with no sentence end at all is kept whole)."""
+    if gen.finished:
+        return gen.text, False
+    ends = [m.end() for m in SENTENCE_END.finditer(gen.text)]
+    if not ends:
+        return gen.text, False
+    return gen.text[: ends[-1]].rstrip(), ends[-1] < len(gen.text.rstrip())
 
 
 def quality(gen: Generation, *, careful: bool) -> float:
@@ -119,14 +134,20 @@ def main() -> None:
             pair = [(careful[index], "t0.3"), (adventurous[index], "t1.0")]
             rng.shuffle(pair)
             (gen_a, tag_a), (gen_b, tag_b) = pair
+            text_a, cut_a = end_on_sentence(gen_a)
+            text_b, cut_b = end_on_sentence(gen_b)
+            metadata: dict[str, object] = {"category": row["category"]}
+            cut = [side for side, was_cut in (("a", cut_a), ("b", cut_b)) if was_cut]
+            if cut:  # ran out of budget: shown up to the last whole sentence
+                metadata["cut_at_sentence"] = cut
             record: dict[str, object] = {
                 "id": row["id"],
                 "prompt": row["prompt"],
-                "response_a": gen_a.text,
-                "response_b": gen_b.text,
+                "response_a": text_a,
+                "response_b": text_b,
                 "model_a": f"{MODEL}@{tag_a}",
                 "model_b": f"{MODEL}@{tag_b}",
-                "metadata": {"category": row["category"]},
+                "metadata": metadata,
             }
             if index < args.judged:
                 judges = [names[(index + k) % len(names)] for k in range(3)]
@@ -134,7 +155,7 @@ def main() -> None:
                 record["judgements"] = [
                     simulated_judgement(n, gen_a, gen_b, careful_side, rng) for n in judges
                 ]
-                record["metadata"]["simulated_judgements"] = True  # type: ignore[index]
+                metadata["simulated_judgements"] = True
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     print(f"wrote {len(rows)} comparisons to {args.out}")
 
