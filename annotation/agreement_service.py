@@ -337,8 +337,10 @@ def project_agreement(
     )
 
 
-def _number(value: float | np.floating | np.integer, digits: int = 6) -> float | int | None:
-    """A JSON-safe number: NaN and infinities become None (null)."""
+def _number(value: float | np.floating | np.integer | None, digits: int = 6) -> float | int | None:
+    """A JSON-safe number: NaN, infinities and None (an undefined interval bound) become None."""
+    if value is None:
+        return None
     if isinstance(value, int | np.integer):
         return int(value)
     value = float(value)

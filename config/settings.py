@@ -2,9 +2,9 @@
 
 ``DJANGO_ENV`` picks the profile:
 
-- ``development`` (default): DEBUG off unless ``DJANGO_DEBUG=1`` (tracebacks in the browser), SQLite under ``var/`` and a Celery broker on the local filesystem,
-  so the demo needs no server. ``DATABASE_URL`` / ``CELERY_BROKER_URL`` switch to PostgreSQL and Redis
-  (or RabbitMQ).
+- ``development`` (default): DEBUG off unless ``DJANGO_DEBUG=1`` (tracebacks in the browser), SQLite
+  under ``var/`` and a Celery broker on the local filesystem, so the demo needs no server.
+  ``DATABASE_URL`` / ``CELERY_BROKER_URL`` switch to PostgreSQL and Redis (or RabbitMQ).
 - ``production``: DEBUG off, HTTPS-only cookies, HSTS; refuses to start without ``DJANGO_SECRET_KEY``,
   ``DJANGO_ALLOWED_HOSTS``, ``DATABASE_URL`` and ``CELERY_BROKER_URL``.
 

@@ -85,6 +85,21 @@ def test_agreement_json_can_add_intervals(tmp_path):
         assert low <= summary[name] <= high
 
 
+def test_intervals_of_undefined_coefficients_are_null(tmp_path):
+    """One judged comparison: no interval can be drawn; its bounds are null, not a crash."""
+    rows = [
+        {
+            "prompt": "p?",
+            "response_a": "x",
+            "response_b": "y",
+            "judgements": [{"annotator": "u1", "choice": "a"}, {"annotator": "u2", "choice": "a"}],
+        }
+    ]
+    import_file(write_jsonl(tmp_path / "one.jsonl", rows), "one-item")
+    summary = agreement_json("one-item", "--intervals", "--boot", "50")
+    assert summary["intervals"]["fleiss_kappa"] == [None, None]
+
+
 def test_agreement_text_output_and_errors(tmp_path):
     """Without --json the command prints a readable summary; an unknown slug is a clear error."""
     import_file(write_jsonl(tmp_path / "s.jsonl", synthetic_rows(40, seed=2)), "texty")
