@@ -19,6 +19,7 @@ PROJECT_PACKAGES = ("config", "common", "annotation", "training", "monitoring")
 PURE = (
     "annotation.agreement",
     "annotation.clustering",
+    "annotation.formats",
     "training.algorithms",
     "training.recipes",
     "monitoring.stopping",
