@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from annotation import labelling, selectors
 from annotation.agreement_service import agreement_alerts
 from annotation.exporting import CONSENSUS_RULES, JUDGEMENTS_FILE, PAIRS_FILE, dataset_export
+from annotation.formats import FORMAT_NAMES
 from annotation.import_jobs import import_job_create, import_job_progress
 from annotation.models import DatasetExport, ImportJob, Project, Side
 from common.errors import ConcordError
@@ -184,6 +185,7 @@ def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
         "agreement_alerts": agreement_alerts(project=project),
         "exports": project.exports.all()[:20],
         "max_upload_mb": settings.CONCORD_IMPORT_MAX_BYTES // (1024 * 1024),
+        "import_formats": FORMAT_NAMES,
     }
     return render(request, "annotation/manage.html", context)
 
@@ -194,10 +196,17 @@ def import_upload(request: HttpRequest, slug: str) -> HttpResponse:
     project = _lead_project(request, slug)
     upload = request.FILES.get("file")
     if upload is None:
-        messages.error(request, "Choose a JSONL file to import.")
+        messages.error(request, "Choose a file to import.")
     else:
         try:
-            job = import_job_create(project=project, upload=upload, created_by=request.user)
+            job = import_job_create(
+                project=project,
+                upload=upload,
+                created_by=request.user,
+                format=request.POST.get("format", "auto"),
+                skip_invalid=request.POST.get("skip_invalid") == "1",
+                scalars_as_text=request.POST.get("scalars_as_text") == "1",
+            )
         except ConcordError as exc:
             messages.error(request, str(exc))
         else:
