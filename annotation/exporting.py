@@ -539,3 +539,27 @@ def hf_export_write(
     )  # fmt: skip
     (out / "README.md").write_text(card, encoding="utf-8")
     return HfExport(folder=out, rows=rows, conversational=conversational)
+
+
+HF_ARCHIVE = "hf.zip"
+
+
+def hf_export_archive(*, export: DatasetExport, license: str = "other") -> Path:
+    """The export as a zipped Hugging Face dataset folder (built once, kept beside the export's
+    files): unzip it and ``datasets.load_dataset(folder)``. Written under a temporary name and
+    renamed, so a reader never sees half an archive."""
+    import zipfile
+
+    folder = Path(export.folder)
+    archive = folder / HF_ARCHIVE
+    if archive.exists():
+        return archive
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".hf-") as scratch:
+        built = hf_export_write(export=export, out=Path(scratch) / "dataset", license=license)
+        partial = Path(scratch) / HF_ARCHIVE
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as out:
+            for path in sorted(built.folder.rglob("*")):
+                if path.is_file():
+                    out.write(path, path.relative_to(built.folder))
+        partial.replace(archive)
+    return archive

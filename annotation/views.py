@@ -13,7 +13,14 @@ from django.views.decorators.http import require_POST
 
 from annotation import labelling, selectors
 from annotation.agreement_service import agreement_alerts
-from annotation.exporting import CONSENSUS_RULES, JUDGEMENTS_FILE, PAIRS_FILE, dataset_export
+from annotation.exporting import (
+    CONSENSUS_RULES,
+    HF_FORMAT,
+    JUDGEMENTS_FILE,
+    PAIRS_FILE,
+    dataset_export,
+    hf_export_archive,
+)
 from annotation.formats import FORMAT_NAMES
 from annotation.import_jobs import import_job_create, import_job_progress
 from annotation.models import DatasetExport, ImportJob, Project, Side
@@ -242,6 +249,10 @@ def export_create(request: HttpRequest, slug: str) -> HttpResponse:
 def export_download(request: HttpRequest, slug: str, sha256: str, part: str) -> FileResponse:
     project = _lead_project(request, slug)
     export = get_object_or_404(DatasetExport, project=project, sha256=sha256)
+    if part == HF_FORMAT:  # the Hugging Face dataset folder, zipped
+        archive = hf_export_archive(export=export)
+        name = f"{project.slug}-{sha256[:12]}-hf.zip"
+        return FileResponse(archive.open("rb"), as_attachment=True, filename=name)
     files = {"pairs": PAIRS_FILE, "judgements": JUDGEMENTS_FILE}
     if part not in files:
         raise Http404

@@ -126,3 +126,32 @@ def test_split_keeps_every_cluster_in_train_and_is_deterministic():
     assert prompts_for_test_split(prompts, test_fraction=0.0) == set()
     with pytest.raises(ValueError, match="test_fraction must be in"):
         prompts_for_test_split(prompts, test_fraction=1.0)
+
+
+def test_lead_page_downloads_the_hf_dataset_as_a_zip(tmp_path, ml_engineer):
+    import io
+    import zipfile
+
+    from django.urls import reverse
+
+    from annotation.exporting import dataset_export
+    from tests.conftest import logged_in
+
+    project = project_get_or_create(slug="zipped")[0]
+    comparisons_import(project=project, lines=_rows(6, conversational=False))
+    export = dataset_export(project=project)
+    client = logged_in(ml_engineer)
+    page = client.get(reverse("annotation:project-manage", args=["zipped"])).content.decode()
+    url = reverse("annotation:export-download", args=["zipped", export.sha256, "hf"])
+    assert url in page
+    response = client.get(url)
+    assert response.status_code == 200
+    archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+    assert sorted(archive.namelist()) == [
+        "README.md",
+        "data/test-00000-of-00001.parquet",
+        "data/train-00000-of-00001.parquet",
+    ]
+    archive.extractall(tmp_path / "unzipped")
+    loaded = _load(tmp_path / "unzipped", tmp_path)
+    assert len(loaded["train"]) + len(loaded["test"]) == export.n_pairs
