@@ -229,25 +229,23 @@ def _parquet(path: Path, max_bytes: int) -> Iterator[Record]:
 
 
 def read_records(path: Path, *, max_bytes: int, container: str | None = None) -> Iterator[Record]:
-    """Every record of the file at ``path``, streamed; SourceError when the file cannot be read."""
+    """Every record of the file at ``path``, streamed; SourceError when the file cannot be read
+    (a broken or truncated compressed stream, a corrupt Parquet file, the size guard)."""
     container = container or container_of(path)
-    if container == "parquet":
-        yield from _parquet(path, max_bytes)
-        return
-    stream = _binary_stream(path, container, max_bytes)
-    with stream:
-        try:
+    try:
+        if container == "parquet":
+            yield from _parquet(path, max_bytes)
+            return
+        with _binary_stream(path, container, max_bytes) as stream:
+            if container in ("gzip", "zstd"):
+                # a compressed JSON array is read as an array: peek at the first character
+                head = stream.peek(64)[:64].decode("utf-8-sig", errors="replace").lstrip()
+                container = "json" if head.startswith("[") else container
             if container == "json":
                 yield from _json_array(stream)
-                return
-            if container in ("gzip", "zstd"):
-                # compressed JSON arrays are read as arrays: peek at the first character
-                head = stream.peek(64)[:64].decode("utf-8-sig", errors="replace").lstrip()
-                if head.startswith("["):
-                    yield from _json_array(stream)
-                    return
-            yield from _json_lines(stream)
-        except (OSError, EOFError) as exc:
-            if isinstance(exc, SourceError):
-                raise
-            raise SourceError(f"the {container} stream is broken: {exc}") from None
+            else:
+                yield from _json_lines(stream)
+    except SourceError:
+        raise
+    except Exception as exc:  # the decompressors and pyarrow raise their own error types
+        raise SourceError(f"{path.name}: the {container} data is broken: {exc}") from None

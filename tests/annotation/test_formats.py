@@ -614,3 +614,25 @@ def test_auto_detects_each_format(record, name):
 def test_row_error_names_its_field():
     error = RowError("chosen", "is required")
     assert (error.field, str(error)) == ("chosen", "chosen: is required")
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zstd", "parquet"])
+def test_truncated_or_corrupt_container_is_one_clear_error(tmp_path, project, kind):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    text = "".join(json.dumps(r) + "\n" for r in CONCORD_ROWS).encode()
+    path = tmp_path / "rows.bin"
+    if kind == "parquet":
+        pq.write_table(pa.Table.from_pylist(CONCORD_ROWS), path)
+        data = path.read_bytes()
+        path.write_bytes(data[:4] + b"\x00" * (len(data) - 4))
+    else:
+        packed = (
+            gzip.compress(text) if kind == "gzip" else zstandard.ZstdCompressor().compress(text)
+        )
+        path.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(formats.SourceError):
+        _import(path, project)
+    assert not Comparison.objects.exists()
