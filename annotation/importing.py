@@ -13,6 +13,9 @@ Accepted rows::
      "metadata": {...}}
 
 or TRL style ``{"prompt", "chosen", "rejected"}`` (chosen becomes response A, recorded in metadata).
+Files in other public formats are turned into these rows by ``annotation.formats``. A row's identity
+is its ``id`` when it has one, else its content with the model names (``comparison_hash``); empty and
+whitespace-only responses are answers like any other.
 """
 
 from __future__ import annotations
