@@ -1,6 +1,7 @@
 """REST API of the annotation app (one view per operation; schema by drf-spectacular).
 
-- ``POST /api/projects/{slug}/imports/`` (multipart ``file``): queue a JSONL import -> 202 + job.
+- ``POST /api/projects/{slug}/imports/`` (multipart ``file``, optional ``format``, ``skip_invalid``,
+  ``scalars_as_text``): queue an import -> 202 + job.
 - ``GET /api/projects/{slug}/imports/{id}/``: the job's status, progress and errors.
 - ``POST /api/projects/{slug}/exports/``: freeze an export -> 201 + snapshot (hash, counts).
 
@@ -20,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.exporting import CONSENSUS_RULES, dataset_export
+from annotation.formats import FORMAT_NAMES
 from annotation.import_jobs import import_job_create, import_job_progress
 from annotation.models import ImportJob, Project
 from common.errors import ConcordError
@@ -43,6 +45,8 @@ class ImportJobOutput(serializers.Serializer):
     errors = serializers.ListField(child=serializers.DictField())
     error_count = serializers.IntegerField()
     summary = serializers.CharField(allow_blank=True)
+    format = serializers.CharField()
+    rows_rejected = serializers.IntegerField()
 
 
 class ImportCreateApi(APIView):
@@ -51,12 +55,21 @@ class ImportCreateApi(APIView):
 
     class Input(serializers.Serializer):
         file = serializers.FileField()
+        format = serializers.ChoiceField(choices=FORMAT_NAMES, default="auto")
+        skip_invalid = serializers.BooleanField(default=False)
+        scalars_as_text = serializers.BooleanField(default=False)
 
     @extend_schema(
         operation_id="import_create",
         request={
             "multipart/form-data": inline_serializer(
-                "ImportInput", {"file": serializers.FileField()}
+                "ImportInput",
+                {
+                    "file": serializers.FileField(),
+                    "format": serializers.ChoiceField(choices=FORMAT_NAMES, default="auto"),
+                    "skip_invalid": serializers.BooleanField(default=False),
+                    "scalars_as_text": serializers.BooleanField(default=False),
+                },
             )
         },
         responses={202: ImportJobOutput},
@@ -66,8 +79,9 @@ class ImportCreateApi(APIView):
         data = self.Input(data=request.data)
         data.is_valid(raise_exception=True)
         try:
+            choices = dict(data.validated_data)
             job = import_job_create(
-                project=project, upload=data.validated_data["file"], created_by=request.user
+                project=project, upload=choices.pop("file"), created_by=request.user, **choices
             )
         except ConcordError as exc:
             raise ValidationError({"file": [str(exc)]}) from exc

@@ -1,8 +1,10 @@
 """Uploaded imports: keep the file as received, import it on the default queue, report progress.
 
-The upload is written to UPLOAD_DIR before anything else happens, so a failed import never loses what
-the user sent. Progress lives in the shared cache (the import's write pass runs inside one database
-transaction, whose own updates nobody else could see until the end).
+The upload (any format and container annotation.formats reads: JSONL, a JSON array, Parquet, gzip or
+zstd) is written to UPLOAD_DIR before anything else happens, so a failed import never loses what the
+user sent; the rejects file of ``skip_invalid`` lies beside it. Progress lives in the shared cache
+(the import's write pass runs inside one database transaction, whose own updates nobody else could
+see until the end).
 """
 
 from __future__ import annotations
@@ -17,17 +19,25 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
 
-from annotation.importing import (
-    ImportValidationError,
-    compressed_file_message,
-    compression_of,
-)
+from annotation import formats
+from annotation.formats.containers import compression_of
+from annotation.importing import ImportValidationError
 from annotation.models import ImportJob, Project
-from annotation.services import comparisons_import
+from annotation.services import ImportOptions, comparisons_import
 from common.errors import ConcordError
 
-ALLOWED_SUFFIXES = (".jsonl", ".json", ".ndjson", ".txt")
-COMPRESSED_SUFFIXES = (".gz", ".zip", ".bz2", ".xz", ".zst", ".7z", ".tgz", ".tar")
+ALLOWED_SUFFIXES = (
+    ".jsonl",
+    ".json",
+    ".ndjson",
+    ".txt",
+    ".parquet",
+    ".jsonl.gz",
+    ".json.gz",
+    ".jsonl.zst",
+    ".json.zst",
+)
+REFUSED_SUFFIXES = (".zip", ".bz2", ".xz", ".7z", ".tgz", ".tar")
 PROGRESS_TTL_S = 24 * 3600
 
 
@@ -36,18 +46,34 @@ def _progress_key(job_id: int) -> str:
 
 
 def import_job_create(
-    *, project: Project, upload: UploadedFile, created_by: AbstractBaseUser | None
+    *,
+    project: Project,
+    upload: UploadedFile,
+    created_by: AbstractBaseUser | None,
+    format: str = "auto",
+    skip_invalid: bool = False,
+    scalars_as_text: bool = False,
 ) -> ImportJob:
-    """Store the uploaded JSONL file and queue its import; refuses oversized or non-JSONL files."""
+    """Store the uploaded file and queue its import; refuses oversized files and archives.
+
+    ``format``: "auto" or a name of annotation.formats.READERS; ``skip_invalid``: import the good
+    rows and list the bad ones beside the upload; ``scalars_as_text``: see formats.ReadOptions.
+    """
     from annotation.import_tasks import import_job_run_task
 
     name = Path(upload.name or "upload.jsonl").name
-    if name.lower().endswith(COMPRESSED_SUFFIXES):
+    if format not in formats.FORMAT_NAMES:
+        raise ConcordError(f"unknown format {format!r}; expected one of {formats.FORMAT_NAMES}")
+    if name.lower().endswith(REFUSED_SUFFIXES):
         raise ConcordError(
-            f"{name}: compressed files are not accepted; upload the uncompressed JSONL"
+            f"{name}: archives are not accepted; upload JSONL, a JSON array, Parquet, or gzip- or "
+            "zstd-compressed JSONL"
         )
     if not name.lower().endswith(ALLOWED_SUFFIXES):
-        raise ConcordError(f"{name}: expected a JSONL file ({', '.join(ALLOWED_SUFFIXES)})")
+        raise ConcordError(
+            f"{name}: expected a JSONL file, a JSON array, Parquet, or gzip- or zstd-compressed "
+            f"JSONL ({', '.join(ALLOWED_SUFFIXES)})"
+        )
     limit = settings.CONCORD_IMPORT_MAX_BYTES
     if upload.size is None or upload.size > limit:
         raise ConcordError(f"{name} is larger than the limit of {limit // (1024 * 1024)} MB")
@@ -56,11 +82,15 @@ def import_job_create(
     upload.seek(0)
     compression = compression_of(upload.read(8))
     upload.seek(0)
-    if compression:  # refused unread: a small archive can unpack to gigabytes
-        raise ConcordError(compressed_file_message(name, compression))
+    if compression not in (None, "gzip", "zstd"):  # refused unread
+        raise ConcordError(
+            f"{name} is a {compression} archive; upload JSONL, a JSON array, Parquet, or gzip- or "
+            "zstd-compressed JSONL"
+        )
     folder = Path(settings.UPLOAD_DIR)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{uuid.uuid4().hex}.jsonl"
+    # The stored name keeps no suffix of the user's: the container is read from the bytes.
+    path = folder / f"{uuid.uuid4().hex}.upload"
     with path.open("wb") as out:
         for chunk in upload.chunks():
             out.write(chunk)
@@ -70,6 +100,13 @@ def import_job_create(
         path=str(path),
         original_name=name[:255],
         size_bytes=upload.size,
+        result={
+            "options": {
+                "format": format,
+                "skip_invalid": skip_invalid,
+                "scalars_as_text": scalars_as_text,
+            }
+        },
     )
     transaction.on_commit(lambda: import_job_run_task.delay(job.pk))
     return job
@@ -89,19 +126,31 @@ def import_job_run(*, job_id: int) -> ImportJob:
             PROGRESS_TTL_S,
         )
 
+    chosen = job.result.get("options", {})
+    options = ImportOptions(
+        format=chosen.get("format", "auto"),
+        skip_invalid=chosen.get("skip_invalid", False),
+        read=formats.ReadOptions(scalars_as_text=chosen.get("scalars_as_text", False)),
+    )
     try:
-        result = comparisons_import(project=job.project, lines=Path(job.path), progress=progress)
+        result = comparisons_import(
+            project=job.project, lines=Path(job.path), progress=progress, options=options
+        )
     except ImportValidationError as exc:
         job.status = ImportJob.Status.FAILED
-        job.errors = [{"line": e.line, "field": e.field, "message": e.message} for e in exc.errors]
-        job.result = {"error_count": exc.total}
+        job.errors = [
+            {"line": e.line, "unit": e.unit, "field": e.field, "message": e.message}
+            for e in exc.errors
+        ]
+        job.result = {"error_count": exc.total, "options": chosen}
     except (OSError, ValueError) as exc:
         job.status = ImportJob.Status.FAILED
-        job.errors = [{"line": 0, "field": "", "message": str(exc)}]
+        job.errors = [{"line": 0, "unit": "", "field": "", "message": str(exc)}]
+        job.result = {"options": chosen}
     else:
         job.status = ImportJob.Status.DONE
         job.rows_total = job.rows_done = result.rows
-        job.result = {**result.__dict__, "summary": result.summary()}
+        job.result = {**result.__dict__, "summary": result.summary(), "options": chosen}
     job.finished_at = timezone.now()
     job.save()
     cache.delete(_progress_key(job.pk))
@@ -121,4 +170,6 @@ def import_job_progress(job: ImportJob) -> dict[str, object]:
         "errors": job.errors[:200],
         "error_count": job.result.get("error_count", len(job.errors)),
         "summary": job.result.get("summary", ""),
+        "format": job.result.get("format", job.result.get("options", {}).get("format", "auto")),
+        "rows_rejected": job.result.get("rows_rejected", 0),
     }

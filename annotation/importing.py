@@ -13,62 +13,39 @@ Accepted rows::
      "metadata": {...}}
 
 or TRL style ``{"prompt", "chosen", "rejected"}`` (chosen becomes response A, recorded in metadata).
+Files in other public formats are turned into these rows by ``annotation.formats``. A row's identity
+is its ``id`` when it has one, else its content with the model names (``comparison_hash``); empty and
+whitespace-only responses are answers like any other.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from annotation.formats.base import MAX_RECORD_BYTES, RowError, load_record
 from annotation.models import MAX_STRENGTH, Choice, Side
 
-MAX_LINE_BYTES = 1_000_000
-# Deeper JSON is refused: Python's parser gives up near 1,000 levels, and storing or exporting a
-# value nearly that deep could fail later, half-way through a write.
-MAX_DEPTH = 64
+MAX_LINE_BYTES = MAX_RECORD_BYTES
 MAX_NAME_CHARS = 200  # external ids and model names (the columns' length)
 MAX_ELAPSED_MS = 2**31 - 1  # the column's largest value (24 days: anything above is not a timing)
 ROLES = ("system", "user", "assistant")
-# The first bytes of compressed files: an upload is plain JSONL, never decompressed on the server.
-COMPRESSED_MAGIC = {
-    b"\x1f\x8b": "gzip",
-    b"PK\x03\x04": "zip",
-    b"PK\x05\x06": "zip",
-    b"BZh": "bzip2",
-    b"\xfd7zXZ\x00": "xz",
-    b"\x28\xb5\x2f\xfd": "zstd",
-    b"7z\xbc\xaf\x27\x1c": "7z",
-}
-
-
-def compression_of(head: bytes) -> str | None:
-    """The compression format whose signature starts ``head`` (a file's first bytes), or None."""
-    for magic, name in COMPRESSED_MAGIC.items():
-        if head.startswith(magic):
-            return name
-    return None
-
-
-def compressed_file_message(name: str, compression: str) -> str:
-    return (
-        f"{name} is a {compression}-compressed file; compressed files are not accepted: "
-        "upload the uncompressed JSONL"
-    )
 
 
 @dataclass(frozen=True)
 class LineError:
-    """What is wrong with one line of the file: 1-based line number, field (or '' for the line)."""
+    """What is wrong with one record of the file: its 1-based number (``line`` of a JSONL file,
+    ``item`` of a JSON array, ``row`` of a Parquet file: ``unit``), field (or '' for the record)."""
 
     line: int
     field: str
     message: str
+    unit: str = "line"
 
     def __str__(self) -> str:
-        where = f"line {self.line}" + (f", field {self.field!r}" if self.field else "")
+        where = f"{self.unit} {self.line}" + (f", field {self.field!r}" if self.field else "")
         return f"{where}: {self.message}"
 
 
@@ -114,9 +91,36 @@ class ImportedComparison:
         return content_hash(self.messages if self.messages is not None else self.prompt_text)
 
     @property
-    def comparison_hash(self) -> str:
+    def content_key(self) -> str:
+        """Hash of what the comparison shows: prompt, both responses and, when named, the models."""
         prompt = self.messages if self.messages is not None else self.prompt_text
+        if self.model_a or self.model_b:
+            return content_hash(
+                [prompt, self.response_a, self.response_b, self.model_a, self.model_b]
+            )
         return content_hash([prompt, self.response_a, self.response_b])
+
+    @property
+    def comparison_hash(self) -> str:
+        """The comparison's identity in its project: its ``id`` when it has one, else its content.
+
+        Two rows with their own ids are two comparisons even when their texts are equal (two models
+        can give the same answer); re-importing a row finds its comparison by the same key.
+        """
+        if self.external_id:
+            return content_hash(["id", self.external_id])
+        return self.content_key
+
+    @property
+    def empty_responses(self) -> int:
+        """How many of the two responses are empty or whitespace only (0-2)."""
+        return sum(not text.strip() for text in (self.response_a, self.response_b))
+
+
+def response_hash(text: str, model: str) -> str:
+    """A response's key under its prompt: its text, and its model when named (two models may give
+    the same text; each keeps its own name)."""
+    return content_hash(text) if not model else content_hash([text, model])
 
 
 def content_hash(value: object) -> str:
@@ -128,13 +132,13 @@ def content_hash(value: object) -> str:
 class _Row:
     """Collects the errors of one line while its fields are read."""
 
-    def __init__(self, line: int, data: dict[str, Any]) -> None:
-        self.line, self.data, self.errors = line, data, []
+    def __init__(self, line: int, data: dict[str, Any], unit: str) -> None:
+        self.line, self.data, self.unit, self.errors = line, data, unit, []
 
     def fail(self, name: str, message: str) -> None:
-        self.errors.append(LineError(self.line, name, message))
+        self.errors.append(LineError(self.line, name, message, self.unit))
 
-    def text(self, name: str, *, required: bool) -> str:
+    def text(self, name: str, *, required: bool, allow_empty: bool = False) -> str:
         value = self.data.get(name)
         if value is None:
             if required:
@@ -143,7 +147,7 @@ class _Row:
         if not isinstance(value, str):
             self.fail(name, f"must be a string, not {type(value).__name__}")
             return ""
-        if required and not value.strip():
+        if required and not allow_empty and not value.strip():
             self.fail(name, "must not be empty")
         return value
 
@@ -231,68 +235,34 @@ def _parse_judgements(row: _Row) -> tuple[ImportedJudgement, ...]:
     return tuple(parsed)
 
 
-def _refuse_constant(token: str) -> float:
-    raise ValueError(f"{token} is not a number JSON allows")
-
-
-def _finite_float(token: str) -> float:
-    value = float(token)
-    if not math.isfinite(value):
-        raise ValueError(f"{token[:40]} is out of the range of a double")
-    return value
-
-
-def _unstorable(data: object) -> str | None:
-    """Why the parsed value cannot be stored as it is (too deep, a NUL character), or None.
-
-    Walks with an explicit stack: the value may be nearly as deep as the parser allows.
-    """
-    stack: list[tuple[object, int]] = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()  # depth: the level of ``value`` (the row object is level 1)
-        if isinstance(value, dict | list) and depth > MAX_DEPTH:
-            return f"JSON nested too deeply (at most {MAX_DEPTH} levels)"
-        if isinstance(value, str):
-            if "\x00" in value:
-                return "a string contains a NUL character (\\u0000), which cannot be stored"
-        elif isinstance(value, dict):
-            stack.extend((key, depth) for key in value)
-            stack.extend((item, depth + 1) for item in value.values())
-        elif isinstance(value, list):
-            stack.extend((item, depth + 1) for item in value)
-    return None
-
-
 def parse_row(line: int, raw: str) -> ImportedComparison | list[LineError]:
-    """Validate one JSONL line; returns the comparison or the line's errors."""
-    if len(raw.encode("utf-8")) > MAX_LINE_BYTES:
-        return [LineError(line, "", f"line is longer than {MAX_LINE_BYTES} bytes")]
+    """Validate one JSONL line of Concord's format; returns the comparison or the line's errors."""
     try:
-        data = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except json.JSONDecodeError as exc:
-        return [LineError(line, "", f"malformed JSON: {exc.msg} at column {exc.colno}")]
-    except RecursionError:
-        return [LineError(line, "", f"JSON nested too deeply (at most {MAX_DEPTH} levels)")]
-    except ValueError as exc:  # a number token that is out of range (see the parse hooks)
-        return [LineError(line, "", f"unacceptable JSON number: {exc}")]
-    if not isinstance(data, dict):
-        return [LineError(line, "", "each line must be a JSON object")]
-    if problem := _unstorable(data):
-        return [LineError(line, "", problem)]
-    row = _Row(line, data)
+        data = load_record(raw)
+    except RowError as exc:
+        return [LineError(line, exc.field, exc.message)]
+    return parse_record(line, data)
+
+
+def parse_record(
+    line: int, data: dict[str, Any], *, unit: str = "line"
+) -> ImportedComparison | list[LineError]:
+    """Validate one row of Concord's format (a parsed JSON object, already checked storable)."""
+    row = _Row(line, data, unit)
     prompt_text, messages = _parse_prompt(row)
     metadata = data.get("metadata", {})
     if not isinstance(metadata, dict):
         row.fail("metadata", "must be an object")
         metadata = {}
     if "chosen" in data or "rejected" in data:  # TRL style: chosen is A, rejected is B
-        response_a = row.text("chosen", required=True)
-        response_b = row.text("rejected", required=True)
+        response_a = row.text("chosen", required=True, allow_empty=True)
+        response_b = row.text("rejected", required=True, allow_empty=True)
         metadata = {**metadata, "trl_preferred": "a"}
     else:
-        response_a = row.text("response_a", required=True)
-        response_b = row.text("response_b", required=True)
-    if response_a and response_a == response_b:
+        response_a = row.text("response_a", required=True, allow_empty=True)
+        response_b = row.text("response_b", required=True, allow_empty=True)
+    # An empty answer is a real answer (usually the loser); two equal ones compare nothing.
+    if response_a == response_b and not row.errors:
         row.fail("response_b", "is identical to response_a")
     gold = data.get("gold") or ""
     if gold not in ("", Choice.A, Choice.B, Choice.TIE):

@@ -1,20 +1,27 @@
-"""Writes of the annotation domain: projects and the all-or-nothing, streaming JSONL import.
+"""Writes of the annotation domain: projects and the all-or-nothing, streaming import.
 
 Views, commands and tasks call these; none holds logic of its own.
 
-The import reads its source twice. Pass 1 parses and validates every line (keeping only each row's
-content hash and annotator names), so a bad file is refused before anything is written. Pass 2 reads
-the file again and writes it in chunks of CHUNK_ROWS rows with bulk queries, inside one transaction: a
-100,000-line file never sits in memory, and a failure half-way leaves nothing behind.
+The import reads its source twice. Pass 1 reads every record in its format (annotation.formats),
+validates it (annotation.importing) and keeps only each comparison's key, content hash and
+annotators' verdicts, so a bad file is refused before anything is written. Pass 2 reads the file
+again and writes it in chunks of CHUNK_ROWS rows with bulk queries, inside one transaction: a
+100,000-row file never sits in memory, and a failure half-way leaves nothing behind. With
+``skip_invalid`` the bad rows are written, with their reasons, to a rejects file beside the source
+and pass 2 leaves them out.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import AbstractBaseUser, Group
@@ -22,30 +29,39 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils.text import slugify
 
+from annotation import formats
+from annotation.formats.containers import read_records
 from annotation.importing import (
     ImportedComparison,
     ImportValidationError,
     LineError,
-    compressed_file_message,
-    compression_of,
-    content_hash,
+    parse_record,
     parse_row,
+    response_hash,
 )
 from annotation.models import Comparison, Judgement, Project, Prompt, Response
 from common.roles import ANNOTATOR
 
 CHUNK_ROWS = 1000
 MAX_ERRORS_KEPT = 1000
+REJECTS_SUFFIX = ".rejected.jsonl"
 
 Progress = Callable[[str, int, int | None], None]
 """progress(phase, rows_done, rows_total): phase is "validating" or "importing"."""
 
 Source = Sequence[str] | Path
+"""Concord JSONL lines, or the Path of a file in any format and container annotation.formats reads."""
 
 
 @dataclass(frozen=True)
 class ImportResult:
-    """Counts of one import: rows read, comparisons created or already present, and so on."""
+    """Counts of one import: rows read, comparisons created or already present, and so on.
+
+    ``format``/``container``: what the file was read as (what ``auto`` chose). ``rows_rejected``:
+    rows left out under ``skip_invalid`` (listed in ``rejects_path``). ``empty_responses``: empty or
+    whitespace-only responses among the rows read. ``repeated_votes``: a judge's vote repeated with
+    the same verdict (formats where that counts once).
+    """
 
     rows: int
     comparisons_created: int
@@ -53,14 +69,29 @@ class ImportResult:
     judgements_created: int
     judgements_existing: int
     annotators_created: int
+    format: str = "concord"
+    container: str = "jsonl"
+    rows_rejected: int = 0
+    empty_responses: int = 0
+    repeated_votes: int = 0
+    rejects_path: str = ""
 
     def summary(self) -> str:
-        return (
+        text = (
             f"{self.rows} rows: {self.comparisons_created} comparisons created, "
             f"{self.comparisons_existing} already present; {self.judgements_created} judgements "
             f"created, {self.judgements_existing} already present; "
-            f"{self.annotators_created} annotator accounts created"
+            f"{self.annotators_created} annotator accounts created; "
+            f"{self.empty_responses} empty responses"
         )
+        if self.repeated_votes:
+            text += f"; {self.repeated_votes} repeated votes counted once"
+        if self.rows_rejected or self.rejects_path:
+            text += (
+                f"; {self.rows - self.rows_rejected} rows imported, {self.rows_rejected} rejected"
+                + (f" (listed in {self.rejects_path})" if self.rejects_path else "")
+            )
+        return f"{self.format} ({self.container}): {text}"
 
 
 def project_get_or_create(
@@ -79,65 +110,177 @@ def project_get_or_create(
     )
 
 
-def _numbered_lines(source: Source) -> Iterator[tuple[int, str | LineError]]:
-    """(line number, text) for every line; undecodable bytes become a LineError for that line."""
-    if not isinstance(source, Path):
-        yield from enumerate(source, start=1)
-        return
-    with source.open("rb") as handle:
-        if compression := compression_of(handle.read(8)):
-            yield 1, LineError(1, "", compressed_file_message("this file", compression))
-            return
-        handle.seek(0)
-        for number, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                yield number, LineError(number, "", f"not valid UTF-8 (byte {exc.start + 1})")
+@dataclass(frozen=True)
+class _Read:
+    """One record as read: where it is, the row or its errors, and the record as it came."""
+
+    number: int
+    unit: str
+    row: ImportedComparison | None
+    errors: list[LineError]
+    raw: Any
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """How to read the source: its format ("auto" or a name in annotation.formats.READERS), the
+    readers' options, and whether bad rows are set aside (``skip_invalid``) instead of refusing all."""
+
+    format: str = "auto"
+    read: formats.ReadOptions = field(default_factory=formats.ReadOptions)
+    skip_invalid: bool = False
+
+
+def _lines_read(lines: Sequence[str]) -> Iterator[_Read]:
+    for number, text in enumerate(lines, start=1):
+        if text.strip():
+            parsed = parse_row(number, text)
+            if isinstance(parsed, list):
+                yield _Read(number, "line", None, parsed, text)
             else:
-                yield number, text
+                yield _Read(number, "line", parsed, [], text)
 
 
-def _rows(source: Source) -> Iterator[ImportedComparison | list[LineError]]:
-    for number, text in _numbered_lines(source):
-        if isinstance(text, LineError):
-            yield [text]
-        elif text.strip():
-            yield parse_row(number, text)
+def _file_read(path: Path, resolved: formats.Resolved, options: ImportOptions) -> Iterator[_Read]:
+    records = read_records(
+        path, max_bytes=settings.CONCORD_IMPORT_MAX_BYTES, container=resolved.container
+    )
+    for record, row, error in formats.converted(
+        records, format=resolved.format, options=options.read
+    ):
+        if error is not None or row is None:
+            error = error or formats.RowError("", "unreadable record")
+            line_error = LineError(record.number, error.field, error.message, record.unit)
+            yield _Read(record.number, record.unit, None, [line_error], record.raw)
+            continue
+        parsed = parse_record(record.number, row, unit=record.unit)
+        if isinstance(parsed, list):
+            yield _Read(record.number, record.unit, None, parsed, record.raw)
+        else:
+            yield _Read(record.number, record.unit, parsed, [], record.raw)
 
 
-def _validate(source: Source, progress: Progress | None) -> int:
-    """Pass 1: every line parsed; duplicates within the file checked. Returns the row count."""
+@dataclass
+class _Plan:
+    """What pass 1 learnt and pass 2 needs: the rows to leave out and the votes to count once."""
+
+    format: str
+    container: str
+    rows: int = 0
+    rejected: set[int] = field(default_factory=set)
+    repeats: set[tuple[int, str]] = field(default_factory=set)
+    empty_responses: int = 0
+    rejects_path: str = ""
+
+
+def _source_reads(source: Source, plan: _Plan, options: ImportOptions) -> Iterator[_Read]:
+    if isinstance(source, Path):
+        yield from _file_read(source, formats.Resolved(plan.format, plan.container), options)
+    else:
+        yield from _lines_read(source)
+
+
+def _plan_for(source: Source, options: ImportOptions) -> _Plan:
+    if not isinstance(source, Path):
+        if options.format not in ("auto", "concord"):
+            raise ValueError("a list of lines is read as Concord JSONL only")
+        return _Plan(format="concord", container="jsonl")
+    resolved = formats.resolve(
+        source, format=options.format, max_bytes=settings.CONCORD_IMPORT_MAX_BYTES
+    )
+    return _Plan(format=resolved.format, container=resolved.container)
+
+
+def _json_default(value: object) -> str:
+    return str(value)
+
+
+def _validate(source: Source, options: ImportOptions, progress: Progress | None) -> _Plan:
+    """Pass 1: every record read and checked; duplicates within the file checked.
+
+    A comparison (one key: its id, or its content without one) may span several rows; each of its
+    annotators judges it once, and rows with one id must show the same content. Raises
+    ImportValidationError listing the errors unless ``skip_invalid`` (then the bad rows go to the
+    rejects file beside ``source``).
+    """
+    plan = _plan_for(source, options)
+    count_once = formats.repeats_count_once(plan.format)
     errors: list[LineError] = []
     n_errors = 0
-    first_line: dict[str, tuple[int, frozenset[str]]] = {}
-    rows = 0
-    for item in _rows(source):
-        rows += 1
-        if isinstance(item, list):
-            n_errors += len(item)
-            errors.extend(item[: max(0, MAX_ERRORS_KEPT - len(errors))])
-            continue
-        names = frozenset(j.annotator for j in item.judgements)
-        seen = first_line.get(item.comparison_hash)
-        if seen is not None:
-            for name in sorted(names & seen[1]):
-                n_errors += 1
-                if len(errors) < MAX_ERRORS_KEPT:
-                    errors.append(
-                        LineError(
-                            item.line,
-                            "judgements",
-                            f"{name!r} already judged this comparison on line {seen[0]}",
+    # key -> (first line, content hash, {annotator: (choice, strength)})
+    seen: dict[str, tuple[int, str, dict[str, tuple[str, int]]]] = {}
+    rejects = None
+    if options.skip_invalid and isinstance(source, Path):
+        plan.rejects_path = str(source.with_name(source.name + REJECTS_SUFFIX))
+        rejects = open(plan.rejects_path + ".part", "w", encoding="utf-8")  # noqa: SIM115
+    try:
+        for item in _source_reads(source, plan, options):
+            plan.rows += 1
+            row_errors = list(item.errors)
+            repeats: list[str] = []
+            if item.row is not None:
+                row = item.row
+                first = seen.get(row.comparison_hash)
+                verdicts = {j.annotator: (j.choice, j.strength) for j in row.judgements}
+                if first is not None:
+                    if first[1] != row.content_key:
+                        row_errors.append(
+                            LineError(
+                                item.number,
+                                "id",
+                                f"id {row.external_id!r} is also on {item.unit} {first[0]} with "
+                                "a different prompt, responses or models",
+                                item.unit,
+                            )
                         )
+                    for name in sorted(verdicts.keys() & first[2].keys()):
+                        if count_once and verdicts[name] == first[2][name]:
+                            repeats.append(name)
+                            continue
+                        row_errors.append(
+                            LineError(
+                                item.number,
+                                "judgements",
+                                f"{name!r} already judged this comparison on {item.unit} "
+                                f"{first[0]}",
+                                item.unit,
+                            )
+                        )
+            if row_errors:
+                n_errors += len(row_errors)
+                errors.extend(row_errors[: max(0, MAX_ERRORS_KEPT - len(errors))])
+                plan.rejected.add(item.number)
+                if rejects is not None:
+                    reasons = [{"field": e.field, "message": e.message} for e in row_errors]
+                    rejects.write(
+                        json.dumps(
+                            {item.unit: item.number, "errors": reasons, "record": item.raw},
+                            ensure_ascii=False,
+                            default=_json_default,
+                        )
+                        + "\n"
                     )
-            names |= seen[1]
-        first_line[item.comparison_hash] = (seen[0] if seen else item.line, names)
-        if progress is not None and rows % CHUNK_ROWS == 0:
-            progress("validating", rows, None)
-    if n_errors:
+            else:
+                row = item.row
+                plan.empty_responses += row.empty_responses
+                plan.repeats.update((item.number, name) for name in repeats)
+                if first is None:
+                    seen[row.comparison_hash] = (item.number, row.content_key, verdicts)
+                else:
+                    first[2].update(verdicts)
+            if progress is not None and plan.rows % CHUNK_ROWS == 0:
+                progress("validating", plan.rows, None)
+    except BaseException:
+        if rejects is not None:
+            rejects.close()
+            os.unlink(rejects.name)
+        raise
+    if rejects is not None:
+        rejects.close()
+        os.replace(rejects.name, plan.rejects_path)
+    if n_errors and not options.skip_invalid:
         raise ImportValidationError(errors, total=n_errors)
-    return rows
+    return plan
 
 
 @dataclass
@@ -173,8 +316,14 @@ def _responses_for(
     wanted: dict[tuple[int, str], tuple[str, str]] = {}
     for row in rows:
         prompt_id = prompts[row.prompt_hash].pk
-        wanted[(prompt_id, content_hash(row.response_a))] = (row.response_a, row.model_a)
-        wanted[(prompt_id, content_hash(row.response_b))] = (row.response_b, row.model_b)
+        wanted[(prompt_id, response_hash(row.response_a, row.model_a))] = (
+            row.response_a,
+            row.model_a,
+        )
+        wanted[(prompt_id, response_hash(row.response_b, row.model_b))] = (
+            row.response_b,
+            row.model_b,
+        )
 
     def fetch() -> dict[tuple[int, str], Response]:
         query = Response.objects.filter(
@@ -216,17 +365,15 @@ def _annotators_for(
 
 
 def _write_chunk(project: Project, rows: list[ImportedComparison], counts: _Counts) -> None:
-    # Rows repeating one comparison inside the chunk are merged (their judgements were checked).
+    # Rows of one comparison inside the chunk are merged (pass 1 checked their judgements).
     merged: dict[str, ImportedComparison] = {}
     for row in rows:
         first = merged.get(row.comparison_hash)
-        merged[row.comparison_hash] = (
-            row
-            if first is None
-            else ImportedComparison(
+        if first is not None:
+            row = ImportedComparison(
                 **{**first.__dict__, "judgements": first.judgements + row.judgements}
             )
-        )
+        merged[row.comparison_hash] = row
     rows = list(merged.values())
     prompts = _prompts_for(project, rows)
     responses = _responses_for(rows, prompts)
@@ -250,8 +397,8 @@ def _write_chunk(project: Project, rows: list[ImportedComparison], counts: _Coun
                 project=project,
                 queue_position=next_position + len(new),
                 prompt=prompt,
-                response_a=responses[(prompt.pk, content_hash(row.response_a))],
-                response_b=responses[(prompt.pk, content_hash(row.response_b))],
+                response_a=responses[(prompt.pk, response_hash(row.response_a, row.model_a))],
+                response_b=responses[(prompt.pk, response_hash(row.response_b, row.model_b))],
                 gold=row.gold,
                 external_id=row.external_id,
                 content_hash=row.comparison_hash,
@@ -305,37 +452,71 @@ def _write_chunk(project: Project, rows: list[ImportedComparison], counts: _Coun
         Comparison.objects.filter(pk__in=ids).update(taken=F("taken") + amount)
 
 
-def comparisons_import(
-    *, project: Project, lines: Source, progress: Progress | None = None
-) -> ImportResult:
-    """Import comparison JSONL into ``project``: all or nothing, idempotent on re-import.
+def _without_repeats(row: ImportedComparison, plan: _Plan) -> ImportedComparison:
+    if not plan.repeats:
+        return row
+    kept = tuple(j for j in row.judgements if (row.line, j.annotator) not in plan.repeats)
+    if len(kept) == len(row.judgements):
+        return row
+    return ImportedComparison(**{**row.__dict__, "judgements": kept})
 
-    ``lines`` is a list of lines or the Path of a file (read twice, never held in memory). Any bad
-    line raises ImportValidationError listing each bad line and field, and nothing is written. Rows
-    already present (same prompt and responses) are not duplicated; judgements already present (same
-    comparison and annotator) are kept as they are.
+
+def comparisons_import(
+    *,
+    project: Project,
+    lines: Source,
+    progress: Progress | None = None,
+    options: ImportOptions | None = None,
+) -> ImportResult:
+    """Import comparisons into ``project``: all or nothing (unless ``skip_invalid``), idempotent.
+
+    ``lines`` is a list of Concord JSONL lines or the Path of a file in any format annotation.formats
+    reads (read twice, never held in memory). Any bad row raises ImportValidationError listing each
+    bad row and field, and nothing is written; with ``options.skip_invalid`` the good rows are
+    imported and the bad ones listed in ``<file>.rejected.jsonl``. A row with an ``id`` is found
+    again by that id on re-import; a row without one by its content (prompt, responses, models).
+    Judgements already present (same comparison and annotator) are kept as they are.
     """
-    total = _validate(lines, progress)
+    options = options or ImportOptions()
+    plan = _validate(lines, options, progress)
     counts = _Counts()
     done = 0
     with transaction.atomic():
-        rows = (row for row in _rows(lines) if not isinstance(row, list))
+        rows = (
+            _without_repeats(item.row, plan)
+            for item in _source_reads(lines, plan, options)
+            if item.row is not None and item.number not in plan.rejected
+        )
         while chunk := list(islice(rows, CHUNK_ROWS)):
             _write_chunk(project, chunk, counts)
             done += len(chunk)
             if progress is not None:
-                progress("importing", done, total)
+                progress("importing", done, plan.rows)
         if counts.judgements_created:
             from annotation.labelling import judgements_changed
 
             judgements_changed(project)
-    return ImportResult(rows=total, **counts.__dict__)
+    return ImportResult(
+        rows=plan.rows,
+        **counts.__dict__,
+        format=plan.format,
+        container=plan.container,
+        rows_rejected=len(plan.rejected),
+        empty_responses=plan.empty_responses,
+        repeated_votes=len(plan.repeats),
+        rejects_path=plan.rejects_path,
+    )
 
 
 @transaction.atomic
 def project_import(
-    *, slug: str, lines: Source, progress: Progress | None = None
+    *,
+    slug: str,
+    lines: Source,
+    progress: Progress | None = None,
+    options: ImportOptions | None = None,
 ) -> tuple[Project, bool, ImportResult]:
-    """Import JSONL into the project ``slug``, creating it if missing; on any error neither happens."""
+    """Import into the project ``slug``, creating it if missing; on any error neither happens."""
     project, created = project_get_or_create(slug=slug)
-    return project, created, comparisons_import(project=project, lines=lines, progress=progress)
+    result = comparisons_import(project=project, lines=lines, progress=progress, options=options)
+    return project, created, result

@@ -13,7 +13,15 @@ from django.views.decorators.http import require_POST
 
 from annotation import labelling, selectors
 from annotation.agreement_service import agreement_alerts
-from annotation.exporting import CONSENSUS_RULES, JUDGEMENTS_FILE, PAIRS_FILE, dataset_export
+from annotation.exporting import (
+    CONSENSUS_RULES,
+    HF_FORMAT,
+    JUDGEMENTS_FILE,
+    PAIRS_FILE,
+    dataset_export,
+    hf_export_archive,
+)
+from annotation.formats import FORMAT_NAMES
 from annotation.import_jobs import import_job_create, import_job_progress
 from annotation.models import SCREEN_PAIR, DatasetExport, ImportJob, Project, Side
 from common.errors import ConcordError
@@ -185,6 +193,7 @@ def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
         "agreement_alerts": agreement_alerts(project=project),
         "exports": project.exports.all()[:20],
         "max_upload_mb": settings.CONCORD_IMPORT_MAX_BYTES // (1024 * 1024),
+        "import_formats": FORMAT_NAMES,
     }
     return render(request, "annotation/manage.html", context)
 
@@ -195,10 +204,17 @@ def import_upload(request: HttpRequest, slug: str) -> HttpResponse:
     project = _lead_project(request, slug)
     upload = request.FILES.get("file")
     if upload is None:
-        messages.error(request, "Choose a JSONL file to import.")
+        messages.error(request, "Choose a file to import.")
     else:
         try:
-            job = import_job_create(project=project, upload=upload, created_by=request.user)
+            job = import_job_create(
+                project=project,
+                upload=upload,
+                created_by=request.user,
+                format=request.POST.get("format", "auto"),
+                skip_invalid=request.POST.get("skip_invalid") == "1",
+                scalars_as_text=request.POST.get("scalars_as_text") == "1",
+            )
         except ConcordError as exc:
             messages.error(request, str(exc))
         else:
@@ -234,6 +250,10 @@ def export_create(request: HttpRequest, slug: str) -> HttpResponse:
 def export_download(request: HttpRequest, slug: str, sha256: str, part: str) -> FileResponse:
     project = _lead_project(request, slug)
     export = get_object_or_404(DatasetExport, project=project, sha256=sha256)
+    if part == HF_FORMAT:  # the Hugging Face dataset folder, zipped
+        archive = hf_export_archive(export=export)
+        name = f"{project.slug}-{sha256[:12]}-hf.zip"
+        return FileResponse(archive.open("rb"), as_attachment=True, filename=name)
     files = {"pairs": PAIRS_FILE, "judgements": JUDGEMENTS_FILE}
     if part not in files:
         raise Http404

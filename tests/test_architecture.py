@@ -21,6 +21,7 @@ PURE = (
     "common.sides",
     "annotation.agreement",
     "annotation.clustering",
+    "annotation.formats",
     "training.algorithms",
     "training.recipes",
     "monitoring.stopping",

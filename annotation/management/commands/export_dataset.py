@@ -1,22 +1,27 @@
-"""python manage.py export_dataset --project SLUG --out PATH [--keep-ties] [--min-judgements N]"""
+"""python manage.py export_dataset --project SLUG --out PATH [--format jsonl|hf] [--keep-ties] ..."""
 
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annotation.exporting import dataset_export, export_copy
+from annotation.exporting import dataset_export, export_copy, hf_export_write
 from annotation.models import Project
 
 
 class Command(BaseCommand):
     help = (
-        "Freeze the project's judgements into an immutable, hashed TRL-style export and copy it to "
-        "PATH (pairs) and PATH.judgements.jsonl (raw per-annotator rows)."
+        "Freeze the project's judgements into an immutable, hashed export. --format jsonl "
+        "(default): copy it to PATH (TRL-style pairs) and PATH.judgements.jsonl (raw rows). "
+        "--format hf: write the folder PATH as a Hugging Face dataset (Parquet train/test split "
+        "by prompt, dataset card README.md) that datasets.load_dataset(PATH) loads."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--project", required=True, help="project slug")
-        parser.add_argument("--out", required=True, type=Path, help="where to write pairs JSONL")
+        parser.add_argument(
+            "--out", required=True, type=Path, help="pairs JSONL file (jsonl) or folder (hf)"
+        )
+        parser.add_argument("--format", choices=["jsonl", "hf"], default="jsonl")
         parser.add_argument("--keep-ties", action="store_true", help="keep tied pairs (margin 0)")
         parser.add_argument("--min-judgements", type=int, default=1)
         parser.add_argument(
@@ -25,10 +30,21 @@ class Command(BaseCommand):
             default="majority",
             help="majority vote, or Dawid-Skene (annotator reliability) posteriors",
         )
+        parser.add_argument(
+            "--test-fraction",
+            type=float,
+            default=0.1,
+            help="hf: share of each prompt cluster's prompts in the test split (default 0.1)",
+        )
+        parser.add_argument(
+            "--license",
+            default="other",
+            help="hf: the data's licence for the dataset card, e.g. cc-by-4.0 (default: other)",
+        )
 
     def handle(
-        self, *args, project: str, out: Path, keep_ties: bool, min_judgements: int,
-        consensus: str, **o,
+        self, *args, project: str, out: Path, format: str, keep_ties: bool, min_judgements: int,
+        consensus: str, test_fraction: float, license: str, **o,
     ):  # fmt: skip
         target = Project.objects.filter(slug=project).first()
         if target is None:
@@ -40,10 +56,21 @@ class Command(BaseCommand):
                 min_judgements=min_judgements,
                 consensus=consensus,
             )
+            if format == "hf":
+                written = hf_export_write(
+                    export=export, out=out, test_fraction=test_fraction, license=license
+                )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        pairs, raw = export_copy(export, out)
-        self.stdout.write(
+        counts = (
             f"export {export.sha256} ({export.n_pairs} pairs, {export.n_judgements} judgements, "
-            f"{export.n_ties_dropped} ties dropped)\n  pairs:      {pairs}\n  judgements: {raw}"
+            f"{export.n_ties_dropped} ties dropped)"
         )
+        if format == "hf":
+            self.stdout.write(
+                f"{counts}\n  Hugging Face dataset: {written.folder} "
+                f"(train {written.rows['train']} rows, test {written.rows['test']} rows)"
+            )
+            return
+        pairs, raw = export_copy(export, out)
+        self.stdout.write(f"{counts}\n  pairs:      {pairs}\n  judgements: {raw}")
