@@ -307,3 +307,16 @@ def test_config_with_a_text_reward_range_is_a_config_error_not_a_crash(snapshot,
         )  # fmt: skip
     assert caught.value.field == "reward_range"
     assert not RunEvent.objects.filter(run__kind="ppo").exists()
+
+
+def test_the_export_list_links_to_the_form_with_the_snapshot(ml_engineer, snapshot):
+    """The lead's export list (project manage page) offers "Train on this export"; following it
+    ends on the kind picker with that export's snapshot chosen."""
+    client = logged_in(ml_engineer)
+    project = snapshot.export.project
+    page = client.get(reverse("annotation:project-manage", args=[project.slug])).content.decode()
+    link = f"{ADD}?export={snapshot.export_id}"
+    assert f'href="{link}" data-testid="train-on-export">Train on this export' in page
+    response = client.get(link, follow=True)
+    assert response.redirect_chain == [(f"{ADD}?snapshot={snapshot.pk}", 302)]
+    assert "Dataset snapshot" in response.content.decode()
