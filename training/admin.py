@@ -275,9 +275,8 @@ class TrainingRunForm(forms.ModelForm):
         except ConfigError as exc:
             target = CONFIG_PREFIX + (exc.field or "")
             self.add_error(target if target in self.fields else None, str(exc))
-        except ConcordError as exc:
-            target = "reward_model_run" if "reward" in str(exc) else None
-            self.add_error(target if target in self.fields else None, str(exc))
+        except ConcordError as exc:  # the base model or the reward-model run does not fit
+            self.add_error(None, str(exc))
         return cleaned
 
 
