@@ -320,3 +320,30 @@ def test_the_export_list_links_to_the_form_with_the_snapshot(ml_engineer, snapsh
     response = client.get(link, follow=True)
     assert response.redirect_chain == [(f"{ADD}?snapshot={snapshot.pk}", 302)]
     assert "Dataset snapshot" in response.content.decode()
+
+
+def test_save_and_launch_from_the_add_form(
+    ml_engineer, snapshot, django_capture_on_commit_callbacks
+):
+    """ "Save and launch" on a new run: created and launched in one go, both audited."""
+    client = logged_in(ml_engineer)
+    url = f"{ADD}?kind=rm&preset=cpu&snapshot={snapshot.pk}"
+    data = {**_browser_data(_page_form(client, url)), "name": "rm now", "_launch": "1"}
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client.post(url, data)
+    run = TrainingRun.objects.get(name="rm now")
+    assert response.url == reverse("admin:training_trainingrun_change", args=[run.pk])
+    assert run.status == "queued" and len(callbacks) == 1
+    assert list(run.events.values_list("action", flat=True)) == ["created", "launched"]
+    assert run.events.get(action="created").detail == {"config": run.config}
+
+
+def test_run_update_changes_drafts_only(snapshot):
+    run = services.run_create(name="d", kind="dpo", base_model="smollm2-135m-instruct",
+                              snapshot=snapshot)  # fmt: skip
+    fields = {"name": "d", "base_model": "smollm2-135m-instruct", "snapshot": snapshot}
+    assert services.run_update(run=run, user=None, config=run.config, **fields) == run
+    assert not run.events.filter(action="changed").exists()  # nothing changed, nothing recorded
+    TrainingRun.objects.filter(pk=run.pk).update(status="failed")
+    with pytest.raises(services.RunError, match="only a draft can be changed"):
+        services.run_update(run=run, user=None, config={"beta": 0.5}, **fields)
