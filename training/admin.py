@@ -215,6 +215,12 @@ class TrainingRunForm(forms.ModelForm):
             self.fields["snapshot"].queryset = DatasetSnapshot.objects.select_related(
                 "export__project"
             )
+            widget = self.fields["snapshot"].widget
+            # A plain select: snapshots are made from exports ("Train on this export"), not here.
+            for action in ("add", "change", "delete"):
+                setattr(widget, f"can_{action}_related", False)
+        if "gpus" in self.fields:
+            self.fields["gpus"].label = "GPUs"
         if "reward_model_run" in self.fields:
             if kind in ("ppo", "rloo"):
                 self.fields["reward_model_run"] = RewardModelChoiceField(

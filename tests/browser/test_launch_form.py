@@ -27,6 +27,7 @@ from training.models import TrainingRun
 from training.recipes.presets import PRESETS
 
 PASSWORD = "correct horse battery"  # UserFactory's password
+SCREENSHOTS = "/tmp/concord-launch-form-{}.png"  # noqa: S108 - for humans to look at, never asserted on
 
 
 @pytest.fixture
@@ -146,6 +147,7 @@ def test_choosing_another_kind_reloads_the_form(engineer_page, world):
     page.goto(f"/admin/training/trainingrun/add/?kind=dpo&snapshot={snapshot.pk}")
     expect(page.locator("#id_cfg__beta")).to_be_visible()
     expect(page.locator("#id_cfg__learning_rate")).to_have_value(re.compile(r"^(5e-07|0.0000005)$"))
+    page.screenshot(path=SCREENSHOTS.format("dpo"), full_page=True)
     page.select_option("#id_kind", "rm")
     expect(page).to_have_url(re.compile(r"kind=rm"))
     expect(page.get_by_test_id("run-kind")).to_have_text("Reward model")
@@ -153,6 +155,8 @@ def test_choosing_another_kind_reloads_the_form(engineer_page, world):
     expect(page.locator("#id_cfg__eval_fraction")).to_have_value("0.1")
     expect(page.locator("#id_cfg__learning_rate")).to_have_value(re.compile(r"^(1e-05|0.00001)$"))
     expect(page.locator("#id_snapshot")).to_have_value(str(snapshot.pk))
+    page.goto(f"/admin/training/trainingrun/add/?snapshot={snapshot.pk}")
+    page.screenshot(path=SCREENSHOTS.format("picker"), full_page=True)
 
 
 def test_a_post_whose_kind_differs_from_the_form_is_refused(engineer_page, world):
