@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -32,6 +32,8 @@ from common.model_registry import registered_models
 from training import services
 from training.models import Checkpoint, DatasetSnapshot, RunEvent, TrainingRun
 
+# training.recipes (pure, torch-free, but a "torch package" for tests/test_architecture.py) is
+# imported inside the functions that need it, as web code must.
 CONFIG_PREFIX = "cfg__"
 RUN_FIELDS = ["name", "kind", "base_model", "snapshot", "reward_model_run", "gpus"]
 
@@ -92,21 +94,17 @@ SECTIONS: tuple[tuple[str, bool, str, str], ...] = (
 FALLBACK_SECTION = "Algorithm"
 
 
-def _specs(kind: str) -> list:
-    """The settable, typed fields of ``kind``'s dataclass, less those Concord fills in."""
+def _specs(kind: str) -> list[Any]:
+    """The settable, typed fields (FieldSpec) of ``kind``'s dataclass, less those Concord fills."""
     from training.recipes.config import config_class, config_fields
 
     return [s for s in config_fields(config_class(kind)) if s.name not in services.MANAGED_FIELDS]
 
 
 def _value_text(value: Any) -> str:
-    return (
-        "None"
-        if value is None
-        else ", ".join(map(str, value))
-        if isinstance(value, tuple | list)
-        else str(value)
-    )
+    if isinstance(value, tuple | list):
+        return ", ".join(map(str, value))
+    return str(value)
 
 
 class ConfigTupleField(forms.CharField):
@@ -149,7 +147,8 @@ class ConfigTupleField(forms.CharField):
 
 
 def config_form_field(spec: Any) -> forms.Field:
-    """The form field of one dataclass field: its type's widget, its help, its default named."""
+    """The form field of one dataclass field (a training.recipes.config.FieldSpec): its type's
+    widget, its help, its default named."""
     default = _value_text(spec.default)
     empty = " Leave empty for None." if spec.optional else ""
     common: dict[str, Any] = {
@@ -175,12 +174,9 @@ class RewardModelChoiceField(forms.ModelChoiceField):
 
     def label_from_instance(self, run: TrainingRun) -> str:
         accuracy = (run.summary or {}).get("eval/accuracy")
-        shown = (
-            f"eval accuracy {accuracy:.3f}"
-            if isinstance(accuracy, int | float)
-            else ("no eval accuracy")
-        )
-        return f"{run.name} · {run.get_kind_display()} #{run.pk} · {shown}"
+        if isinstance(accuracy, int | float):
+            return f"{run.name} · {run.get_kind_display()} #{run.pk} · eval accuracy {accuracy:.3f}"
+        return f"{run.name} · {run.get_kind_display()} #{run.pk} · no eval accuracy"
 
 
 class TrainingRunForm(forms.ModelForm):
@@ -201,9 +197,8 @@ class TrainingRunForm(forms.ModelForm):
         if "kind" in self.fields:  # absent (read-only) once the run exists
             self.fields["kind"].initial = kind
             self.fields["kind"].widget.attrs["data-reload-kind"] = "1"
-            self.fields[
-                "kind"
-            ].help_text = "Choosing another kind reloads the form with that kind's settings."
+            reloads = "Choosing another kind reloads the form with that kind's settings."
+            self.fields["kind"].help_text = reloads
         if "base_model" in self.fields:
             use = "reward-model" if kind == "rm" else "policy"
             choices = [(m.name, f"{m.name} ({m.family})") for m in registered_models()
@@ -359,8 +354,6 @@ class TrainingRunAdmin(admin.ModelAdmin):
         from training.recipes.presets import PRESETS
 
         if not self.has_add_permission(request):
-            from django.core.exceptions import PermissionDenied
-
             raise PermissionDenied
         if request.method == "POST":
             messages.error(request, "Choose the kind of run first: nothing was saved.")
