@@ -30,18 +30,35 @@ def _reviewer_or_engineer(request: HttpRequest) -> None:
         raise PermissionDenied
 
 
+# Runs whose checkpoints answer prompts; a reward model's checkpoint scores, it cannot be judged.
+POLICY_KINDS = (TrainingRun.Kind.DPO, TrainingRun.Kind.PPO, TrainingRun.Kind.RLOO)
+
+
+class PolicyCheckpointField(forms.ModelChoiceField):
+    """Checkpoints of policy runs (DPO, PPO, RLOO), newest run first, by run name, kind and step."""
+
+    def __init__(self, **kwargs) -> None:
+        queryset = (
+            Checkpoint.objects.filter(run__kind__in=POLICY_KINDS)
+            .select_related("run")
+            .order_by("-run_id", "-step")
+        )
+        super().__init__(queryset=queryset, **kwargs)
+
+    def label_from_instance(self, checkpoint: Checkpoint) -> str:
+        run = checkpoint.run
+        return f"{run.name} · {run.get_kind_display()} #{run.pk} · step {checkpoint.step}"
+
+
 class RoundForm(forms.Form):
-    checkpoint = forms.ModelChoiceField(
-        queryset=Checkpoint.objects.select_related("run").order_by("-run_id", "-step")
+    checkpoint = PolicyCheckpointField(
+        help_text="A checkpoint of a policy run (DPO, PPO or RLOO); reward models cannot be judged."
     )
     project = forms.ModelChoiceField(
         queryset=Project.objects.order_by("name"), to_field_name="slug"
     )
     baseline_model = forms.CharField(required=False, help_text="Registry name of the baseline.")
-    baseline_checkpoint = forms.ModelChoiceField(
-        queryset=Checkpoint.objects.select_related("run").order_by("-run_id", "-step"),
-        required=False,
-    )
+    baseline_checkpoint = PolicyCheckpointField(required=False)
     size = forms.IntegerField(min_value=1, max_value=5000, initial=100)
     ci_width = forms.FloatField(min_value=0.01, max_value=0.9, initial=0.1)
     max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256)
@@ -49,9 +66,13 @@ class RoundForm(forms.Form):
 
 @login_required
 def rounds(request: HttpRequest) -> HttpResponse:
-    """Rounds with their state; a form to start one on a checkpoint."""
+    """Rounds with their state; a form to start one on a checkpoint (``?checkpoint=ID`` chooses
+    it, as the run page's links do)."""
     _reviewer_or_engineer(request)
-    form = RoundForm(request.POST or None)
+    chosen = request.GET.get("checkpoint", "")
+    form = RoundForm(
+        request.POST or None, initial={"checkpoint": chosen} if chosen.isdigit() else {}
+    )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:

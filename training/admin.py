@@ -1,140 +1,283 @@
-"""The ML engineer's admin for training runs: a form with every recipe setting (help text, default,
-validation by the recipe's dataclass), and the actions Launch, Cancel, Resume and Clone.
+"""The ML engineer's admin for training runs: choose the kind first, then a form typed from that
+recipe's dataclass (grouped by concern, filled from a preset), saved and launched through the
+services (audited); the actions Launch, Cancel, Resume and Clone; the dataset snapshots.
 
-The form's settings depend on the kind; choosing another kind reloads the add page with ``?kind=``.
+URLs (all under /admin/training/trainingrun/):
+- ``add/``: the kind picker (one link per kind and preset).
+- ``add/?kind=ppo&preset=gpu&snapshot=3``: the form for that kind, filled from the preset, with the
+  snapshot chosen. ``add/?export=7`` (the lead's "Train on this export") takes that export's snapshot.
+- ``<id>/change/``: a draft's form (the kind is fixed); "Save and launch" queues it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
+from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from annotation.models import DatasetExport
 from common.errors import ConcordError
 from common.model_registry import registered_models
 from training import services
 from training.models import Checkpoint, DatasetSnapshot, RunEvent, TrainingRun
 
+# training.recipes (pure, torch-free, but a "torch package" for tests/test_architecture.py) is
+# imported inside the functions that need it, as web code must.
 CONFIG_PREFIX = "cfg__"
+RUN_FIELDS = ["name", "kind", "base_model", "snapshot", "reward_model_run", "gpus"]
+
+# The form's sections, in order: (title, open, help, settings separated by spaces). A setting of
+# no section (a field added to a dataclass later) lands in "Algorithm": the form shows every one.
+SECTIONS: tuple[tuple[str, bool, str, str], ...] = (
+    (
+        "Data",
+        True,
+        "How the snapshot's rows are cut and split. Lengths are in tokens.",
+        "max_length max_prompt_length eval_fraction eval_prompts seed",
+    ),
+    (
+        "Optimisation",
+        True,
+        "Steps, batches and the AdamW optimiser. batch_size / micro_batch_size is the number of "
+        "gradient accumulation steps.",
+        "epochs max_steps batch_size micro_batch_size learning_rate weight_decay warmup_ratio "
+        "lr_scheduler max_grad_norm annotator_head_learning_rate",
+    ),
+    (
+        "Algorithm",
+        True,
+        "The recipe's own objective: loss, KL penalty, reward shaping, advantages.",
+        "beta loss_type label_smoothing use_margin center_rewards_coef annotator_aware "
+        "cluster_conditioning rloo_k samples_per_prompt double_sample_variance ppo_epochs "
+        "minibatch_size gamma lam clip_ratio value_clip vf_coef entropy_coef whiten_advantages "
+        "target_kl_stop kl_controller kl_coef kl_target kl_horizon kl_linear_start kl_linear_end "
+        "kl_estimator reward_range length_penalty_coef length_penalty_base missing_eos_penalty",
+    ),
+    (
+        "Model",
+        False,
+        "Changes to the models while they train (the base model is chosen above).",
+        "disable_dropout value_hidden value_dropout",
+    ),
+    (
+        "Generation",
+        False,
+        "Sampling of the policy's responses (rollouts and anchor samples).",
+        "max_new_tokens temperature top_p anchor_fraction anchor_temperature perturb_fraction "
+        "perturb_instructions",
+    ),
+    (
+        "Precision and hardware",
+        False,
+        "Where and how the maths runs. flash-attn is used by packed batches on CUDA when its "
+        "package is installed.",
+        "device bf16 packing gradient_checkpointing deepspeed",
+    ),
+    (
+        "Checkpoints and evaluation",
+        False,
+        "What is logged and saved, and how often.",
+        "log_every checkpoint_every keep_checkpoints eval_every reference_cache_dir",
+    ),
+)
+FALLBACK_SECTION = "Algorithm"
 
 
-def _config_fields(kind: str) -> list[dataclasses.Field]:
-    from training.recipes.config import config_class
+def _specs(kind: str) -> list[Any]:
+    """The settable, typed fields (FieldSpec) of ``kind``'s dataclass, less those Concord fills."""
+    from training.recipes.config import config_class, config_fields
 
-    return [
-        f
-        for f in dataclasses.fields(config_class(kind))
-        if f.init and f.name not in services.MANAGED_FIELDS
-    ]
+    return [s for s in config_fields(config_class(kind)) if s.name not in services.MANAGED_FIELDS]
 
 
-def _form_field(spec: dataclasses.Field, current: Any) -> forms.Field:
-    """A form field for one dataclass field: its type, default as initial, help text."""
-    default = spec.default if spec.default is not dataclasses.MISSING else None
-    annotation = spec.type if not isinstance(spec.type, str) else _resolve(spec.type)
-    optional = default is None
-    base = _base_type(annotation)
-    help_text = f"{spec.metadata.get('help', '')} (default: {default!r})"
-    common = {"required": False, "help_text": help_text, "initial": current}
-    if base is bool:
-        return forms.BooleanField(**common)
-    if base is int:
+def _value_text(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return ", ".join(map(str, value))
+    return str(value)
+
+
+class ConfigTupleField(forms.CharField):
+    """A tuple setting as text: a fixed-length one as values separated by commas ("0.1, 1.0"),
+    one of any length (texts) one per line. Empty means None where None is allowed."""
+
+    def __init__(self, *, spec: Any, **kwargs: Any) -> None:
+        self.spec = spec
+        widget = forms.TextInput() if spec.length else forms.Textarea(attrs={"rows": 4})
+        super().__init__(widget=widget, **kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, tuple | list):
+            return (", " if self.spec.length else "\n").join(str(v) for v in value)
+        return value
+
+    def to_python(self, value: Any) -> tuple | None:
+        text = (super().to_python(value) or "").strip()
+        if not text:
+            if self.spec.optional:
+                return None
+            if self.spec.length is None:
+                return ()
+            raise ValidationError(self.error_messages["required"], code="required")
+        if self.spec.length is None:
+            parts = [line.strip() for line in text.splitlines() if line.strip()]
+        else:
+            parts = [part.strip() for part in text.strip("()[] ").split(",")]
+        if self.spec.length is not None:
+            example = ", ".join(map(str, self.spec.default or [1] * self.spec.length))
+            wanted = f"{self.spec.length} numbers separated by commas, e.g. {example}"
+            if len(parts) != self.spec.length:
+                raise ValidationError(f"{wanted}; got {text!r}", code="invalid")
+        else:
+            wanted = f"values of type {self.spec.items.__name__}, one per line"
+        try:
+            return tuple(self.spec.items(part) for part in parts)
+        except ValueError:
+            raise ValidationError(f"{wanted}; got {text!r}", code="invalid") from None
+
+
+def config_form_field(spec: Any) -> forms.Field:
+    """The form field of one dataclass field (a training.recipes.config.FieldSpec): its type's
+    widget, its help, its default named."""
+    default = _value_text(spec.default)
+    empty = " Leave empty for None." if spec.optional else ""
+    common: dict[str, Any] = {
+        "label": spec.name,
+        "help_text": f"{spec.help}. Default: {default}.{empty}",
+        "required": not spec.optional,
+    }
+    if spec.type is bool:
+        return forms.BooleanField(**{**common, "required": False})
+    if spec.choices:
+        return forms.ChoiceField(choices=[(c, c) for c in spec.choices], **common)
+    if spec.type is int:
         return forms.IntegerField(**common)
-    if base is float:
+    if spec.type is float:
         return forms.FloatField(**common)
-    field = forms.CharField(**common, empty_value=None if optional else "")
-    return field
+    if spec.type is tuple:
+        return ConfigTupleField(spec=spec, **common, empty_value=None)
+    return forms.CharField(**common, empty_value=None if spec.optional else "")
 
 
-def _resolve(text: str) -> Any:
-    names = {"int": int, "float": float, "str": str, "bool": bool, "None": type(None)}
-    parts = [p.strip() for p in text.split("|")]
-    kinds = [names.get(p, str) for p in parts]
-    return kinds[0] if len(kinds) == 1 else typing.Union[tuple(kinds)]  # noqa: UP007
+class RewardModelChoiceField(forms.ModelChoiceField):
+    """Succeeded reward-model runs, by name, kind and held-out accuracy."""
 
-
-def _base_type(annotation: Any) -> type:
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return args[0] if args else str
-    return annotation if isinstance(annotation, type) else str
+    def label_from_instance(self, run: TrainingRun) -> str:
+        accuracy = (run.summary or {}).get("eval/accuracy")
+        if isinstance(accuracy, int | float):
+            return f"{run.name} · {run.get_kind_display()} #{run.pk} · eval accuracy {accuracy:.3f}"
+        return f"{run.name} · {run.get_kind_display()} #{run.pk} · no eval accuracy"
 
 
 class TrainingRunForm(forms.ModelForm):
-    """Run fields plus one field per recipe setting of the chosen kind."""
+    """Run fields plus one typed field per setting of the form's kind (``cfg__<name>``)."""
 
     base_model = forms.ChoiceField(help_text="Registry name of the model to train.")
 
     class Meta:
         model = TrainingRun
-        fields = ["name", "kind", "base_model", "snapshot", "reward_model_run", "gpus"]
+        fields = RUN_FIELDS
 
-    def __init__(self, *args: Any, kind: str, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, kind: str, preset: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.kind = kind
-        if "kind" in self.fields:  # read-only (absent) once the run exists
+        self.editable = self.instance.pk is None or self.instance.status == TrainingRun.Status.DRAFT
+        if "kind" in self.fields:  # absent (read-only) once the run exists
             self.fields["kind"].initial = kind
             self.fields["kind"].widget.attrs["data-reload-kind"] = "1"
+            reloads = "Choosing another kind reloads the form with that kind's settings."
+            self.fields["kind"].help_text = reloads
         if "base_model" in self.fields:
-            self.fields["base_model"].choices = [
-                (m.name, f"{m.name} ({m.family})") for m in registered_models()
-            ]
-        if "reward_model_run" in self.fields:
-            self.fields["reward_model_run"].queryset = TrainingRun.objects.filter(
-                kind="rm", status=TrainingRun.Status.SUCCEEDED
+            use = "reward-model" if kind == "rm" else "policy"
+            choices = [(m.name, f"{m.name} ({m.family})") for m in registered_models()
+                       if use in m.uses]  # fmt: skip
+            self.fields["base_model"].choices = choices
+            if self.instance.pk is None:
+                self.fields["base_model"].initial = settings.CONCORD_DEFAULT_POLICY_MODEL
+        if "snapshot" in self.fields:
+            self.fields["snapshot"].queryset = DatasetSnapshot.objects.select_related(
+                "export__project"
             )
-        current = self.instance.config if self.instance.pk else {}
-        self.config_specs = {f.name: f for f in _config_fields(kind)}
+            widget = self.fields["snapshot"].widget
+            # A plain select: snapshots are made from exports ("Train on this export"), not here.
+            for action in ("add", "change", "delete"):
+                setattr(widget, f"can_{action}_related", False)
+        if "gpus" in self.fields:
+            self.fields["gpus"].label = "GPUs"
+        if "reward_model_run" in self.fields:
+            if kind in ("ppo", "rloo"):
+                self.fields["reward_model_run"] = RewardModelChoiceField(
+                    queryset=TrainingRun.objects.filter(
+                        kind=TrainingRun.Kind.RM, status=TrainingRun.Status.SUCCEEDED
+                    ).order_by("-finished_at", "-pk"),
+                    label="Reward model",
+                    help_text="A succeeded reward-model run; its final model scores the rollouts.",
+                    initial=self.instance.reward_model_run_id,
+                )
+            else:
+                del self.fields["reward_model_run"]
+        current = dict(self.instance.config) if self.instance.pk else dict(preset or {})
+        self.config_specs = {spec.name: spec for spec in _specs(kind)}
         for name, spec in self.config_specs.items():
-            default = spec.default if spec.default is not dataclasses.MISSING else None
-            self.fields[CONFIG_PREFIX + name] = _form_field(spec, current.get(name, default))
+            field = config_form_field(spec)
+            field.initial = current.get(name, spec.default)
+            field.disabled = not self.editable
+            self.fields[CONFIG_PREFIX + name] = field
 
-    def config_overrides(self) -> dict[str, Any]:
-        """The settings that differ from the recipe's defaults (what the run stores)."""
-        overrides = {}
-        for name, spec in self.config_specs.items():
-            value = self.cleaned_data.get(CONFIG_PREFIX + name)
-            default = spec.default if spec.default is not dataclasses.MISSING else None
-            if isinstance(self.fields[CONFIG_PREFIX + name], forms.BooleanField):
-                value = bool(value)
-            elif value is None or value == "":
-                continue
-            if value != default:
-                overrides[name] = value
-        return overrides
+    def config_values(self) -> dict[str, Any]:
+        """Every setting as the form holds it (the service resolves and stores all of them)."""
+        return {name: self.cleaned_data.get(CONFIG_PREFIX + name) for name in self.config_specs}
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
-        if cleaned.get("kind") and cleaned["kind"] != self.kind:
-            raise forms.ValidationError(
-                "The kind changed: reload the form for its settings (choose the kind again)."
+        if not self.editable:
+            raise ValidationError(
+                f"Run #{self.instance.pk} is {self.instance.get_status_display().lower()}: only a "
+                "draft can be changed. Clone it to train again with other settings."
             )
+        posted_kind = cleaned.get("kind")
+        if posted_kind and posted_kind != self.kind:
+            raise ValidationError(
+                f"This form holds {TrainingRun.Kind(self.kind).label} settings but the kind sent "
+                f"is {TrainingRun.Kind(posted_kind).label}: nothing was saved. Choose the kind "
+                "again; the form reloads with that kind's settings.",
+                code="kind_mismatch",
+            )
+        if self.errors or "snapshot" not in cleaned:
+            return cleaned  # the settings are checked once the fields they depend on are valid
         from training.recipes.config import ConfigError
 
+        base_model = cleaned.get("base_model") or self.instance.base_model
+        reward_model_run = cleaned.get("reward_model_run")
         try:
             services.run_models_check(
-                kind=self.kind,
-                base_model=cleaned.get("base_model") or self.instance.base_model,
-                reward_model_run=cleaned.get("reward_model_run"),
+                kind=self.kind, base_model=base_model, reward_model_run=reward_model_run
             )
-        except ConcordError as exc:
-            self.add_error(None, str(exc))
-        try:
-            self.validated_config = services.config_overrides_validate(
-                self.kind, self.config_overrides()
+            self.resolved_config = services.run_config_validate(
+                kind=self.kind,
+                config=self.config_values(),
+                base_model=base_model,
+                snapshot=cleaned["snapshot"],
+                reward_model_run=reward_model_run,
+                output_dir=self.instance.output_dir,
             )
         except ConfigError as exc:
-            name = str(exc).split(":", 1)[0]
-            target = CONFIG_PREFIX + name if CONFIG_PREFIX + name in self.fields else None
-            self.add_error(target, str(exc))
+            target = CONFIG_PREFIX + (exc.field or "")
+            self.add_error(target if target in self.fields else None, str(exc))
+        except ConcordError as exc:  # the base model or the reward-model run does not fit
+            self.add_error(None, str(exc))
         return cleaned
 
 
@@ -158,9 +301,22 @@ class RunEventInline(admin.TabularInline):
         return False
 
 
+def _kind_of(request: HttpRequest) -> str | None:
+    kind = request.GET.get("kind", "")
+    return kind if kind in TrainingRun.Kind.values else None
+
+
+def _preset_of(request: HttpRequest) -> str:
+    from training.recipes.presets import DEFAULT_PRESET, PRESETS
+
+    name = request.GET.get("preset", DEFAULT_PRESET)
+    return name if name in {p.name for p in PRESETS} else DEFAULT_PRESET
+
+
 @admin.register(TrainingRun)
 class TrainingRunAdmin(admin.ModelAdmin):
     form = TrainingRunForm
+    change_form_template = "admin/training/trainingrun/run_form.html"
     list_display = (
         "id", "name", "kind", "base_model", "status", "progress", "heartbeat_at", "created_by",
         "monitor",
@@ -177,11 +333,63 @@ class TrainingRunAdmin(admin.ModelAdmin):
     class Media:
         js = ("training/run_form.js",)
 
+    # --- Kind first: the picker, then a form that holds one kind's settings -----------------------
+
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context=None):
+        export_id = request.GET.get("export", "")
+        if export_id.isdigit():
+            # "Train on this export": its snapshot (made once; an export never changes).
+            export = get_object_or_404(DatasetExport, pk=int(export_id))
+            snapshot = services.snapshot_for(export=export)
+            query = {k: v for k, v in request.GET.items() if k != "export"}
+            query["snapshot"] = str(snapshot.pk)
+            return HttpResponseRedirect(f"{request.path}?{urlencode(query)}")
+        if _kind_of(request) is None:
+            return self.kind_picker_view(request)
+        return super().add_view(request, form_url, extra_context)
+
+    def kind_picker_view(self, request: HttpRequest) -> HttpResponse:
+        """One card per kind with a link per preset; a POST without a kind is refused here."""
+        from training.recipes.config import config_class
+        from training.recipes.presets import PRESETS
+
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            messages.error(request, "Choose the kind of run first: nothing was saved.")
+        keep = {k: request.GET[k] for k in ("snapshot",) if request.GET.get(k, "").isdigit()}
+        kinds = [
+            {
+                "value": kind.value,
+                "label": kind.label,
+                "about": (config_class(kind.value).__doc__ or "").strip().splitlines()[0],
+                "presets": [
+                    {
+                        "label": preset.label,
+                        "description": preset.description,
+                        "url": "?" + urlencode({**keep, "kind": kind.value, "preset": preset.name}),
+                    }
+                    for preset in PRESETS
+                ],
+            }
+            for kind in TrainingRun.Kind
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Add training run: choose its kind",
+            "kinds": kinds,
+            "snapshot": DatasetSnapshot.objects.filter(pk=keep.get("snapshot") or None).first(),
+        }
+        return TemplateResponse(request, "admin/training/trainingrun/kind_picker.html", context)
+
     def _kind(self, request: HttpRequest, obj: TrainingRun | None) -> str:
-        if obj is not None:
-            return obj.kind
-        kind = request.GET.get("kind") or request.POST.get("kind") or "dpo"
-        return kind if kind in TrainingRun.Kind.values else "dpo"
+        return obj.kind if obj is not None else (_kind_of(request) or "dpo")
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        initial = super().get_changeform_initial_data(request)
+        initial.pop("preset", None)
+        return initial
 
     def get_form(self, request: HttpRequest, obj: TrainingRun | None = None, **kwargs: Any):
         # The settings fields are added per kind in the form's __init__, not model fields: let the
@@ -189,23 +397,39 @@ class TrainingRunAdmin(admin.ModelAdmin):
         kwargs["fields"] = None
         base = super().get_form(request, obj, **kwargs)
         kind = self._kind(request, obj)
+        preset = None
+        if obj is None:
+            from training.recipes.presets import preset_values
+
+            preset = preset_values(_preset_of(request), kind)
 
         class KindForm(base):  # type: ignore[valid-type, misc]
             def __init__(self, *args: Any, **kw: Any) -> None:
-                super().__init__(*args, kind=kind, **kw)
+                super().__init__(*args, kind=kind, preset=preset, **kw)
 
         return KindForm
 
     def get_fieldsets(self, request: HttpRequest, obj: TrainingRun | None = None):
         kind = self._kind(request, obj)
-        config = [CONFIG_PREFIX + f.name for f in _config_fields(kind)]
-        fieldsets = [
-            (
-                None,
-                {"fields": ["name", "kind", "base_model", "snapshot", "reward_model_run", "gpus"]},
-            ),
-            (f"{TrainingRun.Kind(kind).label} settings", {"fields": config}),
-        ]
+        names = [spec.name for spec in _specs(kind)]
+        run_fields = [f for f in RUN_FIELDS if f != "reward_model_run" or kind in ("ppo", "rloo")]
+        fieldsets: list[tuple[str | None, dict[str, Any]]] = [(None, {"fields": run_fields})]
+        placed = {name for *_, members in SECTIONS for name in members.split()}
+        for title, is_open, help_text, members in SECTIONS:
+            fields = [n for n in names if n in members.split()]
+            if title == FALLBACK_SECTION:
+                fields += [n for n in names if n not in placed]
+            if fields:
+                fieldsets.append(
+                    (
+                        title,
+                        {
+                            "fields": [CONFIG_PREFIX + n for n in fields],
+                            "description": help_text,
+                            "classes": [] if is_open else ["collapse"],
+                        },
+                    )
+                )
         if obj is not None:
             fieldsets.append(("State", {"fields": list(self.readonly_fields)}))
         return fieldsets
@@ -222,26 +446,78 @@ class TrainingRunAdmin(admin.ModelAdmin):
     def get_inlines(self, request: HttpRequest, obj: TrainingRun | None):
         return self.inlines if obj is not None else []
 
-    def save_model(
-        self, request: HttpRequest, obj: TrainingRun, form: TrainingRunForm, change: bool
-    ):
-        if change:
-            if obj.status == TrainingRun.Status.DRAFT:
-                obj.config = form.validated_config
-                obj.save()
-            return
-        created = services.run_create(
-            name=obj.name,
-            kind=form.kind,
-            base_model=form.cleaned_data["base_model"],
-            snapshot=obj.snapshot,
-            config=form.validated_config,
-            reward_model_run=obj.reward_model_run,
-            gpus=obj.gpus,
-            created_by=request.user,
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        from training.recipes.presets import PRESETS
+
+        kind = self._kind(request, obj)
+        context["run_kind"] = TrainingRun.Kind(kind)
+        context["can_launch"] = (
+            self.has_add_permission(request)
+            if obj is None
+            else obj.status == TrainingRun.Status.DRAFT and self.has_change_permission(request, obj)
         )
-        obj.pk = created.pk
-        obj.__dict__.update({k: v for k, v in created.__dict__.items() if not k.startswith("_")})
+        if add:
+            keep = {k: v for k, v in request.GET.items() if k in ("snapshot", "kind")}
+            current = _preset_of(request)
+            context["presets"] = [
+                {
+                    "label": p.label,
+                    "description": p.description,
+                    "url": "?" + urlencode({**keep, "preset": p.name}),
+                    "current": p.name == current,
+                }
+                for p in PRESETS
+            ]
+            context["picker_url"] = "?" + urlencode(
+                {k: v for k, v in request.GET.items() if k == "snapshot"}
+            )
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    # --- Writes go through the services (audited) -------------------------------------------------
+
+    def save_form(self, request: HttpRequest, form: TrainingRunForm, change: bool) -> TrainingRun:
+        data = form.cleaned_data
+        fields = {
+            "name": data["name"],
+            "base_model": data["base_model"],
+            "snapshot": data["snapshot"],
+            "reward_model_run": data.get("reward_model_run"),
+            "gpus": data["gpus"],
+            "config": form.config_values(),
+        }
+        if change:
+            return services.run_update(run=form.instance, user=request.user, **fields)
+        return services.run_create(kind=form.kind, created_by=request.user, **fields)
+
+    def save_model(self, request: HttpRequest, obj: TrainingRun, form: Any, change: bool) -> None:
+        """Nothing left to do: save_form wrote the run through the services."""
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Sequence, change: bool):
+        for formset in formsets:  # the read-only inlines: checkpoints and events
+            self.save_formset(request, form, formset, change=change)
+
+    def _launch_after_save(self, request: HttpRequest, run: TrainingRun) -> HttpResponse:
+        try:
+            services.run_launch(run=run, user=request.user)
+        except ConcordError as exc:
+            self.message_user(request, str(exc), messages.WARNING)
+        else:
+            self.message_user(
+                request,
+                f"Saved and launched run #{run.pk}: queued on the gpu queue.",
+                messages.SUCCESS,
+            )
+        return HttpResponseRedirect(reverse("admin:training_trainingrun_change", args=[run.pk]))
+
+    def response_add(self, request: HttpRequest, obj: TrainingRun, post_url_continue=None):
+        if "_launch" in request.POST:
+            return self._launch_after_save(request, obj)
+        return super().response_add(request, obj, post_url_continue)
+
+    def response_change(self, request: HttpRequest, obj: TrainingRun):
+        if "_launch" in request.POST:
+            return self._launch_after_save(request, obj)
+        return super().response_change(request, obj)
 
     @admin.display(description="progress")
     def progress(self, run: TrainingRun) -> str:
@@ -287,11 +563,28 @@ class TrainingRunAdmin(admin.ModelAdmin):
         return None
 
 
+class SnapshotForm(forms.ModelForm):
+    export = forms.ModelChoiceField(
+        queryset=DatasetExport.objects.select_related("project").order_by("-created_at"),
+        help_text="The frozen export the runs train on (one snapshot per export).",
+    )
+
+    class Meta:
+        model = DatasetSnapshot
+        fields = ["export", "name"]
+
+
 @admin.register(DatasetSnapshot)
 class DatasetSnapshotAdmin(admin.ModelAdmin):
-    list_display = ("id", "__str__", "sha", "created_at")
-    raw_id_fields = ("export",)
+    form = SnapshotForm
+    list_display = ("id", "__str__", "sha", "created_at", "train")
+    list_select_related = ("export__project",)
 
     @admin.display(description="SHA-256")
     def sha(self, snapshot: DatasetSnapshot) -> str:
         return snapshot.export.sha256[:16]
+
+    @admin.display(description="train")
+    def train(self, snapshot: DatasetSnapshot) -> str:
+        url = reverse("admin:training_trainingrun_add") + f"?snapshot={snapshot.pk}"
+        return format_html('<a href="{}">Train on this export</a>', url)

@@ -53,24 +53,84 @@ def snapshot_for(*, export: DatasetExport, name: str = "") -> DatasetSnapshot:
     return snapshot
 
 
-def config_overrides_validate(kind: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Check settings against the recipe's dataclass; returns them, or raises ConfigError naming the
-    field. Fields Concord manages (model, data, output folder, resume) cannot be set."""
+def _managed_values(
+    *,
+    base_model: str,
+    snapshot: DatasetSnapshot,
+    output_dir: str,
+    reward_model_run: TrainingRun | None,
+    ready: bool,
+) -> dict[str, Any]:
+    """The config fields Concord fills in from the run: the base model's folder, the snapshot's
+    pairs file, the run folder, the reward model's final folder. ``ready``: the worker's view (the
+    folders must exist, else ModelUnavailableError); otherwise the same paths, unchecked, for
+    validating a draft on a machine that need not hold the weights."""
+    model = model_path(base_model) if ready else (model_get(base_model).path or base_model)
+    values: dict[str, Any] = {
+        "model": str(model),
+        "data": str(Path(snapshot.export.folder) / "pairs.jsonl"),
+        "output_dir": output_dir,
+        "resume": True,
+    }
+    if reward_model_run is not None:
+        final = Path(reward_model_run.output_dir) / "final"
+        if ready and not final.is_dir():
+            raise ModelUnavailableError(f"reward model of run #{reward_model_run.pk} missing")
+        values["reward_model"] = str(final)
+    return values
+
+
+def _shared_reference_cache() -> str:
+    # Reference log-probabilities are cached by dataset hash and model, shared across runs.
+    return str(Path(settings.VAR_DIR) / "cache" / "reference-logps")
+
+
+def run_config_validate(
+    *,
+    kind: str,
+    config: Mapping[str, Any],
+    base_model: str,
+    snapshot: DatasetSnapshot,
+    reward_model_run: TrainingRun | None = None,
+    output_dir: str = "",
+) -> dict[str, Any]:
+    """The run's full settings: ``config`` over the recipe's defaults, checked by the recipe's
+    dataclass with the real paths Concord fills in (base model folder, snapshot file, run folder,
+    reward model), and returned with every settable field but those paths (what
+    ``TrainingRun.config`` stores, JSON-ready: tuples as lists).
+
+    ``output_dir``: the run's folder; empty for a run not created yet (the runs folder stands in;
+    run_create checks again with the run's own folder). Raises ConfigError whose ``field`` names
+    the setting; fields Concord manages cannot be set, unknown names are refused."""
     from training.recipes.config import ConfigError, config_class
 
     cls = config_class(kind)
-    managed = sorted(set(overrides) & set(MANAGED_FIELDS))
+    managed = sorted(set(config) & set(MANAGED_FIELDS))
     if managed:
-        raise ConfigError(f"{', '.join(managed)}: set by Concord from the run, not in the config")
+        raise ConfigError(
+            f"{', '.join(managed)}: set by Concord from the run, not in the config",
+            field=managed[0],
+        )
     known = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(overrides) - known)
+    unknown = sorted(set(config) - known)
     if unknown:
-        raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field")
-    placeholders = {"model": "-", "data": "-", "output_dir": "-"}
-    if "reward_model" in known:
-        placeholders["reward_model"] = "-"
-    cls(**{**placeholders, **overrides})  # __post_init__ raises ConfigError on impossible values
-    return dict(overrides)
+        raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field", field=unknown[0])
+    values = dict(config)
+    if kind == "dpo" and not values.get("reference_cache_dir"):
+        values["reference_cache_dir"] = _shared_reference_cache()
+    paths = _managed_values(
+        base_model=base_model,
+        snapshot=snapshot,
+        output_dir=output_dir or str(settings.CONCORD_RUNS_DIR),
+        reward_model_run=reward_model_run,
+        ready=False,
+    )
+    resolved = cls(**{**values, **paths})  # __post_init__ raises ConfigError on impossible values
+    return {
+        name: list(value) if isinstance(value, tuple) else value
+        for name, value in resolved.to_dict().items()
+        if name in known and name not in MANAGED_FIELDS
+    }
 
 
 def run_models_check(*, kind: str, base_model: str, reward_model_run: TrainingRun | None) -> None:
@@ -98,24 +158,92 @@ def run_create(
     created_by: AbstractBaseUser | None = None,
     cloned_from: TrainingRun | None = None,
 ) -> TrainingRun:
-    """A new run in draft, its configuration validated by the recipe's dataclass."""
+    """A new run in draft. ``config``: settings that differ from the recipe's defaults (or all of
+    them); the run stores the full resolved settings, validated by the recipe's dataclass with the
+    run's real paths (ConfigError naming the field, and nothing written, otherwise). Audited."""
     run_models_check(kind=kind, base_model=base_model, reward_model_run=reward_model_run)
-    overrides = config_overrides_validate(kind, config or {})
     run = TrainingRun.objects.create(
         name=name,
         kind=kind,
         base_model=base_model,
         snapshot=snapshot,
-        config=overrides,
         reward_model_run=reward_model_run,
         gpus=gpus,
         created_by=created_by,
         cloned_from=cloned_from,
     )
     run.output_dir = str(Path(settings.CONCORD_RUNS_DIR) / f"run-{run.pk}")
-    run.save(update_fields=["output_dir"])
-    _event(run, "cloned" if cloned_from else "created", created_by, config=overrides)
+    # The run's folder is known once it has a key; an invalid config rolls the insert back.
+    run.config = run_config_validate(
+        kind=kind,
+        config=config or {},
+        base_model=base_model,
+        snapshot=snapshot,
+        reward_model_run=reward_model_run,
+        output_dir=run.output_dir,
+    )
+    run.save(update_fields=["output_dir", "config"])
+    _event(run, "cloned" if cloned_from else "created", created_by, config=run.config)
     return run
+
+
+def _audit_value(value: Any) -> Any:
+    return value.pk if isinstance(value, DatasetSnapshot | TrainingRun) else value
+
+
+@transaction.atomic
+def run_update(
+    *,
+    run: TrainingRun,
+    user: AbstractBaseUser | None,
+    name: str,
+    base_model: str,
+    snapshot: DatasetSnapshot,
+    config: Mapping[str, Any],
+    reward_model_run: TrainingRun | None = None,
+    gpus: int = 1,
+) -> TrainingRun:
+    """Change a draft: its fields and settings, validated as run_create does (ConfigError or
+    RunError, nothing written). Audited as a ``changed`` event listing each changed value as
+    [old, new] (no event when nothing changed). Only drafts change: a launched run keeps the
+    settings it ran with."""
+    current = TrainingRun.objects.select_for_update().get(pk=run.pk)
+    if current.status != Status.DRAFT:
+        raise RunError(f"run #{run.pk} is {current.status}; only a draft can be changed")
+    run_models_check(kind=current.kind, base_model=base_model, reward_model_run=reward_model_run)
+    resolved = run_config_validate(
+        kind=current.kind,
+        config=config,
+        base_model=base_model,
+        snapshot=snapshot,
+        reward_model_run=reward_model_run,
+        output_dir=current.output_dir,
+    )
+    fields = {
+        "name": name,
+        "base_model": base_model,
+        "snapshot": snapshot,
+        "reward_model_run": reward_model_run,
+        "gpus": gpus,
+    }
+    changed = {
+        field: [_audit_value(getattr(current, field)), _audit_value(value)]
+        for field, value in fields.items()
+        if getattr(current, field) != value
+    }
+    changed_config = {
+        key: [current.config.get(key), value]
+        for key, value in resolved.items()
+        if current.config.get(key) != value
+    }
+    if not changed and not changed_config:
+        return current
+    for field, value in fields.items():
+        setattr(current, field, value)
+    current.config = resolved
+    current.save(update_fields=[*fields, "config"])
+    _event(current, "changed", user, fields=changed, config=changed_config)
+    return current
 
 
 def _enqueue(run: TrainingRun) -> None:
@@ -236,24 +364,20 @@ def run_claim(*, run_id: int, worker: str) -> TrainingRun | None:
 
 
 def run_config_resolved(run: TrainingRun) -> dict[str, Any]:
-    """The full configuration the recipe gets: defaults, the run's settings, and the paths."""
+    """The full configuration the recipe gets: the run's settings and the paths, which must exist
+    (ModelUnavailableError saying which otherwise)."""
     values: dict[str, Any] = {
         **run.config,
-        "model": str(model_path(run.base_model)),
-        "data": str(Path(run.snapshot.export.folder) / "pairs.jsonl"),
-        "output_dir": run.output_dir,
-        "resume": True,
+        **_managed_values(
+            base_model=run.base_model,
+            snapshot=run.snapshot,
+            output_dir=run.output_dir,
+            reward_model_run=run.reward_model_run,
+            ready=True,
+        ),
     }
-    if run.kind == "dpo":
-        # Reference log-probabilities are cached by dataset hash and model, shared across runs.
-        values.setdefault(
-            "reference_cache_dir", str(Path(settings.VAR_DIR) / "cache" / "reference-logps")
-        )
-    if run.reward_model_run is not None:
-        final = Path(run.reward_model_run.output_dir) / "final"
-        if not final.is_dir():
-            raise ModelUnavailableError(f"reward model of run #{run.reward_model_run_id} missing")
-        values["reward_model"] = str(final)
+    if run.kind == "dpo" and not values.get("reference_cache_dir"):
+        values["reference_cache_dir"] = _shared_reference_cache()  # runs stored before it was
     return values
 
 

@@ -1,11 +1,20 @@
-// Admin "add training run": choosing another kind reloads the form with that kind's settings.
+// Admin training-run form: choosing another kind reloads the add page with that kind's settings
+// (the snapshot and preset in the address are kept). Runs once the page is parsed: the admin loads
+// this script in <head>, before the select exists.
 (function () {
   "use strict";
-  const kind = document.querySelector("select[data-reload-kind]");
-  if (!kind || !/\/add\/$/.test(window.location.pathname)) return;
-  kind.addEventListener("change", function () {
-    const url = new URL(window.location.href);
-    url.searchParams.set("kind", kind.value);
-    window.location.assign(url.toString());
-  });
+  function reloadOnKindChange() {
+    const kind = document.querySelector("select[data-reload-kind]");
+    if (!kind || !/\/add\/$/.test(window.location.pathname)) return;
+    kind.addEventListener("change", function () {
+      const url = new URL(window.location.href);
+      url.searchParams.set("kind", kind.value);
+      window.location.assign(url.toString());
+    });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", reloadOnKindChange);
+  } else {
+    reloadOnKindChange();
+  }
 })();

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,12 +23,37 @@ DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 ZERO_STAGES = ("none", "zero2", "zero2_offload", "zero3", "zero3_offload")
 
 
-def _f(default: Any, help: str, **kwargs: Any) -> Any:
-    return field(default=default, metadata={"help": help}, **kwargs)
+def _f(default: Any, help: str, *, choices: tuple[str, ...] = (), **kwargs: Any) -> Any:
+    """A field with its one-line help and, for a field that takes one of a few names, its choices
+    (declared here once: validation, the command line and the admin's select all read them)."""
+    metadata: dict[str, Any] = {"help": help}
+    if choices:
+        metadata["choices"] = tuple(choices)
+    return field(default=default, metadata=metadata, **kwargs)
 
 
 class ConfigError(ValueError):
-    """A configuration value is impossible; the message names the field."""
+    """A configuration value is impossible. ``field`` names the setting it is about (None when the
+    error is about no single setting); the message starts with it too, for people."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _invalid(field: str, problem: str) -> ConfigError:
+    return ConfigError(f"{field}: {problem}", field=field)
+
+
+def _number_pair(name: str, value: Any) -> tuple[float, float]:
+    """Two numbers from a pair (a tuple, or the list JSON gives back); ConfigError otherwise (a
+    text such as "(0.1, 1.0)" is not a pair: forms parse text before it gets here)."""
+    if isinstance(value, str | bytes) or not hasattr(value, "__len__") or len(value) != 2:
+        raise _invalid(name, f"two numbers (low, high), got {value!r}")
+    try:
+        return (float(value[0]), float(value[1]))
+    except (TypeError, ValueError):
+        raise _invalid(name, f"two numbers (low, high), got {value!r}") from None
 
 
 @dataclass
@@ -52,7 +79,11 @@ class TrainingConfig:
     learning_rate: float = _f(1e-5, "peak learning rate of AdamW")
     weight_decay: float = _f(0.0, "AdamW decoupled weight decay")
     warmup_ratio: float = _f(0.0, "share of the steps with a linear learning-rate warm-up")
-    lr_scheduler: str = _f("linear", "after warm-up: 'linear' decay to 0, 'cosine' or 'constant'")
+    lr_scheduler: str = _f(
+        "linear",
+        "after warm-up: 'linear' decay to 0, 'cosine' or 'constant'",
+        choices=("linear", "cosine", "constant"),
+    )
     max_grad_norm: float | None = _f(1.0, "clip the global gradient norm (None: no clipping)")
     bf16: bool = _f(False, "bfloat16 autocast for matmuls (CPU with AVX-512 BF16/AMX, or GPU)")
     gradient_checkpointing: bool = _f(False, "recompute activations in backward to save memory")
@@ -67,42 +98,44 @@ class TrainingConfig:
     kind: str = dataclasses.field(default="", init=False, metadata={"help": "recipe name"})
 
     def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):  # every class's fields, so subclasses need no check
+            choices = spec.metadata.get("choices")
+            if choices and getattr(self, spec.name) not in choices:
+                raise _invalid(
+                    spec.name, f"one of {', '.join(choices)}; got {getattr(self, spec.name)!r}"
+                )
         for name in ("model", "data", "output_dir"):
             if not getattr(self, name):
-                raise ConfigError(f"{name}: required")
+                raise _invalid(name, "required")
         positive = ("epochs", "batch_size", "max_length", "log_every", "keep_checkpoints")
         for name in positive:
             if getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+                raise _invalid(name, f"must be >= 1, got {getattr(self, name)}")
         if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError(f"max_steps: must be >= 1 or None, got {self.max_steps}")
+            raise _invalid("max_steps", f"must be >= 1 or None, got {self.max_steps}")
         if self.micro_batch_size is not None and (
             self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size
         ):
-            raise ConfigError(
-                f"micro_batch_size: must divide batch_size {self.batch_size}, "
-                f"got {self.micro_batch_size}"
+            raise _invalid(
+                "micro_batch_size",
+                f"must divide batch_size {self.batch_size}, got {self.micro_batch_size}",
             )
         if self.max_prompt_length is not None and not 0 < self.max_prompt_length < self.max_length:
-            raise ConfigError(
-                f"max_prompt_length: must be in [1, max_length), got {self.max_prompt_length}"
+            raise _invalid(
+                "max_prompt_length", f"must be in [1, max_length), got {self.max_prompt_length}"
             )
         if self.learning_rate <= 0:
-            raise ConfigError(f"learning_rate: must be > 0, got {self.learning_rate}")
+            raise _invalid("learning_rate", f"must be > 0, got {self.learning_rate}")
         if self.weight_decay < 0:
-            raise ConfigError(f"weight_decay: must be >= 0, got {self.weight_decay}")
+            raise _invalid("weight_decay", f"must be >= 0, got {self.weight_decay}")
         if not 0 <= self.warmup_ratio < 1:
-            raise ConfigError(f"warmup_ratio: must be in [0, 1), got {self.warmup_ratio}")
-        if self.lr_scheduler not in ("linear", "cosine", "constant"):
-            raise ConfigError(
-                f"lr_scheduler: 'linear', 'cosine' or 'constant', got {self.lr_scheduler!r}"
-            )
+            raise _invalid("warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
-            raise ConfigError(f"max_grad_norm: must be > 0 or None, got {self.max_grad_norm}")
+            raise _invalid("max_grad_norm", f"must be > 0 or None, got {self.max_grad_norm}")
         if self.checkpoint_every < 0:
-            raise ConfigError(f"checkpoint_every: must be >= 0, got {self.checkpoint_every}")
+            raise _invalid("checkpoint_every", f"must be >= 0, got {self.checkpoint_every}")
         if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise ConfigError(f"device: 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+            raise _invalid("device", f"'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 
     @property
     def accumulation_steps(self) -> int:
@@ -152,11 +185,11 @@ class RewardModelConfig(TrainingConfig):
         super().__post_init__()
         self.kind = "rm"
         if not 0 <= self.eval_fraction < 1:
-            raise ConfigError(f"eval_fraction: must be in [0, 1), got {self.eval_fraction}")
+            raise _invalid("eval_fraction", f"must be in [0, 1), got {self.eval_fraction}")
         if self.center_rewards_coef < 0:
-            raise ConfigError(f"center_rewards_coef: must be >= 0, got {self.center_rewards_coef}")
+            raise _invalid("center_rewards_coef", f"must be >= 0, got {self.center_rewards_coef}")
         if self.annotator_aware and self.use_margin:
-            raise ConfigError("use_margin: not with annotator_aware (each vote is its own label)")
+            raise _invalid("use_margin", "not with annotator_aware (each vote is its own label)")
 
 
 @dataclass
@@ -165,7 +198,7 @@ class DPOConfig(TrainingConfig):
 
     learning_rate: float = _f(5e-7, "peak learning rate of AdamW")
     beta: float = _f(0.1, "strength of the implicit KL constraint (tau for IPO)")
-    loss_type: str = _f("sigmoid", "'sigmoid' (DPO), 'ipo' or 'hinge'")
+    loss_type: str = _f("sigmoid", "'sigmoid' (DPO), 'ipo' or 'hinge'", choices=DPO_LOSS_TYPES)
     label_smoothing: float = _f(0.0, "conservative DPO: assumed share of flipped labels, [0, 0.5)")
     ref_model: str | None = _f(None, "reference model folder (None: the starting policy)")
     reference_cache_dir: str | None = _f(
@@ -175,14 +208,12 @@ class DPOConfig(TrainingConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.kind = "dpo"
-        if self.loss_type not in DPO_LOSS_TYPES:
-            raise ConfigError(f"loss_type: one of {DPO_LOSS_TYPES}, got {self.loss_type!r}")
         if self.beta <= 0:
-            raise ConfigError(f"beta: must be > 0, got {self.beta}")
+            raise _invalid("beta", f"must be > 0, got {self.beta}")
         if not 0 <= self.label_smoothing < 0.5:
-            raise ConfigError(f"label_smoothing: must be in [0, 0.5), got {self.label_smoothing}")
+            raise _invalid("label_smoothing", f"must be in [0, 0.5), got {self.label_smoothing}")
         if self.label_smoothing and self.loss_type != "sigmoid":
-            raise ConfigError("label_smoothing: only with loss_type 'sigmoid'")
+            raise _invalid("label_smoothing", "only with loss_type 'sigmoid'")
 
 
 @dataclass
@@ -195,13 +226,21 @@ class OnlineRLConfig(TrainingConfig):
     max_new_tokens: int = _f(128, "longest sampled response, in tokens")
     temperature: float = _f(0.7, "sampling temperature of the current policy")
     top_p: float = _f(1.0, "nucleus sampling threshold (1.0: off, so log-probabilities are exact)")
-    kl_controller: str = _f("fixed", "'fixed', 'adaptive' (Ziegler), 'variance' or 'linear'")
+    kl_controller: str = _f(
+        "fixed",
+        "'fixed', 'adaptive' (Ziegler), 'variance' or 'linear'",
+        choices=("fixed", "adaptive", "variance", "linear"),
+    )
     kl_coef: float = _f(0.02, "KL coefficient (initial value for adaptive and variance)")
     kl_target: float = _f(0.17, "adaptive controller's target KL (middle of the healthy band)")
     kl_horizon: int = _f(10_000, "adaptive controller's horizon, in samples")
     kl_linear_start: float = _f(0.2, "linear schedule's first coefficient")
     kl_linear_end: float = _f(0.02, "linear schedule's last coefficient")
-    kl_estimator: str = _f("k1", "per-token KL estimator folded into the reward: 'k1', 'k2', 'k3'")
+    kl_estimator: str = _f(
+        "k1",
+        "per-token KL estimator folded into the reward: 'k1', 'k2', 'k3'",
+        choices=("k1", "k2", "k3"),
+    )
     length_penalty_coef: float = _f(0.01, "reward -= coef * max(0, length - base) (0: off)")
     length_penalty_base: int = _f(256, "length (tokens) beyond which the length penalty applies")
     missing_eos_penalty: float = _f(1.0, "subtracted from responses that never emit EOS (0: off)")
@@ -224,36 +263,29 @@ class OnlineRLConfig(TrainingConfig):
         "DeepSpeed ZeRO on CUDA (the gpu extra): 'none', 'zero2', 'zero2_offload' (optimizer "
         "states in CPU memory), 'zero3' or 'zero3_offload' (optimizer states and parameters in "
         "CPU memory)",
+        choices=ZERO_STAGES,
     )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.reward_model:
-            raise ConfigError("reward_model: required")
+            raise _invalid("reward_model", "required")
         if self.eval_prompts < 0:
-            raise ConfigError(f"eval_prompts: must be >= 0, got {self.eval_prompts}")
+            raise _invalid("eval_prompts", f"must be >= 0, got {self.eval_prompts}")
         if self.eval_every < 1:
-            raise ConfigError(f"eval_every: must be >= 1, got {self.eval_every}")
-        if self.deepspeed not in ZERO_STAGES:
-            raise ConfigError(f"deepspeed: one of {ZERO_STAGES}, got {self.deepspeed!r}")
+            raise _invalid("eval_every", f"must be >= 1, got {self.eval_every}")
         if self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+            raise _invalid("max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
         if self.temperature <= 0:
-            raise ConfigError(f"temperature: must be > 0 for sampling, got {self.temperature}")
+            raise _invalid("temperature", f"must be > 0 for sampling, got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p: must be in (0, 1], got {self.top_p}")
-        if self.kl_controller not in ("fixed", "adaptive", "variance", "linear"):
-            raise ConfigError(
-                f"kl_controller: 'fixed', 'adaptive', 'variance' or 'linear', got {self.kl_controller!r}"
-            )
+            raise _invalid("top_p", f"must be in (0, 1], got {self.top_p}")
         if self.kl_coef < 0:
-            raise ConfigError(f"kl_coef: must be >= 0, got {self.kl_coef}")
-        if self.kl_estimator not in ("k1", "k2", "k3"):
-            raise ConfigError(f"kl_estimator: 'k1', 'k2' or 'k3', got {self.kl_estimator!r}")
+            raise _invalid("kl_coef", f"must be >= 0, got {self.kl_coef}")
         if self.reward_range is not None:
-            self.reward_range = (float(self.reward_range[0]), float(self.reward_range[1]))
+            self.reward_range = _number_pair("reward_range", self.reward_range)
             if not self.reward_range[0] < self.reward_range[1]:
-                raise ConfigError(f"reward_range: need low < high, got {self.reward_range}")
+                raise _invalid("reward_range", f"need low < high, got {self.reward_range}")
 
 
 @dataclass
@@ -267,7 +299,7 @@ class RLOOConfig(OnlineRLConfig):
         super().__post_init__()
         self.kind = "rloo"
         if self.rloo_k < 2:
-            raise ConfigError(f"rloo_k: must be >= 2, got {self.rloo_k}")
+            raise _invalid("rloo_k", f"must be >= 2, got {self.rloo_k}")
 
 
 @dataclass
@@ -311,30 +343,43 @@ class PPOConfig(OnlineRLConfig):
         super().__post_init__()
         self.kind = "ppo"
         if self.ppo_epochs < 1:
-            raise ConfigError(f"ppo_epochs: must be >= 1, got {self.ppo_epochs}")
+            raise _invalid("ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
         if self.samples_per_prompt < 1:
-            raise ConfigError(f"samples_per_prompt: must be >= 1, got {self.samples_per_prompt}")
+            raise _invalid("samples_per_prompt", f"must be >= 1, got {self.samples_per_prompt}")
         if self.double_sample_variance is not None:
             if self.double_sample_variance < 0:
-                raise ConfigError(
-                    f"double_sample_variance: must be >= 0 or None, got {self.double_sample_variance}"
+                raise _invalid(
+                    "double_sample_variance",
+                    f"must be >= 0 or None, got {self.double_sample_variance}",
                 )
             if self.samples_per_prompt < 2:
-                raise ConfigError(
-                    "double_sample_variance: needs samples_per_prompt >= 2 to measure a prompt's "
-                    "score variance (set it to None to sample each prompt once)"
+                raise _invalid(
+                    "double_sample_variance",
+                    "needs samples_per_prompt >= 2 to measure a prompt's "
+                    "score variance (set it to None to sample each prompt once)",
                 )
         if not 1 <= self.minibatch_size <= self.batch_size:
-            raise ConfigError(
-                f"minibatch_size: must be in [1, batch_size={self.batch_size}], got {self.minibatch_size}"
+            raise _invalid(
+                "minibatch_size",
+                f"must be in [1, batch_size={self.batch_size}], got {self.minibatch_size}",
             )
         if not (self.anchor_fraction >= 0 and self.perturb_fraction >= 0) or (
             self.anchor_fraction + self.perturb_fraction > 1
         ):
-            raise ConfigError("anchor_fraction + perturb_fraction: must be within [0, 1]")
+            raise ConfigError(
+                "anchor_fraction + perturb_fraction: must be within [0, 1]",
+                field="perturb_fraction",
+            )
         for name in ("clip_ratio", "value_clip"):
             if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}: must be > 0, got {getattr(self, name)}")
+                raise _invalid(name, f"must be > 0, got {getattr(self, name)}")
+        if isinstance(self.perturb_instructions, str) or not all(
+            isinstance(text, str) for text in self.perturb_instructions
+        ):
+            raise _invalid(
+                "perturb_instructions",
+                f"a list of instructions (texts), got {self.perturb_instructions!r}",
+            )
         self.perturb_instructions = tuple(self.perturb_instructions)
 
 
@@ -348,7 +393,7 @@ CONFIG_CLASSES: dict[str, type[TrainingConfig]] = {
 
 def config_class(kind: str) -> type[TrainingConfig]:
     if kind not in CONFIG_CLASSES:
-        raise ConfigError(f"kind: one of {KINDS}, got {kind!r}")
+        raise _invalid("kind", f"one of {KINDS}, got {kind!r}")
     return CONFIG_CLASSES[kind]
 
 
@@ -360,7 +405,7 @@ def config_from_dict(values: dict[str, Any]) -> TrainingConfig:
     known = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field")
+        raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field", field=unknown[0])
     return cls(**values)
 
 
@@ -373,3 +418,63 @@ def config_help(cls: type[TrainingConfig]) -> list[tuple[str, Any, str]]:
         default = f.default if f.default is not dataclasses.MISSING else None
         rows.append((f.name, default, f.metadata.get("help", "")))
     return rows
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """What a form needs to know about one settable field, read from the dataclass.
+
+    ``type`` is bool, int, float, str or tuple; a tuple field holds ``items`` values (``length`` of
+    them, or any number when ``length`` is None). ``optional``: None is allowed (it means "off" or
+    "automatic", as the help says)."""
+
+    name: str
+    type: type
+    optional: bool
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    items: type | None = None
+    length: int | None = None
+
+
+def config_fields(cls: type[TrainingConfig]) -> list[FieldSpec]:
+    """The typed settable fields of a config class, in declaration order (``kind`` excluded).
+
+    Raises TypeError for an annotation this cannot describe (a new field's type must be one a form
+    can show: bool, int, float, str, an optional one of those, or a tuple of them)."""
+    hints = typing.get_type_hints(cls)
+    specs = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        annotation = hints[f.name]
+        args = typing.get_args(annotation)
+        optional = (
+            isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+        ) and type(None) in args
+        if optional:
+            (annotation,) = [a for a in args if a is not type(None)]
+        items = length = None
+        base = typing.get_origin(annotation) or annotation
+        if base in (tuple, list):
+            item_args = typing.get_args(annotation)
+            variable = len(item_args) == 2 and item_args[1] is Ellipsis
+            if not item_args or len(set(item_args) - {Ellipsis}) != 1:
+                raise TypeError(f"{cls.__name__}.{f.name}: tuple of one item type needed")
+            items, length, base = item_args[0], None if variable else len(item_args), tuple
+        if base not in (bool, int, float, str, tuple):
+            raise TypeError(f"{cls.__name__}.{f.name}: cannot describe {annotation!r}")
+        specs.append(
+            FieldSpec(
+                name=f.name,
+                type=base,
+                optional=optional,
+                default=f.default,
+                help=f.metadata.get("help", ""),
+                choices=f.metadata.get("choices", ()),
+                items=items,
+                length=length,
+            )
+        )
+    return specs

@@ -1,0 +1,178 @@
+"""The launch form in a real browser, as a new ML engineer uses it: for each kind (rm, dpo, ppo, rloo)
+and each preset, open the form from the kind picker, keep every default, save, then "Save and
+launch"; the run is queued on the gpu queue. Then the kind switch (the select reloads the form) and a
+post whose kind differs from the form's (refused). Every page is checked for Content-Security-Policy
+violations and page errors.
+
+Launching is checked up to the queue: the Celery task is recorded instead of sent (the live server
+runs in this process), so no worker and no training are needed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from annotation.exporting import dataset_export
+from annotation.services import comparisons_import, project_get_or_create
+from common.roles import ML_ENGINEER
+from tests.factories import UserFactory
+from tests.training.conftest import PAIRS
+from training import services, tasks
+from training.models import TrainingRun
+from training.recipes.presets import PRESETS
+
+PASSWORD = "correct horse battery"  # UserFactory's password
+SCREENSHOTS = "/tmp/concord-launch-form-{}.png"  # noqa: S108 - for humans to look at, never asserted on
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[tuple[str, list, str]]:
+    """(task name, args, queue) of each training task the services send."""
+    calls: list[tuple[str, list, str]] = []
+
+    def record(*, args, queue, **_):
+        calls.append((tasks.run_training_task.name, list(args), queue))
+
+    monkeypatch.setattr(tasks.run_training_task, "apply_async", record)
+    return calls
+
+
+@pytest.fixture
+def world(browser, live_server, settings, tmp_path):
+    """An ML engineer, a snapshot of a small export, and a succeeded reward-model run (the RL kinds
+    need one). Requests ``browser`` first, so a missing Chromium skips before any data is made."""
+    settings.EXPORT_DIR = tmp_path / "exports"
+    settings.CONCORD_RUNS_DIR = tmp_path / "runs"
+    settings.VAR_DIR = tmp_path
+    engineer = UserFactory(username="emily", role=ML_ENGINEER)
+    project, _ = project_get_or_create(slug="launch-form")
+    rows = [
+        {"prompt": p, "response_a": c, "response_b": r,
+         "judgements": [{"annotator": "u1", "choice": "a", "strength": 2}]}
+        for p, c, r in PAIRS
+    ]  # fmt: skip
+    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
+    snapshot = services.snapshot_for(export=dataset_export(project=project))
+    reward = services.run_create(
+        name="reward v1", kind="rm", base_model="smollm2-135m-instruct", snapshot=snapshot
+    )
+    TrainingRun.objects.filter(pk=reward.pk).update(
+        status="succeeded", summary={"eval/accuracy": 0.75}
+    )
+    return {"engineer": engineer, "snapshot": snapshot, "reward": reward}
+
+
+@pytest.fixture
+def engineer_page(page: Page, world) -> Iterator[tuple[Page, list[str]]]:
+    """The engineer logged in; the list collects CSP reports, page errors and server errors."""
+    problems: list[str] = []
+
+    def console(msg) -> None:
+        # A failed load (the favicon's 404) is not the page's fault; server errors are caught below.
+        if "Content Security Policy" in msg.text or (
+            msg.type == "error" and not msg.text.startswith("Failed to load resource")
+        ):
+            problems.append(f"console: {msg.text}")
+
+    page.on("console", console)
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on(
+        "response",
+        lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 500 else None,
+    )
+    page.goto("/accounts/login/")
+    page.fill("#id_username", world["engineer"].username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).not_to_have_url(re.compile(r"/accounts/login/"))
+    yield page, problems
+    assert problems == []
+
+
+@pytest.mark.parametrize("kind", ["rm", "dpo", "ppo", "rloo"])
+def test_each_kind_saves_and_launches_with_the_defaults_of_every_preset(
+    kind, engineer_page, world, sent
+):
+    """From the snapshot admin's "Train on this export" link, the kind picker, then each preset's
+    form: keep every default (name, and for PPO / RLOO the reward model, chosen), "Save and continue
+    editing" gives a draft holding the preset's values; "Save and launch" queues it, one task
+    ``training.tasks.run_training_task`` on the gpu queue, audited created then launched."""
+    page, _ = engineer_page
+    snapshot, reward = world["snapshot"], world["reward"]
+    for preset in PRESETS:
+        page.goto("/admin/training/datasetsnapshot/")
+        page.get_by_role("link", name="Train on this export").click()
+        expect(page.get_by_test_id("picker-snapshot")).to_contain_text(str(snapshot))
+        page.locator(f'.kind-card[data-kind="{kind}"]').get_by_role(
+            "link", name=preset.label
+        ).click()
+        expect(page.get_by_test_id("run-kind")).to_have_text(TrainingRun.Kind(kind).label)
+        expect(page.locator("#id_snapshot")).to_have_value(str(snapshot.pk))
+        page.fill("#id_name", f"{kind} {preset.name}")
+        if kind in ("ppo", "rloo"):
+            page.select_option(
+                "#id_reward_model_run",
+                label=f"reward v1 · Reward model #{reward.pk} · eval accuracy 0.750",
+            )
+        page.get_by_role("button", name="Save and continue editing").click()
+        expect(page.locator("ul.messagelist")).to_contain_text("was added successfully")
+
+        run = TrainingRun.objects.get(name=f"{kind} {preset.name}")
+        assert (run.kind, run.status) == (kind, "draft")
+        for name, value in preset.for_kind(kind).items():
+            assert run.config[name] == value, (preset.name, name)
+        assert run.reward_model_run_id == (reward.pk if kind in ("ppo", "rloo") else None)
+
+        page.get_by_test_id("save-and-launch").click()
+        expect(page.locator("ul.messagelist")).to_contain_text(
+            f"Saved and launched run #{run.pk}: queued on the gpu queue."
+        )
+        run.refresh_from_db()
+        assert run.status == "queued"
+        assert sent[-1] == ("training.tasks.run_training_task", [run.pk], "gpu")
+        assert list(run.events.values_list("action", flat=True)) == ["created", "launched"]
+    assert len(sent) == len(PRESETS)
+
+
+def test_choosing_another_kind_reloads_the_form(engineer_page, world):
+    """On the DPO form, choosing "Reward model" reloads the page with the reward model's settings
+    (beta gone, eval_fraction there, its own learning rate), keeping the snapshot."""
+    page, _ = engineer_page
+    snapshot = world["snapshot"]
+    page.goto(f"/admin/training/trainingrun/add/?kind=dpo&snapshot={snapshot.pk}")
+    expect(page.locator("#id_cfg__beta")).to_be_visible()
+    expect(page.locator("#id_cfg__learning_rate")).to_have_value(re.compile(r"^(5e-07|0.0000005)$"))
+    page.screenshot(path=SCREENSHOTS.format("dpo"), full_page=True)
+    page.select_option("#id_kind", "rm")
+    expect(page).to_have_url(re.compile(r"kind=rm"))
+    expect(page.get_by_test_id("run-kind")).to_have_text("Reward model")
+    expect(page.locator("#id_cfg__beta")).to_have_count(0)
+    expect(page.locator("#id_cfg__eval_fraction")).to_have_value("0.1")
+    expect(page.locator("#id_cfg__learning_rate")).to_have_value(re.compile(r"^(1e-05|0.00001)$"))
+    expect(page.locator("#id_snapshot")).to_have_value(str(snapshot.pk))
+    page.goto(f"/admin/training/trainingrun/add/?snapshot={snapshot.pk}")
+    page.screenshot(path=SCREENSHOTS.format("picker"), full_page=True)
+
+
+def test_a_post_whose_kind_differs_from_the_form_is_refused(engineer_page, world):
+    """A DPO form whose kind select says "Reward model" without the reload (the reload script
+    removed): saving is refused with a message and no run is created."""
+    page, _ = engineer_page
+    page.goto(f"/admin/training/trainingrun/add/?kind=dpo&snapshot={world['snapshot'].pk}")
+    page.fill("#id_name", "mixed kinds")
+    # Replace the select by a copy without the change listener, set to another kind.
+    page.evaluate(
+        """() => { const s = document.querySelector('#id_kind');
+                   const copy = s.cloneNode(true); s.replaceWith(copy); copy.value = 'rm'; }"""
+    )
+    page.get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator(".errornote, .errorlist").first).to_be_visible()
+    expect(page.locator("#content-main")).to_contain_text(
+        "This form holds DPO settings but the kind sent is Reward model: nothing was saved."
+    )
+    assert not TrainingRun.objects.filter(name="mixed kinds").exists()
