@@ -238,7 +238,7 @@ def clustering_run_start(
     run is already active, return it and send nothing."""
     run, created = clustering_run_request(project=project, k=k, requested_by=requested_by)
     if created:
-        task_send("annotation.clustering_tasks.cluster_prompts", args=[run.pk])
+        task_send("annotation.tasks.cluster_prompts", args=[run.pk])
     return run, created
 
 

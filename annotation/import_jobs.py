@@ -16,7 +16,6 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.core.files.uploadedfile import UploadedFile
-from django.db import transaction
 from django.utils import timezone
 
 from annotation import formats
@@ -25,6 +24,7 @@ from annotation.importing import ImportValidationError
 from annotation.models import ImportJob, Project
 from annotation.services import ImportOptions, comparisons_import
 from common.errors import ConcordError
+from common.jobs import task_send
 
 ALLOWED_SUFFIXES = (
     ".jsonl",
@@ -59,8 +59,6 @@ def import_job_create(
     ``format``: "auto" or a name of annotation.formats.READERS; ``skip_invalid``: import the good
     rows and list the bad ones beside the upload; ``scalars_as_text``: see formats.ReadOptions.
     """
-    from annotation.import_tasks import import_job_run_task
-
     name = Path(upload.name or "upload.jsonl").name
     if format not in formats.FORMAT_NAMES:
         raise ConcordError(f"unknown format {format!r}; expected one of {formats.FORMAT_NAMES}")
@@ -108,7 +106,7 @@ def import_job_create(
             }
         },
     )
-    transaction.on_commit(lambda: import_job_run_task.delay(job.pk))
+    task_send("annotation.tasks.import_job_run_task", args=[job.pk])
     return job
 
 

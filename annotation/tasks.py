@@ -1,10 +1,15 @@
-"""Celery tasks of the annotation app (default queue). They take ids and call a service."""
+"""Celery tasks of the annotation app (default queue). They take ids and call a service.
+
+Services send them by name (``common.jobs.task_send``); nothing in the app imports this module.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 
 from annotation.agreement_service import dashboard_refresh
+from annotation.clustering_service import clustering_run_execute
+from annotation.import_jobs import import_job_run
 from annotation.models import Project
 
 
@@ -16,3 +21,16 @@ def agreement_report_refresh(project_id: int) -> dict[str, int | str]:
         return {"project": project_id, "status": "gone"}
     payload = dashboard_refresh(project=project)
     return {"project": project_id, "status": "done", "computed_at": payload["computed_at"]}
+
+
+@shared_task(name="annotation.tasks.cluster_prompts")
+def cluster_prompts(run_id: int) -> dict[str, int | str]:
+    """Execute a queued clustering run; its progress and outcome are stored on the run."""
+    run = clustering_run_execute(run_id=run_id)
+    return {"run": run.pk, "status": run.status}
+
+
+@shared_task(name="annotation.tasks.import_job_run_task", acks_late=True)
+def import_job_run_task(job_id: int) -> str:
+    """Run a queued import job; its progress and outcome are stored on the job."""
+    return import_job_run(job_id=job_id).status

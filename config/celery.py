@@ -9,9 +9,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("concord")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-# Each app keeps its tasks in ``tasks.py`` or in ``<topic>_tasks.py`` modules; missing ones are skipped.
-for _module in ("tasks", "import_tasks", "clustering_tasks", "export_tasks"):
-    app.autodiscover_tasks(related_name=_module)
+# Each installed app keeps its tasks in its ``tasks.py``.
+app.autodiscover_tasks()
 
 
 @worker_process_init.connect

@@ -5,6 +5,7 @@
 2. Web code never imports torch, transformers or other heavy ML libraries at module import time: outside
    the pure torch packages, such imports live inside the functions of worker code paths.
 3. Apps depend one way: monitoring -> training -> annotation -> common. Nothing imports upwards.
+4. No module imports a Celery tasks module (services send tasks by name), so no service <-> task cycle.
 """
 
 import ast
@@ -110,6 +111,26 @@ def test_apps_import_one_way(module, path):
         root = name.split(".")[0]
         if root in LAYER:
             assert LAYER[root] <= LAYER[own], f"{module} imports {name} (upwards)"
+
+
+def _is_tasks_module(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] in PROJECT_PACKAGES and parts[-1] == "tasks"
+
+
+@pytest.mark.parametrize(("module", "path"), MODULES, ids=str)
+def test_no_module_imports_a_tasks_module(module, path):
+    """A task module imports the service it calls, so a service that imported its tasks (even
+    inside a function) would close a cycle. Services send tasks by name (common.jobs.task_send);
+    Celery finds the one ``tasks.py`` of each app by autodiscovery."""
+    for name in _imports(path, top_level_only=False):
+        assert not _is_tasks_module(name), f"{module} imports the task module {name}"
+
+
+def test_each_app_keeps_its_tasks_in_one_module():
+    """One ``tasks.py`` per app: no ``<topic>_tasks.py`` beside it for autodiscovery to miss."""
+    strays = [name for name, _ in MODULES if name.endswith("_tasks")]
+    assert strays == []
 
 
 def test_web_process_does_not_load_torch():

@@ -23,6 +23,7 @@ from django.utils.module_loading import import_string
 
 from annotation.models import DatasetExport
 from common.errors import ConcordError, ModelUnavailableError
+from common.jobs import task_send
 from common.model_registry import model_get, model_path
 from training.models import Checkpoint, DatasetSnapshot, MetricPoint, RunEvent, TrainingRun
 
@@ -248,10 +249,7 @@ def run_update(
 
 def _enqueue(run: TrainingRun) -> None:
     """Send the run to the gpu queue once the transaction that queued it has committed."""
-    from training.tasks import run_training_task
-
-    queue = settings.CONCORD_GPU_QUEUE
-    transaction.on_commit(lambda: run_training_task.apply_async(args=[run.pk], queue=queue))
+    task_send("training.tasks.run_training_task", args=[run.pk], queue=settings.CONCORD_GPU_QUEUE)
 
 
 @transaction.atomic

@@ -9,8 +9,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from annotation import clustering_service as service
-from annotation.clustering_tasks import cluster_prompts
 from annotation.models import ClusteringRun, Prompt, PromptCluster, PromptEmbedding
+from annotation.tasks import cluster_prompts
 from tests.factories import ComparisonFactory, PromptFactory
 
 MODEL = "all-minilm-l6-v2"

@@ -5,8 +5,8 @@ import pytest
 from django.urls import reverse
 
 from annotation import clustering_service as service
-from annotation.clustering_tasks import cluster_prompts
 from annotation.models import ClusteringRun, Prompt, PromptCluster
+from annotation.tasks import cluster_prompts
 from tests.conftest import logged_in
 from tests.factories import ComparisonFactory, JudgementFactory, UserFactory
 
