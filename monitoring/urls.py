@@ -7,6 +7,7 @@ app_name = "monitoring"
 urlpatterns = [
     path("", views.review_home, name="review-home"),
     path("runs/", views.runs_list, name="runs"),
+    path("runs/compare/", views.runs_compare, name="runs-compare"),
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/metrics.json", views.run_metrics, name="run-metrics"),
     path("runs/<int:run_id>/decision/", eval_views.run_decide, name="run-decide"),
