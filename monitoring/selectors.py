@@ -203,19 +203,27 @@ def run_checkpoints(run: TrainingRun, *, eval_round_url: str = "") -> list[dict[
     nothing was logged yet), metrics {name: value} logged at that step, eval_url (the human-eval
     round form for this checkpoint, ``eval_round_url?checkpoint=ID``, when a URL is given)}."""
     checkpoints = list(Checkpoint.objects.filter(run=run).order_by("-step"))
-    logged_steps = sorted(
-        set(MetricPoint.objects.filter(run=run).values_list("step", flat=True).distinct())
-    )
+    values: dict[int, dict[str, float]] = defaultdict(dict)
+
+    def read(steps: set[int]) -> None:
+        for step, name, value in MetricPoint.objects.filter(run=run, step__in=steps).values_list(
+            "step", "name", "value"
+        ):
+            values[step][name] = value
+
+    read({c.step for c in checkpoints})  # usually a checkpoint's step was logged
     metric_steps: dict[int, int | None] = {}
     for checkpoint in checkpoints:
-        at_or_before = [s for s in logged_steps if s <= checkpoint.step]
-        metric_steps[checkpoint.pk] = at_or_before[-1] if at_or_before else None
-    values: dict[int, dict[str, float]] = defaultdict(dict)
-    wanted = {s for s in metric_steps.values() if s is not None}
-    for step, name, value in MetricPoint.objects.filter(run=run, step__in=wanted).values_list(
-        "step", "name", "value"
-    ):
-        values[step][name] = value
+        if checkpoint.step in values:
+            metric_steps[checkpoint.pk] = checkpoint.step
+        else:  # the last logged step before it (one indexed query per such checkpoint)
+            metric_steps[checkpoint.pk] = (
+                MetricPoint.objects.filter(run=run, step__lt=checkpoint.step)
+                .order_by("-step")
+                .values_list("step", flat=True)
+                .first()
+            )
+    read({s for s in metric_steps.values() if s is not None and s not in values})
     order = {name: i for i, name in enumerate(PREFERRED)}
     rows = []
     for checkpoint in checkpoints:
