@@ -49,6 +49,7 @@ METRIC_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("system", "System and memory", (r"memory", r"^gpu_", r"^cpu_")),
 )
 OTHER_GROUP = ("other", "Other")
+GROUP_PAGE_ORDER = ("loss", "rewards", "policy", "evaluation", "throughput", "system", "other")
 
 # Which way is better, for the summary's "best" column; a metric not listed has no best.
 LOWER_IS_BETTER = (r"loss$", r"^kl$", r"^approx_kl$", r"repetition_rate$", r"^memory_fraction$")
@@ -83,16 +84,19 @@ def metric_direction(name: str) -> str:
     return ""
 
 
-def metric_meta(names: Iterable[str]) -> dict[str, dict[str, str]]:
-    """{metric: {group, group_title, direction}} for the page's charts and summary table."""
-    meta = {}
+def metric_meta(names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """{metric: {group, group_title, group_order (its place on the page), direction}} for the
+    page's charts and summary table."""
+    meta: dict[str, dict[str, Any]] = {}
     for name in names:
         key, title = metric_group(name)
-        meta[name] = {"group": key, "group_title": title, "direction": metric_direction(name)}
+        meta[name] = {
+            "group": key,
+            "group_title": title,
+            "group_order": GROUP_PAGE_ORDER.index(key),
+            "direction": metric_direction(name),
+        }
     return meta
-
-
-GROUP_PAGE_ORDER = ("loss", "rewards", "policy", "evaluation", "throughput", "system", "other")
 
 
 def groups_order() -> list[dict[str, str]]:

@@ -57,9 +57,13 @@
 
   function renderSummary() {
     const body = document.querySelector("[data-testid=summary] tbody");
+    // In page order: by group, then as the charts are (ORDER, then alphabetically).
+    const rank = function (n) { const i = ORDER.indexOf(n); return i < 0 ? ORDER.length : i; };
     const names = Object.keys(series).sort(function (a, b) {
-      const ga = (meta[a] || {}).group_title || "", gb = (meta[b] || {}).group_title || "";
-      return ga === gb ? (a < b ? -1 : 1) : (ga < gb ? -1 : 1);
+      const ga = (meta[a] || {}).group_order || 0, gb = (meta[b] || {}).group_order || 0;
+      if (ga !== gb) return ga - gb;
+      if (rank(a) !== rank(b)) return rank(a) - rank(b);
+      return a < b ? -1 : 1;
     });
     if (!names.length) return;
     body.textContent = "";

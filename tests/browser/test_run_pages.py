@@ -179,8 +179,9 @@ def test_a_runs_charts_show_one_point_hover_values_and_update_live(
 
 
 def test_the_compare_page_overlays_two_runs(snapshot, live_server, page: Page) -> None:
-    """Two finished DPO runs with different beta: ticked in the runs list and compared, their loss
-    lines share one chart (two lines), and the config table puts beta first, highlighted."""
+    """Two finished DPO runs with different beta: the runs list fits 1280 px and shows their DPO
+    headline; filtered by kind, ticked and compared, their loss lines share one chart (two lines),
+    and the config table puts beta first, highlighted."""
     engineer = UserFactory(username="emily", role=ML_ENGINEER)
     first = _run(snapshot, kind="dpo", status="succeeded", name="beta 0.1", config={"beta": 0.1})
     second = _run(snapshot, kind="dpo", status="succeeded", name="beta 0.3", config={"beta": 0.3})
@@ -191,7 +192,15 @@ def test_the_compare_page_overlays_two_runs(snapshot, live_server, page: Page) -
     problems = _csp_problems(page)
     _log_in(page, live_server, engineer)
 
-    page.goto("/monitoring/runs/?kind=dpo")
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto("/monitoring/runs/")
+    expect(page.get_by_test_id("runs").locator("tbody tr")).to_have_count(2)
+    # The list fits a 1280 px window: no sideways scrolling.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    expect(page.get_by_test_id("headline").first).to_contain_text("reward accuracy")
+    page.locator('select[name="kind"]').select_option("dpo")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"kind=dpo"))
     page.get_by_label(f"compare run #{first.pk}").check()
     page.get_by_label(f"compare run #{second.pk}").check()
     page.get_by_test_id("compare-button").click()
