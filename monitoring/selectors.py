@@ -16,12 +16,15 @@ from django.db.models import QuerySet
 from monitoring.models import Alert
 from training.models import Checkpoint, MetricPoint, RunSample, TrainingRun
 
-# Charts come in this order when the metric exists; others follow alphabetically.
+# Charts (and a checkpoint's metrics) come in this order when the metric exists; others follow
+# alphabetically. The page groups them (METRIC_GROUPS) and keeps this order inside each group.
 PREFERRED = (
-    "loss", "reward/score_mean", "reward/score_std", "reward/total_mean", "kl", "kl_coef",
-    "clip_fraction", "entropy", "rewards/accuracy", "accuracy", "rewards/margin", "rewards/chosen",
-    "rewards/rejected", "eval_reward_mean", "eval_reward_std",
-    "response_length", "repetition_rate", "tokens_per_second", "memory_fraction", "learning_rate",
+    "loss", "grad_norm", "learning_rate", "reward/score_mean", "reward/score_std",
+    "reward/total_mean", "reward/shaped_mean", "kl", "kl_coef", "approx_kl", "clip_fraction",
+    "entropy", "rewards/accuracy", "accuracy", "rewards/margin", "rewards/chosen",
+    "rewards/rejected", "eval/accuracy", "eval/loss", "eval_reward_mean", "eval_reward_std",
+    "response_length", "eos_rate", "repetition_rate", "tokens_per_second", "samples_per_second",
+    "memory_fraction",
 )  # fmt: skip
 
 
@@ -85,8 +88,9 @@ def metric_direction(name: str) -> str:
 
 
 def metric_meta(names: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """{metric: {group, group_title, group_order (its place on the page), direction}} for the
-    page's charts and summary table."""
+    """{metric: {group, group_title, group_order (the group's place on the page), order (the
+    chart's place: PREFERRED, others after it), direction}} for the page's charts and summary."""
+    preferred = {name: i for i, name in enumerate(PREFERRED)}
     meta: dict[str, dict[str, Any]] = {}
     for name in names:
         key, title = metric_group(name)
@@ -94,6 +98,7 @@ def metric_meta(names: Iterable[str]) -> dict[str, dict[str, Any]]:
             "group": key,
             "group_title": title,
             "group_order": GROUP_PAGE_ORDER.index(key),
+            "order": preferred.get(name, len(PREFERRED)),
             "direction": metric_direction(name),
         }
     return meta

@@ -7,6 +7,7 @@
   "use strict";
   const COLOURS = ["#2f5bd3", "#d9480f", "#2b8a3e", "#ae3ec9", "#e8590c", "#0b7285", "#5c940d", "#c2255c"];
 
+
   function fmt(v) {
     if (v === null || v === undefined || !Number.isFinite(v)) return "–";
     const a = Math.abs(v);
@@ -256,8 +257,8 @@
   }
 
   // A <figure class="chart"> for ``name`` in its group's section (shown once it has a chart),
-  // in the order of ``order`` (names first by that list, then alphabetically).
-  function figureFor(container, name, group, order) {
+  // placed by ``rank`` (a number per metric name; ties alphabetically).
+  function figureFor(container, name, group, rank) {
     const section = container.querySelector('.chart-group[data-group="' + group + '"]') ||
       container.querySelector('.chart-group[data-group="other"]');
     const grid = section.querySelector(".chart-grid");
@@ -268,7 +269,6 @@
     const caption = document.createElement("figcaption");
     caption.textContent = name;
     box.appendChild(caption);
-    const rank = function (n) { const i = order.indexOf(n); return i < 0 ? order.length : i; };
     const after = Array.prototype.find.call(grid.children, function (other) {
       const a = rank(name), b = rank(other.dataset.metric);
       return a < b || (a === b && name < other.dataset.metric);

@@ -19,7 +19,7 @@
     results.forEach(function (data) { Object.assign(meta, data.meta || {}); });
     const names = Object.keys(meta);
     names.forEach(function (name) {
-      const box = C.figureFor(container, name, meta[name].group, []);
+      const box = C.figureFor(container, name, meta[name].group, function (n) { return meta[n].order; });
       const rule = thresholds[name];
       const chart = new C.MetricChart(box, name, labels, rule ? rule.threshold : null);
       chart.smoothing = controls.smoothing();

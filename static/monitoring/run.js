@@ -13,13 +13,6 @@
   const meta = {};        // metric -> {group, group_title, direction}
   const charts = {};      // metric -> MetricChart
   const samples = {};     // step -> [{prompt, response, reward, figures}]
-  const ORDER = [
-    "loss", "grad_norm", "learning_rate", "reward/score_mean", "reward/score_std", "reward/total_mean",
-    "reward/shaped_mean", "rewards/accuracy", "accuracy", "rewards/margin", "rewards/chosen", "rewards/rejected",
-    "kl", "kl_coef", "approx_kl", "clip_fraction", "entropy", "response_length", "eos_rate", "repetition_rate",
-    "eval/accuracy", "eval/loss", "eval_reward_mean", "eval_reward_std", "tokens_per_second", "samples_per_second",
-    "memory_fraction",
-  ];
   let lastStep = -1;
   let lastSampleStep = -1;
   let checkpointsShown = JSON.stringify(JSON.parse(document.getElementById("initial-checkpoints").textContent));
@@ -33,10 +26,13 @@
     return node;
   }
 
+  // The server's chart order (selectors.PREFERRED), then alphabetical.
+  function rank(name) { return (meta[name] || {}).order || 0; }
+
   function chartFor(name) {
     if (charts[name]) return charts[name];
     const group = (meta[name] || {}).group || "other";
-    const box = C.figureFor(container, name, group, ORDER);
+    const box = C.figureFor(container, name, group, rank);
     const rule = thresholds[name];
     const chart = new C.MetricChart(box, name, [name], rule ? rule.threshold : null);
     chart.smoothing = controls.smoothing();
@@ -57,8 +53,7 @@
 
   function renderSummary() {
     const body = document.querySelector("[data-testid=summary] tbody");
-    // In page order: by group, then as the charts are (ORDER, then alphabetically).
-    const rank = function (n) { const i = ORDER.indexOf(n); return i < 0 ? ORDER.length : i; };
+    // In page order: by group, then as the charts are.
     const names = Object.keys(series).sort(function (a, b) {
       const ga = (meta[a] || {}).group_order || 0, gb = (meta[b] || {}).group_order || 0;
       if (ga !== gb) return ga - gb;
