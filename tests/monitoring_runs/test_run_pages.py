@@ -97,11 +97,18 @@ def test_checkpoints_show_the_metrics_of_their_step_and_the_result_mark(make_run
     assert rows[1]["eval_url"] == f"/monitoring/eval/?checkpoint={at4.pk}"
 
 
-def test_the_phase_reads_as_a_sentence(make_run):
+def test_the_phase_reads_as_a_sentence(make_run, ml_engineer):
+    """On the run's page, its metrics.json and the runs list."""
     run = make_run()
     progress_services.run_phase_record(run_id=run.pk, phase="reference log-probs", done=3, total=4)
     run.refresh_from_db()
     assert selectors.run_phase(run)["text"] == "reference log-probs, batch 3 of 4"
+    client = logged_in(ml_engineer)
+    assert (
+        "reference log-probs, batch 3 of 4"
+        in client.get(f"/monitoring/runs/{run.pk}/").content.decode()
+    )
+    assert "reference log-probs 3/4" in client.get(reverse("monitoring:runs")).content.decode()
 
 
 def test_metrics_json_carries_phase_groups_checkpoints_and_new_samples(make_run, ml_engineer):
