@@ -61,6 +61,9 @@ HIGHER_IS_BETTER = (
     r"^eval/reward_mean$", r"_per_second$", r"eos_rate$",
 )  # fmt: skip
 
+# Shares between 0 and 1: their charts never show an axis above 1.
+UNIT_INTERVAL = (r"accuracy$", r"(eos|repetition)_rate$", r"fraction$")
+
 # Each kind's headline numbers in the runs list: (metric, label), the first present of each list.
 HEADLINES: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
     "rm": ((("eval/accuracy", "accuracy"), "eval accuracy"), (("eval/loss", "loss"), "loss")),
@@ -89,7 +92,8 @@ def metric_direction(name: str) -> str:
 
 def metric_meta(names: Iterable[str]) -> dict[str, dict[str, Any]]:
     """{metric: {group, group_title, group_order (the group's place on the page), order (the
-    chart's place: PREFERRED, others after it), direction}} for the page's charts and summary."""
+    chart's place: PREFERRED, others after it), direction, unit_interval (a share in [0, 1])}}
+    for the page's charts and summary."""
     preferred = {name: i for i, name in enumerate(PREFERRED)}
     meta: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -100,6 +104,7 @@ def metric_meta(names: Iterable[str]) -> dict[str, dict[str, Any]]:
             "group_order": GROUP_PAGE_ORDER.index(key),
             "order": preferred.get(name, len(PREFERRED)),
             "direction": metric_direction(name),
+            "unit_interval": any(re.search(pattern, name) for pattern in UNIT_INTERVAL),
         }
     return meta
 

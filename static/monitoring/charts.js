@@ -28,8 +28,9 @@
   }
 
   // The y range of finite values (and a threshold): a flat series gets +-10% of its value (or
-  // +-0.1 around 0) instead of +-0.5; a series that never goes below 0 is not drawn below 0.
-  function yRange(values, threshold, log) {
+  // +-0.1 around 0) instead of +-0.5; a series that never goes below 0 is not drawn below 0, and a
+  // share (``unitInterval``: accuracy, rates, fractions) not above 1.
+  function yRange(values, threshold, log, unitInterval) {
     const ys = values.filter(function (v) { return v !== null && Number.isFinite(v); });
     if (threshold !== undefined && threshold !== null) ys.push(threshold);
     if (!ys.length) return [0, 1];
@@ -38,9 +39,10 @@
     // Flat up to rounding (a smoothed copy of one value differs from it in the last bit).
     const flat = hi - lo <= Math.max(Math.abs(hi), Math.abs(lo)) * 1e-9;
     const pad = !flat ? (hi - lo) * 0.06 : (Math.abs(hi) > 0 ? Math.abs(hi) * 0.1 : 0.1);
-    const nonNegative = lo >= 0;
+    const nonNegative = lo >= 0, atMostOne = unitInterval && hi <= 1;
     lo -= pad; hi += pad;
     if (nonNegative && lo < 0) lo = 0;
+    if (atMostOne && hi > 1) hi = 1;
     return [lo, hi];
   }
 
@@ -65,9 +67,11 @@
     return [xs].concat(ys);
   }
 
-  // A chart of one metric: ``box`` a <figure>, ``labels`` one per line, ``threshold`` or null.
-  function MetricChart(box, name, labels, threshold) {
+  // A chart of one metric: ``box`` a <figure>, ``labels`` one per line, ``threshold`` or null,
+  // ``unitInterval`` when the metric is a share between 0 and 1.
+  function MetricChart(box, name, labels, threshold, unitInterval) {
     this.box = box;
+    this.unitInterval = Boolean(unitInterval);
     this.name = name;
     this.labels = labels;
     this.threshold = threshold;
@@ -163,7 +167,7 @@
                 if (!inside || (xs[i] >= x0 && xs[i] <= x1)) shown.push(u.data[s][i]);
               }
             }
-            return yRange(shown, self.threshold, useLog);
+            return yRange(shown, self.threshold, useLog, self.unitInterval);
           },
         },
       },

@@ -21,7 +21,7 @@
     names.forEach(function (name) {
       const box = C.figureFor(container, name, meta[name].group, function (n) { return meta[n].order; });
       const rule = thresholds[name];
-      const chart = new C.MetricChart(box, name, labels, rule ? rule.threshold : null);
+      const chart = new C.MetricChart(box, name, labels, rule ? rule.threshold : null, meta[name].unit_interval);
       chart.smoothing = controls.smoothing();
       chart.log = controls.log();
       results.forEach(function (data, i) { chart.setLine(i, data.series[name] || []); });

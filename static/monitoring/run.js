@@ -34,7 +34,7 @@
     const group = (meta[name] || {}).group || "other";
     const box = C.figureFor(container, name, group, rank);
     const rule = thresholds[name];
-    const chart = new C.MetricChart(box, name, [name], rule ? rule.threshold : null);
+    const chart = new C.MetricChart(box, name, [name], rule ? rule.threshold : null, (meta[name] || {}).unit_interval);
     chart.smoothing = controls.smoothing();
     chart.log = controls.log();
     charts[name] = chart;

@@ -86,7 +86,8 @@ def test_a_runs_charts_show_one_point_hover_values_and_update_live(
     snapshot, live_server, page: Page
 ) -> None:
     """A running reward-model run: loss at steps 1-3, eval accuracy once (0.75 at step 3). The
-    accuracy chart draws its single point on a y-axis of 0.75 +- 10% (not 0.25-1.25); loss and
+    accuracy chart draws its single point on a y-axis of 0.75 +- 10% (not 0.25-1.25), a training
+    accuracy of 1.0 on 0.9-1.0 (a share never above 1); loss and
     accuracy sit in their groups; the summary gives each metric's last and best value; hovering the
     loss chart shows a value in its legend; the phase shows before any step; a checkpoint marked as
     the result keeps its "(result)" mark through the polls; new steps written while the page is
@@ -101,7 +102,7 @@ def test_a_runs_charts_show_one_point_hover_values_and_update_live(
     expect(page.get_by_test_id("run-phase")).to_have_text("tokenising, batch 3 of 4")
     for step, loss in ((1, 0.9), (2, 0.7), (3, 0.6)):
         services.metrics_record(run_id=run.pk, step=step, metrics={"loss": loss})
-    services.metrics_record(run_id=run.pk, step=3, metrics={"eval/accuracy": 0.75})
+    services.metrics_record(run_id=run.pk, step=3, metrics={"eval/accuracy": 0.75, "accuracy": 1.0})
     checkpoint = Checkpoint.objects.create(run=run, step=3, path="/runs/x/step-3")
     TrainingRun.objects.filter(pk=run.pk).update(step=3, phase="", result_checkpoint=checkpoint)
 
@@ -117,15 +118,19 @@ def test_a_runs_charts_show_one_point_hover_values_and_update_live(
         "() => { const y = ConcordCharts.live['eval/accuracy'].plot.scales.y; return [y.min, y.max]; }"
     )
     assert low == pytest.approx(0.675) and high == pytest.approx(0.825)
+    # A flat training accuracy of 1.0: 0.9-1.0, no impossible share above 1.
+    expect(page.locator('figure[data-metric="accuracy"]')).to_have_attribute("data-points", "1")
+    low, high = page.evaluate(
+        "() => { const y = ConcordCharts.live['accuracy'].plot.scales.y; return [y.min, y.max]; }"
+    )
+    assert low == pytest.approx(0.9) and high == pytest.approx(1.0)
 
     summary = page.get_by_test_id("summary")
     expect(summary.locator('tr[data-metric="eval/accuracy"] td').nth(2)).to_have_text("0.75")
     expect(summary.locator('tr[data-metric="loss"] td').nth(4)).to_have_text("0.6 (lowest)")
 
     loss_chart = page.locator('figure[data-metric="loss"] .u-over')
-    box = loss_chart.bounding_box()
-    assert box is not None
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    loss_chart.hover()  # scrolled into view, the pointer at its middle
     legend_value = (
         page.locator('figure[data-metric="loss"] .u-legend .u-series').nth(1).locator(".u-value")
     )
@@ -156,6 +161,7 @@ def test_a_runs_charts_show_one_point_hover_values_and_update_live(
         )
 
     assert x_scale() == [1, 4]
+    loss_chart.scroll_into_view_if_needed()
     box = loss_chart.bounding_box()
     page.mouse.move(box["x"] + 2, box["y"] + box["height"] / 2)
     page.mouse.down()

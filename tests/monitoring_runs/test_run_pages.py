@@ -35,6 +35,15 @@ def test_better_direction_of_headline_metrics():
     assert selectors.metric_direction("kl_coef") == ""
 
 
+def test_shares_are_marked_so_their_axis_stops_at_one():
+    meta = selectors.metric_meta(
+        ["eval/accuracy", "eos_rate", "clip_fraction", "learning_rate", "kl"]
+    )
+    assert [name for name, m in meta.items() if m["unit_interval"]] == [
+        "eval/accuracy", "eos_rate", "clip_fraction"
+    ]  # fmt: skip
+
+
 def test_groups_come_in_the_page_order_of_the_issue():
     assert [g["key"] for g in selectors.groups_order()] == [
         "loss", "rewards", "policy", "evaluation", "throughput", "system", "other",
