@@ -304,27 +304,29 @@ def run_config_rows(run: TrainingRun) -> list[dict[str, Any]]:
 
 
 def runs_compare(*, run_ids: Sequence[int]) -> dict[str, Any]:
-    """Several runs side by side: {runs: [TrainingRun] in the order asked, config: [{name, values
-    (one per run, "" where the run's recipe has no such setting), differs}] with differing rows
-    first, then alphabetical}. Unknown ids are left out."""
+    """Several runs side by side: {runs: [TrainingRun] in the order asked (unknown ids left out),
+    config: [{name, values (text, one per run; "" where a run's recipe has no such setting),
+    differs}]}: what each run is (kind, model, data, reward model, GPUs), then every recipe setting
+    alphabetically; rows that differ first, each part keeping that order."""
     found = TrainingRun.objects.select_related("snapshot__export__project").in_bulk(run_ids)
     runs = [found[i] for i in dict.fromkeys(run_ids) if i in found]
-    per_run = [{row["name"]: row["value"] for row in run_config_rows(run)} for run in runs]
-    identity = [
-        {"kind": run.get_kind_display(), "base_model": run.base_model,
-         "data": f"{run.snapshot.export.project.slug} {run.snapshot.export.sha256[:10]}",
-         "reward_model_run": run.reward_model_run_id or "", "gpus": run.gpus}
-        for run in runs
-    ]  # fmt: skip
-    names = list(identity[0]) if identity else []
-    names += sorted({name for values in per_run for name in values})
+    columns = []
+    for run in runs:
+        identity = {
+            "kind": run.get_kind_display(),
+            "base_model": run.base_model,
+            "data": f"{run.snapshot.export.project.slug} {run.snapshot.export.sha256[:10]}",
+            "reward_model_run": run.reward_model_run_id or "",
+            "gpus": run.gpus,
+        }
+        columns.append(identity | {r["name"]: r["value"] for r in run_config_rows(run)})
+    identity_names = ["kind", "base_model", "data", "reward_model_run", "gpus"]
+    settings_names = sorted({name for column in columns for name in column} - set(identity_names))
     rows = []
-    for name in names:
-        source = identity if name in (identity[0] if identity else {}) else per_run
-        values = [value.get(name, "") for value in source]
-        rendered = [_config_text(v) for v in values]
-        rows.append({"name": name, "values": rendered, "differs": len(set(rendered)) > 1})
-    rows.sort(key=lambda row: not row["differs"])  # stable: the order above within each part
+    for name in identity_names + settings_names:
+        values = [_config_text(column.get(name, "")) for column in columns]
+        rows.append({"name": name, "values": values, "differs": len(set(values)) > 1})
+    rows.sort(key=lambda row: not row["differs"])  # stable
     return {"runs": runs, "config": rows}
 
 
