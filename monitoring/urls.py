@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.review_home, name="review-home"),
     path("overview/", views_hub.every_role_home, name="every-role-home"),
     path("runs/", views.runs_list, name="runs"),
+    path("runs/compare/", views.runs_compare, name="runs-compare"),
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/metrics.json", views.run_metrics, name="run-metrics"),
     path("runs/<int:run_id>/decision/", eval_views.run_decide, name="run-decide"),

@@ -107,6 +107,11 @@ class TrainingRun(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Work before (or between) steps that the recipe reports, e.g. the DPO reference pass; cleared
+    # at the next step. ``phase_total`` 0: unknown.
+    phase = models.CharField(max_length=64, blank=True)
+    phase_done = models.PositiveIntegerField(default=0)
+    phase_total = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at"]
@@ -166,6 +171,31 @@ class MetricPoint(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} {self.name}@{self.step} = {self.value:g}"
+
+
+class RunSample(models.Model):
+    """One generation an online run kept at an evaluation step: the prompt, the policy's response,
+    its reward, and any per-sample figures (score, kl, length)."""
+
+    run = models.ForeignKey(TrainingRun, on_delete=models.CASCADE, related_name="samples")
+    step = models.PositiveIntegerField()
+    position = models.PositiveSmallIntegerField(help_text="Order within the step's samples.")
+    prompt = models.TextField()
+    response = models.TextField()
+    reward = models.FloatField(null=True, blank=True)
+    figures = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "step", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "step", "position"], name="sample_once_per_position"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} sample {self.position}@{self.step}"
 
 
 class RunEvent(models.Model):

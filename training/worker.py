@@ -18,14 +18,14 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
 
-from training import services
+from training import progress_services, services
 from training.models import TrainingRun
 
 CANCEL_FILE = "CANCEL"
@@ -64,13 +64,30 @@ def _database_callback(run_id: int, heartbeat: _Heartbeat):
             self.last_metrics: dict[str, Any] = {}
             self.last_write = 0.0
             self.last_poll = 0.0
+            self.last_phase_write = 0.0
+            self.phase = ""  # the phase last written, until the next step
 
         def on_start(self, *, total_steps: int, config: Mapping[str, Any]) -> None:
             self.total = total_steps
             services.run_progress(run_id=run_id, step=0, total_steps=total_steps)
+            if not self.phase:  # a phase left over from an earlier attempt
+                progress_services.run_phase_clear(run_id=run_id)
+
+        def on_phase(self, *, phase: str, done: int, total: int) -> None:
+            # At most one write a second, but always the first and the last batch of a phase.
+            now = time.monotonic()
+            if phase != self.phase or now - self.last_phase_write >= 1.0 or done >= total > 0:
+                progress_services.run_phase_record(
+                    run_id=run_id, phase=phase, done=done, total=total
+                )
+                self.last_phase_write = now
+                self.phase = phase
 
         def on_step(self, *, step: int, total_steps: int) -> None:
             self.total = total_steps
+            if self.phase:
+                progress_services.run_phase_clear(run_id=run_id)
+                self.phase = ""
             now = time.monotonic()
             if now - self.last_write >= 1.0 or step == total_steps:
                 services.run_progress(run_id=run_id, step=step, total_steps=total_steps)
@@ -85,6 +102,9 @@ def _database_callback(run_id: int, heartbeat: _Heartbeat):
             services.checkpoint_record(
                 run_id=run_id, step=step, path=str(path), metrics=self.last_metrics
             )
+
+        def on_samples(self, *, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
+            progress_services.samples_record(run_id=run_id, step=step, samples=samples)
 
         def should_stop(self) -> bool:
             # The heartbeat thread notices cancel between steps too; this read covers a loop whose

@@ -29,8 +29,19 @@ def _xss_text(field_name: str, index: int) -> str:
 
 
 def _pages(w) -> list[tuple[str, str]]:
-    """(role, path) of the pages to check; the login page is opened anonymously."""
+    """(role, path) of the pages to check; the login page is opened anonymously. The world's run
+    gets metrics (charts drawn) and a second run to compare it with."""
+    from training.models import MetricPoint, TrainingRun
+
     own = w.own.slug
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run=w.run, step=s, name="loss", value=1.0 / s) for s in (1, 2, 3)]
+        + [MetricPoint(run=w.run, step=3, name="rewards/accuracy", value=0.5)]
+    )
+    second = TrainingRun.objects.create(
+        name=w.run.name, kind="dpo", base_model=w.run.base_model, snapshot=w.run.snapshot,
+        config={"beta": 0.2},
+    )  # fmt: skip
     return [
         ("anonymous", "/accounts/login/"),
         ("annotator", "/annotation/"),
@@ -43,6 +54,7 @@ def _pages(w) -> list[tuple[str, str]]:
         ("ml_engineer", f"/annotation/p/{own}/clusters/"),
         ("ml_engineer", "/monitoring/runs/"),
         ("ml_engineer", f"/monitoring/runs/{w.run.pk}/"),
+        ("ml_engineer", f"/monitoring/runs/compare/?runs={w.run.pk}&runs={second.pk}"),
         ("superuser", "/admin/"),
         ("superuser", "/admin/training/trainingrun/add/"),
         ("superuser", "/admin/annotation/project/"),

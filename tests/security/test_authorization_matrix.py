@@ -138,6 +138,7 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "monitoring:runs":                {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
     "monitoring:run-detail":          {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
     "monitoring:run-metrics":         {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
+    "monitoring:runs-compare":        {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
     "monitoring:eval-rounds":         {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
     "monitoring:eval-round":          {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
     "monitoring:eval-progress":       {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},

@@ -52,6 +52,7 @@ from training.recipes.runtime import (
     peak_memory_bytes,
     total_steps_for,
 )
+from training.recipes.samples import rollout_samples
 from training.recipes.updates import make_updates
 from training.recipes.zero import require_zero_available
 
@@ -174,6 +175,13 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
             }
         )
         run.callback.on_step(step=step, total_steps=total_steps)
+        if step % config.eval_every == 0 or step == total_steps:
+            samples = rollout_samples(
+                rollouts=rollouts,
+                rewards=rewards.detach().float().cpu().tolist(),
+                figures={"score": scores.float().cpu().tolist(), "kl": kl.float().cpu().tolist()},
+            )
+            run.callback.on_samples(step=step, samples=samples)
         evaluated = (
             evaluate_policy(models, eval_prompts, config, ranks=ranks, device=device)
             if eval_due(config, step, total_steps, len(eval_prompts))

@@ -1,0 +1,276 @@
+"""The run pages in a real browser: a run's charts (uPlot) show a one-point metric with a sensible
+axis, hover values and live updates, the summary table, the phase and the checkpoints; the compare
+page overlays two runs; the samples table fills while a tiny RLOO run trains on a Celery worker.
+
+The first tests write metrics straight to the live server's database (no training); the last needs
+PostgreSQL and Redis like tests/browser/test_training_run.py, and is skipped without them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings as django_settings
+from django.test import Client
+from playwright.sync_api import Page, expect
+
+from annotation.exporting import dataset_export
+from annotation.services import comparisons_import, project_get_or_create
+from common.roles import ML_ENGINEER
+from tests.factories import UserFactory
+from tests.training import conftest as training_fixtures
+from tests.training import test_runs_worker as worker_fixtures
+from tests.training.conftest import PAIRS, tiny_llama
+from tests.training.test_runs_worker import Worker
+from training import progress_services, services
+from training.models import Checkpoint, TrainingRun
+
+pytestmark = [pytest.mark.browser]
+
+LIVE_TIMEOUT_MS = 120_000
+SCREENSHOT = "/tmp/concord-run-pages.png"  # noqa: S108 - for humans to look at, never asserted on
+
+tiny_tokenizer_dir = training_fixtures.tiny_tokenizer_dir
+stack = worker_fixtures.stack
+
+
+@pytest.fixture
+def snapshot(browser, settings, tmp_path):
+    """A snapshot of the 8 tiny preference pairs (requests ``browser`` first: no Chromium, no data)."""
+    settings.EXPORT_DIR = tmp_path / "exports"
+    project, _ = project_get_or_create(slug="browser-run-pages")
+    rows = [
+        {"prompt": p, "response_a": c, "response_b": r,
+         "judgements": [{"annotator": "u1", "choice": "a", "strength": 2}]}
+        for p, c, r in PAIRS
+    ]  # fmt: skip
+    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
+    return services.snapshot_for(export=dataset_export(project=project))
+
+
+def _log_in(page: Page, live_server, user) -> None:
+    """Put a logged-in session cookie into the page's context (no login form: faster)."""
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies[django_settings.SESSION_COOKIE_NAME].value
+    page.context.add_cookies(
+        [{"name": django_settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}]
+    )
+
+
+def _csp_problems(page: Page) -> list[str]:
+    problems: list[str] = []
+    page.on(
+        "console",
+        lambda msg: (
+            problems.append(msg.text)
+            if msg.type == "error" or "Content Security Policy" in msg.text
+            else None
+        ),
+    )
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    return problems
+
+
+def _run(snapshot, *, kind: str, status: str = "running", name: str = "", **fields) -> TrainingRun:
+    return TrainingRun.objects.create(
+        name=name or f"browser {kind}", kind=kind, base_model="smollm2-135m-instruct",
+        snapshot=snapshot, status=status, **fields,
+    )  # fmt: skip
+
+
+def test_a_runs_charts_show_one_point_hover_values_and_update_live(
+    snapshot, live_server, page: Page
+) -> None:
+    """A running reward-model run: loss at steps 1-3, eval accuracy once (0.75 at step 3). The
+    accuracy chart draws its single point on a y-axis of 0.75 +- 10% (not 0.25-1.25), a training
+    accuracy of 1.0 on 0.9-1.0 (a share never above 1); loss and
+    accuracy sit in their groups; the summary gives each metric's last and best value; hovering the
+    loss chart shows a value in its legend; the phase shows before any step; a checkpoint marked as
+    the result keeps its "(result)" mark through the polls; new steps written while the page is
+    open join the chart without a reload; no stopping panel on a reward model."""
+    engineer = UserFactory(username="emily", role=ML_ENGINEER)
+    run = _run(snapshot, kind="rm", total_steps=10)
+    progress_services.run_phase_record(run_id=run.pk, phase="tokenising", done=3, total=4)
+    problems = _csp_problems(page)
+    _log_in(page, live_server, engineer)
+
+    page.goto(f"/monitoring/runs/{run.pk}/")
+    expect(page.get_by_test_id("run-phase")).to_have_text("tokenising, batch 3 of 4")
+    for step, loss in ((1, 0.9), (2, 0.7), (3, 0.6)):
+        services.metrics_record(run_id=run.pk, step=step, metrics={"loss": loss})
+    services.metrics_record(run_id=run.pk, step=3, metrics={"eval/accuracy": 0.75, "accuracy": 1.0})
+    checkpoint = Checkpoint.objects.create(run=run, step=3, path="/runs/x/step-3")
+    TrainingRun.objects.filter(pk=run.pk).update(step=3, phase="", result_checkpoint=checkpoint)
+
+    accuracy = page.locator(
+        '.chart-group[data-group="evaluation"] figure[data-metric="eval/accuracy"]'
+    )
+    expect(accuracy).to_have_attribute("data-points", "1", timeout=LIVE_TIMEOUT_MS)
+    expect(
+        page.locator('.chart-group[data-group="loss"] figure[data-metric="loss"]')
+    ).to_have_attribute("data-points", "3")
+    expect(page.get_by_test_id("run-phase")).to_be_hidden()
+    low, high = page.evaluate(
+        "() => { const y = ConcordCharts.live['eval/accuracy'].plot.scales.y; return [y.min, y.max]; }"
+    )
+    assert low == pytest.approx(0.675) and high == pytest.approx(0.825)
+    # A flat training accuracy of 1.0: 0.9-1.0, no impossible share above 1.
+    expect(page.locator('figure[data-metric="accuracy"]')).to_have_attribute("data-points", "1")
+    low, high = page.evaluate(
+        "() => { const y = ConcordCharts.live['accuracy'].plot.scales.y; return [y.min, y.max]; }"
+    )
+    assert low == pytest.approx(0.9) and high == pytest.approx(1.0)
+
+    summary = page.get_by_test_id("summary")
+    expect(summary.locator('tr[data-metric="eval/accuracy"] td').nth(2)).to_have_text("0.75")
+    expect(summary.locator('tr[data-metric="loss"] td').nth(4)).to_have_text("0.6 (lowest)")
+
+    loss_chart = page.locator('figure[data-metric="loss"] .u-over')
+    loss_chart.hover()  # scrolled into view, the pointer at its middle
+    legend_value = (
+        page.locator('figure[data-metric="loss"] .u-legend .u-series').nth(1).locator(".u-value")
+    )
+    expect(legend_value).to_have_text(re.compile(r"^0\.[0-9]+$"))
+
+    rows = page.get_by_test_id("checkpoints").locator("tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("(result)")
+    expect(rows.first).to_contain_text("loss 0.6")
+    expect(rows.first.get_by_role("link", name="start a human-eval round")).to_have_attribute(
+        "href", f"/monitoring/eval/?checkpoint={checkpoint.pk}"
+    )
+
+    page.evaluate("window.concordSamePage = true")
+    services.metrics_record(run_id=run.pk, step=4, metrics={"loss": 0.5})
+    expect(page.locator('figure[data-metric="loss"]')).to_have_attribute(
+        "data-points", "4", timeout=LIVE_TIMEOUT_MS
+    )
+    expect(summary.locator('tr[data-metric="loss"] td').nth(2)).to_have_text("0.5")
+    expect(rows.first).to_contain_text("(result)")  # the polls kept the server's mark
+    assert page.evaluate("window.concordSamePage") is True
+    expect(page.get_by_test_id("stopping-panel")).to_have_count(0)
+
+    # Zoom: drag across the first half of the loss chart's steps, double-click to zoom out.
+    def x_scale():
+        return page.evaluate(
+            "() => { const x = ConcordCharts.live.loss.plot.scales.x; return [x.min, x.max]; }"
+        )
+
+    assert x_scale() == [1, 4]
+    loss_chart.scroll_into_view_if_needed()
+    box = loss_chart.bounding_box()
+    page.mouse.move(box["x"] + 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2, steps=5)
+    page.mouse.up()
+    low, high = x_scale()
+    assert 1 <= low < high < 3
+    loss_chart.dblclick()
+    page.wait_for_function("() => ConcordCharts.live.loss.plot.scales.x.max === 4")
+
+    # Smoothing adds the smoothed line and keeps the raw one.
+    page.locator("#smoothing").fill("0.6")
+    expect(page.locator('figure[data-metric="loss"] .u-legend .u-series')).to_have_count(3)
+    expect(page.locator('figure[data-metric="loss"] .u-legend')).to_contain_text("loss (smoothed)")
+    low, high = page.evaluate(
+        "() => { const y = ConcordCharts.live['eval/accuracy'].plot.scales.y; return [y.min, y.max]; }"
+    )
+    assert low == pytest.approx(0.675) and high == pytest.approx(0.825)  # still flat when smoothed
+    page.screenshot(path=SCREENSHOT, full_page=True)
+    assert problems == []
+
+
+def test_the_compare_page_overlays_two_runs(snapshot, live_server, page: Page) -> None:
+    """Two finished DPO runs with different beta: the runs list fits 1280 px and shows their DPO
+    headline; filtered by kind, ticked and compared, their loss lines share one chart (two lines),
+    and the config table puts beta first, highlighted."""
+    engineer = UserFactory(username="emily", role=ML_ENGINEER)
+    first = _run(snapshot, kind="dpo", status="succeeded", name="beta 0.1", config={"beta": 0.1})
+    second = _run(snapshot, kind="dpo", status="succeeded", name="beta 0.3", config={"beta": 0.3})
+    for step in range(1, 6):
+        services.metrics_record(run_id=first.pk, step=step, metrics={"loss": 1.0 / step})
+        services.metrics_record(run_id=second.pk, step=step, metrics={"loss": 0.8 / step})
+    services.metrics_record(run_id=second.pk, step=5, metrics={"rewards/accuracy": 1.0})
+    problems = _csp_problems(page)
+    _log_in(page, live_server, engineer)
+
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto("/monitoring/runs/")
+    expect(page.get_by_test_id("runs").locator("tbody tr")).to_have_count(2)
+    # The list fits a 1280 px window: no sideways scrolling.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    expect(page.get_by_test_id("headline").first).to_contain_text("reward accuracy")
+    page.locator('select[name="kind"]').select_option("dpo")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"kind=dpo"))
+    page.get_by_label(f"compare run #{first.pk}").check()
+    page.get_by_label(f"compare run #{second.pk}").check()
+    page.get_by_test_id("compare-button").click()
+    expect(page).to_have_url(re.compile(r"/monitoring/runs/compare/\?runs="))
+    loss = page.locator('figure[data-metric="loss"]')
+    expect(loss).to_have_attribute("data-runs", "2")
+    expect(loss).to_have_attribute("data-points", "10")
+    expect(loss.locator(".u-legend .u-series")).to_have_count(3)  # step + one line per run
+    expect(page.locator('figure[data-metric="rewards/accuracy"]')).to_have_attribute(
+        "data-runs", "1"
+    )
+    first_row = page.get_by_test_id("compare-config").locator("tbody tr").first
+    expect(first_row).to_have_attribute("data-setting", "beta")
+    expect(first_row).to_have_class(re.compile("differs"))
+    # The runs list shows the newest run first, so the page takes them in that order.
+    expect(first_row.locator("td")).to_have_text(["beta", "0.3", "0.1"])
+    assert problems == []
+
+
+@pytest.fixture
+def worker(browser, stack) -> Iterator[Worker]:
+    process = Worker(stack)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def test_the_samples_table_fills_while_an_rloo_run_trains(
+    snapshot, worker, stack, tiny_tokenizer_dir, tmp_path, live_server, page: Page
+) -> None:
+    """A tiny RLOO run (a succeeded tiny reward-model run scores it) launched on the worker keeps 4
+    samples every 5 steps: the run page's samples table shows them while the run is running,
+    with the prompts' text and a reward, and offers each evaluation step."""
+    engineer = UserFactory(username="emily", role=ML_ENGINEER)
+    rm_dir = tmp_path / "rm-run"
+    tiny_llama(rm_dir / "final", tiny_tokenizer_dir, seed=1, for_classification=True)
+    reward_model = _run(snapshot, kind="rm", status="succeeded", output_dir=str(rm_dir))
+    run = services.run_create(
+        name="browser rloo", kind="rloo", base_model="smollm2-135m-instruct", snapshot=snapshot,
+        reward_model_run=reward_model, created_by=engineer,
+        config={"max_steps": 400, "batch_size": 2, "rloo_k": 2, "max_new_tokens": 4,
+                "max_length": 64, "eval_every": 5, "eval_prompts": 0, "checkpoint_every": 0,
+                "learning_rate": 1e-4, "epochs": 400},
+    )  # fmt: skip
+    services.run_launch(run=run, user=engineer)
+    problems = _csp_problems(page)
+    _log_in(page, live_server, engineer)
+
+    page.goto(f"/monitoring/runs/{run.pk}/")
+    samples = page.get_by_test_id("samples").locator("tbody tr.sample")
+    expect(samples.first).to_be_visible(timeout=LIVE_TIMEOUT_MS)
+    expect(page.get_by_test_id("run-status")).to_have_text("running")
+    expect(samples).to_have_count(4)
+    prompts = {p for p, _, _ in PAIRS}
+    first_prompt = samples.first.locator("td").first.inner_text()
+    assert first_prompt in prompts
+    assert re.match(r"^-?[0-9.e+-]+$", samples.first.locator("td").nth(2).inner_text())
+    page.wait_for_function(
+        "() => document.querySelectorAll('#sample-step option').length >= 2",
+        timeout=LIVE_TIMEOUT_MS,
+    )
+    steps = page.locator("#sample-step option").all_inner_texts()
+    assert all(re.match(r"^step \d+ \(4\)$", s) for s in steps) and steps[0].startswith("step ")
+    services.run_cancel(run=run, user=engineer)
+    assert problems == []

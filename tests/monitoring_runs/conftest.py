@@ -1,0 +1,39 @@
+"""Runs of each kind with metrics, checkpoints and samples, written straight to the database (no
+training): what the run pages read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from annotation.exporting import dataset_export
+from annotation.services import comparisons_import, project_get_or_create
+from tests.training.conftest import PAIRS
+from training import services
+from training.models import DatasetSnapshot, TrainingRun
+
+
+@pytest.fixture
+def snapshot(db, tmp_path, settings) -> DatasetSnapshot:
+    settings.EXPORT_DIR = tmp_path / "exports"
+    project, _ = project_get_or_create(slug="runs-pages")
+    rows = [{"prompt": p, "response_a": c, "response_b": r} for p, c, r in PAIRS]
+    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
+    return services.snapshot_for(export=dataset_export(project=project))
+
+
+@pytest.fixture
+def make_run(snapshot):
+    """make_run(kind="dpo", status="running", config={...}, metrics={step: {name: value}})."""
+
+    def make(*, kind="dpo", status="running", name=None, config=None, metrics=None, **fields):
+        run = TrainingRun.objects.create(
+            name=name or f"{kind} run", kind=kind, base_model="smollm2-135m-instruct",
+            snapshot=snapshot, status=status, config=config or {}, **fields,
+        )  # fmt: skip
+        for step, values in (metrics or {}).items():
+            services.metrics_record(run_id=run.pk, step=step, metrics=values)
+        return run
+
+    return make
