@@ -5,30 +5,16 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
 
 from annotation.models import Project
-from common.roles import ML_ENGINEER, REVIEWER, has_role
+from common.roles import ML_ENGINEER, REVIEWER, role_required
 from common.sides import screen_order, screen_side
 from monitoring import eval_selectors, eval_services
 from monitoring.eval_services import EvalError
 from monitoring.models import EVAL_PAIR, EvalAssignment, EvalRound, StopDecision
 from training.models import Checkpoint, TrainingRun
-
-
-def _reviewer(request: HttpRequest) -> None:
-    if not has_role(request.user, REVIEWER):
-        raise PermissionDenied
-
-
-def _reviewer_or_engineer(request: HttpRequest) -> None:
-    if not (has_role(request.user, REVIEWER) or has_role(request.user, ML_ENGINEER)):
-        raise PermissionDenied
-
 
 # Runs whose checkpoints answer prompts; a reward model's checkpoint scores, it cannot be judged.
 POLICY_KINDS = (TrainingRun.Kind.DPO, TrainingRun.Kind.PPO, TrainingRun.Kind.RLOO)
@@ -64,11 +50,10 @@ class RoundForm(forms.Form):
     max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256)
 
 
-@login_required
+@role_required(REVIEWER, ML_ENGINEER, hide=False)
 def rounds(request: HttpRequest) -> HttpResponse:
     """Rounds with their state; a form to start one on a checkpoint (``?checkpoint=ID`` chooses
     it, as the run page's links do)."""
-    _reviewer_or_engineer(request)
     chosen = request.GET.get("checkpoint", "")
     form = RoundForm(
         request.POST or None, initial={"checkpoint": chosen} if chosen.isdigit() else {}
@@ -99,11 +84,10 @@ def rounds(request: HttpRequest) -> HttpResponse:
     return render(request, "monitoring/eval/rounds.html", context)
 
 
-@login_required
+@role_required(REVIEWER, hide=False)
 def rate(request: HttpRequest, round_id: int) -> HttpResponse:
     """The blind screen: the prompt, two unlabelled responses (sides counterbalanced), a pick,
     a 1-5 usefulness rating of one response, an optional note."""
-    _reviewer(request)
     round_ = get_object_or_404(EvalRound, pk=round_id)
     if request.method == "POST":
         assignment_id = request.POST.get("assignment", "")
@@ -144,11 +128,10 @@ def rate(request: HttpRequest, round_id: int) -> HttpResponse:
     return render(request, "monitoring/eval/rate.html", context)
 
 
-@login_required
+@role_required(REVIEWER, ML_ENGINEER, hide=False)
 def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
     """A round's results: win rate with its interval over time, usefulness, agreement, the items
     reviewers disagreed on, and the responses side by side."""
-    _reviewer_or_engineer(request)
     round_ = get_object_or_404(
         EvalRound.objects.select_related("checkpoint__run", "baseline_checkpoint", "project"),
         pk=round_id,
@@ -161,10 +144,9 @@ def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
     return render(request, "monitoring/eval/round.html", context)
 
 
-@login_required
+@role_required(REVIEWER, ML_ENGINEER, hide=False)
 def round_progress(request: HttpRequest, round_id: int) -> JsonResponse:
     """The round's status and win rate after each rating so far (the results chart polls this)."""
-    _reviewer_or_engineer(request)
     round_ = get_object_or_404(EvalRound, pk=round_id)
     over_time = eval_selectors.round_win_rate_over_time(round_)
     return JsonResponse({"status": round_.status, "n": len(over_time), "over_time": over_time})
@@ -177,11 +159,9 @@ class DecisionForm(forms.Form):
     note = forms.CharField(required=False, widget=forms.Textarea, max_length=5000)
 
 
-@login_required
-@require_POST
+@role_required(REVIEWER, hide=False, methods=("POST",))
 def run_decide(request: HttpRequest, run_id: int) -> HttpResponse:
     """Record a reviewer's stop / continue / roll-back decision on a run."""
-    _reviewer(request)
     run = get_object_or_404(TrainingRun, pk=run_id)
     form = DecisionForm(request.POST)
     if not form.is_valid():

@@ -1,31 +1,22 @@
 """Reviewer and ML engineer pages. Thin: check the role, call selectors, render."""
 
 from django import forms
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
 from annotation.selectors import projects_overview
 from common.model_registry import registered_models
-from common.roles import ML_ENGINEER, REVIEWER, has_role
+from common.roles import ML_ENGINEER, REVIEWER, has_role, role_required
 from monitoring import eval_selectors, selectors
 from training.models import TrainingRun
 
 COMPARE_MAX_RUNS = 8
 
 
-def _may_watch_runs(request: HttpRequest) -> None:
-    if not (has_role(request.user, ML_ENGINEER) or has_role(request.user, REVIEWER)):
-        raise Http404
-
-
-@login_required
+@role_required(REVIEWER, hide=False)
 def review_home(request: HttpRequest) -> HttpResponse:
     """The reviewer's start page: the models that can be evaluated and the state of the data."""
-    if not has_role(request.user, REVIEWER):
-        raise PermissionDenied
     context = {"models": registered_models(), "projects": projects_overview()}
     return render(request, "monitoring/review_home.html", context)
 
@@ -40,11 +31,10 @@ class RunsFilterForm(forms.Form):
     project = forms.CharField(max_length=100, required=False)
 
 
-@login_required
+@role_required(ML_ENGINEER, REVIEWER)
 def runs_list(request: HttpRequest) -> HttpResponse:
     """Training runs with status, progress, each kind's headline numbers and open alerts;
     filtered by kind, status and project; ticked runs open the compare page."""
-    _may_watch_runs(request)
     form = RunsFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
     context = {
@@ -56,11 +46,10 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     return render(request, "monitoring/runs.html", context)
 
 
-@login_required
+@role_required(ML_ENGINEER, REVIEWER)
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     """A run's live page: grouped charts, summary, alerts with their diagnosis, checkpoints,
     samples, config, events."""
-    _may_watch_runs(request)
     run = get_object_or_404(
         TrainingRun.objects.select_related("snapshot__export__project", "reward_model_run"),
         pk=run_id,
@@ -95,11 +84,10 @@ def _int_param(request: HttpRequest, name: str, default: int) -> int:
         return default
 
 
-@login_required
+@role_required(ML_ENGINEER, REVIEWER)
 def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
     """The run's state, its metric points after ``?after=STEP``, its checkpoints, and its samples
     after ``?samples_after=STEP`` (the page polls this)."""
-    _may_watch_runs(request)
     run = get_object_or_404(TrainingRun, pk=run_id)
     series = selectors.run_series(run=run, after_step=_int_param(request, "after", -1))
     return JsonResponse(
@@ -127,10 +115,9 @@ def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
     )
 
 
-@login_required
+@role_required(ML_ENGINEER, REVIEWER)
 def runs_compare(request: HttpRequest) -> HttpResponse:
     """Several runs (``?runs=ID&runs=ID``) overlaid on shared axes, configs side by side."""
-    _may_watch_runs(request)
     raw = request.GET.getlist("runs")
     error, bad_input = "", False
     run_ids: list[int] = []
