@@ -202,6 +202,7 @@ class HistoryEntry:
 
 
 HISTORY_LENGTH = 30
+EDITED_AFTER_S = 0.05
 
 
 def labelling_history(
@@ -244,7 +245,8 @@ def labelling_history(
                 prompt_excerpt=excerpt[:80] + ("…" if len(excerpt) > 80 else ""),
                 rationale=rationale,
                 created_at=created,
-                edited=(updated - created).total_seconds() > 1,
+                # created_at and updated_at are stamped microseconds apart on insert
+                edited=(updated - created).total_seconds() > EDITED_AFTER_S,
             )
         )
     return entries
