@@ -138,10 +138,12 @@ def label(request: HttpRequest, slug: str) -> HttpResponse:
     project = _member_project(request, slug)
     assignment = labelling.assignment_claim(annotator=request.user, project=project)
     if assignment is None:
-        progress = selectors.labelling_progress(annotator=request.user, project=project)
-        return render(
-            request, "annotation/label_done.html", {"project": project, "progress": progress}
-        )
+        context = {
+            "project": project,
+            "progress": selectors.labelling_progress(annotator=request.user, project=project),
+            "entries": selectors.labelling_history(annotator=request.user, project=project),
+        }
+        return render(request, "annotation/label_done.html", context)
     return _screen(
         request,
         project,

@@ -279,3 +279,16 @@ def test_nobody_edits_or_sees_another_annotators_judgement_through_the_history()
     assert (bobs.choice, bobs.strength, bobs.updated_at) == before
     assert "judgement=" not in client.get(base + "history/").json()["html"]
     assert client.get(base + "last/?judgement=nope").status_code == 302
+
+
+def test_the_done_page_keeps_the_history_within_reach():
+    """With nothing left, the page lists the annotator's last judgements, each re-openable."""
+    project, _ = _project(2, overlap=1)
+    (user,) = _annotators(project, 1)
+    judged = [
+        _submit(user, labelling.assignment_claim(annotator=user, project=project)) for _ in range(2)
+    ]
+    page = logged_in(user).get(f"/annotation/p/{project.slug}/label/").content.decode()
+    assert "Nothing left to label" in page
+    for judgement in judged:
+        assert f"?judgement={judgement.pk}" in page
