@@ -164,6 +164,27 @@
       .then(function () { pending(-1); });
   }
 
+  // Leaving the screen (Z, a history link) waits for the verdicts still on their way: a page
+  // navigation would cancel the ones not sent yet.
+  function leave(url) {
+    queue.then(function () { window.location.assign(url); });
+  }
+  if (historyBody) {
+    historyBody.addEventListener("click", function (event) {
+      const link = event.target.closest("a[href]");
+      if (!link || !live || event.ctrlKey || event.metaKey || event.shiftKey) return;
+      event.preventDefault();
+      leave(link.href);
+    });
+  }
+  document.querySelectorAll('.after a[href]').forEach(function (link) {
+    link.addEventListener("click", function (event) {
+      if (!live || event.ctrlKey || event.metaKey || event.shiftKey) return;
+      event.preventDefault();
+      leave(link.href);
+    });
+  });
+
   // ---- history ----
   function loadHistory() {
     fetch(form.dataset.historyUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
@@ -211,7 +232,7 @@
       history.open = !history.open;
       if (history.open) history.scrollIntoView({ block: "nearest" });
     }
-    else if (key === "z") { window.location.assign(form.dataset.undoUrl); }
+    else if (key === "z") { leave(form.dataset.undoUrl); }
     else if (key === "s") { skip(); }
   });
 })();

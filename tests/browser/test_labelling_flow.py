@@ -204,3 +204,20 @@ def test_empty_and_very_long_responses(fast_hasher, page: Page) -> None:
     assert sizes[0] > sizes[1] * 2  # the card scrolls
     viewport = page.viewport_size["height"]
     assert sizes[1] <= viewport
+
+
+def test_z_right_after_enter_waits_for_the_verdict(fast_hasher, page: Page) -> None:
+    """Z pressed at once after Enter (the verdict still on its way) opens that very judgement: the
+    screen leaves only once the verdict is stored."""
+    setup = _make_project(n_pairs=3)
+    _open(page, setup, setup.annotator.username)
+    comparison, left_side = _on_screen(page, setup)
+    page.keyboard.press("2")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+        page.keyboard.press("z")
+    expect(page.locator("p.editing")).to_be_visible()
+    assert _on_screen(page, setup) == (comparison, left_side)
+    expect(page.locator('button[data-pick="right"]')).to_have_class(re.compile("selected"))
+    judgement = Judgement.objects.get(annotator=setup.annotator)
+    assert (judgement.comparison_id, judgement.choice) == (comparison.pk, _other(left_side))
