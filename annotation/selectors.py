@@ -97,9 +97,9 @@ class LabellingProgress:
 
     @property
     def batch_size(self) -> int:
-        """BATCH_SIZE, or fewer when the pairs left cannot fill this batch (never below what is
-        done in it plus one, while a pair is left)."""
-        return min(BATCH_SIZE, self.batch_done + self.available)
+        """BATCH_SIZE, always: a size cut to the pairs left would shrink as other annotators take
+        pairs (the last batch simply ends early; ``available`` says how many are left)."""
+        return BATCH_SIZE
 
 
 def member_project(*, user: AbstractBaseUser, slug: str) -> Project | None:

@@ -196,8 +196,8 @@ def test_json_submit_costs_a_bounded_number_of_queries(django_assert_max_num_que
 
 def test_progress_today_counts_only_pairs_labelled_on_the_screen():
     """Imported (or simulated) judgements are the annotator's but not today's work, nor part of
-    the batch; the batch restarts at 0 of the full size after BATCH_SIZE pairs, never shrinks to
-    what happens to be left."""
+    the batch; the next batch starts at 0 of the full size after BATCH_SIZE pairs, never shrunk to
+    what happens to be left (that would move as others take pairs)."""
     project, comparisons = _project(BATCH_SIZE + 5, overlap=1)
     (user,) = _annotators(project, 1)
     for comparison in comparisons[-3:]:
@@ -211,7 +211,7 @@ def test_progress_today_counts_only_pairs_labelled_on_the_screen():
         BATCH_SIZE,
         BATCH_SIZE,
     )
-    assert (progress.batch_number, progress.batch_done, progress.batch_size) == (2, 0, 2)
+    assert (progress.batch_number, progress.batch_done, progress.batch_size) == (2, 0, BATCH_SIZE)
     # 25 pairs: 20 labelled, 3 imported, 2 left (open and untouched)
     assert progress.available == 2
 
