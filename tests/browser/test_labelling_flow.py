@@ -15,6 +15,7 @@ from playwright.sync_api import Page, expect
 from annotation.models import Assignment, Judgement, Side
 from tests.browser.test_labelling import (
     PASSWORD,
+    XSS_TEXT,
     Setup,
     _make_project,
     _on_screen,
@@ -221,3 +222,21 @@ def test_z_right_after_enter_waits_for_the_verdict(fast_hasher, page: Page) -> N
     expect(page.locator('button[data-pick="right"]')).to_have_class(re.compile("selected"))
     judgement = Judgement.objects.get(annotator=setup.annotator)
     assert (judgement.comparison_id, judgement.choice) == (comparison.pk, _other(left_side))
+
+
+def test_html_in_a_pair_swapped_in_is_shown_as_text_and_never_runs(fast_hasher, page: Page) -> None:
+    """The pair that arrives through the switch (HTML sent as JSON, put in the page) is as inert as
+    a page load's: "<script>" is visible text, no script/img/iframe element, nothing runs."""
+    setup = _make_project(n_pairs=2, texts={1: (XSS_TEXT, "A harmless answer.")})
+    _open(page, setup, setup.annotator.username)
+    first, _ = _on_screen(page, setup)
+    assert first.pk == setup.comparisons[0].pk
+    _submit(page, "1")
+    assert page.evaluate("window.__sameDocument") is True
+    screen = page.get_by_test_id("screen")
+    expect(screen).to_contain_text("<script>window.__xss=1</script>")
+    expect(screen).to_contain_text('<img src=x onerror="window.__xss=2">')
+    expect(screen.locator(".md").locator("script, img, iframe, [onerror]")).to_have_count(0)
+    expect(screen.locator('.md a[href^="javascript"]')).to_have_count(0)
+    page.wait_for_timeout(200)
+    assert page.evaluate("typeof window.__xss") == "undefined"
