@@ -131,14 +131,21 @@ def _side_for(comparison: Comparison) -> str:
 
 
 def _lease(
-    comparison_id: int, project: Project, annotator: AbstractBaseUser, kind: str, shown_left: str
+    comparison_id: int,
+    project: Project,
+    annotator: AbstractBaseUser,
+    kind: str,
+    shown_left: str,
+    ahead: int = 0,
 ) -> Assignment:
+    """A lease of ``project.lease_minutes``, times (1 + ``ahead``) for a pair reserved ``ahead``
+    pairs before it is shown (its clock also runs while the pairs before it are read)."""
     return Assignment.objects.create(
         comparison_id=comparison_id,
         annotator=annotator,
         kind=kind,
         shown_left=shown_left,
-        expires_at=timezone.now() + timedelta(minutes=project.lease_minutes),
+        expires_at=timezone.now() + timedelta(minutes=project.lease_minutes * (1 + ahead)),
     )
 
 
@@ -194,7 +201,9 @@ def _labelling_sql(template: str, lock: str = "") -> str:
     )
 
 
-def _claim_normal(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
+def _claim_normal(
+    project: Project, annotator: AbstractBaseUser, ahead: int = 0
+) -> Assignment | None:
     skip_locked = connection.features.has_select_for_update_skip_locked
     sql = _labelling_sql(_CLAIM_NEXT_SQL, " FOR UPDATE SKIP LOCKED" if skip_locked else "")
     with connection.cursor() as cursor:
@@ -204,10 +213,10 @@ def _claim_normal(project: Project, annotator: AbstractBaseUser) -> Assignment |
         return None
     comparison_id, served = row
     shown_left = _side_for(Comparison(pk=comparison_id, served=served - 1))
-    return _lease(comparison_id, project, annotator, Assignment.Kind.NORMAL, shown_left)
+    return _lease(comparison_id, project, annotator, Assignment.Kind.NORMAL, shown_left, ahead)
 
 
-def _claim_gold(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
+def _claim_gold(project: Project, annotator: AbstractBaseUser, ahead: int = 0) -> Assignment | None:
     """A gold item the annotator has not seen; gold items go to everyone, outside the overlap."""
     comparison = (
         Comparison.objects.filter(project=project)
@@ -219,10 +228,13 @@ def _claim_gold(project: Project, annotator: AbstractBaseUser) -> Assignment | N
     if comparison is None:
         return None
     Comparison.objects.filter(pk=comparison.pk).update(served=F("served") + 1)
-    return _lease(comparison.pk, project, annotator, Assignment.Kind.GOLD, _side_for(comparison))
+    side = _side_for(comparison)
+    return _lease(comparison.pk, project, annotator, Assignment.Kind.GOLD, side, ahead)
 
 
-def _claim_repeat(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
+def _claim_repeat(
+    project: Project, annotator: AbstractBaseUser, ahead: int = 0
+) -> Assignment | None:
     """A pair the annotator judged a while ago and has not repeated, with the sides flipped."""
     judged = list(
         Judgement.objects.filter(comparison__project=project, annotator=annotator)
@@ -240,7 +252,8 @@ def _claim_repeat(project: Project, annotator: AbstractBaseUser) -> Assignment |
     for comparison_id, shown_left in reversed(judged):  # the oldest first
         if comparison_id not in repeated:
             flipped = other_side(shown_left, pair=SCREEN_PAIR)
-            return _lease(comparison_id, project, annotator, Assignment.Kind.REPEAT, flipped)
+            kind = Assignment.Kind.REPEAT
+            return _lease(comparison_id, project, annotator, kind, flipped, ahead)
     return None
 
 
@@ -288,16 +301,59 @@ def assignment_claim(*, annotator: AbstractBaseUser, project: Project) -> Assign
     return None if assignment is None else _with_screen(assignment, project)
 
 
-def _claim_special(project: Project, annotator: AbstractBaseUser) -> Assignment | None:
-    """A swap repeat or a gold item when one is due for the annotator, else None."""
-    done = Assignment.objects.filter(
-        comparison__project=project, annotator=annotator, status=Assignment.Status.DONE
-    ).count()
+# The annotator's unexpired leases in a project after ``current`` (the pair on screen), oldest
+# first. Parameters: project, annotator, status, now, current.
+_LEASES_AFTER_SQL = """
+SELECT a.* FROM {assignment} a JOIN {comparison} c ON c.id = a.comparison_id
+WHERE c.project_id = %s AND a.annotator_id = %s AND a.status = %s AND a.expires_at >= %s
+  AND a.id > %s
+ORDER BY a.id
+LIMIT 1
+"""
+
+
+def assignment_reserve_next(
+    *, annotator: AbstractBaseUser, project: Project, current_id: int
+) -> Assignment | None:
+    """The pair the annotator will see after their current one (``current_id``), claimed now with
+    its own lease so the screen can show it the moment the current one is submitted; None when
+    none is left.
+
+    Idempotent: a lease the annotator already holds after ``current_id`` is returned again, so at
+    most one pair is reserved ahead however often the screen asks. The reservation is an ordinary
+    claim (the same statement, the overlap and the side rules; gold items and swap repeats fall
+    where they would have fallen), with a lease twice as long: its clock runs while the current
+    pair is read. Since leases are shown oldest first, a page reload still shows ``current_id``.
+    """
+    with transaction.atomic():
+        sql = _labelling_sql(_LEASES_AFTER_SQL)
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        params = [project.pk, annotator.pk, Assignment.Status.ACTIVE.value, now, current_id]
+        assignment = next(iter(Assignment.objects.raw(sql, params)), None)
+        if assignment is None and (project.repeat_every or project.gold_every):
+            assignment = _claim_special(project, annotator, ahead=1)
+        if assignment is None:
+            assignment = _claim_normal(project, annotator, ahead=1)
+    return None if assignment is None else _with_screen(assignment, project)
+
+
+def _claim_special(
+    project: Project, annotator: AbstractBaseUser, ahead: int = 0
+) -> Assignment | None:
+    """A swap repeat or a gold item when one is due for the annotator, else None. ``ahead``: how
+    many pairs the annotator holds before this one (they will be done when it is shown)."""
+    done = ahead + (
+        Assignment.objects.filter(
+            comparison__project=project, annotator=annotator, status=Assignment.Status.DONE
+        ).count()
+    )
     try:
         with transaction.atomic():
-            if _due(project.repeat_every, done) and (repeat := _claim_repeat(project, annotator)):
+            if _due(project.repeat_every, done) and (
+                repeat := _claim_repeat(project, annotator, ahead)
+            ):
                 return repeat
-            if _due(project.gold_every, done) and (gold := _claim_gold(project, annotator)):
+            if _due(project.gold_every, done) and (gold := _claim_gold(project, annotator, ahead)):
                 return gold
     except IntegrityError:
         pass  # a concurrent tab claimed the same special item: fall back to a normal pair
@@ -444,6 +500,18 @@ def judgement_last(*, annotator: AbstractBaseUser, project: Project) -> Judgemen
         Judgement.objects.select_related("comparison__prompt", "comparison__project")
         .filter(comparison__project=project, annotator=annotator)
         .order_by("-updated_at", "-pk")
+        .first()
+    )
+
+
+def judgement_own(
+    *, annotator: AbstractBaseUser, project: Project, judgement_id: int
+) -> Judgement | None:
+    """The annotator's own judgement ``judgement_id`` in the project (from their history), or None
+    when there is no such judgement of theirs there."""
+    return (
+        Judgement.objects.select_related("comparison__prompt", "comparison__project")
+        .filter(pk=judgement_id, comparison__project=project, annotator=annotator)
         .first()
     )
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, F
+from django.db.models import Count, Exists, F, OuterRef
 from django.utils import timezone
 
-from annotation.models import Assignment, Comparison, Judgement, Project
+from annotation.models import SCREEN_PAIR, Assignment, Comparison, Judgement, Project, Side
 from common.roles import remember_roles, role_flags_sql
+from common.sides import screen_side
 
 
 @dataclass(frozen=True)
@@ -69,20 +71,35 @@ OPEN_PAIRS_CACHE_S = 5
 
 @dataclass(frozen=True)
 class LabellingProgress:
-    """An annotator's progress in a project: this batch (blocks of BATCH_SIZE pairs), today, overall."""
+    """An annotator's progress in a project, for the labelling screen.
+
+    ``done``: their judgements in the project (imported ones included); ``labelled``: pairs they
+    judged on the labelling screen (gold items and swap repeats included, imports and simulated
+    judgements not); ``done_today``: those of ``labelled`` finished since local midnight;
+    ``available``: pairs still to do for them, the ones they hold (on screen or reserved ahead)
+    included, so the count does not move while they edit an earlier judgement.
+    """
 
     done: int
     done_today: int
     available: int
+    labelled: int = 0
+
+    @property
+    def batch_number(self) -> int:
+        """The batch (1-based, blocks of BATCH_SIZE labelled pairs) the next pair belongs to."""
+        return self.labelled // BATCH_SIZE + 1
 
     @property
     def batch_done(self) -> int:
-        return self.done % BATCH_SIZE
+        """Pairs labelled in the current batch (0 right after a batch is finished: a new one began)."""
+        return self.labelled % BATCH_SIZE
 
     @property
     def batch_size(self) -> int:
-        """BATCH_SIZE, or fewer when the pairs left cannot fill this batch."""
-        return min(BATCH_SIZE, self.batch_done + self.available)
+        """BATCH_SIZE, always: a size cut to the pairs left would shrink as other annotators take
+        pairs (the last batch simply ends early; ``available`` says how many are left)."""
+        return BATCH_SIZE
 
 
 def member_project(*, user: AbstractBaseUser, slug: str) -> Project | None:
@@ -107,45 +124,132 @@ def member_project(*, user: AbstractBaseUser, slug: str) -> Project | None:
     return project
 
 
-# The labelling page's three per-annotator counts in one statement (it is on every page load; the
-# ORM would build two queries, one with a union, each time): judgements in the project, those made
-# today, and the open pairs (below the overlap, not gold) the annotator was already given or judged.
-# The last is driven from the annotator's own rows: from the project's side it hashes every open pair.
+# The labelling page's per-annotator counts in one statement (it is on every page load; the ORM
+# would build several queries, one with a union, each time): judgements in the project; pairs
+# labelled on the screen (done assignments) in all and today; the leases they hold now; the pairs
+# their own claims since ``since`` filled (see labelling_progress); the open pairs (below the
+# overlap, not gold) the annotator was already given or judged. The open pairs are
+# driven from the annotator's own rows: from the project's side it hashes every open pair.
 _PROGRESS_SQL = f"""
-SELECT count(*), count(*) FILTER (WHERE j.created_at >= %s),
+SELECT (SELECT count(*) FROM {Judgement._meta.db_table} j
+        JOIN {Comparison._meta.db_table} jc ON jc.id = j.comparison_id
+        WHERE j.annotator_id = %(annotator)s AND jc.project_id = %(project)s),
+       count(*) FILTER (WHERE a.status = 'done'),
+       count(*) FILTER (WHERE a.status = 'done' AND a.finished_at >= %(day)s),
+       count(*) FILTER (WHERE a.status = 'active' AND a.expires_at >= %(now)s),
+       count(*) FILTER (WHERE a.kind = 'normal' AND a.claimed_at > %(since)s
+                        AND ac.taken >= %(overlap)s AND ac.gold = ''),
        (SELECT count(*) FROM {Comparison._meta.db_table} c
-        WHERE c.project_id = %s AND c.taken < %s AND c.gold = ''
-          AND c.id IN (SELECT comparison_id FROM {Assignment._meta.db_table} WHERE annotator_id = %s
+        WHERE c.project_id = %(project)s AND c.taken < %(overlap)s AND c.gold = ''
+          AND c.id IN (SELECT comparison_id FROM {Assignment._meta.db_table}
+                       WHERE annotator_id = %(annotator)s
                        UNION SELECT comparison_id FROM {Judgement._meta.db_table}
-                       WHERE annotator_id = %s))
-FROM {Judgement._meta.db_table} j JOIN {Comparison._meta.db_table} jc ON jc.id = j.comparison_id
-WHERE j.annotator_id = %s AND jc.project_id = %s
+                       WHERE annotator_id = %(annotator)s))
+FROM {Assignment._meta.db_table} a JOIN {Comparison._meta.db_table} ac ON ac.id = a.comparison_id
+WHERE a.annotator_id = %(annotator)s AND ac.project_id = %(project)s
 """  # noqa: S608 - table names from the models; every value is a parameter  # nosec B608
 
 
-def labelling_progress(
-    *, annotator: AbstractBaseUser, project: Project, showing: bool = False
-) -> LabellingProgress:
-    """Counts for the labelling screen's progress bars; ``showing``: a pair is on screen (counted
-    as still to do)."""
-    start_of_day = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _PROGRESS_SQL,
-            [start_of_day, project.pk, project.overlap, *[annotator.pk] * 3, project.pk],
-        )
-        done, done_today, touched = cursor.fetchone()
-    # Counting a large project's open pairs on every page costs more than the rest of the page;
-    # for a progress bar, a count a few seconds old is as good.
-    key = f"concord:open-pairs:{project.pk}:{project.created_at.timestamp()}"
-    open_count = cache.get(key)
-    if open_count is None:
+def labelling_progress(*, annotator: AbstractBaseUser, project: Project) -> LabellingProgress:
+    """Counts for the labelling screen's progress bars (see LabellingProgress)."""
+    now = timezone.now()
+    start_of_day = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    # Counting a large project's open pairs on every page costs more than the rest of the page, so
+    # the count is cached a few seconds, with the time it was taken. The annotator's own claims
+    # since then that filled a pair are taken off it at once: the count of pairs left never stays
+    # up after their own submission, then drops by several.
+    key = f"concord:open-pairs-at:{project.pk}:{project.created_at.timestamp()}"
+    cached = cache.get(key)
+    if cached is None:
+        counted_at = timezone.now()
         open_count = Comparison.objects.filter(
             project=project, taken__lt=project.overlap, gold=""
         ).count()
-        cache.set(key, open_count, OPEN_PAIRS_CACHE_S)
-    available = max(0, open_count - touched)
-    return LabellingProgress(done=done, done_today=done_today, available=available + int(showing))
+        cache.set(key, (open_count, counted_at), OPEN_PAIRS_CACHE_S)
+    else:
+        open_count, counted_at = cached
+    params = {
+        "annotator": annotator.pk,
+        "project": project.pk,
+        "overlap": project.overlap,
+        "day": start_of_day,
+        "now": now,
+        "since": counted_at,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_PROGRESS_SQL, params)
+        done, labelled, done_today, holding, filled_since, touched = cursor.fetchone()
+    return LabellingProgress(
+        done=done,
+        done_today=done_today,
+        available=max(0, open_count - touched - filled_since) + holding,
+        labelled=labelled,
+    )
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One of the annotator's recent judgements as the labelling screen lists it: the verdict in
+    screen terms (``pick``: left / right / tie / both_bad, as they saw it), a prompt excerpt."""
+
+    judgement_id: int
+    pick: str
+    strength: int
+    prompt_excerpt: str
+    rationale: str
+    created_at: datetime
+    edited: bool
+
+
+HISTORY_LENGTH = 30
+EDITED_AFTER_S = 0.05
+
+
+def labelling_history(
+    *, annotator: AbstractBaseUser, project: Project, limit: int = HISTORY_LENGTH
+) -> list[HistoryEntry]:
+    """The annotator's last ``limit`` judgements in the project made on the labelling screen
+    (newest first), each editable. Imported or simulated judgements (no assignment) are not listed."""
+    on_screen = Assignment.objects.filter(
+        comparison=OuterRef("comparison"),
+        annotator=annotator,
+        status=Assignment.Status.DONE,
+        kind__in=[Assignment.Kind.NORMAL, Assignment.Kind.GOLD],
+    )
+    rows = (
+        Judgement.objects.filter(comparison__project=project, annotator=annotator)
+        .filter(Exists(on_screen))
+        .order_by("-created_at", "-pk")
+        .values_list(
+            "pk",
+            "choice",
+            "strength",
+            "shown_left",
+            "rationale",
+            "created_at",
+            "updated_at",
+            "comparison__prompt__text",
+        )[:limit]
+    )
+    entries = []
+    for pk, choice, strength, shown_left, rationale, created, updated, text in rows:
+        pick = choice
+        if choice in ("a", "b"):
+            pick = screen_side(choice, shown_left=shown_left or Side.A, pair=SCREEN_PAIR)
+        excerpt = " ".join(text.split())
+        entries.append(
+            HistoryEntry(
+                judgement_id=pk,
+                pick=pick,
+                strength=strength,
+                prompt_excerpt=excerpt[:80] + ("…" if len(excerpt) > 80 else ""),
+                rationale=rationale,
+                created_at=created,
+                # created_at and updated_at are stamped microseconds apart on insert
+                edited=(updated - created).total_seconds() > EDITED_AFTER_S,
+            )
+        )
+    return entries
 
 
 def annotator_progress(*, project: Project) -> list[dict[str, object]]:

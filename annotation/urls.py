@@ -18,6 +18,8 @@ urlpatterns = [
     ),
     path("p/<slug:slug>/label/", views.label, name="label"),
     path("p/<slug:slug>/label/last/", views.label_edit_last, name="label-edit-last"),
+    path("p/<slug:slug>/label/ahead/", views.label_ahead, name="label-ahead"),
+    path("p/<slug:slug>/label/history/", views.label_history, name="label-history"),
     path("p/<slug:slug>/label/<int:assignment_id>/", views.label_submit, name="label-submit"),
     path("p/<slug:slug>/label/<int:assignment_id>/skip/", views.label_skip, name="label-skip"),
     path("p/<slug:slug>/clusters/", views_clustering.clusters, name="clusters"),

@@ -8,8 +8,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from annotation import labelling, selectors
 from annotation.agreement_service import agreement_alerts
@@ -26,7 +27,7 @@ from annotation.import_jobs import import_job_create, import_job_progress
 from annotation.models import SCREEN_PAIR, DatasetExport, ImportJob, Project, Side
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, has_role
-from common.sides import screen_order
+from common.sides import screen_order, screen_side
 
 
 @login_required
@@ -81,13 +82,62 @@ def _screen(request: HttpRequest, project, comparison, shown_left: str, **extra)
         "prompt": comparison.prompt,
         "left": left,
         "right": right,
-        "progress": selectors.labelling_progress(
-            annotator=request.user, project=project, showing="assignment" in extra
-        ),
+        "progress": selectors.labelling_progress(annotator=request.user, project=project),
         "strength_levels": range(1, project.strength_scale + 1),
         **extra,
     }
     return render(request, "annotation/label.html", context)
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    """The labelling screen's script asks for JSON (the pair switch without a page load); a plain
+    form submission (no script) gets the post/redirect/get answer."""
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def _pair_json(assignment, project) -> dict[str, object]:
+    """What the screen needs to show ``assignment``'s pair: its HTML (prompt and both responses, in
+    screen order) and where to submit or skip it."""
+    comparison = assignment.comparison
+    left, right = screen_order(
+        assignment.shown_left,
+        pair=SCREEN_PAIR,
+        values=(comparison.response_a, comparison.response_b),
+    )
+    slug = project.slug
+    html = render_to_string(
+        "annotation/_pair.html", {"prompt": comparison.prompt, "left": left, "right": right}
+    )
+    return {
+        "assignment": assignment.pk,
+        "submit_url": reverse("annotation:label-submit", args=[slug, assignment.pk]),
+        "skip_url": reverse("annotation:label-skip", args=[slug, assignment.pk]),
+        "html": html,
+    }
+
+
+def _pairs_json(request: HttpRequest, project, error: str = "") -> JsonResponse:
+    """The annotator's current pair and the one reserved after it (claimed now, so the screen
+    switches to it without asking the server), with the progress bars.
+
+    ``{"current": pair | null, "next": pair | null, "progress_html": str, "error": str}``; a pair
+    is ``{"assignment", "submit_url", "skip_url", "html"}``; ``current`` null: nothing left.
+    """
+    current = labelling.assignment_claim(annotator=request.user, project=project)
+    after = None
+    if current is not None:
+        after = labelling.assignment_reserve_next(
+            annotator=request.user, project=project, current_id=current.pk
+        )
+    progress = selectors.labelling_progress(annotator=request.user, project=project)
+    return JsonResponse(
+        {
+            "current": None if current is None else _pair_json(current, project),
+            "next": None if after is None else _pair_json(after, project),
+            "progress_html": render_to_string("annotation/_progress.html", {"progress": progress}),
+            "error": error,
+        }
+    )
 
 
 @login_required
@@ -96,10 +146,12 @@ def label(request: HttpRequest, slug: str) -> HttpResponse:
     project = _member_project(request, slug)
     assignment = labelling.assignment_claim(annotator=request.user, project=project)
     if assignment is None:
-        progress = selectors.labelling_progress(annotator=request.user, project=project)
-        return render(
-            request, "annotation/label_done.html", {"project": project, "progress": progress}
-        )
+        context = {
+            "project": project,
+            "progress": selectors.labelling_progress(annotator=request.user, project=project),
+            "entries": selectors.labelling_history(annotator=request.user, project=project),
+        }
+        return render(request, "annotation/label_done.html", context)
     return _screen(
         request,
         project,
@@ -112,9 +164,19 @@ def label(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def label_submit(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
-    """Store the verdict on an assignment, then show the next pair (post/redirect/get)."""
+def label_ahead(request: HttpRequest, slug: str) -> JsonResponse:
+    """JSON for the labelling screen's script: the current pair and the next one, reserved."""
     project = _member_project(request, slug)
+    return _pairs_json(request, project)
+
+
+@login_required
+@require_POST
+def label_submit(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
+    """Store the verdict on an assignment, then show the next pair (post/redirect/get; JSON with
+    the next pairs for the screen's script)."""
+    project = _member_project(request, slug)
+    error = ""
     try:
         labelling.judgement_submit(
             annotator=request.user,
@@ -125,7 +187,11 @@ def label_submit(request: HttpRequest, slug: str, assignment_id: int) -> HttpRes
             project=project,
         )
     except labelling.LabellingError as exc:
-        messages.error(request, str(exc))
+        if not _wants_json(request):
+            messages.error(request, str(exc))
+        error = str(exc)
+    if _wants_json(request):
+        return _pairs_json(request, project, error)
     return redirect("annotation:label", slug=project.slug)
 
 
@@ -134,40 +200,72 @@ def label_submit(request: HttpRequest, slug: str, assignment_id: int) -> HttpRes
 def label_skip(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
     project = _member_project(request, slug)
     labelling.assignment_skip(annotator=request.user, assignment_id=assignment_id)
+    if _wants_json(request):
+        return _pairs_json(request, project)
     return redirect("annotation:label", slug=project.slug)
 
 
 @login_required
-def label_edit_last(request: HttpRequest, slug: str) -> HttpResponse:
-    """Undo: bring back the annotator's last judgement to change it (Z on the labelling screen)."""
+@require_GET
+def label_history(request: HttpRequest, slug: str) -> JsonResponse:
+    """JSON ``{"html": ...}``: the annotator's last judgements in the project, each with a link
+    that re-opens it for a change."""
     project = _member_project(request, slug)
-    last = labelling.judgement_last(annotator=request.user, project=project)
-    if last is None:
-        messages.info(request, "You have not judged anything in this project yet.")
+    entries = selectors.labelling_history(annotator=request.user, project=project)
+    html = render_to_string(
+        "annotation/_history.html", {"project": project, "entries": entries}, request=request
+    )
+    return JsonResponse({"html": html})
+
+
+def _judgement_asked(request: HttpRequest, project):
+    """The judgement an edit asks for (``judgement`` in the query or the form: one from the
+    history), else the annotator's last; None when they have none (or it is not theirs)."""
+    raw = request.POST.get("judgement") or request.GET.get("judgement")
+    if not raw:
+        return labelling.judgement_last(annotator=request.user, project=project)
+    try:
+        judgement_id = int(raw)
+    except ValueError:
+        return None
+    return labelling.judgement_own(
+        annotator=request.user, project=project, judgement_id=judgement_id
+    )
+
+
+@login_required
+def label_edit_last(request: HttpRequest, slug: str) -> HttpResponse:
+    """Undo: bring back the annotator's last judgement, or one from their history
+    (``?judgement=ID``), to change it (Z on the labelling screen)."""
+    project = _member_project(request, slug)
+    judgement = _judgement_asked(request, project)
+    if judgement is None:
+        messages.info(request, "You have no such judgement in this project.")
         return redirect("annotation:label", slug=project.slug)
     if request.method == "POST":
         try:
             labelling.judgement_edit(
                 annotator=request.user,
-                judgement_id=last.pk,
+                judgement_id=judgement.pk,
                 verdict=_verdict_from(request),
                 rationale=request.POST.get("rationale", ""),
             )
         except labelling.LabellingError as exc:
             messages.error(request, str(exc))
-            return redirect("annotation:label-edit-last", slug=project.slug)
-        messages.success(request, "Your last judgement was changed.")
+            edit_url = reverse("annotation:label-edit-last", args=[slug])
+            return redirect(f"{edit_url}?judgement={judgement.pk}")
+        messages.success(request, "Your judgement was changed.")
         return redirect("annotation:label", slug=project.slug)
-    shown_left = last.shown_left or Side.A
-    pick = last.choice
+    shown_left = judgement.shown_left or Side.A
+    pick = judgement.choice
     if pick in (Side.A, Side.B):
-        pick = "left" if pick == shown_left else "right"
+        pick = screen_side(pick, shown_left=shown_left, pair=SCREEN_PAIR)
     return _screen(
         request,
         project,
-        last.comparison,
+        judgement.comparison,
         shown_left,
-        editing=last,
+        editing=judgement,
         current_pick=pick,
         action=reverse("annotation:label-edit-last", args=[slug]),
     )

@@ -1,15 +1,30 @@
-// The labelling screen's keyboard: pick with 1/2/3/4 or the arrows (Shift = much better), Enter
-// submits, Z brings back the last judgement, S skips. Buttons work without this script.
+// The labelling screen. Keys: 1/2/3/4 or the arrows pick (Shift = the highest strength), Q/W/E set
+// the strength (slightly / clearly / much), Enter submits, R focuses the reason box (Esc leaves it),
+// Z brings back the last judgement, H opens the history, S skips. Buttons work without this script.
+//
+// Pair switches without a page load: the server reserves the next pair (its own lease) while the
+// current one is read, and sends its HTML; a submission swaps it in at once and sends the verdict in
+// the background. Submissions go one after another, in order; each answer says which pair is current
+// and reserves the one after it.
 (function () {
   "use strict";
   const form = document.getElementById("verdict");
   if (!form) return;
-  const shownAt = performance.now();
+  const screen = document.getElementById("screen");
+  const status = document.getElementById("label-status");
+  const progress = document.getElementById("progress");
+  const history = document.getElementById("history");
+  const historyBody = document.getElementById("history-body");
   const elapsed = form.querySelector("input[name=elapsed_ms]");
   const rationale = form.querySelector("textarea[name=rationale]");
+  const csrf = form.querySelector("input[name=csrfmiddlewaretoken]");
   const maxStrength = Number(form.dataset.maxStrength || "1");
+  const live = form.dataset.mode === "label" && screen && screen.dataset.assignment && window.fetch;
+  let shownAt = performance.now();  // when the pair on screen was shown
   let picked = form.dataset.currentPick || null;
   let submitting = false;
+  let next = null;  // the reserved pair: {assignment, submit_url, skip_url, html}
+  let queue = Promise.resolve();  // submissions, one after another
 
   function button(pick) {
     return form.querySelector('button[data-pick="' + pick + '"]');
@@ -17,6 +32,10 @@
   function setStrength(level) {
     const radio = form.querySelector('input[name=strength][value="' + level + '"]');
     if (radio) radio.checked = true;
+  }
+  function strength() {
+    const radio = form.querySelector("input[name=strength]:checked") || form.querySelector("input[name=strength]");
+    return radio ? radio.value : "1";
   }
   function select(pick) {
     if (!button(pick)) return;
@@ -30,12 +49,91 @@
       b.setAttribute("aria-pressed", b.dataset.pick === pick ? "true" : "false");
     });
   }
-  function submit() {
-    if (!picked || submitting) return;
-    submitting = true;  // a second Enter or a double click sends nothing more
-    form.requestSubmit(button(picked));
+  // Verdicts sent and not yet answered, on the form as data-pending (tests and the bench wait on it).
+  let inFlight = 0;
+  function pending(change) {
+    inFlight += change;
+    form.dataset.pending = String(inFlight);
   }
+  function say(message) {
+    if (!status) return;
+    status.textContent = message || "";
+    status.hidden = !message;
+  }
+
+  // ---- the pair switch (labelling mode only; the edit screen is a plain form) ----
+  function post(url, body) {
+    return fetch(url, {
+      method: "POST",
+      body: body || new FormData(),
+      credentials: "same-origin",
+      headers: { Accept: "application/json", "X-CSRFToken": csrf ? csrf.value : "" },
+    }).then(function (response) {
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      return response.json();
+    });
+  }
+  function show(pair) {
+    screen.innerHTML = pair.html;
+    screen.dataset.assignment = String(pair.assignment);
+    form.action = pair.submit_url;
+    const skip = document.getElementById("skip");
+    if (skip) skip.action = pair.skip_url;
+    picked = null;
+    form.querySelectorAll("button[data-pick]").forEach(function (b) {
+      b.classList.remove("selected");
+      b.setAttribute("aria-pressed", "false");
+    });
+    form.querySelectorAll("input[name=strength]").forEach(function (radio) { radio.disabled = false; });
+    setStrength(1);
+    if (rationale) rationale.value = "";
+    submitting = false;
+    window.scrollTo(0, 0);
+    shownAt = performance.now();
+    document.dispatchEvent(new CustomEvent("concord:pair-shown", { detail: { assignment: pair.assignment } }));
+  }
+  function apply(data) {
+    if (data.progress_html) progress.innerHTML = data.progress_html;
+    if (data.error) say(data.error);
+    if (!data.current) {  // nothing left: the page says so
+      window.location.assign(form.dataset.labelUrl);
+      return;
+    }
+    if (String(data.current.assignment) !== screen.dataset.assignment) show(data.current);
+    next = data.next;
+    if (history && history.open) loadHistory();
+  }
+  function failed() {
+    say("The connection to the server failed; reloading to show where you are.");
+    window.setTimeout(function () { window.location.assign(form.dataset.labelUrl); }, 1500);
+  }
+  function send(url, body) {
+    // The reserved pair goes on screen now; the answer confirms it (or brings the right one).
+    if (next) { show(next); next = null; }
+    pending(1);
+    queue = queue.then(function () { return post(url, body).then(apply); }).catch(failed)
+      .then(function () { pending(-1); });
+  }
+  function submit(pick) {
+    if (!pick || submitting) return;
+    submitting = true;  // a second Enter or a double click sends nothing more
+    if (!live) { form.requestSubmit(button(pick)); return; }
+    const body = new FormData(form);
+    body.set("pick", pick);
+    body.set("strength", strength());
+    body.set("elapsed_ms", String(Math.round(performance.now() - shownAt)));
+    say("");
+    send(form.action, body);
+  }
+
   form.addEventListener("submit", function (event) {
+    const pick = event.submitter && event.submitter.dataset.pick ? event.submitter.dataset.pick : picked;
+    if (live) {
+      event.preventDefault();
+      if (event.submitter && event.submitter.dataset.pick) select(event.submitter.dataset.pick);
+      submit(pick);
+      return;
+    }
     if (submitting && event.submitter && event.submitter.dataset.pick !== picked) {
       event.preventDefault();
       return;
@@ -43,32 +141,98 @@
     submitting = true;
     elapsed.value = String(Math.round(performance.now() - shownAt));
   });
+  // The second click of a double click would land on the pair that replaced the judged one.
+  form.addEventListener("click", function (event) {
+    if (live && event.detail > 1 && event.target.closest("button[data-pick]")) event.preventDefault();
+  });
+  function skip() {
+    const skipForm = document.getElementById("skip");
+    if (!skipForm) return;
+    if (!live) { skipForm.requestSubmit(); return; }
+    if (submitting) return;
+    submitting = true;
+    send(skipForm.action, new FormData(skipForm));
+  }
+  const skipForm = document.getElementById("skip");
+  if (skipForm && live) {
+    skipForm.addEventListener("submit", function (event) { event.preventDefault(); skip(); });
+  }
   if (picked) select(picked);
+  if (live) {
+    pending(1);
+    queue = post(form.dataset.aheadUrl).then(apply).catch(function () { next = null; })
+      .then(function () { pending(-1); });
+  }
 
+  // Leaving the screen (Z, a history link) waits for the verdicts still on their way: a page
+  // navigation would cancel the ones not sent yet.
+  function leave(url) {
+    queue.then(function () { window.location.assign(url); });
+  }
+  if (historyBody) {
+    historyBody.addEventListener("click", function (event) {
+      const link = event.target.closest("a[href]");
+      if (!link || !live || event.ctrlKey || event.metaKey || event.shiftKey) return;
+      event.preventDefault();
+      leave(link.href);
+    });
+  }
+  document.querySelectorAll('.after a[href]').forEach(function (link) {
+    link.addEventListener("click", function (event) {
+      if (!live || event.ctrlKey || event.metaKey || event.shiftKey) return;
+      event.preventDefault();
+      leave(link.href);
+    });
+  });
+
+  // ---- history ----
+  function loadHistory() {
+    fetch(form.dataset.historyUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) { return response.json(); })
+      .then(function (data) { historyBody.innerHTML = data.html; })
+      .catch(function () { historyBody.textContent = "Could not load the history."; });
+  }
+  if (history) {
+    history.addEventListener("toggle", function () { if (history.open) loadHistory(); });
+  }
+
+  // ---- keys ----
   const keys = { "1": "left", ArrowLeft: "left", "2": "right", ArrowRight: "right", "3": "tie", "4": "both_bad" };
   const shifted = { "!": "left", "@": "right" };  // Shift+1 / Shift+2 on US layouts
+  const strengths = { q: 1, w: 2, e: 3 };
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey) {
-      if (event.key === "Enter" && document.activeElement === rationale) submit();
+      if (event.key === "Enter" && document.activeElement === rationale) submit(picked);
       return;
     }
     if (document.activeElement === rationale) {
       if (event.key === "Escape") rationale.blur();
       return;
     }
+    const active = document.activeElement;
+    const typing = active && (active.isContentEditable || active.tagName === "SELECT" ||
+      (active.tagName === "INPUT" && !["radio", "checkbox", "submit", "button"].includes(active.type)));
+    if (typing) return;
     const digit = event.code && event.code.startsWith("Digit") ? event.code.slice(5) : null;
-    let pick = keys[event.key] || shifted[event.key] || (digit && keys[digit]);
+    const pick = keys[event.key] || shifted[event.key] || (digit && keys[digit]);
     if (pick) {
       event.preventDefault();
       select(pick);
       if (pick === "left" || pick === "right") setStrength(event.shiftKey ? maxStrength : 1);
       return;
     }
-    if (event.key === "Enter") { event.preventDefault(); submit(); }
-    else if (event.key === "z" || event.key === "Z") { window.location.assign(form.dataset.undoUrl); }
-    else if (event.key === "s" || event.key === "S") {
-      const skip = document.getElementById("skip");
-      if (skip) skip.requestSubmit();
+    const key = event.key.length === 1 ? event.key.toLowerCase() : event.key;
+    if (key in strengths) {
+      event.preventDefault();
+      setStrength(Math.min(key === "e" ? maxStrength : strengths[key], maxStrength));
+    } else if (key === "Enter") { event.preventDefault(); if (!event.repeat) submit(picked); }
+    else if (key === "r" && rationale) { event.preventDefault(); rationale.focus(); }
+    else if (key === "h" && history) {
+      event.preventDefault();
+      history.open = !history.open;
+      if (history.open) history.scrollIntoView({ block: "nearest" });
     }
+    else if (key === "z") { leave(form.dataset.undoUrl); }
+    else if (key === "s") { skip(); }
   });
 })();

@@ -117,9 +117,28 @@ def _other(side: str) -> str:
 
 
 def _press_and_wait(page: Page, key: str) -> None:
-    """Press a key that navigates (Enter, S, Z) and wait for the next page to load."""
+    """Press a key that navigates (Z; Enter on the edit screen) and wait for the next page."""
     with page.expect_navigation():
         page.keyboard.press(key)
+
+
+def _settled(page: Page) -> None:
+    """Wait until every verdict the screen sent was answered (and the next pair reserved)."""
+    expect(page.locator("#verdict")).to_have_attribute("data-pending", "0")
+
+
+def _switch(page: Page, act) -> None:
+    """Do ``act`` (a key press or a click that moves on) and wait for the next pair, swapped in
+    without a page load (or the "nothing left" page), and for the verdict to be stored."""
+    before = page.locator("#screen").get_attribute("data-assignment")
+    act()
+    page.wait_for_function(
+        "old => !document.getElementById('screen')"
+        " || document.getElementById('screen').dataset.assignment !== old",
+        arg=before,
+    )
+    if page.locator("#verdict").count():
+        _settled(page)
 
 
 def test_keyboard_labelling_and_undo_map_sides_back_to_a_b(fast_hasher, page: Page) -> None:
@@ -130,6 +149,7 @@ def test_keyboard_labelling_and_undo_map_sides_back_to_a_b(fast_hasher, page: Pa
     (both sides occur: consecutive comparisons alternate) and a positive elapsed_ms."""
     setup = _make_project(n_pairs=5)
     _open_label(page, setup)
+    _settled(page)
     page.screenshot(path=SCREENSHOT, full_page=True)
 
     expected: dict[int, tuple[str, int, str]] = {}  # comparison id -> (choice, strength, shown)
@@ -142,7 +162,7 @@ def test_keyboard_labelling_and_undo_map_sides_back_to_a_b(fast_hasher, page: Pa
         for key in keys:
             page.keyboard.press(key)
         expect(page.locator(f'button[data-pick="{pick}"]')).to_have_class(re.compile("selected"))
-        _press_and_wait(page, "Enter")
+        _switch(page, lambda: page.keyboard.press("Enter"))
         choice = {"left": left_side, "right": _other(left_side), "tie": "tie"}[pick]
         strength = 3 if keys == ["Shift+1"] else 1
         expected[comparison.pk] = (choice, strength, left_side)
@@ -160,7 +180,7 @@ def test_keyboard_labelling_and_undo_map_sides_back_to_a_b(fast_hasher, page: Pa
     page.keyboard.press("1")
     expect(page.locator('button[data-pick="left"]')).to_have_class(re.compile("selected"))
     _press_and_wait(page, "Enter")
-    expect(page.locator(".messages")).to_contain_text("Your last judgement was changed.")
+    expect(page.locator(".messages")).to_contain_text("Your judgement was changed.")
     assert _on_screen(page, setup)[0].pk == fourth.pk  # back to the pair still leased
     expected[comparison.pk] = (left_side, 1, left_side)
 
@@ -227,8 +247,9 @@ def test_skip_with_s_moves_on_and_never_shows_the_pair_again(fast_hasher, page: 
     on the "Nothing left to label" page)."""
     setup = _make_project(n_pairs=3)
     _open_label(page, setup)
+    _settled(page)
     skipped, _ = _on_screen(page, setup)
-    _press_and_wait(page, "s")
+    _switch(page, lambda: page.keyboard.press("s"))
 
     seen = []
     while page.get_by_test_id("done").count() == 0:
@@ -236,8 +257,9 @@ def test_skip_with_s_moves_on_and_never_shows_the_pair_again(fast_hasher, page: 
         assert comparison.pk != skipped.pk
         seen.append(comparison.pk)
         page.keyboard.press("1")
-        _press_and_wait(page, "Enter")
+        _switch(page, lambda: page.keyboard.press("Enter"))
         assert len(seen) <= 2
+        page.wait_for_load_state("load")
     assert sorted(seen) == sorted(c.pk for c in setup.comparisons if c.pk != skipped.pk)
     assert not Judgement.objects.filter(comparison=skipped).exists()
     assert Assignment.objects.get(comparison=skipped).status == Assignment.Status.SKIPPED
@@ -252,20 +274,19 @@ def test_click_submits_at_once_and_double_click_stores_one(fast_hasher, page: Pa
     setup = _make_project(n_pairs=3)
     _open_label(page, setup)
 
+    _settled(page)
     first, first_left = _on_screen(page, setup)
-    with page.expect_navigation():
-        page.get_by_role("button", name="Right is better").click()
+    _switch(page, lambda: page.get_by_role("button", name="Right is better").click())
     second, second_left = _on_screen(page, setup)
     assert second.pk != first.pk
     judgements = Judgement.objects.filter(annotator=setup.annotator)
     assert [(j.comparison_id, j.choice) for j in judgements] == [(first.pk, _other(first_left))]
 
-    with page.expect_navigation():
-        page.get_by_role("button", name="Right is better").dblclick()
-    page.wait_for_load_state("load")
+    _switch(page, lambda: page.get_by_role("button", name="Right is better").dblclick())
     third, _ = _on_screen(page, setup)
     assert third.pk not in (first.pk, second.pk)
     page.wait_for_timeout(300)  # let any second request land before counting
+    _settled(page)
     judgements = Judgement.objects.filter(annotator=setup.annotator).order_by("pk")
     assert [(j.comparison_id, j.choice, j.strength) for j in judgements] == [
         (first.pk, _other(first_left), 1),

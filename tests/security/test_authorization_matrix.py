@@ -125,6 +125,8 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "annotation:label-edit-last":     {"get": (302, 302, 404, 404, 404), "post": (302, 302, 404, 404, 404)},
     "annotation:label-submit":        {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
     "annotation:label-skip":          {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
+    "annotation:label-ahead":         {"get": (302, 405, 405, 405, 405), "post": (302, 200, 404, 404, 404)},
+    "annotation:label-history":       {"get": (302, 200, 404, 404, 404), "post": (302, 405, 405, 405, 405)},
     "annotation:clusters":            {"get": (302, 404, 404, 200, 200), "post": (302, 405, 405, 405, 405)},
     "annotation:clusters-status":     {"get": (302, 404, 404, 200, 200), "post": (302, 405, 405, 405, 405)},
     "annotation:clusters-recluster":  {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
@@ -257,6 +259,8 @@ def test_annotator_gets_404_for_a_project_they_are_not_in(world):
     assert annie.get(f"/annotation/p/{other}/label/last/").status_code == 404
     assert annie.post(f"/annotation/p/{other}/label/{a_id}/", {"pick": "left"}).status_code == 404
     assert annie.post(f"/annotation/p/{other}/label/{a_id}/skip/").status_code == 404
+    assert annie.post(f"/annotation/p/{other}/label/ahead/").status_code == 404
+    assert annie.get(f"/annotation/p/{other}/label/history/").status_code == 404
     assert annie.get("/annotation/p/no-such-project/label/").status_code == 404
 
 
