@@ -5,7 +5,6 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -26,24 +25,20 @@ from annotation.formats import FORMAT_NAMES
 from annotation.import_jobs import import_job_create, import_job_progress
 from annotation.models import SCREEN_PAIR, DatasetExport, ImportJob, Project, Side
 from common.errors import ConcordError
-from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, has_role
+from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, has_role, role_required
 from common.sides import screen_order, screen_side
 
 
-@login_required
+@role_required(ANNOTATOR, hide=False)
 def my_projects(request: HttpRequest) -> HttpResponse:
     """The annotator's projects with their personal and overall progress."""
-    if not has_role(request.user, ANNOTATOR):
-        raise PermissionDenied
     rows = selectors.projects_for_annotator(annotator=request.user)
     return render(request, "annotation/my_projects.html", {"rows": rows})
 
 
-@login_required
+@role_required(ML_ENGINEER, REVIEWER, hide=False)
 def project_overview(request: HttpRequest) -> HttpResponse:
     """Every project's progress, for ML engineers and reviewers."""
-    if not (has_role(request.user, ML_ENGINEER) or has_role(request.user, REVIEWER)):
-        raise PermissionDenied
     rows = selectors.projects_overview()
     return render(request, "annotation/project_overview.html", {"rows": rows})
 
@@ -51,6 +46,7 @@ def project_overview(request: HttpRequest) -> HttpResponse:
 def _member_project(request: HttpRequest, slug: str):
     """The project ``slug`` if the user labels in it; 404 otherwise (its existence is not revealed)."""
     project = selectors.member_project(user=request.user, slug=slug)
+    # Not role_required: member_project reads membership and roles in one query (the hot path).
     if project is None or not has_role(request.user, ANNOTATOR):
         raise Http404
     return project
@@ -271,17 +267,10 @@ def label_edit_last(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
-def _lead_project(request: HttpRequest, slug: str):
-    """The project for a project lead (ML engineer); 404 for anyone else."""
-    if not has_role(request.user, ML_ENGINEER):
-        raise Http404
-    return get_object_or_404(Project, slug=slug)
-
-
-@login_required
+@role_required(ML_ENGINEER)
 def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
     """The project lead's page: import, progress per annotator, exports."""
-    project = _lead_project(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     jobs = [import_job_progress(job) for job in project.import_jobs.all()[:10]]
     context = {
         "project": project,
@@ -296,10 +285,9 @@ def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "annotation/manage.html", context)
 
 
-@login_required
-@require_POST
+@role_required(ML_ENGINEER, methods=("POST",))
 def import_upload(request: HttpRequest, slug: str) -> HttpResponse:
-    project = _lead_project(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     upload = request.FILES.get("file")
     if upload is None:
         messages.error(request, "Choose a file to import.")
@@ -320,17 +308,16 @@ def import_upload(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("annotation:project-manage", slug=project.slug)
 
 
-@login_required
+@role_required(ML_ENGINEER)
 def import_status(request: HttpRequest, slug: str, job_id: int) -> JsonResponse:
-    project = _lead_project(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     job = get_object_or_404(ImportJob, pk=job_id, project=project)
     return JsonResponse(import_job_progress(job))
 
 
-@login_required
-@require_POST
+@role_required(ML_ENGINEER, methods=("POST",))
 def export_create(request: HttpRequest, slug: str) -> HttpResponse:
-    project = _lead_project(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     consensus = request.POST.get("consensus", "majority")
     if consensus not in CONSENSUS_RULES:
         consensus = "majority"
@@ -344,9 +331,9 @@ def export_create(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("annotation:project-manage", slug=project.slug)
 
 
-@login_required
+@role_required(ML_ENGINEER)
 def export_download(request: HttpRequest, slug: str, sha256: str, part: str) -> FileResponse:
-    project = _lead_project(request, slug)
+    project = get_object_or_404(Project, slug=slug)
     export = get_object_or_404(DatasetExport, project=project, sha256=sha256)
     if part == HF_FORMAT:  # the Hugging Face dataset folder, zipped
         archive = hf_export_archive(export=export)
