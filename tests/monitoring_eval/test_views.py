@@ -56,6 +56,14 @@ def test_screen_is_blind_and_submits_from_the_checkpoint_side(open_round, review
     )
 
 
+def test_an_empty_answer_is_marked_on_the_rating_screen(open_round, reviewers):
+    """A checkpoint that answered nothing shows a visible "(empty response)" note, not a blank card."""
+    EvalItem.objects.filter(round=open_round).update(checkpoint_text="  \n")
+    page = logged_in(reviewers[0]).get(reverse("monitoring:eval-rate", args=[open_round.pk]))
+    html = page.content.decode()
+    assert html.count('data-testid="empty-response"') == 1 and "BASE answer" in html
+
+
 def test_annotators_cannot_rate(open_round, annotator):
     assert (
         logged_in(annotator).get(reverse("monitoring:eval-rate", args=[open_round.pk])).status_code
