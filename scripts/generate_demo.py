@@ -53,15 +53,37 @@ def repetition_rate(text: str) -> float:
 SENTENCE_END = re.compile(r"""[.!?]["')\]]*(?=\s|$)|```(?=\s*$|\n)""")
 
 
-def end_on_sentence(gen: Generation) -> tuple[str, bool]:
+def end_on_sentence(text: str, *, finished: bool) -> tuple[str, bool]:
     """The response as shown in the demo, and whether it was cut: an answer that ran out of budget
-    ends at its last whole sentence (an answer with no sentence end at all is kept whole)."""
-    if gen.finished:
-        return gen.text, False
-    ends = [m.end() for m in SENTENCE_END.finditer(gen.text)]
+    (not ``finished`` with EOS) ends at its last whole sentence; one with no sentence end at all is
+    kept whole."""
+    if finished:
+        return text, False
+    ends = [m.end() for m in SENTENCE_END.finditer(text)]
     if not ends:
-        return gen.text, False
-    return gen.text[: ends[-1]].rstrip(), ends[-1] < len(gen.text.rstrip())
+        return text, False
+    return text[: ends[-1]].rstrip(), ends[-1] < len(text.rstrip())
+
+
+def trim_committed(path: Path) -> None:
+    """Cut the committed comparisons' answers that stop mid-sentence (they ran out of budget when
+    generated) back to their last whole sentence, keeping everything else, judgements included:
+    regenerating takes an hour of CPU, trimming a second."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    n_cut = 0
+    for row in rows:
+        cut = set(row["metadata"].get("cut_at_sentence", []))
+        for side in ("a", "b"):
+            text = row[f"response_{side}"]
+            ends_whole = any(m.end() == len(text.rstrip()) for m in SENTENCE_END.finditer(text))
+            row[f"response_{side}"], was_cut = end_on_sentence(text, finished=ends_whole)
+            if was_cut:
+                cut.add(side)
+                n_cut += 1
+        if cut:
+            row["metadata"]["cut_at_sentence"] = sorted(cut)
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    print(f"cut {n_cut} answers of {2 * len(rows)} back to their last whole sentence in {path}")
 
 
 def quality(gen: Generation, *, careful: bool) -> float:
@@ -119,7 +141,15 @@ def main() -> None:
     parser.add_argument("--prompts", type=Path, default=ROOT / "demo/prompts.jsonl")
     parser.add_argument("--out", type=Path, default=ROOT / "demo/comparisons.jsonl")
     parser.add_argument("--judged", type=int, default=48, help="comparisons with demo judgements")
+    parser.add_argument(
+        "--trim-only",
+        action="store_true",
+        help="only cut --out's answers that stop mid-sentence back to their last whole sentence",
+    )
     args = parser.parse_args()
+    if args.trim_only:
+        trim_committed(args.out)
+        return
 
     rows = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]
     conversations = [conversation(row["prompt"]) for row in rows]
@@ -134,8 +164,8 @@ def main() -> None:
             pair = [(careful[index], "t0.3"), (adventurous[index], "t1.0")]
             rng.shuffle(pair)
             (gen_a, tag_a), (gen_b, tag_b) = pair
-            text_a, cut_a = end_on_sentence(gen_a)
-            text_b, cut_b = end_on_sentence(gen_b)
+            text_a, cut_a = end_on_sentence(gen_a.text, finished=gen_a.finished)
+            text_b, cut_b = end_on_sentence(gen_b.text, finished=gen_b.finished)
             metadata: dict[str, object] = {"category": row["category"]}
             cut = [side for side, was_cut in (("a", cut_a), ("b", cut_b)) if was_cut]
             if cut:  # ran out of budget: shown up to the last whole sentence
