@@ -28,10 +28,10 @@ from training.algorithms import (
     missing_eos_penalty,
 )
 from training.recipes.config import ConfigError, OnlineRLConfig
-from training.recipes.data import ChatEncoder, Messages, chunks, load_prompt_clusters
+from training.recipes.data import ChatEncoder, FitLog, Messages, chunks, load_prompt_clusters
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
 from training.recipes.loop import Run
-from training.recipes.models import load_causal_lm, load_policy, load_tokenizer
+from training.recipes.models import input_limit, load_causal_lm, load_policy, load_tokenizer
 from training.recipes.packing import TokenizedSequence
 from training.recipes.reward_model import (
     ClusterConditioning,
@@ -66,7 +66,10 @@ def load_online_models(
     and reward model, on ``device``; only the policy is trainable."""
     tokenizer = load_tokenizer(config.model, padding_side="left")
     encoder = ChatEncoder(
-        tokenizer, max_length=config.max_length, prompt_budget=config.prompt_budget
+        tokenizer,
+        max_length=policy_limit(config, tokenizer),
+        prompt_budget=generation_prompt_budget(config, tokenizer),
+        fit=FitLog("prompts"),
     )
     policy, packed = load_policy(resume_from or config.model, config, device)
     reference, _ = load_causal_lm(
@@ -83,11 +86,14 @@ def load_online_models(
         .eval()
         .requires_grad_(False)
     )
+    # The reward model reads the text again with its own tokenizer, so the prompt budget's tokens
+    # are not its tokens: room for the whole answer on top, within its own limits (RewardScorer).
     scorer = RewardScorer(
         reward_model,
         reward_tokenizer,
         max_length=config.max_length + config.max_new_tokens,
         prompt_budget=config.prompt_budget,
+        fit=FitLog("samples"),
     )
     hidden = reward_model.get_input_embeddings().embedding_dim
     conditioning = ClusterConditioning.load(config.reward_model, hidden)
@@ -96,6 +102,25 @@ def load_online_models(
             conditioning.to(device).requires_grad_(False), load_prompt_clusters(config.data)
         )
     return OnlineModels(tokenizer, encoder, policy, packed, reference, scorer)
+
+
+def policy_limit(config: OnlineRLConfig, tokenizer: Any) -> int:
+    """The longest sequence (prompt + response) the policy and the reference may both read."""
+    return min(
+        input_limit(config.model, max_length=config.max_length, tokenizer=tokenizer),
+        input_limit(config.ref_model or config.model, max_length=config.max_length),
+    )
+
+
+def generation_prompt_budget(config: OnlineRLConfig, tokenizer: Any) -> int:
+    """Tokens a prompt may keep so that ``max_new_tokens`` more still fit ``policy_limit``."""
+    limit = policy_limit(config, tokenizer)
+    if limit - config.max_new_tokens < 1:
+        raise ConfigError(
+            f"max_new_tokens: {config.max_new_tokens} leaves no room for a prompt within "
+            f"{limit} tokens (max_length and the models' position limits)"
+        )
+    return min(config.prompt_budget, limit // 2, limit - config.max_new_tokens)
 
 
 @dataclass
@@ -229,10 +254,13 @@ def rollout_metrics(
     kl: torch.Tensor,
     ranks: Ranks,
     device: torch.device,
+    missing_eos_penalty: float = 0.0,
     **more: torch.Tensor,
 ) -> tuple[dict[str, float], int, int]:
     """The health metrics of one step's rollouts on every rank, as if one process held them all:
-    (metrics, rollouts, tokens) summed over ranks.
+    (metrics, rollouts, tokens) summed over ranks. ``missing_eos_penalised`` is the share of
+    rollouts the missing-EOS penalty hit (0 while ``missing_eos_penalty`` is off): above a half,
+    the penalty rather than the reward model drives the policy (a monitoring alert).
 
     scores, shaped, kl: [R] per rollout (raw reward-model score, shaped reward, summed KL);
     ``more``: other [R] columns whose mean is logged under their name.
@@ -263,6 +291,9 @@ def rollout_metrics(
         "response_length": float(every["length"].mean()),
         "repetition_rate": float(repeats.mean()) if repeats.numel() else 0.0,
         "eos_rate": float(every["finished"].mean()),
+        "missing_eos_penalised": float(1 - every["finished"].mean())
+        if missing_eos_penalty
+        else 0.0,
         **{name: float(every[name].mean()) for name in more},
     }
     return metrics, n, int(every["tokens"].sum())
