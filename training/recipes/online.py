@@ -123,6 +123,59 @@ def generation_prompt_budget(config: OnlineRLConfig, tokenizer: Any) -> int:
     return min(config.prompt_budget, limit // 2, limit - config.max_new_tokens)
 
 
+ANSWER_FIELDS = ("chosen", "rejected", "response_a", "response_b")
+
+
+def reference_answer_lengths(
+    path: str | Path, tokenizer: Any, *, limit_rows: int = 200
+) -> list[int]:
+    """Token counts (the policy's tokenizer, plus one for EOS) of the answers the data's rows carry
+    beside their prompt (an export's ``chosen``/``rejected``, an import file's ``response_a``/``b``),
+    from the first ``limit_rows`` rows; empty for prompt-only files."""
+    import json
+
+    lengths: list[int] = []
+    with Path(path).open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle):
+            if number >= limit_rows:
+                break
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the recipe reports bad lines when it reads the file
+            if not isinstance(row, dict):
+                continue
+            for name in ANSWER_FIELDS:
+                value = row.get(name)
+                if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
+                    value = value[0].get("content")
+                if isinstance(value, str):
+                    lengths.append(len(tokenizer(value, add_special_tokens=False)["input_ids"]) + 1)
+    return lengths
+
+
+def eos_budget_warning(config: OnlineRLConfig, answer_lengths: Sequence[int]) -> str | None:
+    """A start-up warning when ``max_new_tokens`` is obviously too small for the data's reference
+    answers (most are longer) while the missing-EOS penalty is on: most samples would end without
+    EOS, and the penalty would outweigh the normalised reward-model score. None when fine."""
+    if not config.missing_eos_penalty or not answer_lengths:
+        return None
+    ordered = sorted(answer_lengths)
+    longer = sum(n > config.max_new_tokens for n in ordered) / len(ordered)
+    if longer <= 0.5:
+        return None
+    median = ordered[len(ordered) // 2]
+    wanted = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    suggest = -(-wanted // 32) * 32
+    return (
+        f"max_new_tokens={config.max_new_tokens}: {longer:.0%} of the data's reference answers are "
+        f"longer (median {median} tokens), so most samples will stop without EOS and take the "
+        f"missing-EOS penalty ({config.missing_eos_penalty}), which then outweighs the reward "
+        f"model's normalised score; raise it (--set max_new_tokens={suggest} fits 90% of them) or "
+        f"turn the penalty off (--set missing_eos_penalty=0)"
+    )
+
+
 @dataclass
 class Rollout:
     """One sampled response to one prompt."""
