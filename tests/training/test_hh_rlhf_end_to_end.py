@@ -3,9 +3,10 @@ imported, exported, and trained on with every kind at the defaults for a few ste
 through a Celery worker, to completion. Needs the packaged models, PostgreSQL, Redis and the shared
 data (../shared/data beside the repository, or CONCORD_SHARED_DATA); skips without any of them.
 
-Only the step count, the batch sizes and the held-out evaluation size are set (to keep it to a few
-minutes of CPU); the rest, max_length 512 and max_new_tokens 128 included, are the defaults, so long
-conversations meet MiniLM's 512 positions as they did in the issue.
+Only the step count, the batch sizes and the held-out evaluation size are set; the rest, max_length
+512 and max_new_tokens 128 included, are the defaults, so long conversations meet MiniLM's 512
+positions as they did in the issue. It is slow on CPU: on 2 cores shared with other test runs the
+CLI's rm took 1 min, dpo 3 min and ppo 18 min (sampling 128 tokens); deselect with -m "not slow".
 """
 
 import gzip
