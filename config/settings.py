@@ -285,6 +285,9 @@ CONCORD_ALERT_RULES = [
      "meaning": "diversity gone", "diagnosis_step": 4},
     {"metric": "memory_fraction", "direction": ">", "threshold": 0.95,
      "meaning": "out of memory ahead", "diagnosis_step": 6},
+    {"metric": "missing_eos_penalised", "direction": ">", "threshold": 0.5,
+     "meaning": "most samples hit max_new_tokens without EOS: the missing-EOS penalty, not the "
+                "reward model, drives the policy", "diagnosis_step": 7},
 ]  # fmt: skip
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-training-runs": {"task": "training.tasks.reap_stale_runs", "schedule": 60.0},

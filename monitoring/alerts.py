@@ -25,6 +25,8 @@ DIAGNOSIS = {
     4: "(4) Grammar or diversity degrades: the rollout temperature may be too high.",
     5: "(5) One prompt type degrades: check batch balance and the prompt clustering.",
     6: "Accelerator memory: lower the micro-batch, enable gradient checkpointing or ZeRO offload.",
+    7: "Samples end at max_new_tokens: raise max_new_tokens to fit the answers the data expects, "
+    "or lower missing_eos_penalty (0: off) so the reward model's score leads.",
 }
 
 

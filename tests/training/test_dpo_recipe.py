@@ -116,7 +116,7 @@ def test_gradient_accumulation_1x8_equals_8x1(tiny_llama_dir, pairs_file):
     reference = compute_reference_logps(
         model,
         pairs,
-        [list(range(8))],
+        [[list(range(8))]],
         packed=packed,
         pad_token_id=tokenizer.pad_token_id,
         device=CPU,

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ import torch
 from training.recipes.packing import TokenizedSequence
 
 Messages = tuple[tuple[str, str], ...]  # ((role, content), ...), hashable
+
+FIT_LOG = logging.getLogger("training.fit")
+# transformers' model_max_length when a tokenizer states no limit is 1e30; anything this large is none.
+NO_TOKENIZER_LIMIT = 1_000_000
 
 
 class DataError(ValueError):
@@ -252,19 +257,123 @@ def split_eval(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]
     return sorted(order[n_eval:]), sorted(order[:n_eval])
 
 
+def token_limit(*, max_length: int, model_config: Any = None, tokenizer: Any = None) -> int:
+    """The longest input a model may read: the run's ``max_length``, the model's position table
+    (``max_position_embeddings`` or ``n_positions``) and the tokenizer's ``model_max_length``,
+    whichever is smallest. A model past its position table crashes (BERT) or reads garbage."""
+    limits = [max_length]
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(model_config, name, None)
+        if isinstance(value, int) and value > 0:
+            limits.append(value)
+    stated = getattr(tokenizer, "model_max_length", None)
+    if isinstance(stated, int) and 0 < stated < NO_TOKENIZER_LIMIT:
+        limits.append(stated)
+    return min(limits)
+
+
+class FitLog:
+    """Which inputs fitting into a model's token limit cut (truncated) or left out (dropped).
+
+    Each distinct input (``key``) counts once, however often it is encoded; the first ``shown`` of
+    each kind are logged at debug level on the ``training.fit`` logger with what was cut."""
+
+    def __init__(self, noun: str, *, shown: int = 3) -> None:
+        self.noun = noun
+        self.shown = shown
+        self._truncated: set[Hashable] = set()
+        self._dropped: set[Hashable] = set()
+
+    @property
+    def truncated(self) -> int:
+        return len(self._truncated)
+
+    @property
+    def dropped(self) -> int:
+        return len(self._dropped)
+
+    def _note(self, seen: set[Hashable], what: str, key: Hashable, detail: str) -> None:
+        if key in seen:
+            return
+        seen.add(key)
+        if len(seen) <= self.shown:
+            FIT_LOG.debug("%s %s #%d: %s", self.noun, what, len(seen), detail)
+
+    def note_truncated(self, key: Hashable, detail: str) -> None:
+        self._note(self._truncated, "truncated", key, detail)
+
+    def note_dropped(self, key: Hashable, detail: str) -> None:
+        self._note(self._dropped, "dropped", key, detail)
+
+    def summary(self) -> dict[str, int]:
+        """``{noun}_truncated`` and ``{noun}_dropped`` for a run summary."""
+        return {f"{self.noun}_truncated": self.truncated, f"{self.noun}_dropped": self.dropped}
+
+
+def prompt_suffixes(prompt: Messages) -> list[Messages]:
+    """The prompt, then ever shorter versions of it that leave out whole leading turns, each
+    starting at a user turn (a leading system message stays); the last is the final user turn
+    alone (or the last message, when no user turn follows the first)."""
+    system = prompt[:1] if prompt and prompt[0][0] == "system" else ()
+    turns = prompt[len(system) :]
+    starts = [i for i, (role, _) in enumerate(turns) if role == "user" and i > 0]
+    if not starts and len(turns) > 1:
+        starts = [len(turns) - 1]
+    return [prompt, *(system + turns[i:] for i in starts)]
+
+
+def fit_prompt(
+    prompt: Messages, budget: int, count: Callable[[Messages], int]
+) -> tuple[Messages, bool]:
+    """(the longest of ``prompt_suffixes`` whose ``count`` of tokens is within ``budget``, False
+    when that is the whole prompt). When even the final user turn is longer, it is returned and
+    the caller keeps its last ``budget`` tokens: the end of the conversation is what a reply
+    answers."""
+    candidates = prompt_suffixes(prompt)
+    for index, candidate in enumerate(candidates):
+        if count(candidate) <= budget:
+            return candidate, index > 0
+    return candidates[-1], True
+
+
+def _clip(text: str, width: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 class ChatEncoder:
-    """Turns (prompt messages, response) into token ids the way the model will see them.
+    """Turns (prompt messages, response) into token ids the way the model will see them, within
+    ``max_length`` tokens (pass ``token_limit``'s value: the model's own limits included).
 
     With a chat template the prompt is rendered with the generation prompt, and the completion is
     whatever the template adds for the assistant turn (its text plus end-of-turn tokens). Without one
-    (base models), the completion is the response followed by EOS. Too-long pairs keep the end of the
-    prompt (at most ``prompt_budget`` tokens) and the start of the response.
+    (base models), the completion is the response followed by EOS.
+
+    Too-long inputs are fitted so that a reply still reads as one: the completion stays whole when
+    the prompt can keep ``prompt_budget`` tokens beside it, and the prompt gives up whole leading
+    turns first (``fit_prompt``), keeping the end of the conversation; only then are tokens cut
+    (the prompt's start, the completion's end). ``prompt_cap`` bounds the prompt even when the
+    completion is short (the user's ``max_prompt_length``). What was cut is noted in ``fit``.
     """
 
-    def __init__(self, tokenizer: Any, *, max_length: int, prompt_budget: int) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        max_length: int,
+        prompt_budget: int,
+        prompt_cap: int | None = None,
+        fit: FitLog | None = None,
+    ) -> None:
+        if not 0 < prompt_budget < max_length:
+            raise ValueError(
+                f"prompt_budget: must be in [1, {max_length}) (the token limit), got {prompt_budget}"
+            )
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.prompt_budget = prompt_budget
+        self.prompt_cap = prompt_cap
+        self.fit = fit or FitLog("inputs")
         self.chat = bool(getattr(tokenizer, "chat_template", None))
 
     def fingerprint(self) -> str:
@@ -275,6 +384,7 @@ class ChatEncoder:
             str(getattr(self.tokenizer, "chat_template", "")),
             str(self.max_length),
             str(self.prompt_budget),
+            f"fit-v2 cap={self.prompt_cap}",
         ]
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
@@ -287,11 +397,33 @@ class ChatEncoder:
             )
         return "\n\n".join(content for _, content in prompt)
 
-    def encode_prompt(self, prompt: Messages) -> list[int]:
-        ids = self.tokenizer(self.prompt_text(prompt), add_special_tokens=not self.chat)[
+    def prompt_ids(self, prompt: Messages) -> list[int]:
+        """The whole prompt's ids, as rendered (no fitting)."""
+        return self.tokenizer(self.prompt_text(prompt), add_special_tokens=not self.chat)[
             "input_ids"
         ]
-        return ids[-self.prompt_budget :]
+
+    def fit_prompt(self, prompt: Messages, budget: int) -> tuple[list[int], bool]:
+        """(ids of the prompt within ``budget`` tokens, whether anything was left out)."""
+        rendered: dict[Messages, list[int]] = {}
+
+        def count(candidate: Messages) -> int:
+            rendered[candidate] = self.prompt_ids(candidate)
+            return len(rendered[candidate])
+
+        kept, cut = fit_prompt(prompt, budget, count)
+        return rendered[kept][-budget:], cut
+
+    def encode_prompt(self, prompt: Messages) -> list[int]:
+        """The prompt for generation: at most ``prompt_budget`` tokens, its end kept."""
+        ids, cut = self.fit_prompt(prompt, self.prompt_budget)
+        if cut:
+            self.fit.note_truncated(
+                prompt,
+                f"prompt {_clip(prompt[-1][1])!r}: {len(self.prompt_ids(prompt))} -> "
+                f"{len(ids)} tokens",
+            )
+        return ids
 
     def completion_text(self, prompt: Messages, response: str) -> str:
         if not self.chat:
@@ -305,13 +437,48 @@ class ChatEncoder:
             raise DataError("the chat template does not render the prompt as a prefix of the reply")
         return full[len(head) :]
 
+    def _fit(
+        self, prompt: Messages, responses: Sequence[str], key: Hashable
+    ) -> list[TokenizedSequence]:
+        """Every response after the same fitted prompt (a pair's two answers read one prompt)."""
+        completions = [
+            self.tokenizer(self.completion_text(prompt, r), add_special_tokens=False)["input_ids"]
+            for r in responses
+        ]
+        longest = max(len(c) for c in completions)
+        room = max(self.max_length - longest, self.prompt_budget)
+        if self.prompt_cap is not None:
+            room = min(room, self.prompt_cap)
+        prompt_ids, prompt_cut = self.fit_prompt(prompt, room)
+        left = self.max_length - len(prompt_ids)
+        if prompt_cut or longest > left:
+            self.fit.note_truncated(
+                key,
+                f"prompt {_clip(prompt[-1][1])!r}: {len(self.prompt_ids(prompt))} -> "
+                f"{len(prompt_ids)} tokens; completions {[len(c) for c in completions]} -> "
+                f"{[min(len(c), left) for c in completions]} tokens",
+            )
+        return [
+            TokenizedSequence(tuple(prompt_ids + c[:left]), len(prompt_ids)) for c in completions
+        ]
+
     def encode(self, prompt: Messages, response: str) -> TokenizedSequence:
-        prompt_ids = self.encode_prompt(prompt)
-        completion = self.tokenizer(
-            self.completion_text(prompt, response), add_special_tokens=False
-        )["input_ids"]
-        room = self.max_length - len(prompt_ids)
-        return TokenizedSequence(tuple(prompt_ids + completion[:room]), len(prompt_ids))
+        return self._fit(prompt, [response], (prompt, response))[0]
+
+    def encode_pair(
+        self, prompt: Messages, chosen: str, rejected: str
+    ) -> tuple[TokenizedSequence, TokenizedSequence] | None:
+        """Both answers after one fitted prompt, or None (noted as dropped) when cutting them to
+        fit left the same tokens: a pair without a difference teaches nothing."""
+        key = (prompt, chosen, rejected)
+        before = self.fit.truncated
+        first, second = self._fit(prompt, [chosen, rejected], key)
+        if first.input_ids == second.input_ids and self.fit.truncated > before:
+            self.fit.note_dropped(
+                key, f"prompt {_clip(prompt[-1][1])!r}: both answers the same once fitted"
+            )
+            return None
+        return first, second
 
 
 class EpochSampler:

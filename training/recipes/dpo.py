@@ -6,16 +6,23 @@ and divided by the step's pair count (so gradient accumulation is exact), then o
 
 The reference model never changes, so its log-probabilities are computed once and cached on disk
 under a key made of the data file's hash, the reference weights' hash, the tokenisation and the
-precision. When the reference is the starting policy (the default), no second model is loaded, and
-the first step's pairs need no reference pass at all: until the first update the policy is the
-reference, so the first step's own forward (same layout, dropout off) gives their reference values
-exactly. Only the rest of the first epoch's pairs run through the reference pass before training.
+precision. Only the pairs this run trains on are computed (``max_steps`` x ``batch_size``, or the
+epochs), in the order the steps first need them, before the first step and with a progress phase
+("reference log-probs", one call per batch); the cache records which pairs it holds, so a later run
+with more steps computes only the rest. When the reference is the starting policy (the default), no
+second model is loaded, and the first step's pairs need no reference pass at all: until the first
+update the policy is the reference, so the first step's own forward (same layout, dropout off) gives
+their reference values exactly.
+
+Pairs are fitted to the policy's and the reference's limits (``max_length``, position tables, the
+tokenizer's ``model_max_length``) before anything runs; the summary counts what was cut or dropped.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,13 +36,20 @@ from training.recipes.config import DPOConfig
 from training.recipes.data import (
     ChatEncoder,
     EpochSampler,
+    FitLog,
     chunks,
     file_sha256,
     load_preference_pairs,
 )
 from training.recipes.distributed import all_reduce_sum, barrier
 from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
-from training.recipes.models import load_causal_lm, load_policy, load_tokenizer, model_fingerprint
+from training.recipes.models import (
+    input_limit,
+    load_causal_lm,
+    load_policy,
+    load_tokenizer,
+    model_fingerprint,
+)
 from training.recipes.packing import (
     TokenizedSequence,
     build_batch,
@@ -56,12 +70,22 @@ from training.recipes.runtime import (
 
 @dataclass
 class ReferenceLogps:
-    """Per pair: summed reference log-probabilities and completion token counts, [P] each."""
+    """Per pair: summed reference log-probabilities and completion token counts, [P] each, and
+    ``known`` [P] bool: which pairs hold values yet (the pass covers only the pairs a run needs)."""
 
     chosen: torch.Tensor
     rejected: torch.Tensor
     chosen_tokens: torch.Tensor
     rejected_tokens: torch.Tensor
+    known: torch.Tensor
+
+    @classmethod
+    def empty(cls, n_pairs: int) -> ReferenceLogps:
+        zeros = torch.zeros(n_pairs)
+        counts = torch.zeros(n_pairs, dtype=torch.long)
+        return cls(
+            zeros, zeros.clone(), counts, counts.clone(), torch.zeros(n_pairs, dtype=torch.bool)
+        )
 
     def fill(self, index: list[int], totals: torch.Tensor, lengths: torch.Tensor) -> None:
         """Set pairs ``index`` from one forward's outputs: totals, lengths [2m] (chosen, rejected)."""
@@ -69,8 +93,12 @@ class ReferenceLogps:
         totals, lengths = totals.float().cpu(), lengths.cpu()
         self.chosen[index], self.rejected[index] = totals[:m], totals[m:]
         self.chosen_tokens[index], self.rejected_tokens[index] = lengths[:m], lengths[m:]
+        self.known[index] = True
 
     def select(self, index: list[int], *, average: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        if not bool(self.known[index].all()):
+            missing = [i for i in index if not self.known[i]]
+            raise RuntimeError(f"reference log-probs missing for pairs {missing[:5]}")
         chosen, rejected = self.chosen[index], self.rejected[index]
         if average:
             chosen = chosen / self.chosen_tokens[index].clamp(min=1)
@@ -79,6 +107,7 @@ class ReferenceLogps:
 
 
 PairTokens = tuple[TokenizedSequence, TokenizedSequence]
+REFERENCE_PHASE = "reference log-probs"
 METRIC_SUMS = (
     "loss",
     "rewards/chosen",
@@ -114,34 +143,63 @@ def _forward_pairs(
 def compute_reference_logps(
     model: Any,
     pairs: list[PairTokens],
-    groups: list[list[int]],
+    batches: list[list[list[int]]],
     *,
     packed: bool,
     pad_token_id: int,
     device: torch.device,
     bf16: bool,
+    into: ReferenceLogps | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> ReferenceLogps:
-    """Reference log-probabilities of every pair, without gradients, one forward per group of pair
-    indices. The recipe passes the first epoch's micro-batches: the same batch layout as the first
-    training steps, so under bf16 (where a different layout rounds differently) step 1 still sees
-    policy = reference exactly."""
+    """Reference log-probabilities of the pairs in ``batches`` (each a list of micro-batch groups
+    of pair indices, one forward per group), without gradients, filled ``into`` an existing table
+    (a new one when None). ``on_batch(done, total)`` after each batch. The recipe passes its steps'
+    micro-batches: the same batch layout as training, so under bf16 (where a different layout
+    rounds differently) step 1 still sees policy = reference exactly."""
+    reference = into if into is not None else ReferenceLogps.empty(len(pairs))
     was_training = model.training
     model.eval()
-    sums = torch.zeros(2, len(pairs))
-    counts = torch.zeros(2, len(pairs), dtype=torch.long)
     with torch.inference_mode(), autocast(device, bf16):
-        for group in groups:
-            totals, lengths, _ = _forward_pairs(
-                model,
-                [pairs[i] for i in group],
-                packed=packed,
-                pad_token_id=pad_token_id,
-                device=device,
-            )
-            sums[:, group] = totals.view(2, len(group)).float().cpu()
-            counts[:, group] = lengths.view(2, len(group)).cpu()
+        for done, batch in enumerate(batches, start=1):
+            for group in batch:
+                totals, lengths, _ = _forward_pairs(
+                    model,
+                    [pairs[i] for i in group],
+                    packed=packed,
+                    pad_token_id=pad_token_id,
+                    device=device,
+                )
+                reference.fill(group, totals, lengths)
+            if on_batch is not None:
+                on_batch(done, len(batches))
     model.train(was_training)
-    return ReferenceLogps(sums[0], sums[1], counts[0], counts[1])
+    return reference
+
+
+def reference_batches(
+    sampler: EpochSampler,
+    *,
+    start_step: int,
+    total_steps: int,
+    micro_batch_size: int,
+    known: torch.Tensor,
+    skip_first_step: bool,
+) -> list[list[list[int]]]:
+    """The reference pass a run needs: for each step from ``start_step`` (0-based) to
+    ``total_steps``, in order, its pairs not ``known`` [P] yet and not met at an earlier step, in
+    micro-batch groups; steps with nothing new are left out. ``skip_first_step``: step 1's pairs
+    are filled by step 1's own forward instead."""
+    pending = ~known.clone()
+    batches = []
+    for step, epoch, index in sampler.positions(start_step, total_steps):
+        if not bool(pending.any()):
+            break
+        batch = [i for i in sampler.batch(epoch, index) if pending[i]]
+        pending[batch] = False
+        if batch and not (skip_first_step and step == 0):
+            batches.append([list(group) for group in chunks(batch, micro_batch_size)])
+    return batches
 
 
 def reference_cache_key(
@@ -152,13 +210,20 @@ def reference_cache_key(
 
 
 def load_cached_reference(path: Path, n_pairs: int) -> ReferenceLogps | None:
+    """The cached table, or None when there is none for these pairs (a table written before the
+    cache recorded ``known`` holds every pair)."""
     if not path.is_file():
         return None
     saved = torch.load(path, map_location="cpu", weights_only=True)
     if saved["chosen"].shape[0] != n_pairs:
         return None
+    known = saved.get("known")
     return ReferenceLogps(
-        saved["chosen"], saved["rejected"], saved["chosen_tokens"], saved["rejected_tokens"]
+        saved["chosen"],
+        saved["rejected"],
+        saved["chosen_tokens"],
+        saved["rejected_tokens"],
+        known if known is not None else torch.ones(n_pairs, dtype=torch.bool),
     )
 
 
@@ -171,6 +236,7 @@ def save_cached_reference(path: Path, reference: ReferenceLogps) -> None:
             "rejected": reference.rejected,
             "chosen_tokens": reference.chosen_tokens,
             "rejected_tokens": reference.rejected_tokens,
+            "known": reference.known,
         },
         partial,
     )
@@ -203,8 +269,15 @@ def _dpo_micro_batch(
             device=device,
         )
     m = len(index)
-    if fill_reference:
-        reference.fill(index, totals.detach(), lengths)
+    if fill_reference:  # only the pairs the cache does not hold yet
+        new = [k for k, i in enumerate(index) if not reference.known[i]]
+        if new:
+            rows = torch.tensor(new + [k + m for k in new], device=totals.device)
+            reference.fill(
+                [index[k] for k in new],
+                totals.detach().index_select(0, rows),
+                lengths.index_select(0, rows.to(lengths.device)),
+            )
     average = config.loss_type == "ipo"
     logps = totals / lengths.clamp(min=1) if average else totals
     policy_chosen, policy_rejected = logps[:m], logps[m:]
@@ -236,22 +309,35 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
     run = start_run(config, callback)
     device = run.device
     tokenizer = load_tokenizer(config.model)
-    encoder = ChatEncoder(
-        tokenizer, max_length=config.max_length, prompt_budget=config.prompt_budget
+    reference_path = Path(config.ref_model or config.model)
+    limit = min(
+        input_limit(config.model, max_length=config.max_length, tokenizer=tokenizer),
+        input_limit(reference_path, max_length=config.max_length),
     )
-    raw_pairs = load_preference_pairs(config.data)
-    pairs = [
-        (encoder.encode(p.prompt, p.chosen), encoder.encode(p.prompt, p.rejected))
-        for p in raw_pairs
+    encoder = ChatEncoder(
+        tokenizer,
+        max_length=limit,
+        prompt_budget=min(config.prompt_budget, limit // 2),
+        prompt_cap=config.max_prompt_length,
+        fit=FitLog("pairs"),
+    )
+    fitted = [
+        encoder.encode_pair(p.prompt, p.chosen, p.rejected)
+        for p in load_preference_pairs(config.data)
     ]
+    pairs = [pair for pair in fitted if pair is not None]
+    if not pairs:
+        raise ValueError(f"{config.data}: every pair was dropped when fitted to the model")
     micro = config.micro_batch_size or config.batch_size
     resume_from = run.resume_from
     policy, packed = load_policy(resume_from or config.model, config, device)
     pad_id = tokenizer.pad_token_id
 
     sampler = EpochSampler(len(pairs), config.batch_size, config.seed)
+    total_steps = total_steps_for(config, sampler.batches_per_epoch)
+    # The checkpoint folder is step-NNNNNNNN: the reference pass starts where training resumes.
+    start_step = int(resume_from.name.split("-")[1]) if resume_from is not None else 0
     started = time.perf_counter()
-    reference_path = Path(config.ref_model or config.model)
     cache_dir = Path(config.reference_cache_dir or run.output_dir / "reference-cache")
     key = reference_cache_key(
         data_sha256=file_sha256(config.data),
@@ -260,15 +346,21 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
         bf16=config.bf16,
     )
     cache_path = cache_dir / f"dpo-reference-{key}.pt"
-    reference = load_cached_reference(cache_path, len(pairs))
-    cache_hit = reference is not None
+    reference = load_cached_reference(cache_path, len(pairs)) or ReferenceLogps.empty(len(pairs))
+    cached_pairs = int(reference.known.sum())
     same_model = config.ref_model is None and resume_from is None
     # The first step's pairs take their reference values from the first step's forward (see the
     # module docstring); one process only, so that every pair is filled where it is trained.
-    fill_first_step = (
-        reference is None and same_model and config.disable_dropout and run.ranks.world == 1
+    fill_first_step = same_model and config.disable_dropout and run.ranks.world == 1
+    batches = reference_batches(
+        sampler,
+        start_step=start_step,
+        total_steps=total_steps,
+        micro_batch_size=micro,
+        known=reference.known,
+        skip_first_step=fill_first_step,
     )
-    if reference is None and run.ranks.main:
+    if batches and run.ranks.main:
         ref_model = (
             policy
             if same_model
@@ -276,36 +368,34 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
                 reference_path, device=device, packing=config.packing, trainable=False
             )[0]
         )
-        first_epoch = [sampler.batch(0, b) for b in range(sampler.batches_per_epoch)]
-        reference = compute_reference_logps(
+        run.callback.on_phase(phase=REFERENCE_PHASE, done=0, total=len(batches))
+        compute_reference_logps(
             ref_model,
             pairs,
-            [
-                list(group)
-                for batch in first_epoch[1 if fill_first_step else 0 :]
-                for group in chunks(batch, micro)
-            ],
+            batches,
             packed=packed,
             pad_token_id=pad_id,
             device=device,
             bf16=config.bf16,
+            into=reference,
+            on_batch=lambda done, total: run.callback.on_phase(
+                phase=REFERENCE_PHASE, done=done, total=total
+            ),
         )
         del ref_model
-        if not fill_first_step:
-            save_cached_reference(cache_path, reference)
+        save_cached_reference(cache_path, reference)
     barrier(run.ranks)  # the other ranks read what rank 0 computed
-    if reference is None:
+    if batches and not run.ranks.main:
         reference = load_cached_reference(cache_path, len(pairs))
-    if reference is None:
-        raise RuntimeError(
-            f"rank {run.ranks.rank}: rank 0 wrote no reference cache at {cache_path}"
-        )
+        if reference is None:
+            raise RuntimeError(
+                f"rank {run.ranks.rank}: rank 0 wrote no reference cache at {cache_path}"
+            )
+    computed_pairs = int(reference.known.sum()) - cached_pairs
     reference_seconds = time.perf_counter() - started
 
-    total_steps = total_steps_for(config, sampler.batches_per_epoch)
     optimizer = build_optimizer(policy.parameters(), config, device)
     scheduler = build_scheduler(optimizer, config, total_steps)
-    start_step = 0
     if resume_from is not None:
         state, _ = run.checkpoints.restore(resume_from, optimizer=optimizer, scheduler=scheduler)
         start_step = state.step
@@ -338,8 +428,9 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
             grad_norm = optimizer_step(
                 policy.parameters(), optimizer, scheduler, config.max_grad_norm, run.ranks
             )
-            if fill_first_step and step == 1:
-                save_cached_reference(cache_path, reference)  # now complete
+            if fill_first_step and int(reference.known.sum()) > cached_pairs + computed_pairs:
+                computed_pairs = int(reference.known.sum()) - cached_pairs
+                save_cached_reference(cache_path, reference)  # step 1's pairs now in
         throughput.items += len(index)
         throughput.tokens += int(sums["tokens"])
         metrics = {k: v / len(index) for k, v in sums.items() if k != "tokens"}
@@ -380,7 +471,10 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
         "tokens_trained": throughput.tokens,
         "train_seconds": train_seconds,
         "reference_seconds": reference_seconds,
-        "reference_cache_hit": cache_hit,
+        "reference_cache_hit": computed_pairs == 0,
+        "reference_pairs_cached": cached_pairs,
+        "reference_pairs_computed": computed_pairs,
+        **encoder.fit.summary(),
         # Whole-run rates count the reference pass too: it is work this run had to do.
         "pairs_per_second": throughput.items / (train_seconds + reference_seconds)
         if throughput.items

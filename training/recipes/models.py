@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from training.recipes.data import token_limit
 from training.recipes.packing import VARLEN_ATTENTION, packed_attention_for, supports_packing
 
 
@@ -19,6 +20,18 @@ def load_tokenizer(path: str | Path, *, padding_side: str = "right") -> Any:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def input_limit(path: str | Path, *, max_length: int, tokenizer: Any = None) -> int:
+    """The longest input the model in ``path`` may read under the run's ``max_length``: its
+    position table and, when given, its tokenizer's ``model_max_length`` (``token_limit``)."""
+    from transformers import AutoConfig
+
+    return token_limit(
+        max_length=max_length,
+        model_config=AutoConfig.from_pretrained(str(path)),
+        tokenizer=tokenizer,
+    )
 
 
 def load_causal_lm(

@@ -29,10 +29,10 @@ from training.algorithms import (
     missing_eos_penalty,
 )
 from training.recipes.config import ConfigError, OnlineRLConfig
-from training.recipes.data import ChatEncoder, Messages, chunks, load_prompt_clusters
+from training.recipes.data import ChatEncoder, FitLog, Messages, chunks, load_prompt_clusters
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
 from training.recipes.loop import Run
-from training.recipes.models import load_causal_lm, load_policy, load_tokenizer
+from training.recipes.models import input_limit, load_causal_lm, load_policy, load_tokenizer
 from training.recipes.packing import TokenizedSequence
 from training.recipes.reward_model import (
     ClusterConditioning,
@@ -67,7 +67,10 @@ def load_online_models(
     and reward model, on ``device``; only the policy is trainable."""
     tokenizer = load_tokenizer(config.model, padding_side="left")
     encoder = ChatEncoder(
-        tokenizer, max_length=config.max_length, prompt_budget=config.prompt_budget
+        tokenizer,
+        max_length=policy_limit(config, tokenizer),
+        prompt_budget=generation_prompt_budget(config, tokenizer),
+        fit=FitLog("prompts"),
     )
     policy, packed = load_policy(resume_from or config.model, config, device)
     reference, _ = load_causal_lm(
@@ -84,11 +87,14 @@ def load_online_models(
         .eval()
         .requires_grad_(False)
     )
+    # The reward model reads the text again with its own tokenizer, so the prompt budget's tokens
+    # are not its tokens: room for the whole answer on top, within its own limits (RewardScorer).
     scorer = RewardScorer(
         reward_model,
         reward_tokenizer,
         max_length=config.max_length + config.max_new_tokens,
         prompt_budget=config.prompt_budget,
+        fit=FitLog("samples"),
     )
     hidden = reward_model.get_input_embeddings().embedding_dim
     conditioning = ClusterConditioning.load(config.reward_model, hidden)
@@ -97,6 +103,78 @@ def load_online_models(
             conditioning.to(device).requires_grad_(False), load_prompt_clusters(config.data)
         )
     return OnlineModels(tokenizer, encoder, policy, packed, reference, scorer)
+
+
+def policy_limit(config: OnlineRLConfig, tokenizer: Any) -> int:
+    """The longest sequence (prompt + response) the policy and the reference may both read."""
+    return min(
+        input_limit(config.model, max_length=config.max_length, tokenizer=tokenizer),
+        input_limit(config.ref_model or config.model, max_length=config.max_length),
+    )
+
+
+def generation_prompt_budget(config: OnlineRLConfig, tokenizer: Any) -> int:
+    """Tokens a prompt may keep so that ``max_new_tokens`` more still fit ``policy_limit``."""
+    limit = policy_limit(config, tokenizer)
+    if limit - config.max_new_tokens < 1:
+        raise ConfigError(
+            f"max_new_tokens: {config.max_new_tokens} leaves no room for a prompt within "
+            f"{limit} tokens (max_length and the models' position limits)"
+        )
+    return min(config.prompt_budget, limit // 2, limit - config.max_new_tokens)
+
+
+ANSWER_FIELDS = ("chosen", "rejected", "response_a", "response_b")
+
+
+def reference_answer_lengths(
+    path: str | Path, tokenizer: Any, *, limit_rows: int = 200
+) -> list[int]:
+    """Token counts (the policy's tokenizer, plus one for EOS) of the answers the data's rows carry
+    beside their prompt (an export's ``chosen``/``rejected``, an import file's ``response_a``/``b``),
+    from the first ``limit_rows`` rows; empty for prompt-only files."""
+    import json
+
+    lengths: list[int] = []
+    with Path(path).open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle):
+            if number >= limit_rows:
+                break
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the recipe reports bad lines when it reads the file
+            if not isinstance(row, dict):
+                continue
+            for name in ANSWER_FIELDS:
+                value = row.get(name)
+                if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
+                    value = value[0].get("content")
+                if isinstance(value, str):
+                    lengths.append(len(tokenizer(value, add_special_tokens=False)["input_ids"]) + 1)
+    return lengths
+
+
+def eos_budget_warning(config: OnlineRLConfig, answer_lengths: Sequence[int]) -> str | None:
+    """A start-up warning when ``max_new_tokens`` is obviously too small for the data's reference
+    answers (most are longer) while the missing-EOS penalty is on: most samples would end without
+    EOS, and the penalty would outweigh the normalised reward-model score. None when fine."""
+    if not config.missing_eos_penalty or not answer_lengths:
+        return None
+    ordered = sorted(answer_lengths)
+    longer = sum(n > config.max_new_tokens for n in ordered) / len(ordered)
+    if longer <= 0.5:
+        return None
+    median = ordered[len(ordered) // 2]
+    wanted = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    suggest = -(-wanted // 32) * 32
+    return (
+        f"max_new_tokens={config.max_new_tokens}: {longer:.0%} of the data's reference answers are "
+        f"longer (median {median} tokens), so most samples will stop without EOS and take the "
+        f"missing-EOS penalty ({config.missing_eos_penalty}), which then outweighs the reward "
+        f"model's normalised score; raise it (--set max_new_tokens={suggest} fits 90% of them) or "
+        f"turn the penalty off (--set missing_eos_penalty=0)"
+    )
 
 
 @dataclass
@@ -228,10 +306,13 @@ def rollout_metrics(
     kl: torch.Tensor,
     ranks: Ranks,
     device: torch.device,
+    missing_eos_penalty: float = 0.0,
     **more: torch.Tensor,
 ) -> tuple[dict[str, float], int, int]:
     """The health metrics of one step's rollouts on every rank, as if one process held them all:
-    (metrics, rollouts, tokens) summed over ranks.
+    (metrics, rollouts, tokens) summed over ranks. ``missing_eos_penalised`` is the share of
+    rollouts the missing-EOS penalty hit (0 while ``missing_eos_penalty`` is off): above a half,
+    the penalty rather than the reward model drives the policy (a monitoring alert).
 
     scores, shaped, kl: [R] per rollout (raw reward-model score, shaped reward, summed KL);
     ``more``: other [R] columns whose mean is logged under their name.
@@ -262,6 +343,9 @@ def rollout_metrics(
         "response_length": float(every["length"].mean()),
         "repetition_rate": float(repeats.mean()) if repeats.numel() else 0.0,
         "eos_rate": float(every["finished"].mean()),
+        "missing_eos_penalised": float(1 - every["finished"].mean())
+        if missing_eos_penalty
+        else 0.0,
         **{name: float(every[name].mean()) for name in more},
     }
     return metrics, n, int(every["tokens"].sum())

@@ -276,6 +276,7 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
             kl=(kl * mask).sum(dim=1),
             ranks=ranks,
             device=device,
+            missing_eos_penalty=config.missing_eos_penalty,
         )
         doubled_count = all_reduce_sum({"doubled": float(sum(doubled))}, ranks, device)
         kl_coef = kl_controller.value
@@ -348,6 +349,8 @@ def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> Tr
         "samples_per_second": throughput.per_second(throughput.items),
         "tokens_per_second": throughput.per_second(throughput.tokens),
         "kl_coef": kl_controller.value,
+        **models.encoder.fit.summary(),
+        **models.scorer.fit.summary(),
         "packed": packed,
         "bf16": config.bf16,
         "peak_memory_bytes": peak_memory_bytes(device),

@@ -35,11 +35,14 @@ from training.recipes.data import (
     AnnotatorVote,
     ChatEncoder,
     EpochSampler,
+    FitLog,
     Messages,
     chunks,
+    fit_prompt,
     judgements_file_for,
     load_judged_pairs,
     split_eval,
+    token_limit,
 )
 from training.recipes.distributed import all_reduce_sum
 from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
@@ -170,18 +173,35 @@ class ClusterConditioning(nn.Module):
 class RewardScorer:
     """Encodes (prompt, response) pairs and returns scalar rewards [S] float32 for a reward model.
 
+    Inputs are fitted to ``max_length`` and to the model's own limits (its position table, its
+    tokenizer's ``model_max_length``): the response stays whole when the prompt keeps
+    ``prompt_budget`` tokens beside it, and the prompt keeps the end of the conversation (see
+    ``ChatEncoder``); what was cut is noted in ``fit``.
+
     With a ``ClusterConditioning`` (``condition_on``), each prompt's cluster comes from
     ``prompt_clusters``; prompts it does not know score as "no cluster"."""
 
     conditioning: ClusterConditioning | None = None
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_length: int, prompt_budget: int) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_length: int,
+        prompt_budget: int,
+        fit: FitLog | None = None,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self.max_length = max_length
+        self.max_length = token_limit(
+            max_length=max_length, model_config=model.config, tokenizer=tokenizer
+        )
+        self.prompt_budget = min(prompt_budget, self.max_length // 2)
+        self.fit = fit or FitLog("samples")
         self.chat = bool(getattr(tokenizer, "chat_template", None))
         self.chat_encoder = ChatEncoder(
-            tokenizer, max_length=max_length, prompt_budget=prompt_budget
+            tokenizer, max_length=self.max_length, prompt_budget=self.prompt_budget, fit=self.fit
         )
         head = getattr(model, "score", None)
         self.packed = (
@@ -218,13 +238,73 @@ class RewardScorer:
                 self.prompt_clusters[variant] = self.prompt_clusters[original]
 
     def encode(self, prompt: Messages, response: str) -> RewardInput:
+        return self._encode(prompt, [response], (prompt, response))[0]
+
+    def encode_pair(
+        self, prompt: Messages, chosen: str, rejected: str
+    ) -> tuple[RewardInput, RewardInput] | None:
+        """Both answers after one fitted prompt, or None (noted as dropped) when cutting them to
+        fit left the same tokens."""
+        key = (prompt, chosen, rejected)
+        before = self.fit.truncated
+        first, second = self._encode(prompt, [chosen, rejected], key)
+        if first == second and self.fit.truncated > before:
+            self.fit.note_dropped(key, "both answers the same once fitted")
+            return None
+        return first, second
+
+    def _encode(self, prompt: Messages, responses: Sequence[str], key: Any) -> list[RewardInput]:
         if self.chat:
-            seq = self.chat_encoder.encode(prompt, response)
-            return RewardInput(seq.input_ids)
+            return [
+                RewardInput(seq.input_ids) for seq in self.chat_encoder._fit(prompt, responses, key)
+            ]
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None:  # no fast tokenizer to fit with: the tokenizer's own truncation
+            return [self._encode_plain(prompt, response) for response in responses]
+        return self._encode_text_pairs(backend, prompt, responses, key)
+
+    def _encode_plain(self, prompt: Messages, response: str) -> RewardInput:
         text = "\n\n".join(content for _, content in prompt)
         encoded = self.tokenizer(text, response, truncation=True, max_length=self.max_length)
         types = encoded.get("token_type_ids")
         return RewardInput(tuple(encoded["input_ids"]), None if types is None else tuple(types))
+
+    def _encode_text_pairs(
+        self, backend: Any, prompt: Messages, responses: Sequence[str], key: Any
+    ) -> list[RewardInput]:
+        """Encoders read ``[CLS] prompt [SEP] response [SEP]``: the prompt's text fitted in whole
+        turns, then both parts cut in tokens where needed, then the tokenizer's special tokens."""
+        room_total = self.max_length - self.tokenizer.num_special_tokens_to_add(pair=True)
+
+        def text(messages: Messages) -> str:
+            return "\n\n".join(content for _, content in messages)
+
+        answers = [backend.encode(r, add_special_tokens=False) for r in responses]
+        longest = max(len(a.ids) for a in answers)
+        room = max(room_total - longest, self.prompt_budget)
+        full_prompt = len(backend.encode(text(prompt), add_special_tokens=False).ids)
+        kept, cut = fit_prompt(
+            prompt, room, lambda m: len(backend.encode(text(m), add_special_tokens=False).ids)
+        )
+        question = backend.encode(text(kept), add_special_tokens=False)
+        if len(question.ids) > room:
+            question.truncate(room, direction="left")
+        left = room_total - len(question.ids)
+        if cut or longest > left:
+            self.fit.note_truncated(
+                key,
+                f"prompt {' '.join(prompt[-1][1].split())[:60]!r}: {full_prompt} -> "
+                f"{len(question.ids)} tokens; responses {[len(a.ids) for a in answers]} -> "
+                f"{[min(len(a.ids), left) for a in answers]} tokens",
+            )
+        typed = "token_type_ids" in self.tokenizer.model_input_names
+        inputs = []
+        for answer in answers:
+            if len(answer.ids) > left:
+                answer.truncate(left)
+            joined = backend.post_process(question, answer, add_special_tokens=True)
+            inputs.append(RewardInput(tuple(joined.ids), tuple(joined.type_ids) if typed else None))
+        return inputs
 
     def score(
         self, inputs: Sequence[RewardInput], clusters: Sequence[int] | None = None
@@ -415,6 +495,26 @@ def _annotator_loss(
     return loss, int(label.numel())
 
 
+def _fitted_pairs(
+    scorer: RewardScorer, pairs: Sequence[Any], votes: Sequence[AnnotatorVote]
+) -> tuple[list[Any], list[AnnotatorVote], list[tuple[RewardInput, RewardInput]]]:
+    """The pairs that survive fitting to the reward model (``RewardScorer.encode_pair``), their
+    votes renumbered to match, and their encoded (chosen, rejected) inputs."""
+    kept, encoded, renumber = [], [], {}
+    for index, pair in enumerate(pairs):
+        fitted = scorer.encode_pair(pair.prompt, pair.chosen, pair.rejected)
+        if fitted is not None:
+            renumber[index] = len(kept)
+            kept.append(pair)
+            encoded.append(fitted)
+    kept_votes = [
+        dataclasses.replace(vote, pair=renumber[vote.pair])
+        for vote in votes
+        if vote.pair in renumber
+    ]
+    return kept, kept_votes, encoded
+
+
 def train_reward_model(
     config: RewardModelConfig, callback: TrainingCallback | None = None
 ) -> TrainResult:
@@ -443,9 +543,6 @@ def train_reward_model(
         judgements_file_for(config.data) if config.annotator_aware else None
     )
     pairs, raw_votes = load_judged_pairs(config.data, judgements)
-    train_index, eval_index = split_eval(len(pairs), config.eval_fraction, config.seed)
-    if not train_index:
-        raise ValueError(f"{config.data}: no pairs left to train on after the eval split")
     resume_from = run.resume_from
     packing = config.packing  # decoders with a chat template, and BERT-family encoders
     model = load_sequence_classifier(
@@ -457,11 +554,18 @@ def train_reward_model(
         disable_dropout(model)
     model.train()
     scorer = RewardScorer(
-        model, tokenizer, max_length=config.max_length, prompt_budget=config.prompt_budget
+        model,
+        tokenizer,
+        max_length=config.max_length,
+        prompt_budget=config.prompt_budget,
+        fit=FitLog("pairs"),
     )
-    encoded = [
-        (scorer.encode(p.prompt, p.chosen), scorer.encode(p.prompt, p.rejected)) for p in pairs
-    ]
+    pairs, raw_votes, encoded = _fitted_pairs(scorer, pairs, raw_votes)
+    if not pairs:
+        raise ValueError(f"{config.data}: every pair was dropped when fitted to the model")
+    train_index, eval_index = split_eval(len(pairs), config.eval_fraction, config.seed)
+    if not train_index:
+        raise ValueError(f"{config.data}: no pairs left to train on after the eval split")
     margins = torch.tensor([p.margin for p in pairs])
     micro = config.micro_batch_size or config.batch_size
 
@@ -598,6 +702,7 @@ def train_reward_model(
         "train_seconds": throughput.seconds,
         "pairs_per_second": throughput.per_second(throughput.items),
         "tokens_per_second": throughput.per_second(throughput.tokens),
+        **scorer.fit.summary(),
         "packed": scorer.packed or scorer.encoder_packed,
         "bf16": config.bf16,
         "peak_memory_bytes": peak_memory_bytes(device),

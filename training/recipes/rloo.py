@@ -156,6 +156,7 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
             kl=kl,
             ranks=ranks,
             device=device,
+            missing_eos_penalty=config.missing_eos_penalty,
             **{"reward/total_mean": rewards, "negative_logp": -sequence_logps.detach()},
         )
         # Entropy per response token, estimated by the sampled tokens' -log pi (unbiased: they
@@ -227,6 +228,8 @@ def train_rloo(config: RLOOConfig, callback: TrainingCallback | None = None) -> 
         "samples_per_second": throughput.per_second(throughput.items),
         "tokens_per_second": throughput.per_second(throughput.tokens),
         "kl_coef": kl_controller.value,
+        **models.encoder.fit.summary(),
+        **models.scorer.fit.summary(),
         "packed": packed,
         "bf16": config.bf16,
         "peak_memory_bytes": peak_memory_bytes(device),

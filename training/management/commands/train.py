@@ -12,8 +12,11 @@ rank 0 prints the same lines. ``--list-options --kind K`` prints K's settings an
 from __future__ import annotations
 
 import json
+import logging
+import math
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from common.errors import ModelUnavailableError
 
 KINDS = ("rm", "dpo", "ppo", "rloo")
+PROGRESS_EVERY_S = 2.0  # at most one progress line this often while a phase runs
 
 
 def _model_folder(name_or_dir: str) -> str:
@@ -45,6 +49,18 @@ def _parse_setting(text: str) -> tuple[str, Any]:
         return key.replace("-", "_"), json.loads(raw)
     except json.JSONDecodeError:
         return key.replace("-", "_"), raw
+
+
+def _startup_warnings(config: Any) -> list[str]:
+    """Settings that will run but obviously waste the run, said before it starts."""
+    if config.kind not in ("ppo", "rloo"):
+        return []
+    from training.recipes.models import load_tokenizer
+    from training.recipes.online import eos_budget_warning, reference_answer_lengths
+
+    lengths = reference_answer_lengths(config.data, load_tokenizer(config.model))
+    warning = eos_budget_warning(config, lengths)
+    return [warning] if warning else []
 
 
 class Command(BaseCommand):
@@ -151,11 +167,31 @@ class Command(BaseCommand):
                 require_zero_available(config, resolve_device(config.device).type)
             except ConfigError as exc:
                 raise CommandError(str(exc)) from exc
+        if options["verbosity"] >= 2:  # -v 2: the first few truncated or dropped inputs
+            fit_log = logging.getLogger("training.fit")
+            fit_log.setLevel(logging.DEBUG)
+            fit_log.addHandler(logging.StreamHandler(self.stderr))
+        for warning in _startup_warnings(config):
+            self.stderr.write(f"warning: {warning}")
         if options["nproc"] > 1:
             self._launch(config, options["nproc"])
             return
 
         interrupted = {"flag": False}
+        stderr = self.stderr
+
+        class PhaseProgress(TrainingCallback):
+            """Work before the first step (DPO's reference pass) as lines on stderr, e.g.
+            ``reference log-probs: batch 3 of 4``: the first and last always, at most one every 2 s
+            between them (stdout stays JSON lines)."""
+
+            last = -math.inf
+
+            def on_phase(self, *, phase: str, done: int, total: int) -> None:
+                now = time.monotonic()
+                if done in (0, total) or now - self.last >= PROGRESS_EVERY_S:
+                    self.last = now
+                    stderr.write(f"{phase}: batch {done}" + (f" of {total}" if total else ""))
 
         class StopOnInterrupt(TrainingCallback):
             def should_stop(self) -> bool:
@@ -168,8 +204,9 @@ class Command(BaseCommand):
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
         reporter = JsonLinesReporter(self.stdout)
+        progress = PhaseProgress()
         try:
-            result = run_training(config, callbacks=[reporter, StopOnInterrupt()])
+            result = run_training(config, callbacks=[reporter, progress, StopOnInterrupt()])
         except (ValueError, OSError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
