@@ -18,6 +18,7 @@ def navigation(request: HttpRequest) -> dict[str, object]:
         items.append(("Projects", reverse("annotation:project-overview")))
     if ML_ENGINEER in roles or REVIEWER in roles:
         items.append(("Runs", reverse("monitoring:runs")))
+        items.append(("Eval rounds", reverse("monitoring:eval-rounds")))
     if ML_ENGINEER in roles:
         items.append(("Admin", reverse("admin:index")))
     return {"nav_items": items, "user_roles": sorted(roles)}

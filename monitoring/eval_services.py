@@ -300,7 +300,7 @@ def eval_submit(
         )
     try:
         with transaction.atomic():
-            return EvalJudgement.objects.create(
+            judgement = EvalJudgement.objects.create(
                 assignment=assignment,
                 preference=preference,
                 usefulness=usefulness,
@@ -309,6 +309,21 @@ def eval_submit(
             )
     except IntegrityError as exc:
         raise EvalError("this item has already been rated") from exc
+    _close_when_rated(round_id=assignment.item.round_id)
+    return judgement
+
+
+def _close_when_rated(*, round_id: int) -> None:
+    """Close an open round once every item has its ``reviewers_per_item`` ratings: nothing is left
+    to hand out, and the results are final."""
+    round_ = EvalRound.objects.get(pk=round_id)
+    short = (
+        EvalItem.objects.filter(round=round_)
+        .annotate(rated=Count("assignments__judgement"))
+        .filter(rated__lt=round_.reviewers_per_item)
+    )
+    if round_.status == EvalRound.Status.OPEN and not short.exists():
+        round_close(round_=round_)
 
 
 def round_close(*, round_: EvalRound) -> EvalRound:

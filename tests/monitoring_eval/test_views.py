@@ -129,6 +129,7 @@ def test_pages_before_any_rating(open_round, reviewers, ml_engineer):
     client = logged_in(reviewers[0])
     page = client.get(reverse("monitoring:eval-round", args=[open_round.pk])).content.decode()
     assert "n = 0" in page and "No disagreement so far." in page
+    assert 'data-testid="no-ratings"' in page and "nan" not in page
     page = client.get(reverse("monitoring:eval-rounds")).content.decode()
     assert reverse("monitoring:eval-rate", args=[open_round.pk]) in page
     run_url = reverse("monitoring:run-detail", args=[open_round.checkpoint.run_id])
@@ -179,3 +180,32 @@ def test_status_per_role_of_the_eval_urls(open_round, annotator, reviewers, ml_e
                     client.force_login(users[role])
                 got.append(getattr(client, method)(url).status_code)
             assert tuple(got) == expected, (name, method)
+
+
+def test_the_round_closes_itself_when_every_item_has_its_ratings(open_round, reviewers):
+    """reviewers_per_item ratings on every item: nothing is left to hand out, the round closes."""
+    per_item = open_round.reviewers_per_item
+    for reviewer in reviewers[:per_item]:
+        while True:
+            assignment = eval_services.eval_claim_next(reviewer=reviewer, round_=open_round)
+            if assignment is None:
+                break
+            open_round.refresh_from_db()
+            assert open_round.status == "open"  # not before the last rating
+            eval_services.eval_submit(
+                assignment=assignment, reviewer=reviewer, pick="tie", usefulness=3
+            )
+    open_round.refresh_from_db()
+    assert open_round.status == "closed"
+    assert EvalJudgement.objects.filter(assignment__item__round=open_round).count() == (
+        open_round.items.count() * per_item
+    )
+
+
+def test_eval_rounds_are_in_the_navigation_of_reviewers_and_engineers(
+    open_round, reviewers, ml_engineer, annotator
+):
+    url = reverse("monitoring:eval-rounds")
+    for user in (reviewers[0], ml_engineer):
+        assert f'href="{url}"' in logged_in(user).get(reverse("home"), follow=True).content.decode()
+    assert f'href="{url}"' not in logged_in(annotator).get("/", follow=True).content.decode()
