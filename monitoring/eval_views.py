@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from annotation.models import Project
+from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, role_required
 from common.sides import screen_order, screen_side
 from monitoring import eval_selectors, eval_services
@@ -43,11 +44,28 @@ class RoundForm(forms.Form):
     project = forms.ModelChoiceField(
         queryset=Project.objects.order_by("name"), to_field_name="slug"
     )
-    baseline_model = forms.CharField(required=False, help_text="Registry name of the baseline.")
+    baseline_model = forms.ChoiceField(
+        required=False,
+        help_text="A generative model of the registry, or leave empty and pick a checkpoint below.",
+    )
     baseline_checkpoint = PolicyCheckpointField(required=False)
-    size = forms.IntegerField(min_value=1, max_value=5000, initial=100)
+    size = forms.IntegerField(
+        min_value=1,
+        max_value=5000,
+        initial=100,
+        help_text="Prompts in the round; the interval width they give is shown as you type.",
+    )
     ci_width = forms.FloatField(min_value=0.01, max_value=0.9, initial=0.1)
     max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        generative = [m for m in registered_models() if m.family == "causal-lm"]
+        self.fields["baseline_model"].choices = [("", "(a checkpoint, chosen below)")] + [
+            (m.name, m.name if m.ready else f"{m.name} (not fetched: {m.how_to_get})")
+            for m in generative
+        ]
+        self.fields["size"].widget.attrs["data-interval-width"] = "win-rate"
 
 
 @role_required(REVIEWER, ML_ENGINEER, hide=False)

@@ -89,3 +89,23 @@ def test_results_chart_follows_ratings_as_they_arrive(
     expect(caption).to_contain_text("after 1 ratings: 0.500")
     rate_once(reviewers[2])
     expect(caption).to_contain_text("after 2 ratings: 0.500", timeout=12_000)
+
+
+def test_new_round_form_shows_the_interval_width_as_the_prompts_are_typed(page, reviewers):
+    """The width a number of prompts gives appears as it is typed (385 prompts: about 0.10), with a
+    warning under 30 prompts (20: 2 x 1.96 x sqrt(0.25 / 20) = 0.44); the baseline is a select of
+    the registry's generative models."""
+    page.goto("/accounts/login/")
+    page.fill("#id_username", reviewers[0].username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.goto("/monitoring/eval/")
+    width = page.get_by_test_id("interval-width")
+    page.fill("#id_size", "385")
+    expect(width).to_have_text(re.compile(r"385 prompts give .* about 0\.10 wide"))
+    expect(width).not_to_have_class(re.compile("warn"))
+    page.fill("#id_size", "20")
+    expect(width).to_have_text(re.compile(r"about 0\.44 wide.*Under 30 prompts"))
+    expect(width).to_have_class(re.compile("warn"))
+    options = page.locator("#id_baseline_model option").all_inner_texts()
+    assert any(text.startswith(BASELINE) for text in options)

@@ -209,3 +209,15 @@ def test_eval_rounds_are_in_the_navigation_of_reviewers_and_engineers(
     for user in (reviewers[0], ml_engineer):
         assert f'href="{url}"' in logged_in(user).get(reverse("home"), follow=True).content.decode()
     assert f'href="{url}"' not in logged_in(annotator).get("/", follow=True).content.decode()
+
+
+def test_the_baseline_is_chosen_from_the_registry(run_with_checkpoints, reviewers):
+    """A name that is not a generative model of the registry is refused by the form, nothing made."""
+    checkpoint = run_with_checkpoints.checkpoints.get(step=4)
+    response = logged_in(reviewers[0]).post(
+        reverse("monitoring:eval-rounds"),
+        {"checkpoint": checkpoint.pk, "project": run_with_checkpoints.snapshot.export.project.slug,
+         "baseline_model": "all-minilm-l6-v2", "size": 3, "ci_width": 0.2, "max_new_tokens": 16},
+    )  # fmt: skip
+    assert response.status_code == 200 and "Select a valid choice" in response.content.decode()
+    assert not EvalRound.objects.exists()
