@@ -30,6 +30,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.services,
     pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(3600),  # each test trains four kinds; the suite's 600 s is per ordinary test
     # Tens of minutes of CPU (PPO and RLOO sample 128 tokens at the defaults): asked for, not in the
     # default run. `CONCORD_E2E=1 make test PYTEST_ARGS=tests/training/test_hh_rlhf_end_to_end.py`
     pytest.mark.skipif(
