@@ -256,3 +256,41 @@ def test_dynamic_sampling_tolerance():
     assert dynamic_sampling(rewards).n_dropped == 0
     with pytest.raises(ValueError, match="atol"):
         dynamic_sampling(rewards, atol=-1.0)
+
+
+@pytest.mark.parametrize(
+    ("loss_norm", "trl_loss_type"),
+    [("sequence", "grpo"), ("token", "dapo"), ("constant", "dr_grpo")],
+)
+def test_matches_trls_grpo_loss_formulas(loss_norm, trl_loss_type):
+    """TRL's GRPOTrainer: coef_1 = exp(logp - old), coef_2 = clamp(coef_1, 1 - eps_low, 1 + eps_high),
+    per-token -min(coef_1 A, coef_2 A) + beta * k3, reduced per its loss_type ("grpo": per-sequence
+    means then their mean; "dapo": over all tokens; "dr_grpo": / (B * max_completion_length))."""
+    generator = torch.Generator().manual_seed(4)
+    logprobs, old, ref = (-2 * torch.rand(3, 5, generator=generator) for _ in range(3))
+    advantages = torch.randn(3, generator=generator)
+    mask = torch.tensor([[1.0, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]])
+    ours, _ = grpo_loss(
+        logprobs,
+        old,
+        advantages,
+        mask,
+        eps_low=0.2,
+        eps_high=0.28,
+        ref_logprobs=ref,
+        kl_coef=0.04,
+        loss_norm=loss_norm,
+        max_len=8,
+    )
+    coef_1 = torch.exp(logprobs - old)
+    coef_2 = torch.clamp(coef_1, 1 - 0.2, 1 + 0.28)
+    a = advantages.unsqueeze(1)
+    per_token_kl = torch.exp(ref - logprobs) - (ref - logprobs) - 1
+    per_token = -torch.min(coef_1 * a, coef_2 * a) + 0.04 * per_token_kl
+    if trl_loss_type == "grpo":
+        trl = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    elif trl_loss_type == "dapo":
+        trl = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+    else:
+        trl = (per_token * mask).sum() / (3 * 8)
+    assert ours.item() == pytest.approx(trl.item(), abs=1e-6)

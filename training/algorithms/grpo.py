@@ -129,7 +129,7 @@ def grpo_loss(
     eps_high: float | None = None,
     ref_logprobs: Tensor | None = None,
     kl_coef: float = 0.0,
-    loss_norm: GRPOLossNorm = "sequence",
+    loss_norm: GRPOLossNorm = "token",
     max_len: int | None = None,
     denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -143,8 +143,9 @@ def grpo_loss(
 
     where k3_t = pi_ref/pi - log(pi_ref/pi) - 1 (Schulman 2020; ``training.algorithms.kl.kl_k3``).
     ``eps_high`` > ``eps_low`` is DAPO's clip-higher (eps_high None: symmetric, PPO's clip).
-    ``kl_coef`` 0 drops the KL term: then no reference model is needed and ``ref_logprobs`` may be
-    None (if given, its KL is still reported). ``loss_norm`` reduces the l_t:
+    ``kl_coef`` 0 (this function's default; PIPELINE.md's recipe default is 0.04) drops the KL term:
+    then no reference model is needed and ``ref_logprobs`` may be None (if given, its KL is still
+    reported). ``loss_norm`` reduces the l_t (default "token", PIPELINE.md's first choice):
 
     - ``"sequence"`` (GRPO paper): mean over each sequence's tokens, then mean over the B sequences;
       a long completion's tokens weigh less than a short one's.

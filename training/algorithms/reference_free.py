@@ -31,7 +31,7 @@ def simpo_loss(
     rejected_avg_logps: Tensor,
     *,
     beta: float = 2.0,
-    gamma: float = 1.0,
+    gamma: float = 0.5,
     label_smoothing: float = 0.0,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Per-pair SimPO losses (Meng et al. 2024, eq. 6) and their rewards.
@@ -41,7 +41,8 @@ def simpo_loss(
         loss = -(1 - eps) log sigmoid(h) - eps log sigmoid(-h)
 
     (eps = ``label_smoothing``, 0 in the paper). ``beta`` 2.0 as the paper; ``gamma`` the target
-    reward margin, 1.0 from the range the paper searches (0.3 to 1.6). At equal log-probs the loss is
+    reward margin, 0.5 (PIPELINE.md's starting point, TRL's ``simpo_gamma`` default; the paper
+    searches 0.3 to 1.6). At equal log-probs the loss is
     softplus(gamma), ln 2 when gamma is 0.
 
     TRL's ``CPOTrainer(loss_type="simpo")`` computes the same value from ``simpo_gamma`` = gamma (it
