@@ -5,6 +5,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from training.algorithms.grpo import dynamic_sampling, group_advantages, grpo_loss
 
@@ -294,3 +296,20 @@ def test_matches_trls_grpo_loss_formulas(loss_norm, trl_loss_type):
     else:
         trl = (per_token * mask).sum() / (3 * 8)
     assert ours.item() == pytest.approx(trl.item(), abs=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), groups=st.integers(1, 4), size=st.integers(2, 6))
+def test_group_advantages_ignore_a_shift_per_group_and_scale_with_unscaled_rewards(
+    seed, groups, size
+):
+    """Adding a constant to one group's rewards changes none of its advantages (only differences
+    within a group count); without std scaling, multiplying rewards by 3 multiplies advantages by 3."""
+    generator = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(groups, size, generator=generator, dtype=torch.float64)
+    shifts = torch.randn(groups, 1, generator=generator, dtype=torch.float64)
+    base = group_advantages(rewards)
+    assert torch.allclose(group_advantages(rewards + shifts), base, atol=1e-9)
+    assert torch.allclose(
+        group_advantages(3 * rewards, scale="none"), 3 * group_advantages(rewards, scale="none")
+    )

@@ -4,6 +4,8 @@ worked out by hand and TRL's layout of the same formula."""
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from training.algorithms.kto import kto_balanced_weights, kto_kl_estimate, kto_loss
 from training.algorithms.unpaired import UnpairedExample, mismatched_pairs, unpaired_examples
@@ -160,3 +162,18 @@ def test_mismatched_pairs_shift_the_completions_by_one():
     assert mismatched_pairs(examples) == [("p0", "c2"), ("p1", "c0"), ("p2", "c1")]
     with pytest.raises(ValueError, match="at least 2"):
         mismatched_pairs(examples[:1])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), kl=st.floats(-1.0, 3.0))
+def test_losses_stay_within_zero_and_their_weight(seed, kl):
+    """1 - sigmoid lies in (0, 1), so each loss lies in [0, its weight]; every reward is beta * r."""
+    generator = torch.Generator().manual_seed(seed)
+    policy, ref = (-20 * torch.rand(8, generator=generator) for _ in range(2))
+    labels = torch.rand(8, generator=generator) > 0.5
+    out = kto_loss(
+        policy, ref, labels, kl_estimate=kl, desirable_weight=1.0, undesirable_weight=1.33
+    )
+    weight = torch.where(labels, 1.0, 1.33)
+    assert bool(((out.losses >= 0) & (out.losses <= weight)).all())
+    assert torch.allclose(out.rewards, 0.1 * (policy - ref))

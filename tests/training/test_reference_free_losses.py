@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from training.algorithms.reference_free import log1mexp, orpo_loss, simpo_loss
 
@@ -126,3 +128,15 @@ def test_orpo_rejects_bad_input():
         orpo_loss(torch.zeros(2) - 1, torch.zeros(3) - 1)
     with pytest.raises(ValueError, match="chosen_nll"):
         orpo_loss(torch.zeros(2) - 1, torch.zeros(2) - 1, chosen_nll=torch.zeros(3))
+
+
+@settings(max_examples=30, deadline=None)
+@given(chosen=st.floats(-30.0, -1e-3), rejected=st.floats(-30.0, -1e-3))
+def test_swapping_the_pair_negates_the_log_odds_and_flips_simpos_margin(chosen, rejected):
+    """log odds ratio is antisymmetric; SimPO with gamma 0: loss(w, l) - loss(l, w) = -beta (w - l),
+    since softplus(-x) - softplus(x) = -x."""
+    good, bad = torch.tensor([chosen]), torch.tensor([rejected])
+    forward, backward = orpo_loss(good, bad), orpo_loss(bad, good)
+    assert forward.log_odds.item() == pytest.approx(-backward.log_odds.item(), abs=1e-4)
+    gap = simpo_loss(good, bad, gamma=0.0)[0] - simpo_loss(bad, good, gamma=0.0)[0]
+    assert gap.item() == pytest.approx(-2.0 * (chosen - rejected), abs=1e-4)

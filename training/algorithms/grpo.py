@@ -73,7 +73,8 @@ def group_advantages(
         raise ValueError(f"scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
     if eps <= 0:
         raise ValueError(f"eps must be > 0, got {eps}")
-    groups = _as_groups(rewards, group_size).float()
+    groups = _as_groups(rewards, group_size)
+    groups = groups.to(torch.promote_types(groups.dtype, torch.float32))  # bf16 up, float64 kept
     centred = groups - groups.mean(dim=1, keepdim=True)
     if scale == "group":
         centred = centred / (groups.std(dim=1, keepdim=True) + eps)

@@ -1,8 +1,8 @@
 """Reference-free preference losses: SimPO and ORPO. No reference model, so no reference pass.
 
 Shapes: B preference pairs. Both losses take *length-normalised* log-probabilities: the average
-log pi(y_t | x, y_<t) over each completion's tokens (``sequence_logprobs`` summed, divided by the
-token count), float32, so each value is <= 0.
+log pi(y_t | x, y_<t) over each completion's tokens (``sequence_logprobs(..., average=True)``),
+float32, so each value is <= 0.
 """
 
 from __future__ import annotations
