@@ -2,11 +2,13 @@
 save and load, merge."""
 
 import json
+import math
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
+from training.algorithms import dpo_loss, sequence_logprobs
 from training.lora import (
     ALL_LINEAR,
     LoraSettings,
@@ -189,3 +191,26 @@ def test_functions_that_need_an_adapter_refuse_a_plain_model(tmp_path):
         lora_load(base, tmp_path)
     with pytest.raises(ValueError, match="task must be"):
         lora_wrap(base, LoraSettings(), task="seq2seq")
+
+
+def test_dpo_reference_from_the_disabled_adapter_starts_at_ln2_and_stays_the_base():
+    """DPO with LoRA, no second model: the reference log-probs come from the same weights with the
+    adapter off. At the start policy = reference, so the loss is ln 2; after the adapters train, the
+    reference log-probs are still exactly the base model's."""
+    completion = torch.tensor([[0, 0, 1, 1, 1, 1]])
+    chosen, rejected = INPUT_IDS[:1], INPUT_IDS[1:]
+
+    def logps(model, ids):
+        return sequence_logprobs(model(input_ids=ids).logits, ids, completion)
+
+    base = _base()
+    with torch.no_grad():
+        base_chosen = logps(base, chosen)
+    model = lora_wrap(_base(), LoraSettings(rank=4, dropout=0.0))
+    with torch.no_grad(), adapter_disabled(model):
+        ref_chosen, ref_rejected = logps(model, chosen), logps(model, rejected)
+    losses, _, _ = dpo_loss(logps(model, chosen), logps(model, rejected), ref_chosen, ref_rejected)
+    assert losses.item() == pytest.approx(math.log(2), abs=1e-6)
+    _train_adapters(model)
+    with torch.no_grad(), adapter_disabled(model):
+        assert torch.allclose(logps(model, chosen), base_chosen, atol=1e-6)
