@@ -10,6 +10,8 @@ pair in both orders (A shown first, then B shown first). Its verdicts use the st
 - ``length_bias``: share of decisive verdicts that picked the longer response, against the humans'.
 - ``judge_kappas``: Cohen's kappa against each human and against the humans' majority.
 - ``judge_report``: all of them, plus accuracy on gold items.
+- ``reward_verdicts`` / ``calibrate_tie_band``: a reward model's score difference as a verdict, with
+  the tie band that agrees best with the humans.
 """
 
 from __future__ import annotations
@@ -296,3 +298,59 @@ def judge_report(
         gold_n=gold_n,
         gold_accuracy=gold_accuracy,
     )
+
+
+# --- A reward model as a judge --------------------------------------------------------------------
+
+
+def reward_verdicts(score_diff: np.ndarray, *, tie_band: float) -> np.ndarray:
+    """[I] verdict codes of a reward model from its score differences d = r(A) - r(B): A when
+    d > tie_band, B when d < -tie_band, a tie otherwise (|d| <= tie_band)."""
+    if not tie_band >= 0:
+        raise ValueError(f"tie_band must be >= 0, got {tie_band}")
+    d = np.asarray(score_diff, dtype=float)
+    if not np.isfinite(d).all():
+        raise ValueError("score_diff must be finite numbers")
+    return np.where(d > tie_band, A, np.where(d < -tie_band, B, TIE))
+
+
+@dataclass(frozen=True)
+class TieBand:
+    """The calibrated band: width (in reward units), the kappa with the humans it reaches, and the
+    items it was calibrated on."""
+
+    width: float
+    kappa: float
+    n: int
+
+
+def calibrate_tie_band(
+    score_diff: np.ndarray, human_label: np.ndarray, *, max_candidates: int = 200
+) -> TieBand:
+    """The tie band under which the reward model's verdicts agree best with the humans' labels
+    (Cohen's kappa), the narrowest among equally good ones.
+
+    score_diff: [M] r(A) - r(B) on items with a human label; human_label: [M] the humans' label
+    per item (their majority: A, B or TIE; other codes and MISSING are left out). Candidates: 0 and
+    the |d| values themselves (a band equal to |d| makes that item a tie), thinned to at most
+    ``max_candidates`` quantiles of |d| on large sets.
+    """
+    d = np.asarray(score_diff, dtype=float)
+    label = np.asarray(human_label)
+    if d.shape != label.shape or d.ndim != 1:
+        raise ValueError(
+            f"score_diff and human_label must be 1-d of one length, got {d.shape}, {label.shape}"
+        )
+    keep = np.isin(label, (A, B, TIE))
+    d, label = d[keep], label[keep]
+    if d.size < 2:
+        raise ValueError(f"need at least 2 items with an A, B or tie label, got {d.size}")
+    magnitudes = np.unique(np.abs(d))
+    if magnitudes.size > max_candidates:
+        magnitudes = np.unique(np.quantile(magnitudes, np.linspace(0, 1, max_candidates)))
+    candidates = np.unique(np.concatenate([[0.0], magnitudes]))
+    kappas = np.array([_kappa(reward_verdicts(d, tie_band=c), label) for c in candidates])
+    if np.isnan(kappas).all():
+        return TieBand(0.0, float("nan"), int(d.size))
+    best = int(np.nanargmax(kappas))  # the first maximum: the narrowest band
+    return TieBand(float(candidates[best]), float(kappas[best]), int(d.size))

@@ -186,3 +186,21 @@ def test_the_report_needs_the_same_items():
         j.judge_report(
             j.JudgeVerdicts(np.array([0]), np.array([A]), np.array([A]), n_items=2), humans()
         )
+
+
+def test_reward_verdicts_and_the_calibrated_tie_band():
+    """Differences [2, 1, 0.1, -0.1, -1, -2] labelled [A, A, tie, tie, B, B] by the humans. Band 0:
+    verdicts [A, A, A, B, B, B], agreement 4/6, chance (3*2 + 3*2 + 0)/36 = 1/3, kappa 0.5.
+    Band 0.1 (|d| <= 0.1 is a tie): [A, A, tie, tie, B, B], kappa 1, the narrowest perfect band.
+    Band 1: [A, tie, tie, tie, tie, B], agreement 4/6, chance (1*2 + 1*2 + 4*2)/36 = 1/3: 0.5.
+    An item without a human label (MISSING) is left out of the calibration."""
+    d = np.array([2, 1, 0.1, -0.1, -1, -2])
+    humans_say = np.array([A, A, TIE, TIE, B, B])
+    np.testing.assert_array_equal(j.reward_verdicts(d, tie_band=1), [A, TIE, TIE, TIE, TIE, B])
+    band = j.calibrate_tie_band(np.r_[d, 5.0], np.r_[humans_say, MISSING])  # unlabelled: left out
+    assert (band.width, band.kappa, band.n) == (0.1, 1.0, 6)
+    assert j.calibrate_tie_band(d, np.array([A, A, A, B, B, B])).width == 0.0
+    with pytest.raises(ValueError, match="tie_band must be >= 0"):
+        j.reward_verdicts(d, tie_band=-1)
+    with pytest.raises(ValueError, match="at least 2 items"):
+        j.calibrate_tie_band(d[:2], np.array([MISSING, A]))
