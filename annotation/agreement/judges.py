@@ -1,0 +1,356 @@
+"""A model judge measured like an annotator: pure NumPy/SciPy, no Django.
+
+A judge (a reward model or an LLM) gives pairwise verdicts on the same comparisons as the humans, every
+pair in both orders (A shown first, then B shown first). Its verdicts use the stored choice codes of
+``CHOICES`` (a=0, b=1, tie=2, both_bad=3), in terms of the stored responses, never of the screen.
+
+- ``combine_orders``: one verdict per item from the two orders (consistent, or a tie).
+- ``swap_consistency``: how often the preferred response changes when the two answers swap places.
+- ``position_bias``: share of decisive verdicts that picked the response shown first, beyond 0.5.
+- ``length_bias``: share of decisive verdicts that picked the longer response, against the humans'.
+- ``judge_kappas``: Cohen's kappa against each human and against the humans' majority.
+- ``judge_report``: all of them, plus accuracy on gold items.
+- ``reward_verdicts`` / ``calibrate_tie_band``: a reward model's score difference as a verdict, with
+  the tie band that agrees best with the humans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import betaincinv
+
+from annotation.agreement.bias import JudgementTable, _binomial_two_sided
+from annotation.agreement.coefficients import (
+    MISSING,
+    N_CHOICES,
+    TIE,
+    A,
+    B,
+    cohen_kappa,
+    item_counts,
+)
+from annotation.agreement.consensus import majority_vote
+
+
+@dataclass(frozen=True)
+class JudgeVerdicts:
+    """One judge's V verdicts on items 0..n_items-1 (the humans' item indices).
+
+    item: [V]; choice: [V] stored choice code; shown_first: [V] A or B, the stored response the judge
+    saw first. At most one verdict per (item, order): a judge configuration answers each order once.
+    """
+
+    item: np.ndarray
+    choice: np.ndarray
+    shown_first: np.ndarray
+    n_items: int
+
+    def __post_init__(self) -> None:
+        v = np.shape(self.item)
+        for name in ("choice", "shown_first"):
+            if np.shape(getattr(self, name)) != v:
+                raise ValueError(
+                    f"{name} must have shape {v} like item, got {np.shape(getattr(self, name))}"
+                )
+        item, choice, first = (
+            np.asarray(x, np.int64) for x in (self.item, self.choice, self.shown_first)
+        )
+        if item.size and (item.min() < 0 or item.max() >= self.n_items):
+            raise ValueError(f"item indices must lie in 0..{self.n_items - 1}")
+        if choice.size and (choice.min() < 0 or choice.max() >= N_CHOICES):
+            raise ValueError(f"choice codes must lie in 0..{N_CHOICES - 1}")
+        if not np.isin(first, (A, B)).all():
+            raise ValueError(f"shown_first must be A ({A}) or B ({B}) for every verdict")
+        keys = item * 2 + first
+        if np.unique(keys).size != keys.size:
+            raise ValueError("at most one verdict per item and order (shown_first)")
+
+    def by_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """([I], [I]): the verdict with A shown first and the one with B shown first, MISSING where
+        that order was not judged."""
+        out = np.full((2, self.n_items), MISSING, dtype=np.int64)
+        out[np.asarray(self.shown_first, np.int64), np.asarray(self.item, np.int64)] = self.choice
+        return out[A], out[B]
+
+
+def combine_orders(verdicts: JudgeVerdicts) -> np.ndarray:
+    """[I] one verdict per item: the verdict of both orders when they agree, a tie when they do not
+    (a preference that does not survive the swap is no preference; Zheng et al. 2023, MT-Bench), the
+    only verdict when one order was judged, MISSING when none was."""
+    a_first, b_first = verdicts.by_order()
+    both = (a_first != MISSING) & (b_first != MISSING)
+    single = np.where(a_first != MISSING, a_first, b_first)
+    return np.where(both, np.where(a_first == b_first, a_first, TIE), single)
+
+
+@dataclass(frozen=True)
+class SwapConsistency:
+    """Verdicts on the same pair in both orders.
+
+    pairs: items judged in both orders; same_rate: share of them with the same verdict.
+    decisive_pairs: pairs decisive (A or B) in both orders; flips: those whose preferred response
+    changed (A in one order, B in the other); flip_rate = flips / decisive_pairs.
+    half_flips: pairs decisive in one order only (the other a tie or both bad).
+    """
+
+    pairs: int
+    same_rate: float
+    decisive_pairs: int
+    flips: int
+    flip_rate: float
+    half_flips: int
+
+
+def _share(numerator: float, denominator: float) -> float:
+    return float(numerator / denominator) if denominator > 0 else float("nan")
+
+
+def swap_consistency(verdicts: JudgeVerdicts) -> SwapConsistency:
+    """How the judge's verdict changes when the two responses swap places (in stored terms, so a
+    judge without position bias gives the same code in both orders)."""
+    a_first, b_first = verdicts.by_order()
+    both = (a_first != MISSING) & (b_first != MISSING)
+    x, y = a_first[both], b_first[both]
+    decisive_x, decisive_y = x <= B, y <= B
+    decisive = decisive_x & decisive_y
+    flips = int((decisive & (x != y)).sum())
+    return SwapConsistency(
+        pairs=int(both.sum()),
+        same_rate=_share((x == y).sum(), both.sum()),
+        decisive_pairs=int(decisive.sum()),
+        flips=flips,
+        flip_rate=_share(flips, decisive.sum()),
+        half_flips=int((decisive_x != decisive_y).sum()),
+    )
+
+
+@dataclass(frozen=True)
+class PositionBias:
+    """n: decisive verdicts; first_picks: those that picked the response shown first;
+    share = first_picks / n; bias = share - 0.5 (positive: favours the first shown);
+    low/high: exact (Clopper-Pearson) interval of the share; p_value: exact two-sided binomial test
+    of share = 0.5."""
+
+    n: int
+    first_picks: int
+    share: float
+    bias: float
+    low: float
+    high: float
+    p_value: float
+
+
+def clopper_pearson(successes: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact binomial interval (Clopper & Pearson 1934) from the beta quantiles:
+    low = Beta^-1(alpha/2; k, n-k+1), high = Beta^-1(1-alpha/2; k+1, n-k); [0, 1] when n = 0."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if n < 0 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n, got successes={successes}, n={n}")
+    tail = (1 - confidence) / 2
+    low = 0.0 if successes == 0 else float(betaincinv(successes, n - successes + 1, tail))
+    high = 1.0 if successes == n else float(betaincinv(successes + 1, n - successes, 1 - tail))
+    return low, high
+
+
+def position_bias(verdicts: JudgeVerdicts, *, confidence: float = 0.95) -> PositionBias:
+    """Share of the judge's decisive verdicts that picked the response it saw first."""
+    choice = np.asarray(verdicts.choice)
+    decisive = choice <= B
+    n = int(decisive.sum())
+    first = int((decisive & (choice == np.asarray(verdicts.shown_first))).sum())
+    share = _share(first, n)
+    low, high = clopper_pearson(first, n, confidence=confidence)
+    p = float(_binomial_two_sided(np.array([first]), np.array([n]))[0])
+    return PositionBias(n, first, share, share - 0.5, low, high, p)
+
+
+def _longer(length_a: np.ndarray | None, length_b: np.ndarray | None) -> np.ndarray:
+    if length_a is None or length_b is None:
+        raise ValueError("length bias needs length_a and length_b on the humans' JudgementTable")
+    la, lb = np.asarray(length_a), np.asarray(length_b)
+    return np.where(la > lb, A, np.where(lb > la, B, MISSING))
+
+
+@dataclass(frozen=True)
+class LengthBias:
+    """n: the judge's decisive verdicts on items of unequal length; share: those that picked the
+    longer response. human_n, human_share: the same for the humans' decisive judgements on the items
+    the judge judged. bias = share - human_share; p_value: exact binomial test of the judge's
+    longer picks against the humans' share."""
+
+    n: int
+    share: float
+    human_n: int
+    human_share: float
+    bias: float
+    p_value: float
+
+
+def length_bias(verdicts: JudgeVerdicts, humans: JudgementTable) -> LengthBias:
+    """The judge's preference for the longer answer beyond the humans' own (humans often do prefer
+    the longer answer a little; the bias is what the judge adds)."""
+    longer = _longer(humans.length_a, humans.length_b)
+    item, choice = np.asarray(verdicts.item), np.asarray(verdicts.choice)
+    own = (choice <= B) & (longer[item] != MISSING)
+    picks = int((own & (choice == longer[item])).sum())
+    judged = np.zeros(humans.n_items, bool)
+    judged[item] = True
+    h_item, h_choice = np.asarray(humans.item), np.asarray(humans.choice)
+    theirs = judged[h_item] & (h_choice <= B) & (longer[h_item] != MISSING)
+    human_share = _share((theirs & (h_choice == longer[h_item])).sum(), theirs.sum())
+    share = _share(picks, own.sum())
+    p = np.nan
+    if own.sum() and not np.isnan(human_share):
+        p = float(_binomial_two_sided(np.array([picks]), np.array([own.sum()]), human_share)[0])
+    return LengthBias(int(own.sum()), share, int(theirs.sum()), human_share, share - human_share, p)
+
+
+@dataclass(frozen=True)
+class JudgeKappas:
+    """per_human: [R] Cohen's kappa of the judge's combined verdict against each human on the items
+    both judged (NaN under 2 shared items or when chance agreement is total); per_human_n: [R] those
+    items. consensus: kappa against the humans' majority label (undecided items left out) on
+    consensus_n items."""
+
+    per_human: np.ndarray
+    per_human_n: np.ndarray
+    consensus: float
+    consensus_n: int
+
+
+def _kappa(first: np.ndarray, second: np.ndarray) -> float:
+    return cohen_kappa(first, second) if first.size >= 2 else float("nan")
+
+
+def judge_kappas(combined: np.ndarray, humans: JudgementTable) -> JudgeKappas:
+    """Agreement of the judge with every human and with the human consensus.
+
+    combined: [I] the judge's verdict per item (``combine_orders``), MISSING where not judged.
+    """
+    combined = np.asarray(combined)
+    if combined.shape != (humans.n_items,):
+        raise ValueError(f"combined must have shape ({humans.n_items},), got {combined.shape}")
+    h_item, h_ann = np.asarray(humans.item), np.asarray(humans.annotator)
+    h_choice = np.asarray(humans.choice)
+    judge_on = combined[h_item]
+    shared = judge_on != MISSING
+    per_human = np.full(humans.n_annotators, np.nan)
+    per_human_n = np.bincount(h_ann[shared], minlength=humans.n_annotators)
+    for r in np.flatnonzero(per_human_n):
+        mine = shared & (h_ann == r)
+        per_human[r] = _kappa(judge_on[mine], h_choice[mine])
+    counts = item_counts(h_item, h_choice, n_items=humans.n_items)
+    label = majority_vote(counts).label
+    both = (label != MISSING) & (combined != MISSING)
+    return JudgeKappas(per_human, per_human_n, _kappa(combined[both], label[both]), int(both.sum()))
+
+
+@dataclass(frozen=True)
+class JudgeReport:
+    """Everything the judge report page shows. gold_n / gold_accuracy: items with a known answer
+    that the judge judged, and the share its combined verdict got right (NaN without gold)."""
+
+    n_verdicts: int
+    n_items: int  # items with at least one verdict
+    tie_rate: float  # share of verdicts that are ties
+    swap: SwapConsistency
+    position: PositionBias
+    length: LengthBias | None  # None without response lengths
+    kappas: JudgeKappas
+    gold_n: int
+    gold_accuracy: float
+
+
+def judge_report(
+    verdicts: JudgeVerdicts, humans: JudgementTable, *, confidence: float = 0.95
+) -> JudgeReport:
+    """The judge measured like an annotator against the humans' judgements of the same items.
+
+    humans: the project's human judgements (its gold, length_a, length_b columns are used when set).
+    """
+    if verdicts.n_items != humans.n_items:
+        raise ValueError(
+            f"the judge's n_items ({verdicts.n_items}) must equal the humans' ({humans.n_items})"
+        )
+    combined = combine_orders(verdicts)
+    judged = combined != MISSING
+    gold_n, gold_accuracy = 0, float("nan")
+    if humans.gold is not None:
+        gold = np.asarray(humans.gold)
+        has = judged & (gold != MISSING)
+        gold_n, gold_accuracy = (
+            int(has.sum()),
+            _share((combined[has] == gold[has]).sum(), has.sum()),
+        )
+    has_lengths = humans.length_a is not None and humans.length_b is not None
+    choice = np.asarray(verdicts.choice)
+    return JudgeReport(
+        n_verdicts=int(choice.size),
+        n_items=int(judged.sum()),
+        tie_rate=_share((choice == TIE).sum(), choice.size),
+        swap=swap_consistency(verdicts),
+        position=position_bias(verdicts, confidence=confidence),
+        length=length_bias(verdicts, humans) if has_lengths else None,
+        kappas=judge_kappas(combined, humans),
+        gold_n=gold_n,
+        gold_accuracy=gold_accuracy,
+    )
+
+
+# --- A reward model as a judge --------------------------------------------------------------------
+
+
+def reward_verdicts(score_diff: np.ndarray, *, tie_band: float) -> np.ndarray:
+    """[I] verdict codes of a reward model from its score differences d = r(A) - r(B): A when
+    d > tie_band, B when d < -tie_band, a tie otherwise (|d| <= tie_band)."""
+    if not tie_band >= 0:
+        raise ValueError(f"tie_band must be >= 0, got {tie_band}")
+    d = np.asarray(score_diff, dtype=float)
+    if not np.isfinite(d).all():
+        raise ValueError("score_diff must be finite numbers")
+    return np.where(d > tie_band, A, np.where(d < -tie_band, B, TIE))
+
+
+@dataclass(frozen=True)
+class TieBand:
+    """The calibrated band: width (in reward units), the kappa with the humans it reaches, and the
+    items it was calibrated on."""
+
+    width: float
+    kappa: float
+    n: int
+
+
+def calibrate_tie_band(
+    score_diff: np.ndarray, human_label: np.ndarray, *, max_candidates: int = 200
+) -> TieBand:
+    """The tie band under which the reward model's verdicts agree best with the humans' labels
+    (Cohen's kappa), the narrowest among equally good ones.
+
+    score_diff: [M] r(A) - r(B) on items with a human label; human_label: [M] the humans' label
+    per item (their majority: A, B or TIE; other codes and MISSING are left out). Candidates: 0 and
+    the |d| values themselves (a band equal to |d| makes that item a tie), thinned to at most
+    ``max_candidates`` quantiles of |d| on large sets.
+    """
+    d = np.asarray(score_diff, dtype=float)
+    label = np.asarray(human_label)
+    if d.shape != label.shape or d.ndim != 1:
+        raise ValueError(
+            f"score_diff and human_label must be 1-d of one length, got {d.shape}, {label.shape}"
+        )
+    keep = np.isin(label, (A, B, TIE))
+    d, label = d[keep], label[keep]
+    if d.size < 2:
+        raise ValueError(f"need at least 2 items with an A, B or tie label, got {d.size}")
+    magnitudes = np.unique(np.abs(d))
+    if magnitudes.size > max_candidates:
+        magnitudes = np.unique(np.quantile(magnitudes, np.linspace(0, 1, max_candidates)))
+    candidates = np.unique(np.concatenate([[0.0], magnitudes]))
+    kappas = np.array([_kappa(reward_verdicts(d, tie_band=c), label) for c in candidates])
+    if np.isnan(kappas).all():
+        return TieBand(0.0, float("nan"), int(d.size))
+    best = int(np.nanargmax(kappas))  # the first maximum: the narrowest band
+    return TieBand(float(candidates[best]), float(kappas[best]), int(d.size))
