@@ -112,6 +112,7 @@ def rate(request: HttpRequest, round_id: int) -> HttpResponse:
         if not assignment_id.isdigit():
             raise Http404("no such assignment")
         assignment = get_object_or_404(EvalAssignment, pk=int(assignment_id), reviewer=request.user)
+        was_open = round_.status == EvalRound.Status.OPEN
         try:
             eval_services.eval_submit(
                 assignment=assignment,
@@ -123,6 +124,13 @@ def rate(request: HttpRequest, round_id: int) -> HttpResponse:
             )
         except (EvalError, ValueError) as exc:
             messages.error(request, str(exc))
+        else:
+            round_.refresh_from_db()
+            if was_open and round_.status == EvalRound.Status.CLOSED:
+                messages.success(
+                    request,
+                    "That was the last rating: every item has its ratings, the round closed.",
+                )
         return redirect("monitoring:eval-rate", round_.pk)
     assignment = eval_services.eval_claim_next(reviewer=request.user, round_=round_)
     if assignment is None:
