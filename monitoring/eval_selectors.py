@@ -293,6 +293,23 @@ def _kl_band(run: TrainingRun) -> tuple[float, float]:
     return (0.12, 0.22)
 
 
+def items_left_for(
+    round_: EvalRound, reviewer_id: int, *, rateable: QuerySet[EvalItem] | None = None
+) -> int:
+    """Rateable items of the round this reviewer has not rated that still lack ratings (an upper
+    bound on what they will be handed: other reviewers may take the last slots first).
+    ``rateable``: the round's ``rateable_items`` when the caller has them already."""
+    rated_by_me = EvalJudgement.objects.filter(
+        assignment__item=OuterRef("pk"), assignment__reviewer_id=reviewer_id
+    )
+    items = rateable_items(round_) if rateable is None else rateable
+    return (
+        items.annotate(rated=Count("assignments__judgement"), mine=Exists(rated_by_me))
+        .filter(rated__lt=round_.reviewers_per_item, mine=False)
+        .count()
+    )
+
+
 def rounds_open_for(reviewer_id: int) -> list[dict[str, Any]]:
     """Open rounds with their progress for this reviewer: [{round, needed (ratings the rateable
     items need in all), done (ratings so far), mine (this reviewer's ratings), left (rateable items
@@ -304,14 +321,7 @@ def rounds_open_for(reviewer_id: int) -> list[dict[str, Any]]:
     ):
         rateable = rateable_items(round_)
         n_rateable = rateable.count()
-        rated_by_me = EvalJudgement.objects.filter(
-            assignment__item=OuterRef("pk"), assignment__reviewer_id=reviewer_id
-        )
-        left = (
-            rateable.annotate(rated=Count("assignments__judgement"), mine=Exists(rated_by_me))
-            .filter(rated__lt=round_.reviewers_per_item, mine=False)
-            .count()
-        )
+        left = items_left_for(round_, reviewer_id, rateable=rateable)
         done = EvalJudgement.objects.filter(assignment__item__round=round_).count()
         mine = EvalAssignment.objects.filter(
             item__round=round_, reviewer_id=reviewer_id, judgement__isnull=False

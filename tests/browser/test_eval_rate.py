@@ -81,7 +81,7 @@ def test_results_chart_follows_ratings_as_they_arrive(browser, page, open_round,
     log_in(page, reviewers[0])
     page.goto(f"/monitoring/eval/{round_.pk}/")
     caption = page.get_by_test_id("win-rate-caption")
-    expect(caption).to_contain_text("after 1 ratings: 0.500")
+    expect(caption).to_contain_text("after 1 rating: 0.500")
     rate_once(reviewers[2])
     expect(caption).to_contain_text("after 2 ratings: 0.500", timeout=12_000)
 

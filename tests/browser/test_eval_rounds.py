@@ -41,16 +41,23 @@ def test_reviewer_and_engineer_find_open_rounds_and_their_items_left(
     browser, page, open_round, reviewers, ml_engineer
 ):
     """The reviewer's navigation leads to Eval rounds, where the open round says 4 items are left
-    for them; they rate one from there and the list then says 3. The ML engineer's navigation
-    leads to the same list, which offers the results but no rating."""
+    for them; they rate one from there (the rating screen counts down too) and the list then says
+    3. The ML engineer's navigation leads to the same list, which offers the results but no
+    rating."""
     log_in(page, reviewers[0])
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Eval rounds").click()
     row = page.get_by_test_id(f"open-round-{open_round.pk}")
     expect(row.get_by_test_id("left-for-me")).to_have_text("4 items left for you")
     row.get_by_role("link", name="Rate").click()
     expect(page).to_have_url(re.compile(rf"/monitoring/eval/{open_round.pk}/rate/$"))
+    expect(page.get_by_test_id("rate-left")).to_have_text(
+        "4 items left for you, this one included."
+    )
     first = _rate_on_screen(page)
     expect(page.get_by_test_id("prompt")).not_to_have_text(first)
+    expect(page.get_by_test_id("rate-left")).to_have_text(
+        "3 items left for you, this one included."
+    )
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Eval rounds").click()
     expect(row.get_by_test_id("left-for-me")).to_have_text("3 items left for you")
     expect(row).to_contain_text("1 / 12 ratings")
@@ -94,8 +101,9 @@ def test_the_last_rating_closes_the_round_and_the_page_says_so(
 def test_identical_answers_are_never_shown_and_count_as_ties(browser, page, open_round, reviewers):
     """Items 1 and 3 have the same answer on both sides (but for spacing). With one reviewer per
     item the reviewer is shown items 0 and 2 only, always two different answers; their second
-    rating closes the round, and the results say 2 items had identical answers and count as ties
-    (win rate n = 2 ratings + 2 ties)."""
+    rating closes the round, and the results say 2 items had identical answers and count as ties:
+    items 0 and 2 show the checkpoint on the left (first reviewer, even position), so key 1 is two
+    wins, and the win rate is (2 + 2 x 0.5) / 4 = 0.75."""
     _one_reviewer_per_item(open_round)
     prompts = {}
     for item in open_round.items.select_related("prompt"):
@@ -126,3 +134,6 @@ def test_identical_answers_are_never_shown_and_count_as_ties(browser, page, open
         "n = 4: 2 ratings and 2 ties of identical answers"
     )
     expect(page.get_by_test_id("identical-item")).to_have_count(2)
+    expect(page.get_by_test_id("win-rate-caption")).to_contain_text(
+        "after 2 ratings and 2 ties of identical answers: 0.750"
+    )
