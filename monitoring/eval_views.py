@@ -56,12 +56,9 @@ class RoundForm(forms.Form):
         required=False, label="Or a baseline checkpoint", help_text="An earlier checkpoint."
     )
     size = forms.IntegerField(
-        min_value=1,
-        max_value=5000,
-        initial=100,
-        label="Prompts",
+        min_value=1, max_value=5000, initial=100, label="Prompts",
         help_text="Prompts in the round; the interval width they give is shown as you type.",
-    )
+    )  # fmt: skip
     ci_width = forms.FloatField(
         min_value=0.01,
         max_value=0.9,
