@@ -6,14 +6,55 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
+from django.db.models import Count, Exists, OuterRef, QuerySet
 
 from annotation.agreement import krippendorff_alpha
 from monitoring import stopping
-from monitoring.models import EvalAssignment, EvalJudgement, EvalRound
+from monitoring.models import EvalAssignment, EvalItem, EvalJudgement, EvalRound
 from training.models import MetricPoint, TrainingRun
 
 # Metric names whose per-evaluation mean reward the plateau is judged on (first one logged wins).
 REWARD_METRICS = ("eval_reward_mean", "reward_mean")
+
+
+# Rounds whose answers have been generated: before that both answers of every item are empty.
+GENERATED = (EvalRound.Status.OPEN, EvalRound.Status.CLOSED)
+OUTCOME = {"a": 1.0, "tie": 0.5, "b": 0.0}
+
+
+def answers_identical(first: str, second: str) -> bool:
+    """Whether two answers say the same words: whitespace runs (spaces, tabs, newlines) count as
+    one space and the ends are stripped, so "Paris.\n" and " Paris." are identical."""
+    return first.split() == second.split()
+
+
+def identical_item_ids(round_: EvalRound) -> set[int]:
+    """The round's items whose two answers are identical (``answers_identical``): never shown to a
+    reviewer, each counted as ties. None before the answers are generated."""
+    if round_.status not in GENERATED:
+        return set()
+    rows = EvalItem.objects.filter(round=round_).values_list(
+        "pk", "checkpoint_text", "baseline_text"
+    )
+    return {pk for pk, mine, theirs in rows if answers_identical(mine, theirs)}
+
+
+def rateable_items(round_: EvalRound) -> QuerySet[EvalItem]:
+    """The round's items a reviewer can judge: every item but those with identical answers."""
+    return EvalItem.objects.filter(round=round_).exclude(pk__in=identical_item_ids(round_))
+
+
+def round_outcomes(round_: EvalRound) -> list[float]:
+    """The round's outcomes from the checkpoint's side, [N] in {1, 0.5, 0}: first the ties of the
+    items with identical answers, each item counted ``reviewers_per_item`` times (the weight a
+    fully rated item has, so every item weighs the same), then every rating in arrival order."""
+    ties = [0.5] * (len(identical_item_ids(round_)) * round_.reviewers_per_item)
+    return ties + [
+        OUTCOME[preference]
+        for preference in EvalJudgement.objects.filter(assignment__item__round=round_)
+        .order_by("created_at", "pk")
+        .values_list("preference", flat=True)
+    ]
 
 
 def round_judgements(round_: EvalRound) -> list[EvalJudgement]:
@@ -26,28 +67,31 @@ def round_judgements(round_: EvalRound) -> list[EvalJudgement]:
 
 
 def round_win_rate_over_time(round_: EvalRound) -> list[dict[str, float]]:
-    """[{n, estimate, low, high}] after each rating, in arrival order (Wilson 95%)."""
-    outcomes = [
-        {"a": 1.0, "tie": 0.5, "b": 0.0}[preference]
-        for preference in EvalJudgement.objects.filter(assignment__item__round=round_)
-        .order_by("created_at", "pk")
-        .values_list("preference", flat=True)
-    ]
-    return stopping.win_rate_over_time(outcomes)
+    """[{n, estimate, low, high}] after each outcome of ``round_outcomes`` (the identical items'
+    ties first, then the ratings in arrival order; Wilson 95%)."""
+    return stopping.win_rate_over_time(round_outcomes(round_))
 
 
 def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
     """Everything the results page shows.
 
-    Returns {n_judgements, win_rate (Interval), over_time [{n, estimate, low, high}], eprocess,
-    usefulness (UsefulnessSummary), alpha (ordinal Krippendorff on usefulness, NaN when < 2 raters),
-    length_controlled, length_ratio, repetition, items [{item, judgements, outcomes, disagree}]}.
+    Returns {n_judgements, n_reviewers, n_identical (items with identical answers), n_ties (the
+    ties they add: n_identical x reviewers_per_item, as in ``round_outcomes``), win_rate (Interval
+    over the ties and the ratings), over_time [{n, estimate, low, high}] (the same, ties first),
+    eprocess (on the ratings alone: a tie moves no wealth), usefulness (UsefulnessSummary, ratings
+    only), alpha (ordinal Krippendorff on usefulness, NaN when < 2 raters), length_controlled,
+    repetition, items [{item, judgements, identical, disagree, mean_usefulness}], disagreements}.
     """
     judgements = round_judgements(round_)
-    outcomes = np.array([j.outcome for j in judgements], dtype=float)
+    identical = identical_item_ids(round_)
+    items = list(round_.items.select_related("prompt").order_by("position"))
+    tied = [
+        item for item in items if item.pk in identical for _ in range(round_.reviewers_per_item)
+    ]
+    rated_outcomes = [j.outcome for j in judgements]
+    outcomes = np.array([0.5] * len(tied) + rated_outcomes, dtype=float)
     ratings = np.array([j.usefulness for j in judgements], dtype=float)
     item_ids = np.array([j.assignment.item_id for j in judgements], dtype=int)
-    items = list(round_.items.select_related("prompt").order_by("position"))
     by_item: dict[int, list[EvalJudgement]] = defaultdict(list)
     for j in judgements:
         by_item[j.assignment.item_id].append(j)
@@ -65,11 +109,12 @@ def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
         except (ValueError, ZeroDivisionError):
             alpha = float("nan")
 
-    rated = [item for item in items if by_item.get(item.pk)]
+    counted = [item for item in items if by_item.get(item.pk) or item.pk in identical]
+    outcome_items = tied + [j.assignment.item for j in judgements]
     lc = stopping.length_controlled_win_rate(
         outcomes,
-        [max(1, j.assignment.item.checkpoint_tokens) for j in judgements],
-        [max(1, j.assignment.item.baseline_tokens) for j in judgements],
+        [max(1, item.checkpoint_tokens) for item in outcome_items],
+        [max(1, item.baseline_tokens) for item in outcome_items],
     )
     rows = []
     for item in items:
@@ -82,6 +127,7 @@ def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
             {
                 "item": item,
                 "judgements": mine,
+                "identical": item.pk in identical,
                 "disagree": len(prefs) > 1 or spread >= 2,
                 "mean_usefulness": float(np.mean([j.usefulness for j in mine])) if mine else None,
             }
@@ -89,16 +135,18 @@ def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
     return {
         "n_judgements": len(judgements),
         "n_reviewers": len(reviewers),
+        "n_identical": len(identical),
+        "n_ties": len(tied),
         "win_rate": stopping.win_rate(outcomes),
         "over_time": stopping.win_rate_over_time(outcomes),
-        "eprocess": stopping.win_rate_eprocess(outcomes),
+        "eprocess": stopping.win_rate_eprocess(rated_outcomes),
         "usefulness": stopping.usefulness_summary(ratings, item_ids, n_boot=n_boot),
         "alpha": alpha,
         "length_controlled": lc,
         "repetition": float(
-            np.mean([stopping.text_repetition_rate(i.checkpoint_text) for i in rated])
+            np.mean([stopping.text_repetition_rate(i.checkpoint_text) for i in counted])
         )
-        if rated
+        if counted
         else None,
         "items": rows,
         "disagreements": [r for r in rows if r["disagree"]],
@@ -130,7 +178,7 @@ def run_stopping_panel(run: TrainingRun, *, n_boot: int = 1000) -> dict[str, Any
     rated_rounds: list[EvalRound] = []
     round_rewards, round_win_rates = [], []
     for round_ in rounds:
-        outcomes = [j.outcome for j in round_judgements(round_)]
+        outcomes = round_outcomes(round_)
         if not outcomes:
             continue
         latest = round_
@@ -215,7 +263,7 @@ def run_bradley_terry(run: TrainingRun, *, n_boot: int = 300) -> list[dict[str, 
         "checkpoint", "baseline_checkpoint"
     )
     for round_ in rounds.order_by("created_at"):
-        outcomes = [j.outcome for j in round_judgements(round_)]
+        outcomes = round_outcomes(round_)
         if not outcomes:
             continue
         if round_.baseline_checkpoint_id:
@@ -245,16 +293,47 @@ def _kl_band(run: TrainingRun) -> tuple[float, float]:
     return (0.12, 0.22)
 
 
+def items_left_for(
+    round_: EvalRound, reviewer_id: int, *, rateable: QuerySet[EvalItem] | None = None
+) -> int:
+    """Rateable items of the round this reviewer has not rated that still lack ratings (an upper
+    bound on what they will be handed: other reviewers may take the last slots first).
+    ``rateable``: the round's ``rateable_items`` when the caller has them already."""
+    rated_by_me = EvalJudgement.objects.filter(
+        assignment__item=OuterRef("pk"), assignment__reviewer_id=reviewer_id
+    )
+    items = rateable_items(round_) if rateable is None else rateable
+    return (
+        items.annotate(rated=Count("assignments__judgement"), mine=Exists(rated_by_me))
+        .filter(rated__lt=round_.reviewers_per_item, mine=False)
+        .count()
+    )
+
+
 def rounds_open_for(reviewer_id: int) -> list[dict[str, Any]]:
-    """Open rounds with how many items each still needs and how many this reviewer rated."""
+    """Open rounds with their progress for this reviewer: [{round, needed (ratings the rateable
+    items need in all), done (ratings so far), mine (this reviewer's ratings), left (rateable items
+    this reviewer has not rated that still lack ratings), identical (items not shown: identical
+    answers)}]."""
     rows = []
     for round_ in EvalRound.objects.filter(status=EvalRound.Status.OPEN).select_related(
         "checkpoint__run"
     ):
-        needed = round_.size * round_.reviewers_per_item
+        rateable = rateable_items(round_)
+        n_rateable = rateable.count()
+        left = items_left_for(round_, reviewer_id, rateable=rateable)
         done = EvalJudgement.objects.filter(assignment__item__round=round_).count()
         mine = EvalAssignment.objects.filter(
             item__round=round_, reviewer_id=reviewer_id, judgement__isnull=False
         ).count()
-        rows.append({"round": round_, "needed": needed, "done": done, "mine": mine})
+        rows.append(
+            {
+                "round": round_,
+                "needed": n_rateable * round_.reviewers_per_item,
+                "done": done,
+                "mine": mine,
+                "left": left,
+                "identical": round_.size - n_rateable,
+            }
+        )
     return rows

@@ -6,7 +6,8 @@ reviewer) makes a second rating by the same person impossible). A claim is one s
 locks the next item still short of reviewers with ``SELECT ... FOR UPDATE SKIP LOCKED`` (ordered by
 position) and re-counts its assignments under the lock. Sides are counterbalanced: the k-th reviewer of
 item i sees the checkpoint on the left when (i + k) is even, so each item and the round as a whole show
-the checkpoint on both sides about equally, and no reviewer can learn a fixed side.
+the checkpoint on both sides about equally, and no reviewer can learn a fixed side. An item whose two
+answers are identical (``eval_selectors.answers_identical``) is never handed out: it counts as ties.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from annotation.models import Project, Prompt
 from common.errors import ConcordError
 from common.jobs import task_send
 from common.sides import stored_side
-from monitoring import stopping
+from monitoring import eval_selectors, stopping
 from monitoring.models import (
     EVAL_PAIR,
     EvalAssignment,
@@ -174,6 +175,8 @@ def round_generate(*, round_id: int) -> EvalRound:
         EvalRound.objects.filter(pk=round_.pk).update(
             status=EvalRound.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:5000]
         )
+    else:
+        _close_when_rated(round_id=round_.pk)  # every answer identical: nothing to rate
     round_.refresh_from_db()
     return round_
 
@@ -227,7 +230,8 @@ def reward_scores(
 
 def eval_claim_next(*, reviewer: AbstractBaseUser, round_: EvalRound) -> EvalAssignment | None:
     """The reviewer's unanswered assignment in the round, else a newly claimed item (short of
-    reviewers, never one this reviewer already has); None when nothing is left for them."""
+    reviewers, never one this reviewer already has, never one whose two answers are identical);
+    None when nothing is left for them."""
     if round_.status != EvalRound.Status.OPEN:
         return None
     open_one = (
@@ -244,7 +248,7 @@ def eval_claim_next(*, reviewer: AbstractBaseUser, round_: EvalRound) -> EvalAss
     mine = EvalAssignment.objects.filter(item=OuterRef("pk"), reviewer=reviewer)
     with transaction.atomic():
         candidates = (
-            EvalItem.objects.filter(round=round_)
+            eval_selectors.rateable_items(round_)
             .annotate(taken=Count("assignments"), mine=Exists(mine))
             .filter(taken__lt=round_.reviewers_per_item, mine=False)
             .order_by("position", "pk")
@@ -285,6 +289,8 @@ def eval_submit(
     from the checkpoint's side (a = checkpoint better, b = baseline better)."""
     if assignment.reviewer_id != reviewer.pk:
         raise EvalError("this item was handed to another reviewer")
+    if assignment.item.round.status != EvalRound.Status.OPEN:
+        raise EvalError("this round is closed: it takes no more ratings")
     if pick not in PICKS:
         raise EvalError(f"pick must be one of {PICKS}, got {pick!r}")
     if not isinstance(usefulness, int) or not 1 <= usefulness <= 5:
@@ -314,11 +320,12 @@ def eval_submit(
 
 
 def _close_when_rated(*, round_id: int) -> None:
-    """Close an open round once every item has its ``reviewers_per_item`` ratings: nothing is left
-    to hand out, and the results are final."""
+    """Close an open round once every rateable item has its ``reviewers_per_item`` ratings (items
+    with identical answers need none: they count as ties): nothing is left to hand out, and the
+    results are final. A round whose answers are all identical closes as soon as it opens."""
     round_ = EvalRound.objects.get(pk=round_id)
     short = (
-        EvalItem.objects.filter(round=round_)
+        eval_selectors.rateable_items(round_)
         .annotate(rated=Count("assignments__judgement"))
         .filter(rated__lt=round_.reviewers_per_item)
     )

@@ -39,24 +39,36 @@ class PolicyCheckpointField(forms.ModelChoiceField):
 
 class RoundForm(forms.Form):
     checkpoint = PolicyCheckpointField(
-        help_text="A checkpoint of a policy run (DPO, PPO or RLOO); reward models cannot be judged."
+        label="Checkpoint to evaluate",
+        help_text="A checkpoint of a policy run (DPO, PPO or RLOO); reward models cannot be judged.",
     )
     project = forms.ModelChoiceField(
-        queryset=Project.objects.order_by("name"), to_field_name="slug"
+        queryset=Project.objects.order_by("name"),
+        to_field_name="slug",
+        label="Prompts from project",
+        help_text="Its held-out prompts, drawn stratified by cluster.",
     )
     baseline_model = forms.ChoiceField(
         required=False,
         help_text="A generative model of the registry, or leave empty and pick a checkpoint below.",
     )
-    baseline_checkpoint = PolicyCheckpointField(required=False)
-    size = forms.IntegerField(
-        min_value=1,
-        max_value=5000,
-        initial=100,
-        help_text="Prompts in the round; the interval width they give is shown as you type.",
+    baseline_checkpoint = PolicyCheckpointField(
+        required=False, label="Or a baseline checkpoint", help_text="An earlier checkpoint."
     )
-    ci_width = forms.FloatField(min_value=0.01, max_value=0.9, initial=0.1)
-    max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256)
+    size = forms.IntegerField(
+        min_value=1, max_value=5000, initial=100, label="Prompts",
+        help_text="Prompts in the round; the interval width they give is shown as you type.",
+    )  # fmt: skip
+    ci_width = forms.FloatField(
+        min_value=0.01,
+        max_value=0.9,
+        initial=0.1,
+        label="Wanted win-rate interval width",
+        help_text="The page says how many prompts that width needs (385 for 0.1).",
+    )
+    max_new_tokens = forms.IntegerField(
+        min_value=1, max_value=4096, initial=256, help_text="Longest answer, in tokens."
+    )
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -112,6 +124,7 @@ def rate(request: HttpRequest, round_id: int) -> HttpResponse:
         if not assignment_id.isdigit():
             raise Http404("no such assignment")
         assignment = get_object_or_404(EvalAssignment, pk=int(assignment_id), reviewer=request.user)
+        was_open = round_.status == EvalRound.Status.OPEN
         try:
             eval_services.eval_submit(
                 assignment=assignment,
@@ -123,6 +136,13 @@ def rate(request: HttpRequest, round_id: int) -> HttpResponse:
             )
         except (EvalError, ValueError) as exc:
             messages.error(request, str(exc))
+        else:
+            round_.refresh_from_db()
+            if was_open and round_.status == EvalRound.Status.CLOSED:
+                messages.success(
+                    request,
+                    "That was the last rating: every item has its ratings, the round closed.",
+                )
         return redirect("monitoring:eval-rate", round_.pk)
     assignment = eval_services.eval_claim_next(reviewer=request.user, round_=round_)
     if assignment is None:
@@ -142,6 +162,7 @@ def rate(request: HttpRequest, round_id: int) -> HttpResponse:
             EvalAssignment.Side.CHECKPOINT, shown_left=assignment.shown_left, pair=EVAL_PAIR
         ),
         "levels": range(1, 6),
+        "left_for_me": eval_selectors.items_left_for(round_, request.user.pk),
     }
     return render(request, "monitoring/eval/rate.html", context)
 

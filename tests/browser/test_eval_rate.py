@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from playwright.sync_api import expect
+from playwright.sync_api import Page, expect
 
 from monitoring import eval_services
 from monitoring.models import EvalItem, EvalJudgement, EvalRound
@@ -15,12 +15,21 @@ from tests.monitoring_eval.conftest import BASELINE
 
 # The eval fixtures, shared with tests/monitoring_eval (conftest fixtures reach only their folder).
 models_dir = eval_conftest.models_dir
+open_round = eval_conftest.open_round
 reviewers = eval_conftest.reviewers
 run_with_checkpoints = eval_conftest.run_with_checkpoints
 tiny_tokenizer_dir = eval_conftest.tiny_tokenizer_dir
 
 
 PASSWORD = "correct horse battery"  # UserFactory's password
+
+
+def log_in(page: Page, user) -> None:
+    """Log ``user`` (made by UserFactory) in through the login form."""
+    page.goto("/accounts/login/")
+    page.fill("#id_username", user.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
 
 
 def test_reviewer_rates_blind_with_the_keyboard(browser, page, run_with_checkpoints, reviewers):
@@ -37,10 +46,7 @@ def test_reviewer_rates_blind_with_the_keyboard(browser, page, run_with_checkpoi
     )
     EvalRound.objects.filter(pk=round_.pk).update(status="open")
 
-    page.goto("/accounts/login/")
-    page.fill("#id_username", reviewers[0].username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
+    log_in(page, reviewers[0])
     page.goto(f"/monitoring/eval/{round_.pk}/rate/")
     first_prompt = page.get_by_test_id("prompt").inner_text()
     left = page.get_by_test_id("left").inner_text()
@@ -60,18 +66,10 @@ def test_reviewer_rates_blind_with_the_keyboard(browser, page, run_with_checkpoi
     assert made.elapsed_ms > 0
 
 
-def test_results_chart_follows_ratings_as_they_arrive(
-    browser, page, run_with_checkpoints, reviewers
-):
+def test_results_chart_follows_ratings_as_they_arrive(browser, page, open_round, reviewers):
     """The results page draws the win rate after each rating and, while the round is open, redraws
     when another reviewer's rating arrives (it polls every 5 s)."""
-    round_ = eval_services.round_create(
-        checkpoint=run_with_checkpoints.checkpoints.get(step=4),
-        project=run_with_checkpoints.snapshot.export.project, size=2, created_by=None,
-        baseline_model=BASELINE, enqueue=False,
-    )  # fmt: skip
-    EvalRound.objects.filter(pk=round_.pk).update(status="open")
-    round_.refresh_from_db()
+    round_ = open_round
 
     def rate_once(reviewer) -> None:
         assignment = eval_services.eval_claim_next(reviewer=reviewer, round_=round_)
@@ -80,13 +78,10 @@ def test_results_chart_follows_ratings_as_they_arrive(
         )
 
     rate_once(reviewers[1])
-    page.goto("/accounts/login/")
-    page.fill("#id_username", reviewers[0].username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
+    log_in(page, reviewers[0])
     page.goto(f"/monitoring/eval/{round_.pk}/")
     caption = page.get_by_test_id("win-rate-caption")
-    expect(caption).to_contain_text("after 1 ratings: 0.500")
+    expect(caption).to_contain_text("after 1 rating: 0.500")
     rate_once(reviewers[2])
     expect(caption).to_contain_text("after 2 ratings: 0.500", timeout=12_000)
 
@@ -95,10 +90,7 @@ def test_new_round_form_shows_the_interval_width_as_the_prompts_are_typed(page, 
     """The width a number of prompts gives appears as it is typed (385 prompts: about 0.10), with a
     warning under 30 prompts (20: 2 x 1.96 x sqrt(0.25 / 20) = 0.44); the baseline is a select of
     the registry's generative models."""
-    page.goto("/accounts/login/")
-    page.fill("#id_username", reviewers[0].username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
+    log_in(page, reviewers[0])
     page.goto("/monitoring/eval/")
     width = page.get_by_test_id("interval-width")
     page.fill("#id_size", "385")

@@ -8,6 +8,8 @@ import pytest
 from annotation.exporting import dataset_export
 from annotation.services import comparisons_import, project_get_or_create
 from common.roles import REVIEWER
+from monitoring import eval_services
+from monitoring.models import EvalItem, EvalRound
 from tests.factories import UserFactory
 from tests.training import conftest as training_conftest
 from tests.training.conftest import PAIRS, tiny_llama
@@ -52,3 +54,23 @@ def run_with_checkpoints(db, tmp_path, settings, tiny_tokenizer_dir, models_dir)
 @pytest.fixture
 def reviewers(db):
     return [UserFactory(username=f"rev{k}", role=REVIEWER) for k in range(4)]
+
+
+@pytest.fixture
+def open_round(run_with_checkpoints):
+    """A round of 4 items open for ratings without generation: hand-written answers that differ
+    ("**CKPT** answer <position>" against "BASE answer"; identical ones would never be shown),
+    8 and 4 tokens long."""
+    round_ = eval_services.round_create(
+        checkpoint=run_with_checkpoints.checkpoints.get(step=4),
+        project=run_with_checkpoints.snapshot.export.project, size=4, created_by=None,
+        baseline_model=BASELINE, enqueue=False,
+    )  # fmt: skip
+    for item in round_.items.all():
+        EvalItem.objects.filter(pk=item.pk).update(
+            checkpoint_text=f"**CKPT** answer {item.position}", baseline_text="BASE answer",
+            checkpoint_tokens=8, baseline_tokens=4,
+        )  # fmt: skip
+    EvalRound.objects.filter(pk=round_.pk).update(status="open")
+    round_.refresh_from_db()
+    return round_

@@ -4,29 +4,11 @@ import pytest
 from django.urls import reverse
 
 from monitoring import eval_services
-from monitoring.models import EvalItem, EvalJudgement, EvalRound, StopDecision
+from monitoring.models import EvalAssignment, EvalItem, EvalJudgement, EvalRound, StopDecision
 from tests.conftest import logged_in
 from tests.monitoring_eval.conftest import BASELINE
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def open_round(run_with_checkpoints):
-    """A round of 4 items with hand-written responses, open for ratings (no generation)."""
-    round_ = eval_services.round_create(
-        checkpoint=run_with_checkpoints.checkpoints.get(step=4),
-        project=run_with_checkpoints.snapshot.export.project, size=4, created_by=None,
-        baseline_model=BASELINE, enqueue=False,
-    )  # fmt: skip
-    for item in round_.items.all():
-        EvalItem.objects.filter(pk=item.pk).update(
-            checkpoint_text=f"**CKPT** answer {item.position}", baseline_text="BASE answer",
-            checkpoint_tokens=8, baseline_tokens=4,
-        )  # fmt: skip
-    EvalRound.objects.filter(pk=round_.pk).update(status="open")
-    round_.refresh_from_db()
-    return round_
 
 
 def test_screen_is_blind_and_submits_from_the_checkpoint_side(open_round, reviewers):
@@ -221,3 +203,31 @@ def test_the_baseline_is_chosen_from_the_registry(run_with_checkpoints, reviewer
     )  # fmt: skip
     assert response.status_code == 200 and "Select a valid choice" in response.content.decode()
     assert not EvalRound.objects.exists()
+
+
+def test_the_rating_screen_skips_identical_answers_and_says_when_the_round_closed(
+    open_round, reviewers
+):
+    """With one reviewer per item and items 1 and 3 answered identically, the reviewer is shown
+    items 0 and 2 only; the last rating closes the round and the next page says so; the results
+    page says how many items had identical answers and counts them as ties (n = 2 ratings + 2)."""
+    EvalRound.objects.filter(pk=open_round.pk).update(reviewers_per_item=1)
+    for item in open_round.items.filter(position__in=[1, 3]):
+        EvalItem.objects.filter(pk=item.pk).update(baseline_text=f"**CKPT** answer {item.position}")
+    client = logged_in(reviewers[0])
+    url = reverse("monitoring:eval-rate", args=[open_round.pk])
+    shown = []
+    for _ in range(2):
+        client.get(url)
+        assignment = EvalAssignment.objects.get(item__round=open_round, judgement__isnull=True)
+        shown.append(assignment.item.position)
+        response = client.post(
+            url, {"assignment": assignment.pk, "pick": "tie", "usefulness": "3"}, follow=True
+        )
+    assert shown == [0, 2]
+    page = response.content.decode()
+    assert "That was the last rating" in page and "This round is closed" in page
+    page = client.get(reverse("monitoring:eval-round", args=[open_round.pk])).content.decode()
+    assert "2 items had identical answers and count as ties" in page
+    assert "n = 4: 2 ratings and 2 ties of identical answers" in page
+    assert page.count('data-testid="identical-item"') == 2

@@ -1,11 +1,26 @@
-"""python manage.py export_dataset --project SLUG --out PATH [--format jsonl|hf] [--keep-ties] ..."""
+"""python manage.py export_dataset --project SLUG [--out PATH] [--format jsonl|hf] [--keep-ties] ..."""
 
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.exporting import dataset_export, export_copy, hf_export_write
-from annotation.models import Project
+from annotation.models import DatasetExport, Project
+
+
+def _out_path(out: Path | None, *, export: DatasetExport, format: str) -> Path:
+    """Where the copy goes: the path the user gave, as given (a jsonl copy into a folder that exists
+    is named after the export there); else var/exports/SLUG/SLUG-SHA12.jsonl (jsonl) or
+    var/exports/SLUG/SLUG-SHA12-hf/ (hf), beside the export's frozen SHA folder."""
+    name = f"{export.project.slug}-{export.sha256[:12]}"
+    if out is None:
+        folder = Path(settings.EXPORT_DIR) / export.project.slug
+        return folder / (f"{name}-hf" if format == "hf" else f"{name}.jsonl")
+    out = out.expanduser()
+    if format == "jsonl" and out.is_dir():
+        return out / f"{name}.jsonl"
+    return out
 
 
 class Command(BaseCommand):
@@ -13,13 +28,18 @@ class Command(BaseCommand):
         "Freeze the project's judgements into an immutable, hashed export. --format jsonl "
         "(default): copy it to PATH (TRL-style pairs) and PATH.judgements.jsonl (raw rows). "
         "--format hf: write the folder PATH as a Hugging Face dataset (Parquet train/test split "
-        "by prompt, dataset card README.md) that datasets.load_dataset(PATH) loads."
+        "by prompt, dataset card README.md) that datasets.load_dataset(PATH) loads. Without --out "
+        "the files go under var/exports/SLUG/, named after the export's hash."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--project", required=True, help="project slug")
         parser.add_argument(
-            "--out", required=True, type=Path, help="pairs JSONL file (jsonl) or folder (hf)"
+            "--out",
+            type=Path,
+            default=None,
+            help="pairs JSONL file (jsonl) or folder (hf); default var/exports/SLUG/SLUG-SHA12.jsonl "
+            "(jsonl) or var/exports/SLUG/SLUG-SHA12-hf/ (hf)",
         )
         parser.add_argument("--format", choices=["jsonl", "hf"], default="jsonl")
         parser.add_argument("--keep-ties", action="store_true", help="keep tied pairs (margin 0)")
@@ -43,7 +63,7 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *args, project: str, out: Path, format: str, keep_ties: bool, min_judgements: int,
+        self, *args, project: str, out: Path | None, format: str, keep_ties: bool, min_judgements: int,
         consensus: str, test_fraction: float, license: str, **o,
     ):  # fmt: skip
         target = Project.objects.filter(slug=project).first()
@@ -56,6 +76,7 @@ class Command(BaseCommand):
                 min_judgements=min_judgements,
                 consensus=consensus,
             )
+            out = _out_path(out, export=export, format=format)
             if format == "hf":
                 written = hf_export_write(
                     export=export, out=out, test_fraction=test_fraction, license=license

@@ -1,11 +1,13 @@
-// A round's win rate after each rating, with its Wilson band and the 0.5 line (plain SVG); while the
-// round is open the chart polls the round's progress and redraws as ratings arrive.
+// A round's win rate after each rating (the ties of items with identical answers first), with its
+// Wilson band and the 0.5 line (plain SVG); while the round is open the chart polls the round's
+// progress and redraws as ratings arrive.
 (function () {
   "use strict";
   const figure = document.getElementById("win-rate-chart");
   const data = document.getElementById("win-rate-over-time");
   if (!figure || !data) return;
   const W = 640, H = 220, pad = 32, ns = "http://www.w3.org/2000/svg";
+  const ties = Number.parseInt(figure.dataset.ties || "0", 10);
   const el = (name, attrs) => {
     const node = document.createElementNS(ns, name);
     for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
@@ -30,7 +32,10 @@
     const last = rows[rows.length - 1];
     const caption = document.createElement("figcaption");
     caption.dataset.testid = "win-rate-caption";
-    caption.textContent = `Win rate after ${last.n} ratings: ${last.estimate.toFixed(3)} [${last.low.toFixed(3)}, ${last.high.toFixed(3)}]`;
+    // The first ``ties`` points are the ties of items with identical answers, not ratings.
+    const ratings = last.n - ties;
+    const counted = `${ratings} rating${ratings === 1 ? "" : "s"}` + (ties ? ` and ${ties} ties of identical answers` : "");
+    caption.textContent = `Win rate after ${counted}: ${last.estimate.toFixed(3)} [${last.low.toFixed(3)}, ${last.high.toFixed(3)}]`;
     figure.append(svg, caption);
   }
   let shown = JSON.parse(data.textContent);

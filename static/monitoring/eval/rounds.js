@@ -24,6 +24,7 @@
     out.textContent = text;
   }
 
+  size.parentElement.after(out);  // right under the number it speaks of
   size.addEventListener("input", show);
   show();
 })();
