@@ -556,7 +556,8 @@ def stopping_panel(
             None if ratings.size == 0
             else bool(mean >= cfg.usefulness_min and min_reviewers >= cfg.reviewers_min),
             f"{_fmt(mean, 2)} [{_fmt(summary.mean.low, 2)}, {_fmt(summary.mean.high, 2)}] "
-            f"(needs >= {cfg.usefulness_min}); at least {min_reviewers} reviewers per item "
+            f"(needs >= {cfg.usefulness_min}); at least {min_reviewers} "
+            f"{'reviewer' if min_reviewers == 1 else 'reviewers'} per item "
             f"(needs {cfg.reviewers_min}); {_fmt(summary.share_low * 100 if ratings.size else None, 0)}%"
             " rated <= 2",
         )
