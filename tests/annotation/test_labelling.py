@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from annotation import labelling
-from annotation.labelling import LabellingError, Verdict
 from annotation.models import Assignment, Comparison, Judgement, RepeatJudgement
+from annotation.services import labelling
+from annotation.services.labelling import LabellingError, Verdict
 from common.roles import ANNOTATOR
 from tests.factories import ComparisonFactory, ProjectFactory, UserFactory
 
@@ -286,7 +286,7 @@ def test_swap_repeat_shows_an_old_pair_with_sides_flipped():
 def test_progress_counts_open_pairs_the_annotator_has_not_touched():
     """Pairs left = open pairs (below the overlap) minus those the annotator was given (judged,
     skipped, on screen) or has an imported judgement on; full pairs do not count either way."""
-    from annotation.selectors import labelling_progress
+    from annotation.selectors.labelling import labelling_progress
     from tests.factories import JudgementFactory
 
     project, comparisons = _project(5, overlap=2)
@@ -393,7 +393,7 @@ def test_concurrent_double_submission_stores_one_row(submitters):
 def test_claims_follow_the_cluster_balanced_queue():
     """After clustering, queue positions come from balanced batches: the first batch mixes clusters
     although the import put all of cluster 0 first; a later import joins the end of the queue."""
-    from annotation.clustering_service import queue_rebalance
+    from annotation.services.clustering import queue_rebalance
 
     project, comparisons = _project(40, overlap=1)
     for index, comparison in enumerate(comparisons):
@@ -403,7 +403,7 @@ def test_claims_follow_the_cluster_balanced_queue():
     (user,) = _annotators(project, 1)
     first_batch = [_label(user, project).comparison.prompt.cluster for _ in range(20)]
     assert set(first_batch) == {0, 1}
-    from annotation.services import comparisons_import
+    from annotation.services.importing import comparisons_import
 
     comparisons_import(
         project=project, lines=['{"prompt": "new", "response_a": "x", "response_b": "y"}']

@@ -4,8 +4,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annotation.exporting import dataset_export, export_copy, hf_export_write
 from annotation.models import Project
+from annotation.services.exporting import dataset_export, export_copy, hf_export_write
 
 
 class Command(BaseCommand):

@@ -157,7 +157,7 @@ def _write_files(
             n_judgements += 1
     posteriors: dict[int, dict] = {}
     if consensus_rule == "dawid_skene" and votes:
-        from annotation.agreement_service import project_consensus
+        from annotation.services.agreement import project_consensus
 
         posteriors = project_consensus(project=project, method="dawid_skene")
     comparisons = (
@@ -374,7 +374,7 @@ def _agreement_lines(project: Project) -> list[str]:
     pair of annotators, as card lines. (Read from the report itself: agreement_summary's
     ``intervals`` fails on an undefined bound.)"""
     from annotation import agreement
-    from annotation.agreement_service import project_agreement
+    from annotation.services.agreement import project_agreement
 
     if not Judgement.objects.filter(comparison__project=project).exists():
         return ["- No judgements: no agreement figures."]

@@ -56,7 +56,7 @@ def judgements_changed(project: Project) -> None:
     never costs the annotator the submission."""
 
     def schedule() -> None:
-        from annotation.agreement_service import dashboard_refresh_schedule
+        from annotation.services.agreement import dashboard_refresh_schedule
 
         try:
             dashboard_refresh_schedule(project=project)
