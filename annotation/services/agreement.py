@@ -297,8 +297,10 @@ def project_consensus(
 ) -> dict[int, dict[str, Any]]:
     """Consensus per judged comparison id: {"choice", "posterior": {choice: p}, "margin"}.
 
-    method "majority" (vote shares) or "dawid_skene" (annotator confusion matrices learned by EM; the
-    posterior is the soft label, margin = top posterior minus the runner-up).
+    method "majority" (vote shares; margin = top share minus the runner-up) or "dawid_skene"
+    (annotator confusion matrices learned by EM; the posterior is the soft label, margin =
+    P(chosen) - P(rejected), as in the export: ``annotation.agreement.side_margin``). A split at the
+    top is undecided: choice None.
     """
     data = project_judgements(project=project)
     table = data.table
