@@ -9,7 +9,7 @@ from annotation.models import Judgement, Project, Prompt
 from annotation.selectors import agreement as agreement_selectors
 from annotation.services import agreement as agreement_services
 from annotation.tasks import agreement_report_refresh
-from tests.agreement.jsonl import import_file, synthetic_rows, write_jsonl
+from tests.annotation.agreement.jsonl import import_file, synthetic_rows, write_jsonl
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

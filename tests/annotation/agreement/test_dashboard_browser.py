@@ -16,7 +16,7 @@ from annotation.selectors import agreement as agreement_selectors
 from annotation.services import agreement as agreement_services
 from annotation.tasks import agreement_report_refresh
 from common.roles import ML_ENGINEER
-from tests.agreement.jsonl import import_file, synthetic_rows, write_jsonl
+from tests.annotation.agreement.jsonl import import_file, synthetic_rows, write_jsonl
 from tests.factories import UserFactory
 
 CHROMIUM = Path(os.environ.get("CONCORD_CHROMIUM", "/usr/bin/chromium"))
