@@ -177,3 +177,25 @@ def labelling_history(
             )
         )
     return entries
+
+
+def judgement_last(*, annotator: AbstractBaseUser, project: Project) -> Judgement | None:
+    """The annotator's most recent judgement in the project (what Z brings back to edit)."""
+    return (
+        Judgement.objects.select_related("comparison__prompt", "comparison__project")
+        .filter(comparison__project=project, annotator=annotator)
+        .order_by("-updated_at", "-pk")
+        .first()
+    )
+
+
+def judgement_own(
+    *, annotator: AbstractBaseUser, project: Project, judgement_id: int
+) -> Judgement | None:
+    """The annotator's own judgement ``judgement_id`` in the project (from their history), or None
+    when there is no such judgement of theirs there."""
+    return (
+        Judgement.objects.select_related("comparison__prompt", "comparison__project")
+        .filter(pk=judgement_id, comparison__project=project, annotator=annotator)
+        .first()
+    )

@@ -193,12 +193,12 @@ def _judgement_asked(request: HttpRequest, project):
     history), else the annotator's last; None when they have none (or it is not theirs)."""
     raw = request.POST.get("judgement") or request.GET.get("judgement")
     if not raw:
-        return labelling.judgement_last(annotator=request.user, project=project)
+        return selectors.judgement_last(annotator=request.user, project=project)
     try:
         judgement_id = int(raw)
     except ValueError:
         return None
-    return labelling.judgement_own(
+    return selectors.judgement_own(
         annotator=request.user, project=project, judgement_id=judgement_id
     )
 

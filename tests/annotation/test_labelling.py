@@ -9,6 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from annotation.models import Assignment, Comparison, Judgement, RepeatJudgement
+from annotation.selectors.labelling import judgement_last
 from annotation.services import labelling
 from annotation.services.labelling import LabellingError, Verdict
 from common.roles import ANNOTATOR
@@ -235,7 +236,7 @@ def test_edit_last_judgement_keeps_the_shown_side():
     (user,) = _annotators(project, 1)
     _label(user, project, "left", 3)
     assignment = _label(user, project, "left", 1)
-    last = labelling.judgement_last(annotator=user, project=project)
+    last = judgement_last(annotator=user, project=project)
     assert last.comparison_id == assignment.comparison_id
     edited = labelling.judgement_edit(
         annotator=user, judgement_id=last.pk, verdict=Verdict("right", 2), rationale="misread"
