@@ -7,7 +7,8 @@
 3. Apps depend one way: monitoring -> training -> annotation -> common. Nothing imports upwards.
 4. No module imports a Celery tasks module (services send tasks by name), so no service <-> task cycle;
    every name sent through ``common.jobs.task_send`` is a task registered under that name.
-5. Every project module a module imports exists in this tree (no path left behind by a move).
+5. Every project module (and name in it) a module imports exists in this tree (no path left behind
+   by a move).
 6. No module over MAX_MODULE_LINES lines unless its docstring says why (a line "Long module: ...").
 """
 
@@ -230,27 +231,64 @@ def test_every_task_sent_by_name_is_registered_under_that_name():
         assert name in _registered_tasks(path), f"{module} sends {name!r}, not registered in {path}"
 
 
-def _exists_in_tree(name: str) -> bool:
+def _module_path(name: str) -> Path | None:
     path = ROOT / Path(*name.split("."))
-    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _defined_names(path: Path) -> set[str] | None:
+    """Names a module binds at its top level (also inside top-level if/try blocks); None when it
+    cannot be known statically (a star import or a module ``__getattr__``)."""
+    names: set[str] = set()
+    pending = list(ast.parse(path.read_text(), filename=str(path)).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name == "__getattr__":
+                return None
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            pending.extend(ast.iter_child_nodes(node))
+        elif isinstance(node, ast.ExceptHandler):
+            pending.extend(node.body)
+    return names
 
 
 @pytest.mark.parametrize(("module", "path"), MODULES + sorted(OTHER_MODULES), ids=str)
 def test_imported_project_modules_exist(module, path):
     """After a move, an import of the old path must fail here, not fall through to another copy of
-    the project installed in the environment. ``from a.b import c``: a.b is a module of this tree
-    (c may be a name in it); ``import a.b``: a.b is one."""
+    the project installed in the environment. ``import a.b``: a.b is a module of this tree;
+    ``from a.b import c``: a.b is one, and c is a name it defines or a submodule a.b.c."""
     tree = ast.parse(path.read_text(), filename=str(path))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
+            source, names = node.module, [alias.name for alias in node.names]
         elif isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            source, names = None, [alias.name for alias in node.names]
         else:
             continue
-        for name in names:
+        for name in [source] if source else names:
             if name.split(".")[0] in PROJECT_PACKAGES:
-                assert _exists_in_tree(name), f"{module} imports {name}, which is not in the tree"
+                assert _module_path(name), f"{module} imports {name}, which is not in the tree"
+        if source is None or source.split(".")[0] not in PROJECT_PACKAGES:
+            continue
+        defined = _defined_names(_module_path(source))
+        for name in names:
+            assert defined is None or name in defined or _module_path(f"{source}.{name}"), (
+                f"{module} imports {name} from {source}, which does not define it"
+            )
 
 
 def _long_module_reason(path: Path) -> str | None:
