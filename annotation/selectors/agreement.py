@@ -20,11 +20,7 @@ from django.core.cache import cache
 from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
 from django.db.models import BigIntegerField, Case, Count, Func, Max, QuerySet, Value, When
-from django.db.models.functions import (
-    Cast,
-    Coalesce,
-    Length,
-)
+from django.db.models.functions import Cast, Coalesce, Length
 
 from annotation import agreement
 from annotation.models import (

@@ -9,18 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from annotation.agreement import CHOICES, N_CHOICES, fleiss_kappa, percent_agreement
-from annotation.clustering import (
-    balanced_batches,
-    stratified_sample,
-)
-from annotation.models import (
-    ClusteringRun,
-    Comparison,
-    Judgement,
-    Project,
-    Prompt,
-    PromptCluster,
-)
+from annotation.clustering import balanced_batches, stratified_sample
+from annotation.models import ClusteringRun, Comparison, Judgement, Project, Prompt, PromptCluster
 
 
 def clustering_run_current(*, project: Project) -> ClusteringRun | None:

@@ -19,9 +19,7 @@ import numpy as np
 from django.core.cache import cache
 
 from annotation import agreement
-from annotation.models import (
-    Project,
-)
+from annotation.models import Project
 from annotation.selectors.agreement import (
     ProjectJudgements,
     cached_dashboard,

@@ -24,12 +24,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from annotation.clustering import (
-    central_members,
-    cluster_embeddings,
-    cluster_top_terms,
-    project_2d,
-)
+from annotation.clustering import central_members, cluster_embeddings, cluster_top_terms, project_2d
 from annotation.models import (
     ClusteringRun,
     Comparison,
