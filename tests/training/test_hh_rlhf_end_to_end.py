@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from annotation.exporting import dataset_export
 from annotation.models import Project
-from tests.agreement.shared_data import DATA_DIR, require
+from annotation.services.exporting import dataset_export
+from tests.annotation.agreement.shared_data import DATA_DIR, require
 from tests.training.conftest import smollm2_dir
 from tests.training.test_runs_worker import Worker, _wait, stack  # noqa: F401 (fixture)
 from training import services
