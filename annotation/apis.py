@@ -20,10 +20,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.exporting import CONSENSUS_RULES, dataset_export
 from annotation.formats import FORMAT_NAMES
-from annotation.import_jobs import import_job_create, import_job_progress
 from annotation.models import ImportJob, Project
+from annotation.services.exporting import CONSENSUS_RULES, dataset_export
+from annotation.services.import_jobs import import_job_create, import_job_progress
 from common.errors import ConcordError
 from common.roles import ML_ENGINEER, has_role
 

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from annotation.services import ImportResult, comparisons_import, project_get_or_create
+from annotation.services.importing import ImportResult, comparisons_import, project_get_or_create
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_assign
 

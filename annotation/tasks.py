@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from annotation.agreement_service import dashboard_refresh
-from annotation.clustering_service import clustering_run_execute
-from annotation.import_jobs import import_job_run
 from annotation.models import Project
+from annotation.services.agreement import dashboard_refresh
+from annotation.services.clustering import clustering_run_execute
+from annotation.services.import_jobs import import_job_run
 
 
 @shared_task(name="annotation.tasks.agreement_report_refresh")

@@ -1,53 +1,53 @@
 from django.urls import path
 
-from annotation import views, views_agreement, views_clustering
+from annotation.views import agreement, clustering, labelling, projects
 
 app_name = "annotation"
 
 urlpatterns = [
-    path("", views.my_projects, name="my-projects"),
-    path("projects/", views.project_overview, name="project-overview"),
-    path("p/<slug:slug>/manage/", views.project_manage, name="project-manage"),
-    path("p/<slug:slug>/imports/", views.import_upload, name="import-upload"),
-    path("p/<slug:slug>/imports/<int:job_id>/", views.import_status, name="import-status"),
-    path("p/<slug:slug>/exports/", views.export_create, name="export-create"),
+    path("", projects.my_projects, name="my-projects"),
+    path("projects/", projects.project_overview, name="project-overview"),
+    path("p/<slug:slug>/manage/", projects.project_manage, name="project-manage"),
+    path("p/<slug:slug>/imports/", projects.import_upload, name="import-upload"),
+    path("p/<slug:slug>/imports/<int:job_id>/", projects.import_status, name="import-status"),
+    path("p/<slug:slug>/exports/", projects.export_create, name="export-create"),
     path(
         "p/<slug:slug>/exports/<str:sha256>/<str:part>/",
-        views.export_download,
+        projects.export_download,
         name="export-download",
     ),
-    path("p/<slug:slug>/label/", views.label, name="label"),
-    path("p/<slug:slug>/label/last/", views.label_edit_last, name="label-edit-last"),
-    path("p/<slug:slug>/label/ahead/", views.label_ahead, name="label-ahead"),
-    path("p/<slug:slug>/label/history/", views.label_history, name="label-history"),
-    path("p/<slug:slug>/label/<int:assignment_id>/", views.label_submit, name="label-submit"),
-    path("p/<slug:slug>/label/<int:assignment_id>/skip/", views.label_skip, name="label-skip"),
-    path("p/<slug:slug>/clusters/", views_clustering.clusters, name="clusters"),
+    path("p/<slug:slug>/label/", labelling.label, name="label"),
+    path("p/<slug:slug>/label/last/", labelling.label_edit_last, name="label-edit-last"),
+    path("p/<slug:slug>/label/ahead/", labelling.label_ahead, name="label-ahead"),
+    path("p/<slug:slug>/label/history/", labelling.label_history, name="label-history"),
+    path("p/<slug:slug>/label/<int:assignment_id>/", labelling.label_submit, name="label-submit"),
+    path("p/<slug:slug>/label/<int:assignment_id>/skip/", labelling.label_skip, name="label-skip"),
+    path("p/<slug:slug>/clusters/", clustering.clusters, name="clusters"),
     path(
         "p/<slug:slug>/clusters/status/",
-        views_clustering.clusters_status,
+        clustering.clusters_status,
         name="clusters-status",
     ),
     path(
         "p/<slug:slug>/clusters/recluster/",
-        views_clustering.clusters_recluster,
+        clustering.clusters_recluster,
         name="clusters-recluster",
     ),
     path(
         "p/<slug:slug>/clusters/<int:cluster_id>/name/",
-        views_clustering.cluster_rename,
+        clustering.cluster_rename,
         name="cluster-rename",
     ),
-    path("p/<slug:slug>/agreement/", views_agreement.agreement_dashboard, name="agreement"),
-    path("p/<slug:slug>/agreement/data/", views_agreement.agreement_data, name="agreement-data"),
+    path("p/<slug:slug>/agreement/", agreement.agreement_dashboard, name="agreement"),
+    path("p/<slug:slug>/agreement/data/", agreement.agreement_data, name="agreement-data"),
     path(
         "p/<slug:slug>/agreement/refresh/",
-        views_agreement.agreement_refresh,
+        agreement.agreement_refresh,
         name="agreement-refresh",
     ),
     path(
         "p/<slug:slug>/agreement/annotators/<str:username>/",
-        views_agreement.agreement_annotator,
+        agreement.agreement_annotator,
         name="agreement-annotator",
     ),
 ]

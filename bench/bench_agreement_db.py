@@ -151,8 +151,9 @@ def main() -> None:
     from bench_agreement import synthetic_project
     from django.core.management import call_command
 
-    from annotation import agreement_service
     from annotation.models import Judgement, Project
+    from annotation.selectors import agreement as agreement_selectors
+    from annotation.services import agreement as agreement_services
 
     call_command("migrate", verbosity=0)
     project = Project.objects.filter(slug=SLUG).first()
@@ -174,7 +175,7 @@ def main() -> None:
     summary = json.loads(output)
 
     start = time.perf_counter()
-    data = agreement_service.project_judgements(project=project)
+    data = agreement_selectors.project_judgements(project=project)
     read_copy_s = time.perf_counter() - start
     start = time.perf_counter()
     rows = list(
@@ -185,7 +186,7 @@ def main() -> None:
     read_values_list_s = time.perf_counter() - start
     del rows
     start = time.perf_counter()
-    agreement_service.project_agreement(project=project)
+    agreement_services.project_agreement(project=project)
     in_process_s = time.perf_counter() - start
     start = time.perf_counter()
     python_start = subprocess.run(

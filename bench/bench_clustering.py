@@ -106,9 +106,9 @@ def main() -> None:
     import torch
     from django.conf import settings
 
-    from annotation import clustering_service as service
-    from annotation.importing import content_hash
     from annotation.models import Project, Prompt, PromptEmbedding
+    from annotation.parsing import content_hash
+    from annotation.services import clustering as service
 
     model_name = settings.CONCORD_DEFAULT_EMBEDDING_MODEL
     model = service.sentence_transformer(model_name)

@@ -103,7 +103,7 @@ def _one(path: Path) -> None:
     from django.core.management import call_command
 
     call_command("flush", interactive=False, verbosity=0)
-    from annotation.services import comparisons_import, project_get_or_create
+    from annotation.services.importing import comparisons_import, project_get_or_create
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     project, _ = project_get_or_create(slug="bench-import")

@@ -24,8 +24,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
-from annotation.clustering_service import prompt_ids_held_out
 from annotation.models import Project, Prompt
+from annotation.selectors.clustering import prompt_ids_held_out
 from common.errors import ConcordError
 from common.jobs import task_send
 from common.sides import stored_side

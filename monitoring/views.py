@@ -5,7 +5,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
-from annotation.selectors import projects_overview
+from annotation.selectors.projects import projects_overview
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, has_role, role_required
 from monitoring import eval_selectors, selectors

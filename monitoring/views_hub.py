@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from annotation import selectors as annotation_selectors
+from annotation.selectors import projects as annotation_projects
 from common.roles import ML_ENGINEER, role_required
 from monitoring import eval_selectors, selectors
 
@@ -17,9 +17,9 @@ def every_role_home(request: HttpRequest) -> HttpResponse:
     """Labelling (the projects this user is a member of), review (open eval rounds), the projects
     and the latest training runs, each with the link to its own page."""
     context = {
-        "labelling": annotation_selectors.projects_for_annotator(annotator=request.user),
+        "labelling": annotation_projects.projects_for_annotator(annotator=request.user),
         "rounds": eval_selectors.rounds_open_for(request.user.pk),
-        "projects": annotation_selectors.projects_overview(),
+        "projects": annotation_projects.projects_overview(),
         "runs": selectors.runs_overview(limit=RECENT_RUNS),
     }
     return render(request, "monitoring/every_role_home.html", context)

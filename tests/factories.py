@@ -3,8 +3,8 @@
 import factory
 from django.contrib.auth import get_user_model
 
-from annotation.importing import content_hash
 from annotation.models import Comparison, Judgement, Project, Prompt, Response
+from annotation.parsing import content_hash
 from common.roles import role_assign
 
 

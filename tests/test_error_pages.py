@@ -7,7 +7,7 @@ from django.db import IntegrityError, OperationalError
 from django.test import Client
 from django.urls import reverse
 
-from annotation import labelling
+from annotation.services import labelling
 from tests.factories import ProjectFactory
 
 pytestmark = pytest.mark.django_db

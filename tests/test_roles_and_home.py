@@ -132,7 +132,7 @@ def test_member_project_brings_the_users_roles_in_the_same_query(django_assert_n
     the roles it remembers are the ones ``user_roles`` reads, and a non-member gets None."""
     from django.contrib.auth import get_user_model
 
-    from annotation.selectors import member_project
+    from annotation.selectors.projects import member_project
 
     project = ProjectFactory(slug="mine")
     ProjectFactory(slug="theirs")

@@ -58,10 +58,13 @@ from annotation.agreement.coefficients import (
     percent_agreement_no_ties,
 )
 from annotation.agreement.consensus import (
+    SPLITS,
     Consensus,
     DawidSkene,
     dawid_skene,
     majority_vote,
+    side_margin,
+    top_choice,
 )
 from annotation.agreement.groups import (
     GroupAgreement,
@@ -80,6 +83,7 @@ __all__ = [
     "LEVELS",
     "MISSING",
     "N_CHOICES",
+    "SPLITS",
     "TIE",
     "A",
     "AgreementReport",
@@ -115,4 +119,6 @@ __all__ = [
     "pairwise_cohen",
     "percent_agreement",
     "percent_agreement_no_ties",
+    "side_margin",
+    "top_choice",
 ]

@@ -1,4 +1,10 @@
-"""Consensus labels: majority vote and Dawid-Skene posteriors, each with its margin."""
+"""Consensus labels: majority vote and Dawid-Skene posteriors, each with its margin.
+
+One rule for the winner of an item (``top_choice``), with what to do when several categories share
+the top score (a split) as a parameter: the agreement report leaves a split undecided; the export
+turns a split between a and b (or one involving tie) into a tie. One rule for the margin of a
+posterior (``side_margin``): P(chosen) - P(rejected), the figure the export writes.
+"""
 
 from __future__ import annotations
 
@@ -6,34 +12,86 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from annotation.agreement.coefficients import MISSING, N_CHOICES, item_counts
+from annotation.agreement.coefficients import MISSING, N_CHOICES, TIE, A, B, item_counts
+
+SPLITS = ("undecided", "tie")
 
 
 @dataclass(frozen=True)
 class Consensus:
     """A consensus label per item. label [I] (MISSING where undecided or unjudged), posterior [I, K]
-    (soft label: a probability per category), margin [I] (top posterior minus the runner-up)."""
+    (soft label: a probability per category), margin [I] (majority vote: top share minus the
+    runner-up; Dawid-Skene: ``side_margin``; NaN where unjudged)."""
 
     label: np.ndarray
     posterior: np.ndarray
     margin: np.ndarray
 
 
+def top_choice(scores: np.ndarray, *, split: str = "undecided") -> np.ndarray:
+    """The winning category code of each item. scores: [I, K] vote counts or posteriors, columns in
+    CHOICES order (a, b, tie, both_bad; K may be smaller for projects without tie or both bad).
+
+    One highest score: its category. Several (a split), by ``split``:
+
+    - "undecided": MISSING (the agreement report's majority vote and Dawid-Skene labels);
+    - "tie": TIE when the leaders include both a and b, or tie itself; otherwise a or b (level
+      with both bad), since the order still has a preferred side (the export's rule).
+
+    (a, b) = (2, 2) -> undecided: MISSING, tie: TIE; (a, both_bad) = (1, 1) -> MISSING, a.
+    Returns int64 [I].
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split rule {split!r}; expected one of {SPLITS}")
+    table = np.asarray(scores, dtype=float)
+    if table.ndim != 2 or table.shape[1] == 0:
+        raise ValueError(f"scores must be [items, categories], got shape {table.shape}")
+    leaders = table == table.max(axis=1, keepdims=True)
+    label = table.argmax(axis=1).astype(np.int64)  # the first leader: a before b before both_bad
+    split_rows = leaders.sum(axis=1) > 1
+    if split == "undecided":
+        return np.where(split_rows, MISSING, label)
+
+    def leads(code: int) -> np.ndarray:
+        return leaders[:, code] if code < table.shape[1] else np.zeros(len(table), dtype=bool)
+
+    to_tie = split_rows & ((leads(A) & leads(B)) | leads(TIE))
+    return np.where(to_tie, TIE, label)
+
+
+def side_margin(posterior: np.ndarray, label: np.ndarray) -> np.ndarray:
+    """P(chosen) - P(rejected) per item: posterior [I, K] in CHOICES order, label [I] (category
+    codes). For label a it is P(a) - P(b), for b P(b) - P(a); 0 for tie, both bad or MISSING (no
+    order to weigh). Posterior (.8, .15, .05, 0) with label a -> .65. Returns float [I]."""
+    posterior = np.asarray(posterior, dtype=float)
+    label = np.asarray(label)
+    margin = np.zeros(len(label))
+    for chosen, rejected in ((A, B), (B, A)):
+        rows = label == chosen
+        margin[rows] = posterior[rows, chosen] - posterior[rows, rejected]
+    return margin
+
+
 def _consensus_from_posterior(posterior: np.ndarray, judged: np.ndarray) -> Consensus:
-    top2 = np.sort(posterior, axis=1)[:, -2:] if posterior.shape[1] >= 2 else None
-    margin = top2[:, 1] - top2[:, 0] if top2 is not None else np.ones(posterior.shape[0])
-    label = np.where(judged & (margin > 0), posterior.argmax(axis=1), MISSING)
-    return Consensus(label=label, posterior=posterior, margin=np.where(judged, margin, np.nan))
+    """Dawid-Skene posteriors as labels (a split undecided) with ``side_margin``."""
+    label = np.where(judged, top_choice(posterior), MISSING)
+    margin = np.where(judged, side_margin(posterior, label), np.nan)
+    return Consensus(label=label, posterior=posterior, margin=margin)
 
 
-def majority_vote(counts: np.ndarray) -> Consensus:
-    """The most chosen category per item; the posterior is the share of votes; a tie at the top is
-    undecided (label MISSING, margin 0). counts: [I, K]."""
+def majority_vote(counts: np.ndarray, *, split: str = "undecided") -> Consensus:
+    """The most chosen category per item (``top_choice``: a tie at the top is undecided, label
+    MISSING, unless ``split`` says otherwise); the posterior is the share of votes, the margin the
+    top share minus the runner-up (0 for a split, NaN when unjudged). counts: [I, K]."""
     table = np.asarray(counts, dtype=float)
     n = table.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        shares = np.where(n[:, None] > 0, table / n[:, None], np.nan)
-    return _consensus_from_posterior(np.nan_to_num(shares), n > 0)
+        shares = np.nan_to_num(np.where(n[:, None] > 0, table / n[:, None], np.nan))
+    judged = n > 0
+    top2 = np.sort(shares, axis=1)[:, -2:] if shares.shape[1] >= 2 else None
+    margin = top2[:, 1] - top2[:, 0] if top2 is not None else np.ones(shares.shape[0])
+    label = np.where(judged, top_choice(table, split=split), MISSING)
+    return Consensus(label=label, posterior=shares, margin=np.where(judged, margin, np.nan))
 
 
 def _row_reduce(ufunc: np.ufunc, matrix: np.ndarray) -> np.ndarray:

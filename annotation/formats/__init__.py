@@ -2,7 +2,7 @@
 
 Pure: no Django. ``read_rows(path, format=..., ...)`` streams a file (any container of
 ``containers``) and yields, per record, either the Concord row (a dict that
-``annotation.importing.parse_record`` validates) or the RowError that says why it is refused.
+``annotation.parsing.parse_record`` validates) or the RowError that says why it is refused.
 ``format="auto"`` picks the format from the first readable record's fields (``detect``).
 """
 

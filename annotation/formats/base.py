@@ -1,7 +1,7 @@
 """What every reader shares: the row error, the options, and the safe JSON decoding of one record.
 
 Pure: no Django. A reader turns one record of its public format (a dict) into one row of Concord's
-own import format (the dict ``annotation.importing`` validates), or raises ``RowError`` naming the
+own import format (the dict ``annotation.parsing`` validates), or raises ``RowError`` naming the
 field that is wrong.
 """
 

@@ -1,4 +1,4 @@
-"""Concord's own JSONL rows (see annotation.importing): passed through unchanged."""
+"""Concord's own JSONL rows (see annotation.parsing): passed through unchanged."""
 
 from __future__ import annotations
 

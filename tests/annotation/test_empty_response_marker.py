@@ -5,7 +5,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.services.importing import comparisons_import, project_get_or_create
 from tests.conftest import logged_in
 
 pytestmark = pytest.mark.django_db

@@ -5,9 +5,9 @@ import json
 import pytest
 from django.core.management import call_command
 
-from annotation.exporting import Vote, dataset_export, majority_consensus
 from annotation.models import DatasetExport
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.services.exporting import Vote, dataset_export, majority_consensus
+from annotation.services.importing import comparisons_import, project_get_or_create
 
 pytestmark = pytest.mark.django_db
 
@@ -133,7 +133,7 @@ def test_export_command_writes_both_files(tmp_path, settings, capsys):
 
 def test_dawid_skene_posterior_as_consensus():
     """Posterior a .8, b .15, tie .05: a wins with agreement .8 and margin .8 - .15 = .65."""
-    from annotation.exporting import dawid_skene_consensus
+    from annotation.services.exporting import dawid_skene_consensus
 
     result = dawid_skene_consensus({"a": 0.8, "b": 0.15, "tie": 0.05, "both_bad": 0.0})
     assert (result.choice, result.agreement) == ("a", 0.8)

@@ -14,9 +14,9 @@ from django.core.management import CommandError, call_command
 
 from annotation import formats
 from annotation.formats.base import ReadOptions, RowError
-from annotation.importing import ImportValidationError
 from annotation.models import Comparison, Judgement, Prompt, Response
-from annotation.services import ImportOptions, comparisons_import, project_get_or_create
+from annotation.parsing import ImportValidationError
+from annotation.services.importing import ImportOptions, comparisons_import, project_get_or_create
 
 pytestmark = pytest.mark.django_db
 

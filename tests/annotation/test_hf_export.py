@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from annotation.exporting import prompts_for_test_split
 from annotation.models import Prompt
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.services.exporting import prompts_for_test_split
+from annotation.services.importing import comparisons_import, project_get_or_create
 
 pytestmark = pytest.mark.django_db
 datasets = pytest.importorskip("datasets")
@@ -134,7 +134,7 @@ def test_lead_page_downloads_the_hf_dataset_as_a_zip(tmp_path, ml_engineer):
 
     from django.urls import reverse
 
-    from annotation.exporting import dataset_export
+    from annotation.services.exporting import dataset_export
     from tests.conftest import logged_in
 
     project = project_get_or_create(slug="zipped")[0]

@@ -7,9 +7,9 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from annotation.importing import content_hash
 from annotation.models import Comparison, Response
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.parsing import content_hash
+from annotation.services.importing import comparisons_import, project_get_or_create
 from tests.factories import PromptFactory
 
 pytestmark = pytest.mark.django_db

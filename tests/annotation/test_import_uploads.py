@@ -9,7 +9,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from annotation.models import Comparison, ImportJob
-from annotation.services import project_get_or_create
+from annotation.services.importing import project_get_or_create
 from config.celery import app as celery_app
 from tests.conftest import logged_in
 

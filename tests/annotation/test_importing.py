@@ -6,9 +6,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from annotation.importing import ImportValidationError, content_hash, parse_row
 from annotation.models import Comparison, Judgement, Project, Prompt, Response
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.parsing import ImportValidationError, content_hash, parse_row
+from annotation.services.importing import comparisons_import, project_get_or_create
 
 pytestmark = pytest.mark.django_db
 

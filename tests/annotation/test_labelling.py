@@ -8,9 +8,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from annotation import labelling
-from annotation.labelling import LabellingError, Verdict
 from annotation.models import Assignment, Comparison, Judgement, RepeatJudgement
+from annotation.selectors.labelling import judgement_last
+from annotation.services import labelling
+from annotation.services.labelling import LabellingError, Verdict
 from common.roles import ANNOTATOR
 from tests.factories import ComparisonFactory, ProjectFactory, UserFactory
 
@@ -235,7 +236,7 @@ def test_edit_last_judgement_keeps_the_shown_side():
     (user,) = _annotators(project, 1)
     _label(user, project, "left", 3)
     assignment = _label(user, project, "left", 1)
-    last = labelling.judgement_last(annotator=user, project=project)
+    last = judgement_last(annotator=user, project=project)
     assert last.comparison_id == assignment.comparison_id
     edited = labelling.judgement_edit(
         annotator=user, judgement_id=last.pk, verdict=Verdict("right", 2), rationale="misread"
@@ -286,7 +287,7 @@ def test_swap_repeat_shows_an_old_pair_with_sides_flipped():
 def test_progress_counts_open_pairs_the_annotator_has_not_touched():
     """Pairs left = open pairs (below the overlap) minus those the annotator was given (judged,
     skipped, on screen) or has an imported judgement on; full pairs do not count either way."""
-    from annotation.selectors import labelling_progress
+    from annotation.selectors.labelling import labelling_progress
     from tests.factories import JudgementFactory
 
     project, comparisons = _project(5, overlap=2)
@@ -306,7 +307,13 @@ def test_progress_counts_open_pairs_the_annotator_has_not_touched():
     assert (progress_b.done, progress_b.available) == (1, 4)
 
 
-@pytest.mark.django_db(transaction=True)
+# Threads need committed rows: transactional tests. serialized_rollback restores the migrated role
+# groups, so a later test with serialized_rollback (the browser tests) does not meet groups that
+# the flush's post_migrate re-created under new ids (a unique-name clash on its restore).
+CONCURRENT_DB = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+
+@CONCURRENT_DB
 def test_concurrent_claims_never_over_assign():
     """24 annotator threads claim and submit at once: every comparison ends with exactly `overlap`
     distinct annotators, none beyond, none lost."""
@@ -342,7 +349,7 @@ def test_concurrent_claims_never_over_assign():
     assert Judgement.objects.count() == 60
 
 
-@pytest.mark.django_db(transaction=True)
+@CONCURRENT_DB
 @pytest.mark.parametrize("submitters", [20, 95])
 def test_concurrent_double_submission_stores_one_row(submitters):
     """Many simultaneous submissions of one assignment, each thread on its own database connection,
@@ -393,7 +400,7 @@ def test_concurrent_double_submission_stores_one_row(submitters):
 def test_claims_follow_the_cluster_balanced_queue():
     """After clustering, queue positions come from balanced batches: the first batch mixes clusters
     although the import put all of cluster 0 first; a later import joins the end of the queue."""
-    from annotation.clustering_service import queue_rebalance
+    from annotation.services.clustering import queue_rebalance
 
     project, comparisons = _project(40, overlap=1)
     for index, comparison in enumerate(comparisons):
@@ -403,7 +410,7 @@ def test_claims_follow_the_cluster_balanced_queue():
     (user,) = _annotators(project, 1)
     first_batch = [_label(user, project).comparison.prompt.cluster for _ in range(20)]
     assert set(first_batch) == {0, 1}
-    from annotation.services import comparisons_import
+    from annotation.services.importing import comparisons_import
 
     comparisons_import(
         project=project, lines=['{"prompt": "new", "response_a": "x", "response_b": "y"}']

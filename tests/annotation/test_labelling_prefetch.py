@@ -8,10 +8,10 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from annotation import labelling
-from annotation.labelling import Verdict
 from annotation.models import Assignment, Judgement, Side
-from annotation.selectors import BATCH_SIZE, labelling_history, labelling_progress
+from annotation.selectors.labelling import BATCH_SIZE, labelling_history, labelling_progress
+from annotation.services import labelling
+from annotation.services.labelling import Verdict
 from common.roles import ANNOTATOR
 from tests.conftest import logged_in
 from tests.factories import ComparisonFactory, JudgementFactory, ProjectFactory, UserFactory

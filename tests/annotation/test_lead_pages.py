@@ -10,7 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from annotation.models import Comparison, DatasetExport, ImportJob
-from annotation.services import project_get_or_create
+from annotation.services.importing import project_get_or_create
 from config.celery import app as celery_app
 from tests.conftest import logged_in
 
@@ -208,7 +208,7 @@ def test_api_refuses_annotators_and_anonymous(annotator, project, client):
 
 
 def test_batch_progress_counts_complete_pairs_per_batch(project):
-    from annotation.selectors import batch_progress
+    from annotation.selectors.projects import batch_progress
     from tests.factories import ComparisonFactory, JudgementFactory
 
     comparisons = [ComparisonFactory(project=project) for _ in range(25)]

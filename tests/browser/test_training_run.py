@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Page, expect
 
-from annotation.exporting import dataset_export
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.services.exporting import dataset_export
+from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import ML_ENGINEER
 from tests.factories import UserFactory
 from tests.training import conftest as training_fixtures

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from annotation.exporting import dataset_export
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.services.exporting import dataset_export
+from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import REVIEWER
 from monitoring import eval_services
 from monitoring.models import EvalItem, EvalRound

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from annotation.exporting import dataset_export
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.services.exporting import dataset_export
+from annotation.services.importing import comparisons_import, project_get_or_create
 from tests.training.conftest import PAIRS
 from training import services
 from training.models import DatasetSnapshot, TrainingRun

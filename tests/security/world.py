@@ -20,7 +20,6 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from annotation.exporting import dataset_export
 from annotation.models import (
     Assignment,
     ClusteringRun,
@@ -29,7 +28,8 @@ from annotation.models import (
     Project,
     PromptCluster,
 )
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.services.exporting import dataset_export
+from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_assign
 from monitoring import eval_services
 from monitoring.models import EvalItem, EvalRound

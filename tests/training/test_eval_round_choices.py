@@ -8,8 +8,8 @@ import json
 import pytest
 from django.urls import reverse
 
-from annotation.exporting import dataset_export
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.services.exporting import dataset_export
+from annotation.services.importing import comparisons_import, project_get_or_create
 from monitoring.eval_views import RoundForm
 from tests.conftest import logged_in
 from tests.training.conftest import PAIRS

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from annotation.exporting import dataset_export
 from annotation.models import Project
-from tests.agreement.shared_data import DATA_DIR, require
+from annotation.services.exporting import dataset_export
+from tests.annotation.agreement.shared_data import DATA_DIR, require
 from tests.training.conftest import smollm2_dir
 from tests.training.test_runs_worker import Worker, _wait, stack  # noqa: F401 (fixture)
 from training import services
@@ -30,7 +30,8 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.services,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(3600),  # each test trains four kinds; the suite's 600 s is per ordinary test
+    # Each test trains four kinds: an hour each (the suite's 600 s is per ordinary test).
+    pytest.mark.timeout(3600),
     # Tens of minutes of CPU (PPO and RLOO sample 128 tokens at the defaults): asked for, not in the
     # default run. `CONCORD_E2E=1 make test PYTEST_ARGS=tests/training/test_hh_rlhf_end_to_end.py`
     pytest.mark.skipif(

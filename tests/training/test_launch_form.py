@@ -12,8 +12,8 @@ import pytest
 from django import forms
 from django.urls import reverse
 
-from annotation.exporting import dataset_export
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.services.exporting import dataset_export
+from annotation.services.importing import comparisons_import, project_get_or_create
 from tests.conftest import logged_in
 from tests.training.conftest import PAIRS
 from training import services

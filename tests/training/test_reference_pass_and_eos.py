@@ -137,8 +137,8 @@ def test_the_share_of_samples_the_missing_eos_penalty_hits_is_logged(
 def test_most_samples_without_eos_open_an_alert_with_its_diagnosis(tmp_path, settings):
     """The rule in settings: missing_eos_penalised above 0.5 opens an alert whose diagnosis says to
     raise max_new_tokens or lower the penalty; back under, it resolves."""
-    from annotation.exporting import dataset_export
-    from annotation.services import comparisons_import, project_get_or_create
+    from annotation.services.exporting import dataset_export
+    from annotation.services.importing import comparisons_import, project_get_or_create
     from monitoring.alerts import evaluate_metrics
     from monitoring.models import Alert
     from training import services

@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from annotation.exporting import dataset_export
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.services.exporting import dataset_export
+from annotation.services.importing import comparisons_import, project_get_or_create
 from monitoring.alerts import evaluate_metrics
 from monitoring.models import Alert
 from tests.conftest import logged_in

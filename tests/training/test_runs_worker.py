@@ -15,8 +15,8 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from annotation.exporting import dataset_export
-from annotation.services import comparisons_import, project_get_or_create
+from annotation.services.exporting import dataset_export
+from annotation.services.importing import comparisons_import, project_get_or_create
 from tests.conftest import logged_in
 from tests.training.conftest import PAIRS, tiny_llama
 from training import services

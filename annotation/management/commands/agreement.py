@@ -4,8 +4,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annotation.agreement_service import agreement_summary, project_agreement
 from annotation.models import Project
+from annotation.services.agreement import agreement_summary, project_agreement
 
 
 class Command(BaseCommand):

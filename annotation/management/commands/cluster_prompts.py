@@ -10,13 +10,13 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annotation.clustering_service import (
+from annotation.models import Project
+from annotation.selectors.clustering import cluster_rows
+from annotation.services.clustering import (
     ClusteringError,
-    cluster_rows,
     clustering_run_execute,
     clustering_run_request,
 )
-from annotation.models import Project
 
 
 class Command(BaseCommand):

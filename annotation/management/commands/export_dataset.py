@@ -5,8 +5,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annotation.exporting import dataset_export, export_copy, hf_export_write
 from annotation.models import DatasetExport, Project
+from annotation.services.exporting import dataset_export, export_copy, hf_export_write
 
 
 def _out_path(out: Path | None, *, export: DatasetExport, format: str) -> Path:

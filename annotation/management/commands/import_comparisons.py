@@ -6,8 +6,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation import formats
 from annotation.formats.mt_bench import load_answers, load_questions
-from annotation.importing import ImportValidationError
-from annotation.services import ImportOptions, project_import
+from annotation.parsing import ImportValidationError
+from annotation.services.importing import ImportOptions, project_import
 
 SHOWN_ERRORS = 50
 

@@ -56,7 +56,7 @@ def judgements_changed(project: Project) -> None:
     never costs the annotator the submission."""
 
     def schedule() -> None:
-        from annotation.agreement_service import dashboard_refresh_schedule
+        from annotation.services.agreement import dashboard_refresh_schedule
 
         try:
             dashboard_refresh_schedule(project=project)
@@ -492,28 +492,6 @@ def assignment_skip(*, annotator: AbstractBaseUser, assignment_id: int) -> None:
         assignment.save(update_fields=["status", "finished_at"])
         if assignment.kind == Assignment.Kind.NORMAL:
             Comparison.objects.filter(pk=assignment.comparison_id).update(taken=F("taken") - 1)
-
-
-def judgement_last(*, annotator: AbstractBaseUser, project: Project) -> Judgement | None:
-    """The annotator's most recent judgement in the project (what Z brings back to edit)."""
-    return (
-        Judgement.objects.select_related("comparison__prompt", "comparison__project")
-        .filter(comparison__project=project, annotator=annotator)
-        .order_by("-updated_at", "-pk")
-        .first()
-    )
-
-
-def judgement_own(
-    *, annotator: AbstractBaseUser, project: Project, judgement_id: int
-) -> Judgement | None:
-    """The annotator's own judgement ``judgement_id`` in the project (from their history), or None
-    when there is no such judgement of theirs there."""
-    return (
-        Judgement.objects.select_related("comparison__prompt", "comparison__project")
-        .filter(pk=judgement_id, comparison__project=project, annotator=annotator)
-        .first()
-    )
 
 
 def judgement_edit(

@@ -1,6 +1,6 @@
 """Agreement dashboard for project leads (ML engineers). Thin: check the role, call the service, render.
 
-The report is computed by a Celery task and cached (annotation.agreement_service); these views only
+The report is computed by a Celery task and cached (annotation.services.agreement); these views only
 read the cached copy, and ask for a recomputation when it is missing or out of date.
 """
 
@@ -10,8 +10,9 @@ from django.contrib.auth import get_user_model
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from annotation import agreement_service
 from annotation.models import Project
+from annotation.selectors import agreement as agreement_selectors
+from annotation.services import agreement as agreement_services
 from common.roles import ML_ENGINEER, role_required
 
 
@@ -20,7 +21,7 @@ def agreement_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     """Coefficients with intervals and the target, pairwise kappa, agreement per batch, cluster and
     day, and the annotator table with flags (charts drawn by agreement.js from agreement_data)."""
     project = get_object_or_404(Project, slug=slug)
-    state = agreement_service.dashboard_state(project=project)
+    state = agreement_services.dashboard_state(project=project)
     report = state.payload
     context = {
         "project": project,
@@ -57,7 +58,7 @@ def _coefficient_rows(report: dict) -> list[dict]:
 def agreement_data(request: HttpRequest, slug: str) -> JsonResponse:
     """The cached report as JSON for the charts, with whether it is stale or being recomputed."""
     project = get_object_or_404(Project, slug=slug)
-    state = agreement_service.dashboard_state(project=project, schedule=False)
+    state = agreement_services.dashboard_state(project=project, schedule=False)
     return JsonResponse(
         {
             "ready": state.payload is not None,
@@ -72,7 +73,7 @@ def agreement_data(request: HttpRequest, slug: str) -> JsonResponse:
 def agreement_refresh(request: HttpRequest, slug: str) -> HttpResponse:
     """Queue a recomputation now (collapses with one already queued)."""
     project = get_object_or_404(Project, slug=slug)
-    agreement_service.dashboard_refresh_schedule(project=project, delay=0)
+    agreement_services.dashboard_refresh_schedule(project=project, delay=0)
     return redirect("annotation:agreement", slug=project.slug)
 
 
@@ -83,12 +84,12 @@ def agreement_annotator(request: HttpRequest, slug: str, username: str) -> HttpR
     project = get_object_or_404(Project, slug=slug)
     if not get_user_model().objects.filter(**{get_user_model().USERNAME_FIELD: username}).exists():
         raise Http404
-    report = agreement_service.cached_dashboard(project=project)
+    report = agreement_selectors.cached_dashboard(project=project)
     stats = None
     if report:
         stats = next(
             (row for row in report["summary"]["annotators"] if row["annotator"] == username), None
         )
-    rows = agreement_service.annotator_disagreements(project=project, username=username)
+    rows = agreement_selectors.annotator_disagreements(project=project, username=username)
     context = {"project": project, "username": username, "stats": stats, "rows": rows}
     return render(request, "annotation/agreement_annotator.html", context)

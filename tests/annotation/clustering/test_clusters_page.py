@@ -4,8 +4,9 @@ with a run queued once and its progress served as JSON."""
 import pytest
 from django.urls import reverse
 
-from annotation import clustering_service as service
 from annotation.models import ClusteringRun, Prompt, PromptCluster
+from annotation.selectors import clustering as selectors
+from annotation.services import clustering as service
 from annotation.tasks import cluster_prompts
 from tests.conftest import logged_in
 from tests.factories import ComparisonFactory, JudgementFactory, UserFactory
@@ -100,7 +101,7 @@ def test_agreement_per_cluster(topic_project, encoder):
         JudgementFactory(comparison=comparison, annotator=ann1, choice="a")
         JudgementFactory(comparison=comparison, annotator=ann2, choice=second)
     run = _clustered(project)
-    rows = {tuple(r.cluster.top_terms[:1]): r for r in service.cluster_rows(run=run)}
+    rows = {tuple(r.cluster.top_terms[:1]): r for r in selectors.cluster_rows(run=run)}
     row = next(r for r in rows.values() if "capital" in r.cluster.top_terms)
     assert (row.judged, row.agreement) == (2, 0.5)
     assert row.kappa == pytest.approx(-1 / 3)

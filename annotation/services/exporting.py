@@ -38,10 +38,12 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
+from annotation.agreement import CHOICES, side_margin, top_choice
 from annotation.models import MAX_STRENGTH, Choice, Comparison, DatasetExport, Judgement, Project
 
 CONSENSUS_RULES = ("majority", "dawid_skene")
@@ -57,7 +59,7 @@ class Vote:
 
 
 @dataclass(frozen=True)
-class Consensus:
+class PairConsensus:
     """A comparison's consensus: the winning verdict, its agreement (0-1) and margin ([-1, 1])."""
 
     choice: str
@@ -65,19 +67,19 @@ class Consensus:
     margin: float
 
 
-def majority_consensus(votes: list[Vote], *, max_strength: int = MAX_STRENGTH) -> Consensus:
+def _winner(scores: dict[str, float]) -> str:
+    """The export's winner of one comparison: ``top_choice`` with a split between a and b (or one
+    involving tie) made a tie."""
+    row = np.array([[scores.get(name, 0.0) for name in CHOICES]])
+    return CHOICES[int(top_choice(row, split="tie")[0])]
+
+
+def majority_consensus(votes: list[Vote], *, max_strength: int = MAX_STRENGTH) -> PairConsensus:
     """The majority verdict of ``votes`` (non-empty), with its agreement and signed margin."""
     if not votes:
         raise ValueError("a consensus needs at least one vote")
     counts = Counter(vote.choice for vote in votes)
-    top = max(counts.values())
-    leaders = sorted(choice for choice, n in counts.items() if n == top)
-    if len(leaders) == 1:
-        winner = leaders[0]
-    elif set(leaders) >= {Choice.A, Choice.B} or Choice.TIE in leaders:
-        winner = Choice.TIE
-    else:  # a or b level with both_bad: the order still has a preferred side
-        winner = next(c for c in leaders if c in (Choice.A, Choice.B))
+    winner = _winner(counts)
     agreement = counts.get(winner, 0) / len(votes)
     margin = 0.0
     if winner in (Choice.A, Choice.B):
@@ -87,7 +89,7 @@ def majority_consensus(votes: list[Vote], *, max_strength: int = MAX_STRENGTH) -
             for v in votes
         )
         margin = signed / (len(votes) * max_strength)
-    return Consensus(choice=winner, agreement=round(agreement, 6), margin=round(margin, 6))
+    return PairConsensus(choice=winner, agreement=round(agreement, 6), margin=round(margin, 6))
 
 
 def _sha256_files(*paths: Path) -> str:
@@ -103,15 +105,16 @@ def _dump(row: dict) -> str:
     return json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def dawid_skene_consensus(posterior: dict[str, float]) -> Consensus:
-    """A Dawid-Skene posterior as a consensus: the most probable verdict, its probability as the
-    agreement, and P(chosen) - P(rejected) as the margin (0 for a tie or both bad)."""
-    choice = max(posterior, key=lambda name: (posterior[name], name == Choice.TIE))
-    margin = 0.0
-    if choice in (Choice.A, Choice.B):
-        other = Choice.B if choice == Choice.A else Choice.A
-        margin = posterior[choice] - posterior.get(other, 0.0)
-    return Consensus(choice=choice, agreement=round(posterior[choice], 6), margin=round(margin, 6))
+def dawid_skene_consensus(posterior: dict[str, float]) -> PairConsensus:
+    """A Dawid-Skene posterior as a consensus: the most probable verdict (a split as in the
+    majority rule), its probability as the agreement, and ``side_margin``, P(chosen) - P(rejected),
+    as the margin (0 for a tie or both bad)."""
+    choice = _winner(posterior)
+    row = np.array([[posterior.get(name, 0.0) for name in CHOICES]])
+    margin = float(side_margin(row, np.array([CHOICES.index(choice)]))[0])
+    return PairConsensus(
+        choice=choice, agreement=round(posterior[choice], 6), margin=round(margin, 6)
+    )
 
 
 def _write_files(
@@ -157,7 +160,7 @@ def _write_files(
             n_judgements += 1
     posteriors: dict[int, dict] = {}
     if consensus_rule == "dawid_skene" and votes:
-        from annotation.agreement_service import project_consensus
+        from annotation.services.agreement import project_consensus
 
         posteriors = project_consensus(project=project, method="dawid_skene")
     comparisons = (
@@ -374,7 +377,7 @@ def _agreement_lines(project: Project) -> list[str]:
     pair of annotators, as card lines. (Read from the report itself: agreement_summary's
     ``intervals`` fails on an undefined bound.)"""
     from annotation import agreement
-    from annotation.agreement_service import project_agreement
+    from annotation.services.agreement import project_agreement
 
     if not Judgement.objects.filter(comparison__project=project).exists():
         return ["- No judgements: no agreement figures."]

@@ -1,51 +1,25 @@
-"""Annotation pages. Thin: check the role, call a selector, render."""
+"""The labelling screen: claim, submit, skip, edit the last judgement, history.
+Thin: check the membership, call the labelling service or a selector, render."""
 
-from pathlib import Path
-
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from annotation import labelling, selectors
-from annotation.agreement_service import agreement_alerts
-from annotation.exporting import (
-    CONSENSUS_RULES,
-    HF_FORMAT,
-    JUDGEMENTS_FILE,
-    PAIRS_FILE,
-    dataset_export,
-    hf_export_archive,
-)
-from annotation.formats import FORMAT_NAMES
-from annotation.import_jobs import import_job_create, import_job_progress
-from annotation.models import SCREEN_PAIR, DatasetExport, ImportJob, Project, Side
-from common.errors import ConcordError
-from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, has_role, role_required
+from annotation.models import SCREEN_PAIR, Side
+from annotation.selectors import labelling as selectors
+from annotation.selectors.projects import member_project
+from annotation.services import labelling
+from common.roles import ANNOTATOR, has_role
 from common.sides import screen_order, screen_side
-
-
-@role_required(ANNOTATOR, hide=False)
-def my_projects(request: HttpRequest) -> HttpResponse:
-    """The annotator's projects with their personal and overall progress."""
-    rows = selectors.projects_for_annotator(annotator=request.user)
-    return render(request, "annotation/my_projects.html", {"rows": rows})
-
-
-@role_required(ML_ENGINEER, REVIEWER, hide=False)
-def project_overview(request: HttpRequest) -> HttpResponse:
-    """Every project's progress, for ML engineers and reviewers."""
-    rows = selectors.projects_overview()
-    return render(request, "annotation/project_overview.html", {"rows": rows})
 
 
 def _member_project(request: HttpRequest, slug: str):
     """The project ``slug`` if the user labels in it; 404 otherwise (its existence is not revealed)."""
-    project = selectors.member_project(user=request.user, slug=slug)
+    project = member_project(user=request.user, slug=slug)
     # Not role_required: member_project reads membership and roles in one query (the hot path).
     if project is None or not has_role(request.user, ANNOTATOR):
         raise Http404
@@ -219,12 +193,12 @@ def _judgement_asked(request: HttpRequest, project):
     history), else the annotator's last; None when they have none (or it is not theirs)."""
     raw = request.POST.get("judgement") or request.GET.get("judgement")
     if not raw:
-        return labelling.judgement_last(annotator=request.user, project=project)
+        return selectors.judgement_last(annotator=request.user, project=project)
     try:
         judgement_id = int(raw)
     except ValueError:
         return None
-    return labelling.judgement_own(
+    return selectors.judgement_own(
         annotator=request.user, project=project, judgement_id=judgement_id
     )
 
@@ -265,83 +239,3 @@ def label_edit_last(request: HttpRequest, slug: str) -> HttpResponse:
         current_pick=pick,
         action=reverse("annotation:label-edit-last", args=[slug]),
     )
-
-
-@role_required(ML_ENGINEER)
-def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
-    """The project lead's page: import, progress per annotator, exports."""
-    project = get_object_or_404(Project, slug=slug)
-    jobs = [import_job_progress(job) for job in project.import_jobs.all()[:10]]
-    context = {
-        "project": project,
-        "jobs": jobs,
-        "annotators": selectors.annotator_progress(project=project),
-        "batches": selectors.batch_progress(project=project),
-        "agreement_alerts": agreement_alerts(project=project),
-        "exports": project.exports.all()[:20],
-        "max_upload_mb": settings.CONCORD_IMPORT_MAX_BYTES // (1024 * 1024),
-        "import_formats": FORMAT_NAMES,
-    }
-    return render(request, "annotation/manage.html", context)
-
-
-@role_required(ML_ENGINEER, methods=("POST",))
-def import_upload(request: HttpRequest, slug: str) -> HttpResponse:
-    project = get_object_or_404(Project, slug=slug)
-    upload = request.FILES.get("file")
-    if upload is None:
-        messages.error(request, "Choose a file to import.")
-    else:
-        try:
-            job = import_job_create(
-                project=project,
-                upload=upload,
-                created_by=request.user,
-                format=request.POST.get("format", "auto"),
-                skip_invalid=request.POST.get("skip_invalid") == "1",
-                scalars_as_text=request.POST.get("scalars_as_text") == "1",
-            )
-        except ConcordError as exc:
-            messages.error(request, str(exc))
-        else:
-            messages.success(request, f"{job.original_name} received; importing.")
-    return redirect("annotation:project-manage", slug=project.slug)
-
-
-@role_required(ML_ENGINEER)
-def import_status(request: HttpRequest, slug: str, job_id: int) -> JsonResponse:
-    project = get_object_or_404(Project, slug=slug)
-    job = get_object_or_404(ImportJob, pk=job_id, project=project)
-    return JsonResponse(import_job_progress(job))
-
-
-@role_required(ML_ENGINEER, methods=("POST",))
-def export_create(request: HttpRequest, slug: str) -> HttpResponse:
-    project = get_object_or_404(Project, slug=slug)
-    consensus = request.POST.get("consensus", "majority")
-    if consensus not in CONSENSUS_RULES:
-        consensus = "majority"
-    export = dataset_export(
-        project=project,
-        keep_ties=request.POST.get("keep_ties") == "on",
-        consensus=consensus,
-        created_by=request.user,
-    )
-    messages.success(request, f"Export {export.sha256[:12]}: {export.n_pairs} pairs.")
-    return redirect("annotation:project-manage", slug=project.slug)
-
-
-@role_required(ML_ENGINEER)
-def export_download(request: HttpRequest, slug: str, sha256: str, part: str) -> FileResponse:
-    project = get_object_or_404(Project, slug=slug)
-    export = get_object_or_404(DatasetExport, project=project, sha256=sha256)
-    if part == HF_FORMAT:  # the Hugging Face dataset folder, zipped
-        archive = hf_export_archive(export=export)
-        name = f"{project.slug}-{sha256[:12]}-hf.zip"
-        return FileResponse(archive.open("rb"), as_attachment=True, filename=name)
-    files = {"pairs": PAIRS_FILE, "judgements": JUDGEMENTS_FILE}
-    if part not in files:
-        raise Http404
-    path = Path(export.folder) / files[part]
-    name = f"{project.slug}-{sha256[:12]}-{part}.jsonl"
-    return FileResponse(path.open("rb"), as_attachment=True, filename=name)

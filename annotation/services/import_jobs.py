@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from annotation import formats
 from annotation.formats.containers import compression_of
-from annotation.importing import ImportValidationError
 from annotation.models import ImportJob, Project
-from annotation.services import ImportOptions, comparisons_import
+from annotation.parsing import ImportValidationError
+from annotation.services.importing import ImportOptions, comparisons_import
 from common.errors import ConcordError
 from common.jobs import task_send
 

@@ -21,8 +21,10 @@ from annotation.agreement import (
     krippendorff_alpha,
     leave_one_out_consensus,
     majority_vote,
+    side_margin,
+    top_choice,
 )
-from tests.agreement.simulate import Habits, simulate
+from tests.annotation.agreement.simulate import Habits, simulate
 
 NAN = np.nan
 
@@ -202,6 +204,38 @@ def test_majority_vote_by_hand():
     assert result.label.tolist() == [0, MISSING, MISSING]
     assert result.margin[:2] == pytest.approx([1 / 3, 0.0])
     assert np.isnan(result.margin[2])
+
+
+def test_top_choice_split_rules_by_hand():
+    """Rows (a, b, tie, both_bad): (2, 1, 0, 0) a alone; (1, 1, 0, 0) a/b split; (1, 1, 1, 0) split
+    with tie; (1, 0, 0, 1) a level with both bad. "undecided" leaves every split MISSING; "tie"
+    makes the first two splits a tie and keeps a over both bad (the order still prefers a)."""
+    counts = np.array([[2, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 1]])
+    assert top_choice(counts).tolist() == [0, MISSING, MISSING, MISSING]
+    assert top_choice(counts, split="tie").tolist() == [0, TIE, TIE, 0]
+    assert majority_vote(counts, split="tie").label.tolist() == [0, TIE, TIE, 0]
+    # Projects without tie or both bad have two columns: an a/b split is still a tie for the export.
+    assert top_choice(np.array([[3, 3]]), split="tie").tolist() == [TIE]
+    with pytest.raises(ValueError, match="split rule"):
+        top_choice(counts, split="coin")
+
+
+def test_side_margin_is_chosen_minus_rejected():
+    """Posterior (.8, .15, .05, 0): label a -> .8 - .15 = .65; label b on (.1, .6, .3, 0) -> .5;
+    label tie -> 0 (no order to weigh); MISSING -> 0."""
+    posterior = np.array([[0.8, 0.15, 0.05, 0.0], [0.1, 0.6, 0.3, 0.0], [0.2, 0.2, 0.6, 0.0]] * 2)
+    label = np.array([0, 1, TIE, MISSING, MISSING, MISSING])
+    assert side_margin(posterior, label) == pytest.approx([0.65, 0.5, 0.0, 0.0, 0.0, 0.0])
+
+
+def test_dawid_skene_margin_is_the_side_margin_of_its_posterior():
+    """The report's Dawid-Skene margin and the export's are one formula: P(chosen) - P(rejected)."""
+    table, _ = simulate([Habits() for _ in range(4)], n_items=100, seed=8)
+    result = dawid_skene(table.item, table.annotator, table.choice, n_items=100, n_annotators=4)
+    consensus = result.consensus
+    judged = ~np.isnan(consensus.margin)
+    expected = side_margin(consensus.posterior, consensus.label)
+    assert consensus.margin[judged] == pytest.approx(expected[judged])
 
 
 def test_dawid_skene_beats_majority_when_some_annotators_are_biased():

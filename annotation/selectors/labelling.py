@@ -1,4 +1,4 @@
-"""Reads of the annotation domain, shaped for pages and commands."""
+"""Reads of the labelling screen: an annotator's progress and history in a project."""
 
 from __future__ import annotations
 
@@ -8,62 +8,11 @@ from datetime import datetime
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, Exists, F, OuterRef
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from annotation.models import SCREEN_PAIR, Assignment, Comparison, Judgement, Project, Side
-from common.roles import remember_roles, role_flags_sql
 from common.sides import screen_side
-
-
-@dataclass(frozen=True)
-class ProjectProgress:
-    """Progress of one project: comparisons, judgements, comparisons with all ``overlap`` judgements,
-    and (for an annotator's view) how many the annotator has judged."""
-
-    project: Project
-    comparisons: int
-    judgements: int
-    complete: int
-    judged_by_me: int | None = None
-
-    @property
-    def percent_complete(self) -> int:
-        return round(100 * self.complete / self.comparisons) if self.comparisons else 0
-
-
-def _progress(projects, annotator: AbstractBaseUser | None) -> list[ProjectProgress]:
-    rows = []
-    for project in projects:
-        comparisons = Comparison.objects.filter(project=project)
-        complete = (
-            comparisons.annotate(n=Count("judgements")).filter(n__gte=F("project__overlap")).count()
-        )
-        judgements = Judgement.objects.filter(comparison__project=project)
-        rows.append(
-            ProjectProgress(
-                project=project,
-                comparisons=comparisons.count(),
-                judgements=judgements.count(),
-                complete=complete,
-                judged_by_me=(
-                    judgements.filter(annotator=annotator).count() if annotator else None
-                ),
-            )
-        )
-    return rows
-
-
-def projects_for_annotator(*, annotator: AbstractBaseUser) -> list[ProjectProgress]:
-    """The projects the annotator is a member of, with overall and personal progress."""
-    projects = Project.objects.filter(members=annotator).order_by("name")
-    return _progress(projects, annotator)
-
-
-def projects_overview() -> list[ProjectProgress]:
-    """Every project with its progress (for project leads and reviewers)."""
-    return _progress(Project.objects.order_by("name"), None)
-
 
 BATCH_SIZE = 20
 OPEN_PAIRS_CACHE_S = 5
@@ -100,28 +49,6 @@ class LabellingProgress:
         """BATCH_SIZE, always: a size cut to the pairs left would shrink as other annotators take
         pairs (the last batch simply ends early; ``available`` says how many are left)."""
         return BATCH_SIZE
-
-
-def member_project(*, user: AbstractBaseUser, slug: str) -> Project | None:
-    """The project ``slug`` if ``user`` is one of its members, else None. The user's roles come in
-    the same query and are cached on ``user`` (``has_role`` and the navigation ask no more).
-
-    Hand-written SQL: it runs on every labelling request, where building it through the ORM (with
-    the role subqueries) cost more CPU than the rest of the membership check.
-    """
-    members = Project._meta.get_field("members")
-    quote = connection.ops.quote_name
-    roles, role_params = role_flags_sql(user.pk)
-    sql = (
-        f"SELECT p.*, {roles} FROM {quote(Project._meta.db_table)} p "  # noqa: S608  # nosec B608
-        f"WHERE p.slug = %s AND EXISTS (SELECT 1 FROM {quote(members.m2m_db_table())} m "
-        f"WHERE m.{quote(members.m2m_column_name())} = p.{quote(Project._meta.pk.column)} "
-        f"AND m.{quote(members.m2m_reverse_name())} = %s)"
-    )  # names from the models' metadata; every value is a parameter
-    project = next(iter(Project.objects.raw(sql, [*role_params, slug, user.pk])), None)
-    if project is not None:
-        remember_roles(user, project)
-    return project
 
 
 # The labelling page's per-annotator counts in one statement (it is on every page load; the ORM
@@ -252,63 +179,23 @@ def labelling_history(
     return entries
 
 
-def annotator_progress(*, project: Project) -> list[dict[str, object]]:
-    """Per annotator of the project: judgements, skips, median seconds per pair (lead's page)."""
-    rows = []
-    for member in project.members.order_by("username"):
-        judged = Judgement.objects.filter(comparison__project=project, annotator=member)
-        times = sorted(t for t in judged.values_list("elapsed_ms", flat=True) if t is not None)
-        rows.append(
-            {
-                "username": member.get_username(),
-                "active": member.is_active,
-                "judgements": judged.count(),
-                "skipped": Assignment.objects.filter(
-                    comparison__project=project,
-                    annotator=member,
-                    status=Assignment.Status.SKIPPED,
-                ).count(),
-                "median_seconds": round(times[len(times) // 2] / 1000, 1) if times else None,
-            }
-        )
-    return rows
-
-
-@dataclass(frozen=True)
-class BatchProgress:
-    """One batch of the project's queue: its number (1-based), pairs, pairs with all judgements."""
-
-    number: int
-    comparisons: int
-    complete: int
-    judgements: int
-
-    @property
-    def percent(self) -> int:
-        return round(100 * self.complete / self.comparisons) if self.comparisons else 0
-
-
-def batch_progress(*, project: Project, batch_size: int = BATCH_SIZE) -> list[BatchProgress]:
-    """Progress per batch: the queue (queue position, then id) cut into blocks of ``batch_size``."""
-    counts = (
-        Comparison.objects.filter(project=project, gold="")
-        .order_by("queue_position", "pk")
-        .annotate(n=Count("judgements"))
-        .values_list("n", flat=True)
+def judgement_last(*, annotator: AbstractBaseUser, project: Project) -> Judgement | None:
+    """The annotator's most recent judgement in the project (what Z brings back to edit)."""
+    return (
+        Judgement.objects.select_related("comparison__prompt", "comparison__project")
+        .filter(comparison__project=project, annotator=annotator)
+        .order_by("-updated_at", "-pk")
+        .first()
     )
-    batches: list[BatchProgress] = []
-    block: list[int] = []
-    for n in [*counts.iterator(chunk_size=5000), None]:
-        if n is not None:
-            block.append(n)
-        if block and (len(block) == batch_size or n is None):
-            batches.append(
-                BatchProgress(
-                    number=len(batches) + 1,
-                    comparisons=len(block),
-                    complete=sum(1 for k in block if k >= project.overlap),
-                    judgements=sum(block),
-                )
-            )
-            block = []
-    return batches
+
+
+def judgement_own(
+    *, annotator: AbstractBaseUser, project: Project, judgement_id: int
+) -> Judgement | None:
+    """The annotator's own judgement ``judgement_id`` in the project (from their history), or None
+    when there is no such judgement of theirs there."""
+    return (
+        Judgement.objects.select_related("comparison__prompt", "comparison__project")
+        .filter(pk=judgement_id, comparison__project=project, annotator=annotator)
+        .first()
+    )

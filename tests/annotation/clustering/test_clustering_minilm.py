@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from annotation import clustering_service as service
-from annotation.importing import content_hash
 from annotation.models import Prompt
+from annotation.parsing import content_hash
+from annotation.services import clustering as service
 from tests.factories import ProjectFactory
 
-DEMO_PROMPTS = Path(__file__).resolve().parents[2] / "demo" / "prompts.jsonl"
+DEMO_PROMPTS = Path(__file__).resolve().parents[3] / "demo" / "prompts.jsonl"
 # The three deliberate paraphrase pairs of the demo set.
 PARAPHRASES = [
     ("demo-001", "demo-007"),  # reverse a Python list / a list in backwards order

@@ -59,7 +59,7 @@ class KeywordEncoder:
 def encoder(monkeypatch):
     """The keyword encoder, also installed as the service's default (no MiniLM load)."""
     fake = KeywordEncoder()
-    monkeypatch.setattr("annotation.clustering_service.sentence_encoder", lambda name: fake)
+    monkeypatch.setattr("annotation.services.clustering.sentence_encoder", lambda name: fake)
     return fake
 
 

@@ -5,10 +5,11 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 
-from annotation import agreement_service
 from annotation.models import Judgement, Project, Prompt
+from annotation.selectors import agreement as agreement_selectors
+from annotation.services import agreement as agreement_services
 from annotation.tasks import agreement_report_refresh
-from tests.agreement.jsonl import import_file, synthetic_rows, write_jsonl
+from tests.annotation.agreement.jsonl import import_file, synthetic_rows, write_jsonl
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -118,10 +119,10 @@ def test_changed_judgements_make_the_report_stale_and_requeue_it(project, lead, 
 
 def test_schedule_is_debounced_until_the_task_runs(project, queued):
     """Calls inside the window collapse into one run; the run clears the mark."""
-    assert agreement_service.dashboard_refresh_schedule(project=project) is True
-    assert agreement_service.dashboard_refresh_schedule(project=project) is False
+    assert agreement_services.dashboard_refresh_schedule(project=project) is True
+    assert agreement_services.dashboard_refresh_schedule(project=project) is False
     agreement_report_refresh.apply(args=[project.pk])
-    assert agreement_service.dashboard_refresh_schedule(project=project) is True
+    assert agreement_services.dashboard_refresh_schedule(project=project) is True
     assert [call["countdown"] for call in queued] == [30, 30]
 
 
@@ -135,7 +136,7 @@ def test_refresh_button_queues_a_run_now(project, lead, queued):
 def test_drill_down_lists_disagreements_with_the_others(project, lead):
     """eve's page lists the comparisons where she differs from the others' majority."""
     agreement_report_refresh.apply(args=[project.pk])
-    rows = agreement_service.annotator_disagreements(project=project, username="eve")
+    rows = agreement_selectors.annotator_disagreements(project=project, username="eve")
     assert rows and all(
         row["choice"] not in row["others"] or len(row["others"]) > 1 for row in rows
     )
@@ -154,9 +155,9 @@ def test_drill_down_lists_disagreements_with_the_others(project, lead):
 def test_project_page_alerts_come_from_the_cached_report(project):
     """agreement_alerts() is empty before the first report and lists the flagged annotator after;
     the include template renders them with a link to the dashboard."""
-    assert agreement_service.agreement_alerts(project=project) == []
+    assert agreement_selectors.agreement_alerts(project=project) == []
     agreement_report_refresh.apply(args=[project.pk])
-    alerts = agreement_service.agreement_alerts(project=project)
+    alerts = agreement_selectors.agreement_alerts(project=project)
     assert any(alert.startswith("eve:") and "position bias" in alert for alert in alerts)
     html = render_to_string(
         "annotation/agreement_alerts.html", {"agreement_alerts": alerts, "project": project}

@@ -5,9 +5,9 @@ judgements each, the report must find each habit, and flag nothing on ana."""
 
 import pytest
 
-from annotation.agreement_service import agreement_summary, project_agreement
 from annotation.demo import DEMO_COMPARISONS, DEMO_SLUG, demo_load
 from annotation.models import Project
+from annotation.services.agreement import agreement_summary, project_agreement
 
 pytestmark = pytest.mark.django_db
 

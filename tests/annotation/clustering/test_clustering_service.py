@@ -8,8 +8,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from annotation import clustering_service as service
 from annotation.models import ClusteringRun, Prompt, PromptCluster, PromptEmbedding
+from annotation.selectors import clustering as selectors
+from annotation.services import clustering as service
 from annotation.tasks import cluster_prompts
 from tests.factories import ComparisonFactory, PromptFactory
 
@@ -162,7 +163,7 @@ def test_names_carry_over_to_the_matching_cluster(topic_project, encoder):
     second = _run(project, k=3)
     names = {c.name for c in second.clusters.all()}
     assert names == {"Sleep advice", ""}
-    assert service.clustering_run_current(project=project).pk == second.pk
+    assert selectors.clustering_run_current(project=project).pk == second.pk
 
 
 def test_command_clusters_and_prints_the_table(topic_project, encoder, capsys):
@@ -209,7 +210,7 @@ def test_comparisons_come_in_balanced_order_each_once(topic_project, encoder):
     for prompt_id in topic_of:
         ComparisonFactory(project=project, prompt_id=prompt_id)
     _run(project, k=3)
-    order = service.comparison_ids_balanced(project=project, batch_size=3)
+    order = selectors.comparison_ids_balanced(project=project, batch_size=3)
     comparisons = {c.pk: c.prompt_id for c in project.comparisons.all()}
     assert sorted(order) == sorted(comparisons)
     first_batch = {topic_of[comparisons[c]] for c in order[:3]}
@@ -219,5 +220,5 @@ def test_comparisons_come_in_balanced_order_each_once(topic_project, encoder):
 def test_held_out_prompts_are_stratified(topic_project, encoder):
     project, topic_of = topic_project
     _run(project, k=3)
-    chosen = service.prompt_ids_held_out(project=project, size=6)
+    chosen = selectors.prompt_ids_held_out(project=project, size=6)
     assert sorted(topic_of[p] for p in chosen) == ["capital"] * 2 + ["python"] * 2 + ["sleep"] * 2

@@ -10,17 +10,22 @@ from django.db.models import BigIntegerField
 from django.db.models.functions import Cast
 
 from annotation import agreement
-from annotation.agreement_service import (
-    SUMMARY_KEYS,
+from annotation.models import Judgement, Project
+from annotation.selectors.agreement import (
     _bulk_reads,
     _comparison_columns,
     _int_columns,
     _judgement_columns,
-    project_consensus,
 )
-from annotation.models import Judgement, Project
-from tests.agreement.jsonl import agreement_json, import_file, run, synthetic_rows, write_jsonl
-from tests.agreement.shared_data import PANDALM_CHOICE, PANDALM_TESTSET, pandalm_labels
+from annotation.services.agreement import SUMMARY_KEYS, project_consensus
+from tests.annotation.agreement.jsonl import (
+    agreement_json,
+    import_file,
+    run,
+    synthetic_rows,
+    write_jsonl,
+)
+from tests.annotation.agreement.shared_data import PANDALM_CHOICE, PANDALM_TESTSET, pandalm_labels
 
 pytestmark = pytest.mark.django_db
 CODE = {name: code for code, name in enumerate(agreement.CHOICES)}

@@ -1,19 +1,17 @@
-"""Agreement reports of a project: judgements read as arrays, the pure maths, names put back.
+"""Reads for the agreement reports: a project's judgements as arrays, the cached dashboard, drill-downs.
 
 ``project_judgements`` reads a project's judgements and comparisons as integer columns (one narrow query
 each: PostgreSQL packs each column into one bytea that NumPy reads directly, other databases go
-through ``values_list``; never one model object per row). ``project_agreement`` runs
-``annotation.agreement.agreement_report`` on them; ``agreement_summary`` shapes the result as the
-``agreement --json`` object of ARCHITECTURE.md, ``agreement_dashboard`` as the dashboard's data.
-The dashboard's copy is computed by a Celery task and kept in the shared cache (``cached_dashboard``).
+through ``values_list``; never one model object per row). The dashboard's copy of the report is
+computed by a Celery task (``annotation.services.agreement.dashboard_refresh``) and kept in the
+shared cache, read here by ``cached_dashboard``.
 """
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 from typing import Any
 
 import numpy as np
@@ -22,11 +20,7 @@ from django.core.cache import cache
 from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
 from django.db.models import BigIntegerField, Case, Count, Func, Max, QuerySet, Value, When
-from django.db.models.functions import (
-    Cast,
-    Coalesce,
-    Length,
-)
+from django.db.models.functions import Cast, Coalesce, Length
 
 from annotation import agreement
 from annotation.models import (
@@ -39,23 +33,8 @@ from annotation.models import (
     Response,
     Side,
 )
-from annotation.selectors import BATCH_SIZE
-from common.jobs import task_send
+from annotation.selectors.labelling import BATCH_SIZE
 
-KAPPA_TARGET = 0.7  # PIPELINE.md: inter-annotator agreement target, kappa above 0.7
-CACHE_SECONDS = 7 * 24 * 3600
-SUMMARY_KEYS = (
-    "n_items",
-    "n_judgements",
-    "n_annotators",
-    "percent_agreement",
-    "percent_agreement_no_ties",
-    "fleiss_kappa",
-    "krippendorff_alpha",
-    "gwet_ac1",
-    "cohen_kappa",
-    "annotators",
-)
 _BIG = BigIntegerField()
 
 
@@ -308,195 +287,12 @@ def _max_by_group(out: np.ndarray, group: np.ndarray, values: np.ndarray) -> Non
     out[targets] = np.maximum(out[targets], values[order][last])
 
 
-@dataclass(frozen=True)
-class ProjectAgreement:
-    """The report of one project, with the arrays it was computed from and when."""
-
-    project: Project
-    data: ProjectJudgements
-    report: agreement.AgreementReport
-    computed_at: datetime
-
-
-def project_agreement(
-    *, project: Project, n_boot: int = 1000, pair_boot: int = 0, seed: int = 0
-) -> ProjectAgreement:
-    """Compute the project's agreement report. Fleiss' kappa uses the comparisons with the project's
-    full overlap; alpha and AC1 use every judgement (ARCHITECTURE.md)."""
-    data = project_judgements(project=project)
-    report = agreement.agreement_report(
-        data.table,
-        overlap=project.overlap,
-        n_categories=data.n_categories,
-        n_boot=n_boot,
-        pair_boot=pair_boot,
-        seed=seed,
-    )
-    return ProjectAgreement(
-        project=project, data=data, report=report, computed_at=datetime.now(tz=UTC)
-    )
-
-
-def _number(value: float | np.floating | np.integer | None, digits: int = 6) -> float | int | None:
-    """A JSON-safe number: NaN, infinities and None (an undefined interval bound) become None."""
-    if value is None:
-        return None
-    if isinstance(value, int | np.integer):
-        return int(value)
-    value = float(value)
-    return round(value, digits) if math.isfinite(value) else None
-
-
-def _annotator_rows(result: ProjectAgreement) -> list[dict[str, Any]]:
-    s = result.report.annotators
-    pairs = result.report.pairs
-    names = result.data.annotator_names
-    against: list[list[dict[str, Any]]] = [[] for _ in names]
-    for first, second, kappa, n in zip(
-        pairs.first, pairs.second, pairs.kappa, pairs.n, strict=True
-    ):
-        against[first].append({"other": names[second], "kappa": _number(kappa), "n": int(n)})
-        against[second].append({"other": names[first], "kappa": _number(kappa), "n": int(n)})
-    rows = []
-    for i, name in enumerate(names):
-        rows.append(
-            {
-                "annotator": name,
-                "n_judgements": int(s.n_judgements[i]),
-                "flags": list(s.flags[i]),
-                "left_share": _number(s.left_share[i]),
-                "left_n": int(s.left_n[i]),
-                "left_p_value": _number(s.left_p_value[i]),
-                "left_p_adjusted": _number(s.left_p_adjusted[i]),
-                "longer_share": _number(s.longer_share[i]),
-                "consensus_longer_share": _number(s.consensus_longer_share[i]),
-                "length_bias": _number(s.length_bias[i]),
-                "longer_n": int(s.longer_n[i]),
-                "longer_p_adjusted": _number(s.longer_p_adjusted[i]),
-                "tie_rate": _number(s.tie_rate[i]),
-                "loo_agreement": _number(s.loo_agreement[i]),
-                "loo_n": int(s.loo_n[i]),
-                "gold_accuracy": _number(s.gold_accuracy[i]),
-                "gold_n": int(s.gold_n[i]),
-                "repeat_consistency": _number(s.repeat_consistency[i]),
-                "repeat_n": int(s.repeat_n[i]),
-                "median_ms": _number(s.median_ms[i], 1),
-                "fast_share": _number(s.fast_share[i]),
-                "mean_kappa": _number(s.mean_kappa[i]),
-                "cohen_kappa": sorted(against[i], key=lambda row: row["other"]),
-            }
-        )
-    return rows
-
-
-def agreement_summary(result: ProjectAgreement, *, intervals: bool = False) -> dict[str, Any]:
-    """The ``agreement --json`` object: exactly SUMMARY_KEYS (ARCHITECTURE.md), plus "intervals"
-    ({coefficient: [low, high]}, 95% bootstrap) when asked for."""
-    report = result.report
-    names = result.data.annotator_names
-    summary: dict[str, Any] = {
-        "n_items": report.n_items,
-        "n_judgements": report.n_judgements,
-        "n_annotators": report.n_annotators,
-        **{name: _number(report.coefficients[name].estimate) for name in agreement.COEFFICIENTS},
-        "cohen_kappa": [
-            {"a": names[first], "b": names[second], "kappa": _number(kappa), "n": int(n)}
-            for first, second, kappa, n in zip(
-                report.pairs.first,
-                report.pairs.second,
-                report.pairs.kappa,
-                report.pairs.n,
-                strict=True,
-            )
-        ],
-        "annotators": _annotator_rows(result),
-    }
-    assert tuple(summary) == SUMMARY_KEYS
-    if intervals:
-        summary["intervals"] = {
-            name: [_number(v) for v in report.coefficients[name].as_list()]
-            for name in agreement.COEFFICIENTS
-        }
-    return summary
-
-
-def _groups(counts: np.ndarray, group: np.ndarray, labels: list[Any]) -> list[dict[str, Any]]:
-    values = np.unique(group[group != agreement.MISSING])
-    index = np.full(group.size, agreement.MISSING)
-    index[group != agreement.MISSING] = np.searchsorted(values, group[group != agreement.MISSING])
-    result = agreement.agreement_by_group(counts, index, n_groups=values.size)
-    rows = []
-    for g, value in enumerate(values):
-        if result.n_items[g]:
-            rows.append(
-                {
-                    "group": labels[g] if labels else int(value),
-                    "n_items": int(result.n_items[g]),
-                    "n_judgements": int(result.n_judgements[g]),
-                    "percent_agreement": _number(result.percent_agreement[g]),
-                    "fleiss_kappa": _number(result.fleiss_kappa[g]),
-                }
-            )
-    return rows
-
-
-def agreement_dashboard(result: ProjectAgreement) -> dict[str, Any]:
-    """Everything the dashboard draws, JSON-ready: the summary, intervals and the kappa target, the
-    pairwise kappa matrix, agreement per cluster / batch / day, and when it was computed."""
-    report, data = result.report, result.data
-    counts = report.counts
-    days = data.item_day
-    day_labels = [day_label(d) for d in np.unique(days[days != agreement.MISSING])]
-    matrix = report.pairs.matrix(len(data.annotator_names))
-    pair_intervals = [
-        {"a": data.annotator_names[f], "b": data.annotator_names[s], "low": _number(lo),
-         "high": _number(hi)}
-        for f, s, lo, hi in zip(report.pairs.first, report.pairs.second, report.pairs.low,
-                                report.pairs.high, strict=True)
-    ]  # fmt: skip
-    return {
-        "project": {"slug": result.project.slug, "name": result.project.name},
-        "computed_at": result.computed_at.isoformat(),
-        "kappa_target": KAPPA_TARGET,
-        "summary": agreement_summary(result, intervals=True),
-        "n_items_full_overlap": report.n_items_full_overlap,
-        "overlap": result.project.overlap,
-        "heatmap": {
-            "annotators": data.annotator_names,
-            "kappa": [[_number(v) for v in row] for row in matrix],
-        },
-        "pair_intervals": pair_intervals,
-        "by_cluster": _groups(counts, data.item_cluster, []),
-        "by_batch": _groups(counts, np.where(counts.sum(axis=1) > 0, data.item_batch, -1), []),
-        "by_day": _groups(counts, days, day_labels),
-        "fast_threshold_ms": _number(report.annotators.fast_threshold_ms, 1),
-        "alerts": dashboard_alerts(result),
-    }
-
-
-def dashboard_alerts(result: ProjectAgreement) -> list[str]:
-    """Plain-language alerts: agreement under the kappa target, and each flagged annotator."""
-    alerts = []
-    fleiss = result.report.coefficients["fleiss_kappa"].estimate
-    if math.isfinite(fleiss) and fleiss < KAPPA_TARGET:
-        alerts.append(f"Fleiss' kappa {fleiss:.2f} is below the target of {KAPPA_TARGET}.")
-    for name, flags in zip(
-        result.data.annotator_names, result.report.annotators.flags, strict=True
-    ):
-        if flags:
-            alerts.append(f"{name}: {', '.join(flag.replace('_', ' ') for flag in flags)}.")
-    return alerts
-
-
-# --- Cached dashboard data (computed by the Celery task, debounced) ----------------------------------
-REFRESH_DELAY_SECONDS = 30  # judgements arriving within this window share one recomputation
-
-
+# --- Cached dashboard data (written by services.agreement.dashboard_refresh) -------------------------
 def dashboard_cache_key(project: Project) -> str:
     return f"concord:agreement:dashboard:{project.pk}"
 
 
-def _pending_key(project: Project) -> str:
+def refresh_pending_key(project: Project) -> str:
     return f"concord:agreement:pending:{project.pk}"
 
 
@@ -510,65 +306,9 @@ def judgements_fingerprint(*, project: Project) -> list[Any]:
     return [judged["n"], latest, repeats]
 
 
-def dashboard_refresh(*, project: Project, n_boot: int = 1000, pair_boot: int = 200) -> dict:
-    """Compute the dashboard data (with every pair's bootstrap interval) and store it in the cache.
-
-    Clears the pending mark first, so judgements that arrive while it runs schedule another run.
-    """
-    cache.delete(_pending_key(project))
-    fingerprint = judgements_fingerprint(project=project)
-    result = project_agreement(project=project, n_boot=n_boot, pair_boot=pair_boot)
-    payload = {**agreement_dashboard(result), "fingerprint": fingerprint}
-    cache.set(dashboard_cache_key(project), payload, CACHE_SECONDS)
-    return payload
-
-
-def dashboard_refresh_schedule(*, project: Project, delay: int = REFRESH_DELAY_SECONDS) -> bool:
-    """Ask the worker (default queue) to recompute the report in ``delay`` seconds, unless a run is
-    already pending: calls in the same window collapse into one. True when a run was queued.
-
-    Call it after judgements change (the labelling and import services, or the dashboard when it
-    finds its copy stale).
-    """
-    if not cache.add(_pending_key(project), "1", timeout=delay + 600):
-        return False
-    try:
-        task_send(
-            "annotation.tasks.agreement_report_refresh",
-            args=[project.pk],
-            countdown=delay,
-            on_commit=False,
-        )
-    except Exception:
-        cache.delete(_pending_key(project))  # the broker is down: let the next call try again
-        raise
-    return True
-
-
 def cached_dashboard(*, project: Project) -> dict | None:
     """The last computed dashboard data (with its ``computed_at``), or None if never computed."""
     return cache.get(dashboard_cache_key(project))
-
-
-@dataclass(frozen=True)
-class DashboardState:
-    """What the dashboard shows: the cached payload (or None), whether it is out of date, and
-    whether a recomputation is queued."""
-
-    payload: dict | None
-    stale: bool
-    refreshing: bool
-
-
-def dashboard_state(*, project: Project, schedule: bool = True) -> DashboardState:
-    """The cached report and whether it still matches the judgements; a missing or stale report is
-    scheduled for recomputation (debounced) when ``schedule``."""
-    payload = cached_dashboard(project=project)
-    stale = payload is None or payload.get("fingerprint") != judgements_fingerprint(project=project)
-    if stale and schedule:
-        dashboard_refresh_schedule(project=project, delay=0 if payload is None else 5)
-    refreshing = cache.get(_pending_key(project)) is not None
-    return DashboardState(payload=payload, stale=stale, refreshing=refreshing)
 
 
 def agreement_alerts(*, project: Project) -> list[str]:
@@ -618,43 +358,3 @@ def annotator_disagreements(
         }
         for row in rows
     ]
-
-
-# --- Consensus for exports ----------------------------------------------------------------------------
-def project_consensus(
-    *, project: Project, method: str = "dawid_skene"
-) -> dict[int, dict[str, Any]]:
-    """Consensus per judged comparison id: {"choice", "posterior": {choice: p}, "margin"}.
-
-    method "majority" (vote shares) or "dawid_skene" (annotator confusion matrices learned by EM; the
-    posterior is the soft label, margin = top posterior minus the runner-up).
-    """
-    data = project_judgements(project=project)
-    table = data.table
-    if method == "majority":
-        counts = agreement.item_counts(table.item, table.choice, n_items=table.n_items)
-        consensus = agreement.majority_vote(counts)
-    elif method == "dawid_skene":
-        consensus = agreement.dawid_skene(
-            table.item,
-            table.annotator,
-            table.choice,
-            n_items=table.n_items,
-            n_annotators=table.n_annotators,
-        ).consensus
-    else:
-        raise ValueError(
-            f"unknown consensus method {method!r}; expected 'majority' or 'dawid_skene'"
-        )
-    judged = np.unique(table.item)
-    return {
-        int(data.comparison_ids[i]): {
-            "choice": agreement.CHOICES[consensus.label[i]] if consensus.label[i] >= 0 else None,
-            "posterior": {
-                name: round(float(p), 6)
-                for name, p in zip(agreement.CHOICES, consensus.posterior[i], strict=True)
-            },
-            "margin": _number(consensus.margin[i]),
-        }
-        for i in judged
-    }

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from annotation import agreement
-from tests.agreement.shared_data import PANDALM_CHOICE, mt_bench_votes, pandalm_labels
+from tests.annotation.agreement.shared_data import PANDALM_CHOICE, mt_bench_votes, pandalm_labels
 
 CODE = {name: code for code, name in enumerate(agreement.CHOICES)}
 

@@ -1,9 +1,9 @@
-"""Writes of the annotation domain: projects and the all-or-nothing, streaming import.
+"""Writes of projects and the all-or-nothing, streaming import (comparisons, responses, judgements).
 
 Views, commands and tasks call these; none holds logic of its own.
 
 The import reads its source twice. Pass 1 reads every record in its format (annotation.formats),
-validates it (annotation.importing) and keeps only each comparison's key, content hash and
+validates it (annotation.parsing) and keeps only each comparison's key, content hash and
 annotators' verdicts, so a bad file is refused before anything is written. Pass 2 reads the file
 again and writes it in chunks of CHUNK_ROWS rows with bulk queries, inside one transaction: a
 100,000-row file never sits in memory, and a failure half-way leaves nothing behind. With
@@ -31,7 +31,8 @@ from django.utils.text import slugify
 
 from annotation import formats
 from annotation.formats.containers import read_records
-from annotation.importing import (
+from annotation.models import Comparison, Judgement, Project, Prompt, Response
+from annotation.parsing import (
     ImportedComparison,
     ImportValidationError,
     LineError,
@@ -39,7 +40,6 @@ from annotation.importing import (
     parse_row,
     response_hash,
 )
-from annotation.models import Comparison, Judgement, Project, Prompt, Response
 from common.roles import ANNOTATOR
 
 CHUNK_ROWS = 1000
@@ -493,7 +493,7 @@ def comparisons_import(
             if progress is not None:
                 progress("importing", done, plan.rows)
         if counts.judgements_created:
-            from annotation.labelling import judgements_changed
+            from annotation.services.labelling import judgements_changed
 
             judgements_changed(project)
     return ImportResult(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DATA_DIR = Path(os.environ.get("CONCORD_SHARED_DATA", ROOT.parent / "shared" / "data"))
 PANDALM_LABELS = DATA_DIR / "pandalm_testset_labels.csv"
 PANDALM_TESTSET = DATA_DIR / "pandalm_testset-v1.json"

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from annotation import agreement_service
 from annotation.demo import DEMO_COMPARISONS, DEMO_SLUG, demo_load
 from annotation.models import Project
+from annotation.selectors import agreement as agreement_selectors
+from annotation.services import agreement as agreement_services
 from annotation.tasks import agreement_report_refresh
 from common.roles import ML_ENGINEER
-from tests.agreement.jsonl import import_file, synthetic_rows, write_jsonl
+from tests.annotation.agreement.jsonl import import_file, synthetic_rows, write_jsonl
 from tests.factories import UserFactory
 
 CHROMIUM = Path(os.environ.get("CONCORD_CHROMIUM", "/usr/bin/chromium"))
@@ -60,7 +61,7 @@ def project(settings, tmp_path, monkeypatch) -> Project:
     else:
         import_file(write_jsonl(tmp_path / "rows.jsonl", synthetic_rows(90)), "ui")
         project = Project.objects.get(slug="ui")
-    agreement_service.dashboard_refresh(project=project, n_boot=200, pair_boot=50)
+    agreement_services.dashboard_refresh(project=project, n_boot=200, pair_boot=50)
     return project
 
 
@@ -88,7 +89,7 @@ def test_dashboard_draws_every_chart(chromium, live_server, project, settings, t
     page.on("console", console)
     page.goto(f"/annotation/p/{project.slug}/agreement/")
     page.wait_for_selector("#coefficient-chart svg circle")
-    n = len(agreement_service.cached_dashboard(project=project)["heatmap"]["annotators"])
+    n = len(agreement_selectors.cached_dashboard(project=project)["heatmap"]["annotators"])
     assert page.locator("#coefficient-chart svg circle").count() == 5
     assert page.locator("#coefficient-chart svg .target-line").count() == 1
     assert page.locator("#kappa-heatmap svg rect").count() >= n * (n - 1)

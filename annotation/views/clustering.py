@@ -11,8 +11,9 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from annotation import clustering_service as service
 from annotation.models import ClusteringRun, Project, PromptCluster
+from annotation.selectors import clustering as selectors
+from annotation.services import clustering as service
 from common.errors import ConcordError
 from common.roles import ML_ENGINEER, role_required
 
@@ -37,13 +38,13 @@ def _run_status(run: ClusteringRun | None) -> dict[str, object]:
 @role_required(ML_ENGINEER, methods=("GET",))
 def clusters(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_object_or_404(Project, slug=slug)
-    current = service.clustering_run_current(project=project)
-    latest = service.clustering_run_latest(project=project)
+    current = selectors.clustering_run_current(project=project)
+    latest = selectors.clustering_run_latest(project=project)
     points, total = ([], 0)
-    rows: list[service.ClusterRow] = []
+    rows: list[selectors.ClusterRow] = []
     if current is not None:
-        rows = service.cluster_rows(run=current)
-        points, total = service.cluster_scatter(
+        rows = selectors.cluster_rows(run=current)
+        points, total = selectors.cluster_scatter(
             run=current, width=SCATTER_WIDTH, height=SCATTER_HEIGHT
         )
     context = {
@@ -64,7 +65,7 @@ def clusters(request: HttpRequest, slug: str) -> HttpResponse:
 def clusters_status(request: HttpRequest, slug: str) -> JsonResponse:
     """The latest run's state, polled by the page while a run is queued or running."""
     project = get_object_or_404(Project, slug=slug)
-    return JsonResponse(_run_status(service.clustering_run_latest(project=project)))
+    return JsonResponse(_run_status(selectors.clustering_run_latest(project=project)))
 
 
 @role_required(ML_ENGINEER, methods=("POST",))
