@@ -240,3 +240,25 @@ def test_html_in_a_pair_swapped_in_is_shown_as_text_and_never_runs(fast_hasher, 
     expect(screen.locator('.md a[href^="javascript"]')).to_have_count(0)
     page.wait_for_timeout(200)
     assert page.evaluate("typeof window.__xss") == "undefined"
+
+
+def test_arrow_keys_pick_a_side_and_4_marks_both_bad(fast_hasher, page: Page) -> None:
+    """ArrowLeft / ArrowRight pick the left / right answer as 1 / 2 do; 4 is "both bad" where the
+    project allows it; the stored choice is in terms of the stored responses, whatever side each
+    was shown on."""
+    setup = _make_project(n_pairs=3)
+    type(setup.project).objects.filter(pk=setup.project.pk).update(allow_both_bad=True)
+    _open(page, setup, setup.annotator.username)
+    expected = {}
+    for key, pick in (("ArrowLeft", "left"), ("ArrowRight", "right"), ("4", "both_bad")):
+        comparison, left_side = _on_screen(page, setup)
+        page.keyboard.press(key)
+        expect(page.locator("button.selected")).to_have_count(1)
+        choice = {"left": left_side, "right": _other(left_side), "both_bad": "both_bad"}[pick]
+        expected[comparison.pk] = choice
+        _switch(page, lambda: page.keyboard.press("Enter"))
+    stored = {
+        j.comparison_id: j.choice for j in Judgement.objects.filter(annotator=setup.annotator)
+    }
+    assert stored == expected
+    expect(page.get_by_test_id("done")).to_be_visible()
