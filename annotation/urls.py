@@ -1,6 +1,6 @@
 from django.urls import path
 
-from annotation import views, views_agreement, views_clustering
+from annotation import views, views_agreement, views_clustering, views_projects
 
 app_name = "annotation"
 
@@ -50,4 +50,39 @@ urlpatterns = [
         views_agreement.agreement_annotator,
         name="agreement-annotator",
     ),
+    # Project settings and people (views_projects).
+    path("projects/new/", views_projects.project_create, name="project-create"),
+    path("p/<slug:slug>/settings/", views_projects.project_settings, name="project-settings"),
+    path(
+        "p/<slug:slug>/settings/archive/",
+        views_projects.project_archive,
+        name="project-archive",
+    ),
+    path(
+        "p/<slug:slug>/settings/unarchive/",
+        views_projects.project_unarchive,
+        name="project-unarchive",
+    ),
+    path("p/<slug:slug>/members/", views_projects.project_members, name="project-members"),
+    path(
+        "p/<slug:slug>/members/<str:username>/remove/",
+        views_projects.member_remove,
+        name="member-remove",
+    ),
+    path(
+        "p/<slug:slug>/members/<str:username>/pause/",
+        views_projects.member_pause,
+        name="member-pause",
+    ),
+    path(
+        "p/<slug:slug>/members/<str:username>/resume/",
+        views_projects.member_resume,
+        name="member-resume",
+    ),
+    path(
+        "p/<slug:slug>/members/<str:username>/invite/",
+        views_projects.member_invite,
+        name="member-invite",
+    ),
+    path("invite/<str:uidb64>/<str:token>/", views_projects.invite_accept, name="invite"),
 ]
