@@ -471,3 +471,27 @@ def test_people_page_adds_by_email_and_shows_the_invite_link(project, ml_enginee
 
     again = client.post(url, {"identifier": "eve@example.org", "role": "annotator"})
     assert again.status_code == 200 and "already a member" in again.content.decode()
+
+
+def test_member_agreement_comes_from_the_computed_dashboard(project, member, ml_engineer):
+    """Four annotators on three pairs; carl always disagrees with the other three: against the
+    others' majority annie, bea and cleo agree on 3 of 3 pairs (1.0), carl on none (0.0). With no
+    dashboard computed the column is empty (the page never computes one)."""
+    from django.core.cache import cache
+
+    from annotation.agreement_service import dashboard_refresh
+
+    others = [UserFactory(username=name, role=ANNOTATOR) for name in ("bea", "cleo", "carl")]
+    project.members.add(*others)
+    for pair in Comparison.objects.filter(project=project):
+        for user in (member, *others):
+            JudgementFactory(
+                comparison=pair, annotator=user, choice="b" if user.username == "carl" else "a"
+            )
+    cache.clear()
+    assert {r.agreement for r in project_selectors.project_members(project=project)} == {None}
+    dashboard_refresh(project=project, n_boot=20, pair_boot=10)
+    rows = project_selectors.project_members(project=project)
+    assert {r.username: r.agreement for r in rows} == {
+        "annie": 1.0, "bea": 1.0, "cleo": 1.0, "carl": 0.0,
+    }  # fmt: skip
