@@ -19,6 +19,7 @@ from tests.browser.test_labelling import PASSWORD, _settled, _switch
 from tests.factories import UserFactory
 
 NEW_PASSWORD = "a fresh long passphrase 7"
+SCREENSHOT = "/tmp/concord-people.png"  # noqa: S108 - for humans to look at, never asserted on
 ROWS = [
     {"id": f"row-{i}", "prompt": f"Question {i}: how do I sort a list?",
      "response_a": f"Answer {i} alpha: sorted(items).", "response_b": f"Answer {i} bravo: items.sort()."}
@@ -95,6 +96,7 @@ def test_lead_creates_a_project_invites_an_annotator_who_labels_then_pauses_them
         expect(page.locator('tr[data-member="nora"] td.judgements')).to_have_text("1")
         page.locator('tr[data-member="nora"]').get_by_role("button", name="Pause").click()
         expect(page.locator('tr[data-member="nora"]')).to_contain_text("paused")
+        page.screenshot(path=SCREENSHOT, full_page=True)
         assert not Assignment.objects.filter(annotator__username="nora", status="active").exists()
         screen.reload()
         expect(screen.get_by_test_id("left")).to_have_count(0)
@@ -107,3 +109,4 @@ def test_lead_creates_a_project_invites_an_annotator_who_labels_then_pauses_them
     assert kinds == ["created", "member_added", "member_paused"]
     page.goto("/annotation/p/sorting/settings/")
     expect(page.get_by_test_id("events")).to_contain_text("Member paused")
+    page.screenshot(path=SCREENSHOT.replace("people", "settings"), full_page=True)
