@@ -8,17 +8,29 @@ from annotation.models import (
     ImportJob,
     Judgement,
     Project,
+    ProjectMembership,
     Prompt,
     PromptCluster,
     Response,
 )
 
 
+class MembershipInline(admin.TabularInline):
+    """Members in the admin (the project's People page is the audited way to change them)."""
+
+    model = ProjectMembership
+    fk_name = "project"
+    extra = 0
+    raw_id_fields = ("user", "added_by")
+
+
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "overlap", "allow_ties", "allow_both_bad", "created_at")
+    list_display = (
+        "name", "slug", "overlap", "allow_ties", "allow_both_bad", "created_at", "archived_at"
+    )  # fmt: skip
     prepopulated_fields = {"slug": ("name",)}
-    filter_horizontal = ("members",)
+    inlines = (MembershipInline,)
     search_fields = ("name", "slug")
 
 

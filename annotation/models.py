@@ -7,8 +7,10 @@ a comparison never sets a response against itself, content hashes make re-import
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
+from django.utils import timezone
 
 
 class Choice(models.TextChoices):
@@ -42,16 +44,21 @@ class Project(models.Model):
     slug = models.SlugField(max_length=100, unique=True)
     guidelines = models.TextField(blank=True, help_text="Markdown shown to annotators.")
     overlap = models.PositiveSmallIntegerField(
-        default=3, help_text="Distinct annotators who judge each comparison."
+        default=3,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_OVERLAP)],
+        help_text="Distinct annotators who judge each comparison.",
     )
     allow_ties = models.BooleanField(default=True)
     allow_both_bad = models.BooleanField(default=False)
     strength_scale = models.PositiveSmallIntegerField(
         default=MAX_STRENGTH,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_STRENGTH)],
         help_text="Levels of preference strength offered (1 = no strength, 3 = slight/clear/much).",
     )
     lease_minutes = models.PositiveSmallIntegerField(
-        default=30, help_text="Minutes an annotator holds a claimed comparison before it returns."
+        default=30,
+        validators=[MinValueValidator(1)],
+        help_text="Minutes an annotator holds a claimed comparison before it returns.",
     )
     gold_every = models.PositiveSmallIntegerField(
         default=10,
@@ -62,12 +69,19 @@ class Project(models.Model):
         help_text="Show an already judged pair again, sides flipped, every Nth pair; 0 = never.",
     )
     members = models.ManyToManyField(
-        settings.AUTH_USER_MODEL, related_name="annotation_projects", blank=True
+        settings.AUTH_USER_MODEL,
+        related_name="annotation_projects",
+        blank=True,
+        through="ProjectMembership",
+        through_fields=("project", "user"),
     )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    archived_at = models.DateTimeField(
+        null=True, blank=True, help_text="Set when archived: no new claims; the data are kept."
+    )
 
     class Meta:
         ordering = ["name"]
@@ -83,6 +97,80 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_archived(self) -> bool:
+        return self.archived_at is not None
+
+
+class ProjectMembership(models.Model):
+    """A user's place in a project: annotator (labels) or reviewer, and whether they are paused.
+
+    The table is the one Django made for ``Project.members`` before it had a through model, so a
+    plain ``project.members.add(user)`` still makes an annotator. A paused annotator claims no pairs.
+    """
+
+    class Role(models.TextChoices):
+        ANNOTATOR = "annotator", "Annotator"
+        REVIEWER = "reviewer", "Reviewer"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="project_memberships"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.ANNOTATOR)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    added_at = models.DateTimeField(default=timezone.now)
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        db_table = "annotation_project_members"
+        unique_together = [("project", "user")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(role__in=["annotator", "reviewer"]), name="membership_role_valid"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project.slug} ({self.role})"
+
+
+class ProjectEvent(models.Model):
+    """One audited change to a project's settings or people: who, when, what, before and after.
+
+    ``changes`` maps a field to ``{"before": ..., "after": ...}`` for edits; ``{}`` otherwise.
+    ``subject`` is the member concerned by a membership event (blank for project events).
+    """
+
+    class Kind(models.TextChoices):
+        CREATED = "created", "Project created"
+        EDITED = "edited", "Settings edited"
+        ARCHIVED = "archived", "Archived"
+        UNARCHIVED = "unarchived", "Unarchived"
+        MEMBER_ADDED = "member_added", "Member added"
+        MEMBER_REMOVED = "member_removed", "Member removed"
+        MEMBER_PAUSED = "member_paused", "Member paused"
+        MEMBER_RESUMED = "member_resumed", "Member resumed"
+        INVITED = "invited", "Account created with an invite link"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="events")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    subject = models.CharField(max_length=150, blank=True, help_text="The member's username.")
+    changes = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "-id"], name="project_event_newest")]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}: {self.kind} {self.subject}".rstrip()
 
 
 class Prompt(models.Model):

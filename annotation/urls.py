@@ -1,6 +1,6 @@
 from django.urls import path
 
-from annotation.views import agreement, clustering, labelling, projects
+from annotation.views import agreement, clustering, labelling, people, projects
 
 app_name = "annotation"
 
@@ -50,4 +50,39 @@ urlpatterns = [
         agreement.agreement_annotator,
         name="agreement-annotator",
     ),
+    # Project settings and people (views.people).
+    path("projects/new/", people.project_create, name="project-create"),
+    path("p/<slug:slug>/settings/", people.project_settings, name="project-settings"),
+    path(
+        "p/<slug:slug>/settings/archive/",
+        people.project_archive,
+        name="project-archive",
+    ),
+    path(
+        "p/<slug:slug>/settings/unarchive/",
+        people.project_unarchive,
+        name="project-unarchive",
+    ),
+    path("p/<slug:slug>/members/", people.project_members, name="project-members"),
+    path(
+        "p/<slug:slug>/members/<str:username>/remove/",
+        people.member_remove,
+        name="member-remove",
+    ),
+    path(
+        "p/<slug:slug>/members/<str:username>/pause/",
+        people.member_pause,
+        name="member-pause",
+    ),
+    path(
+        "p/<slug:slug>/members/<str:username>/resume/",
+        people.member_resume,
+        name="member-resume",
+    ),
+    path(
+        "p/<slug:slug>/members/<str:username>/invite/",
+        people.member_invite,
+        name="member-invite",
+    ),
+    path("invite/<str:uidb64>/<str:token>/", people.invite_accept, name="invite"),
 ]

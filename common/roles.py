@@ -2,7 +2,8 @@
 
 - Annotator: labels comparisons in projects they are a member of.
 - Reviewer: rates checkpoints in human-eval rounds and records stopping decisions.
-- ML engineer: staff; imports data, launches and watches training runs from the admin.
+- ML engineer: staff; imports data, launches and watches training runs from the admin; leads
+  projects (settings, members, archive).
 
 A user may hold several roles; a superuser counts as every role.
 """
@@ -127,7 +128,8 @@ def role_assign(*, user: AbstractBaseUser, role: str) -> None:
 
 
 def sync_role_permissions(**kwargs: Any) -> None:
-    """Give the ML engineer group every model permission of the Concord apps (post_migrate hook).
+    """Give the ML engineer group every model permission of the Concord apps, and the permission to
+    view (not change) user accounts (post_migrate hook).
 
     Permissions only exist after migrate has created the content types, so this cannot live in the
     data migration that creates the groups. ``flush`` (used between transactional tests) empties the
@@ -143,3 +145,9 @@ def sync_role_permissions(**kwargs: Any) -> None:
     group = Group.objects.get(name=ML_ENGINEER)
     perms = Permission.objects.filter(content_type__app_label__in=ML_ENGINEER_APPS)
     group.permissions.add(*perms)
+    # Read-only users: the admin's raw-id widgets (created_by, annotator...) link to the user list.
+    view_user = Permission.objects.filter(
+        content_type__app_label="auth", codename="view_user"
+    ).first()
+    if view_user is not None:
+        group.permissions.add(view_user)

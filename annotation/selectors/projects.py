@@ -52,8 +52,11 @@ def _progress(projects, annotator: AbstractBaseUser | None) -> list[ProjectProgr
 
 
 def projects_for_annotator(*, annotator: AbstractBaseUser) -> list[ProjectProgress]:
-    """The projects the annotator is a member of, with overall and personal progress."""
-    projects = Project.objects.filter(members=annotator).order_by("name")
+    """The projects the annotator labels in (archived ones left out), with overall and personal
+    progress."""
+    projects = Project.objects.filter(
+        memberships__user=annotator, memberships__role="annotator", archived_at__isnull=True
+    ).order_by("name")
     return _progress(projects, annotator)
 
 

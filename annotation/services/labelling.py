@@ -34,6 +34,7 @@ from annotation.models import (
     Comparison,
     Judgement,
     Project,
+    ProjectMembership,
     RepeatJudgement,
     Side,
 )
@@ -278,6 +279,21 @@ def _due(every: int, done: int) -> bool:
     return every > 0 and done > 0 and done % every == every - 1
 
 
+def _may_claim(project: Project, annotator: AbstractBaseUser) -> bool:
+    """False in an archived project and for a paused (or reviewer) member; asked before a new claim
+    only (one query). Locks the membership row until the claim commits, so a pause
+    (services.projects.member_pause) waits for a claim in flight, then releases its lease too."""
+    if project.archived_at is not None:
+        return False
+    membership = (
+        ProjectMembership.objects.select_for_update(no_key=True)
+        .filter(project=project, user=annotator)
+        .values_list("role", "paused_at")
+        .first()
+    )
+    return membership is None or membership == (ProjectMembership.Role.ANNOTATOR, None)
+
+
 def assignment_claim(*, annotator: AbstractBaseUser, project: Project) -> Assignment | None:
     """The annotator's current pair in ``project``, or a newly claimed one; None when none is left.
 
@@ -291,6 +307,8 @@ def assignment_claim(*, annotator: AbstractBaseUser, project: Project) -> Assign
         if released:
             _release_expired(project)
         assignment = _active_lease(project, annotator)
+        if assignment is None and not _may_claim(project, annotator):
+            return None  # (archiving and pausing released the leases: none is returned above)
         if assignment is None and (project.repeat_every or project.gold_every):
             assignment = _claim_special(project, annotator)
         if assignment is None:
@@ -330,6 +348,8 @@ def assignment_reserve_next(
         now = connection.ops.adapt_datetimefield_value(timezone.now())
         params = [project.pk, annotator.pk, Assignment.Status.ACTIVE.value, now, current_id]
         assignment = next(iter(Assignment.objects.raw(sql, params)), None)
+        if assignment is None and not _may_claim(project, annotator):
+            return None
         if assignment is None and (project.repeat_every or project.gold_every):
             assignment = _claim_special(project, annotator, ahead=1)
         if assignment is None:

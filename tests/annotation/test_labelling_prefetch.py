@@ -184,13 +184,14 @@ def test_json_submit_of_a_pair_no_longer_held_says_so_and_moves_on():
 def test_json_submit_costs_a_bounded_number_of_queries(django_assert_max_num_queries):
     """Submit, move on, reserve the next and count the progress in one request: the session's user
     and the membership (2), the submission (3, and 2 savepoints), the current pair (1 + its screen
-    1, 2 savepoints), the reservation (3 + its screen 1, 2 savepoints), the progress (1; the open
-    count is cached): 18 in a test's transaction, 12 round trips in production (no savepoints)."""
+    1, 2 savepoints), the reservation (4, the membership's pause check and lock included, + its
+    screen 1, 2 savepoints), the progress (1; the open count is cached): 19 in a test's
+    transaction, 13 round trips in production (no savepoints)."""
     project, _ = _project(5, overlap=1)
     (user,) = _annotators(project, 1)
     client = logged_in(user)
     first = client.post(f"/annotation/p/{project.slug}/label/ahead/", **JSON).json()
-    with django_assert_max_num_queries(18):
+    with django_assert_max_num_queries(19):
         client.post(first["current"]["submit_url"], {"pick": "left"}, **JSON)
 
 

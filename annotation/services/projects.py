@@ -1,0 +1,315 @@
+"""Writes of a project's settings and people: create, edit, archive, members, pauses, invites.
+
+Every function here is one transaction that either does all it says and writes one audit row
+(ProjectEvent: who, when, what, before/after for edits) or raises ProjectError and changes nothing.
+The project lead calls these from the project pages; the Django admin stays a back door without audit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.tokens import default_token_generator
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import transaction
+from django.db.models import F
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+
+from annotation.models import Assignment, Comparison, Project, ProjectEvent, ProjectMembership
+from common.errors import ConcordError
+from common.roles import ANNOTATOR, REVIEWER, role_assign
+
+# The settings a lead edits in the app (the model's validation applies to each).
+PROJECT_FIELDS = (
+    "name",
+    "slug",
+    "guidelines",
+    "overlap",
+    "allow_ties",
+    "allow_both_bad",
+    "strength_scale",
+    "lease_minutes",
+    "gold_every",
+    "repeat_every",
+)
+
+# The global role a membership needs for its pages (the labelling screen asks for Annotator).
+MEMBERSHIP_ROLES = {
+    ProjectMembership.Role.ANNOTATOR: ANNOTATOR,
+    ProjectMembership.Role.REVIEWER: REVIEWER,
+}
+
+Role = ProjectMembership.Role
+Kind = ProjectEvent.Kind
+
+
+class ProjectError(ConcordError):
+    """A refused change to a project. ``field_errors`` maps a field to its messages (form errors)."""
+
+    def __init__(self, message: str, field_errors: dict[str, list[str]] | None = None) -> None:
+        super().__init__(message)
+        self.field_errors = field_errors or {}
+
+
+def _event(
+    project: Project,
+    actor: AbstractBaseUser | None,
+    kind: str,
+    *,
+    subject: str = "",
+    changes: dict[str, Any] | None = None,
+) -> ProjectEvent:
+    return ProjectEvent.objects.create(
+        project=project, actor=actor, kind=kind, subject=subject, changes=changes or {}
+    )
+
+
+def _validated(project: Project, fields: dict[str, Any]) -> None:
+    """Set ``fields`` on ``project`` and run the model's validation; ProjectError on bad input."""
+    unknown = sorted(set(fields) - set(PROJECT_FIELDS))
+    if unknown:
+        raise ProjectError(f"unknown project settings: {', '.join(unknown)}")
+    for name, value in fields.items():
+        setattr(project, name, value)
+    try:
+        project.full_clean(exclude=["created_by"])
+    except ValidationError as exc:
+        errors = exc.message_dict
+        summary = "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in errors.items())
+        raise ProjectError(f"invalid project settings: {summary}", errors) from exc
+
+
+def project_create(*, actor: AbstractBaseUser, **fields: Any) -> Project:
+    """A new project with ``fields`` (names in PROJECT_FIELDS; the others keep the model defaults),
+    validated like the model (full_clean); audited as "created" with every value set."""
+    project = Project(created_by=actor)
+    _validated(project, fields)
+    with transaction.atomic():
+        project.save()
+        values = {name: {"after": getattr(project, name)} for name in PROJECT_FIELDS}
+        _event(project, actor, Kind.CREATED, changes=values)
+    return project
+
+
+def project_update(*, project: Project, actor: AbstractBaseUser, **fields: Any) -> Project:
+    """Change the project's settings to ``fields``; audited with the before and after of each value
+    that changed (no change, no audit row). Returns the saved project (a fresh instance)."""
+    with transaction.atomic():
+        locked = Project.objects.select_for_update().get(pk=project.pk)
+        before = {name: getattr(locked, name) for name in fields if name in PROJECT_FIELDS}
+        _validated(locked, fields)
+        changes = {
+            name: {"before": before[name], "after": getattr(locked, name)}
+            for name in fields
+            if before[name] != getattr(locked, name)
+        }
+        if changes:
+            locked.save(update_fields=list(changes))
+            _event(locked, actor, Kind.EDITED, changes=changes)
+    return locked
+
+
+def _release_leases(project: Project, user: AbstractBaseUser | None = None) -> int:
+    """Delete the active leases (of ``user``, or of everyone) in ``project`` and give their overlap
+    slots back; returns how many were released. Runs inside the caller's transaction."""
+    leases = Assignment.objects.select_for_update(of=("self",)).filter(
+        comparison__project=project, status=Assignment.Status.ACTIVE
+    )
+    if user is not None:
+        leases = leases.filter(annotator=user)
+    rows = list(leases.order_by("pk").values_list("pk", "comparison_id", "kind"))
+    if not rows:
+        return 0
+    Assignment.objects.filter(pk__in=[pk for pk, _, _ in rows]).delete()
+    slots = Counter(cid for _, cid, kind in rows if kind == Assignment.Kind.NORMAL)
+    for comparison_id in sorted(slots):
+        Comparison.objects.filter(pk=comparison_id).update(taken=F("taken") - slots[comparison_id])
+    return len(rows)
+
+
+def project_archive(*, project: Project, actor: AbstractBaseUser) -> Project:
+    """Archive the project: annotators claim no new pairs, its leases are released, every
+    comparison and judgement is kept, and annotators no longer see it in their list."""
+    with transaction.atomic():
+        locked = Project.objects.select_for_update().get(pk=project.pk)
+        if locked.archived_at is not None:
+            raise ProjectError(f"project {locked.slug} is already archived")
+        locked.archived_at = timezone.now()
+        locked.save(update_fields=["archived_at"])
+        released = _release_leases(locked)
+        _event(locked, actor, Kind.ARCHIVED, changes={"released_leases": released})
+    return locked
+
+
+def project_unarchive(*, project: Project, actor: AbstractBaseUser) -> Project:
+    """Open an archived project again: claims resume where they stopped."""
+    with transaction.atomic():
+        locked = Project.objects.select_for_update().get(pk=project.pk)
+        if locked.archived_at is None:
+            raise ProjectError(f"project {locked.slug} is not archived")
+        locked.archived_at = None
+        locked.save(update_fields=["archived_at"])
+        _event(locked, actor, Kind.UNARCHIVED)
+    return locked
+
+
+def invite_path(*, user: AbstractBaseUser) -> str:
+    """The path of the page where ``user`` sets a password (Django's password-reset token: it
+    stops working once the password is set, and after settings.PASSWORD_RESET_TIMEOUT seconds)."""
+    uidb64 = urlsafe_base64_encode(force_bytes(user.pk))
+    token = default_token_generator.make_token(user)
+    return reverse("annotation:invite", args=[uidb64, token])
+
+
+def _username_for(email: str) -> str:
+    """A free username made from the email's local part (``ann.lee@x.org`` -> ``ann.lee``, then
+    ``ann.lee-2``...)."""
+    user_model = get_user_model()
+    base = re.sub(r"[^\w.+-]", "", email.split("@", 1)[0])[:140] or "user"
+    name, n = base, 1
+    while user_model.objects.filter(username__iexact=name).exists():
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def _account_for(identifier: str) -> tuple[AbstractBaseUser, bool]:
+    """The account named by a username or an email address, and whether it was created now (an
+    unknown email makes an account with no password; an unknown username is an error)."""
+    user_model = get_user_model()
+    identifier = identifier.strip()
+    if not identifier:
+        raise ProjectError("give a username or an email address")
+    if "@" not in identifier:
+        user = user_model.objects.filter(username=identifier).first()
+        if user is None:
+            raise ProjectError(
+                f"no user named {identifier!r}; give an email address to invite someone new"
+            )
+        return user, False
+    try:
+        validate_email(identifier)
+    except ValidationError as exc:
+        raise ProjectError(f"{identifier!r} is not a valid email address") from exc
+    found = list(user_model.objects.filter(email__iexact=identifier)[:2])
+    if len(found) > 1:
+        raise ProjectError(f"several accounts use {identifier}; give the username instead")
+    if found:
+        return found[0], False
+    user = user_model(username=_username_for(identifier), email=identifier)
+    user.set_unusable_password()
+    user.save()
+    return user, True
+
+
+@dataclass(frozen=True)
+class MemberAdded:
+    """The new membership; ``invite`` is the set-password path when the account has no password
+    yet (a new account, or one made by an import), else ""; ``created``: the account is new."""
+
+    membership: ProjectMembership
+    invite: str
+    created: bool
+
+
+def member_add(
+    *, project: Project, actor: AbstractBaseUser, identifier: str, role: str = Role.ANNOTATOR
+) -> MemberAdded:
+    """Add the user named by ``identifier`` (username or email) to the project as ``role``
+    ("annotator" or "reviewer"), giving them the matching global role if they lack it. An unknown
+    email creates an account and returns its invite path. Refused: an unknown username, a
+    deactivated account that has a password, someone already a member."""
+    if role not in Role.values:
+        raise ProjectError(f"unknown member role {role!r}; expected one of {Role.values}")
+    with transaction.atomic():
+        user, created = _account_for(identifier)
+        if not user.is_active and user.has_usable_password():
+            raise ProjectError(f"the account {user.get_username()} is deactivated")
+        if ProjectMembership.objects.filter(project=project, user=user).exists():
+            raise ProjectError(f"{user.get_username()} is already a member of {project.slug}")
+        membership = ProjectMembership.objects.create(
+            project=project, user=user, role=role, added_by=actor
+        )
+        role_assign(user=user, role=MEMBERSHIP_ROLES[role])
+        changes: dict[str, Any] = {"role": {"after": role}}
+        if created:
+            changes["account"] = {"after": "created", "email": user.email}
+        _event(project, actor, Kind.MEMBER_ADDED, subject=user.get_username(), changes=changes)
+        invite = "" if user.has_usable_password() else invite_path(user=user)
+    return MemberAdded(membership=membership, invite=invite, created=created)
+
+
+def _membership(project: Project, username: str) -> ProjectMembership:
+    """The member's row, locked for the rest of the transaction; ProjectError if not a member."""
+    membership = (
+        ProjectMembership.objects.select_for_update(of=("self",))
+        .select_related("user")
+        .filter(project=project, user__username=username)
+        .first()
+    )
+    if membership is None:
+        raise ProjectError(f"{username!r} is not a member of {project.slug}")
+    return membership
+
+
+def member_remove(*, project: Project, actor: AbstractBaseUser, username: str) -> int:
+    """Take ``username`` out of the project: their leases are released (returned: how many), their
+    judgements stay (exports and agreement keep counting them)."""
+    with transaction.atomic():
+        membership = _membership(project, username)
+        released = _release_leases(project, membership.user)
+        membership.delete()
+        changes = {"role": {"before": membership.role}, "released_leases": released}
+        _event(project, actor, Kind.MEMBER_REMOVED, subject=username, changes=changes)
+    return released
+
+
+def member_pause(*, project: Project, actor: AbstractBaseUser, username: str) -> int:
+    """Pause an annotator: no new claims, their active leases released in the same transaction
+    (returned: how many), judgements kept. The claim path locks the membership row, so a claim in
+    flight finishes first and its lease is released here too."""
+    with transaction.atomic():
+        membership = _membership(project, username)
+        if membership.role != Role.ANNOTATOR:
+            raise ProjectError(f"{username} is a {membership.role}; only annotators are paused")
+        if membership.paused_at is not None:
+            raise ProjectError(f"{username} is already paused")
+        membership.paused_at = timezone.now()
+        membership.save(update_fields=["paused_at"])
+        released = _release_leases(project, membership.user)
+        _event(
+            project, actor, Kind.MEMBER_PAUSED, subject=username,
+            changes={"released_leases": released},
+        )  # fmt: skip
+    return released
+
+
+def member_resume(*, project: Project, actor: AbstractBaseUser, username: str) -> None:
+    """Let a paused annotator claim pairs again."""
+    with transaction.atomic():
+        membership = _membership(project, username)
+        if membership.paused_at is None:
+            raise ProjectError(f"{username} is not paused")
+        membership.paused_at = None
+        membership.save(update_fields=["paused_at"])
+        _event(project, actor, Kind.MEMBER_RESUMED, subject=username)
+
+
+def member_invite(*, project: Project, actor: AbstractBaseUser, username: str) -> str:
+    """A new invite path for a member whose account has no password yet (made by an email invite
+    or by an import); audited. Refused for an account that already has a password."""
+    with transaction.atomic():
+        membership = _membership(project, username)
+        if membership.user.has_usable_password():
+            raise ProjectError(f"{username} already has a password; no invite is needed")
+        _event(project, actor, Kind.INVITED, subject=username)
+    return invite_path(user=membership.user)
