@@ -109,7 +109,7 @@ def test_every_kind_trains_on_hh_rlhf_through_the_worker(hh_export, stack):  # n
                 base_model=BASE_MODEL.get(kind, "smollm2-135m-instruct"),
                 snapshot=snapshot,
                 config=SETTINGS[kind],
-                reward_model_run=runs.get("rm"),
+                reward_model_run=runs["rm"] if kind in ("ppo", "rloo") else None,
             )
             services.run_launch(run=run, user=None)
             runs[kind] = _wait(run, lambda r: r.status in TrainingRun.FINISHED, timeout=1800)
