@@ -1,6 +1,6 @@
 from django.urls import path
 
-from annotation.views import agreement, clustering, labelling, projects
+from annotation.views import agreement, clustering, items, labelling, projects
 
 app_name = "annotation"
 
@@ -50,4 +50,10 @@ urlpatterns = [
         agreement.agreement_annotator,
         name="agreement-annotator",
     ),
+]
+
+# Item browser (issue 18).
+urlpatterns += [
+    path("p/<slug:slug>/items/", items.items_browse, name="items"),
+    path("p/<slug:slug>/items/<int:comparison_id>/", items.item_page, name="item"),
 ]
