@@ -45,7 +45,7 @@ from annotation.services.items import item_consensus
 from common.errors import ConcordError
 
 PAGE_SIZE = 50
-COUNT_CAP = 10_000  # matching rows are counted up to here ("10,000+" beyond: counting costs a scan)
+COUNT_CAP = 1_000  # matching rows are counted up to here ("more than 1000": counting costs a scan)
 PROMPT_PREVIEW_CHARS = 140
 
 
@@ -79,7 +79,8 @@ def _active_lease(now: datetime) -> Exists:
 
 
 def _status_open(project: Project, now: datetime) -> Q:
-    return Q(n_judged=0) & ~Q(_active_lease(now))
+    # NOT EXISTS rather than n_judged = 0: an anti-join the planner merges along both id indexes.
+    return ~Q(Exists(Judgement.objects.filter(comparison=OuterRef("pk")))) & ~Q(_active_lease(now))
 
 
 def _status_in_progress(project: Project, now: datetime) -> Q:
@@ -251,9 +252,9 @@ def _search(project: Project, words: str) -> Q:
     prompt_ids = Prompt.objects.filter(project=project).filter(
         FullTextMatch(F("text"), Value(words))
     )
-    response_ids = Response.objects.filter(prompt__project=project).filter(
-        FullTextMatch(F("text"), Value(words))
-    )
+    # Responses need no project condition: the outer query keeps the project's comparisons, and a
+    # join to prompts here would stop the planner from starting at the GIN index.
+    response_ids = Response.objects.filter(FullTextMatch(F("text"), Value(words)))
     prompt_ids, response_ids = prompt_ids.values("id"), response_ids.values("id")
     return (
         Q(prompt_id__in=prompt_ids)
@@ -286,15 +287,23 @@ def _origin_filter(origin: str) -> Q:
     return Q(Exists(judgements.filter(~Exists(on_screen))))
 
 
-def items_queryset(*, project: Project, filters: ItemFilters) -> QuerySet:
-    """The project's comparisons with the filters applied and the columns the table shows annotated
-    (``n_judged``, ``n_choices``, ``cluster_key`` = prompt cluster or -1). Unordered."""
+def _with_counts(queryset: QuerySet) -> QuerySet:
+    """``n_judged`` and ``n_choices`` (distinct choices) per comparison, once."""
+    if "n_judged" in queryset.query.annotations:
+        return queryset
     judgements = Judgement.objects.all()
-    queryset = Comparison.objects.filter(project=project).annotate(
+    return queryset.annotate(
         n_judged=_count_of(judgements, "id"),
         n_choices=_count_of(judgements, "choice", distinct=True),
-        cluster_key=Coalesce(F("prompt__cluster"), Value(-1)),
     )
+
+
+def items_queryset(*, project: Project, filters: ItemFilters) -> QuerySet:
+    """The project's comparisons with the filters applied, unordered. Only what a filter needs is
+    annotated (``n_judged``, ``n_choices`` for status and agreement), so counting stays cheap."""
+    queryset = Comparison.objects.filter(project=project)
+    if filters.status or filters.agreement:
+        queryset = _with_counts(queryset)
     if filters.q:
         queryset = queryset.filter(_search(project, filters.q))
     if filters.status:
@@ -313,14 +322,8 @@ def items_queryset(*, project: Project, filters: ItemFilters) -> QuerySet:
     if filters.margin_min is not None or filters.margin_max is not None:
         low = filters.margin_min if filters.margin_min is not None else 0.0
         high = filters.margin_max if filters.margin_max is not None else 1.0
-        consensus = item_consensus(project=project)
-        queryset = queryset.filter(
-            pk__in=[
-                pk
-                for pk, item in consensus.items()
-                if item["margin"] is not None and low <= item["margin"] <= high
-            ]
-        )
+        ids = item_consensus(project=project).ids_with_margin(low, high)
+        queryset = queryset.filter(pk__in=ids)
     if filters.gold:
         queryset = queryset.exclude(gold="") if filters.gold == "yes" else queryset.filter(gold="")
     if filters.annotator:
@@ -369,7 +372,9 @@ def items_page(
         raise ConcordError("give either a next or a previous cursor, not both")
     key = SORTS[filters.sort]
     backwards = before is not None
-    queryset = items_queryset(project=project, filters=filters)
+    queryset = _with_counts(items_queryset(project=project, filters=filters)).annotate(
+        cluster_key=Coalesce(F("prompt__cluster"), Value(-1))
+    )
     if after or before:
         value, pk = cursor_decode(after or before)
         queryset = queryset.filter(

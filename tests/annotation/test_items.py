@@ -144,13 +144,15 @@ def test_dawid_skene_margin_range(world):
     consensus) lies in the range, bounds included; unjudged ones have no margin and never pass."""
     project, ids = world
     consensus = item_consensus(project=project)
-    assert set(consensus) == {ids["split"], ids["unanimous"], ids["gold"]}
-    margins = {pk: item["margin"] for pk, item in consensus.items()}
+    judged = {ids["split"], ids["unanimous"], ids["gold"]}
+    assert consensus.comparison_ids.tolist() == sorted(judged)
+    margins = {pk: consensus.get(pk)["margin"] for pk in judged}
     assert margins[ids["unanimous"]] > margins[ids["split"]]
     cut = margins[ids["unanimous"]]
     assert _ids(project, margin_min=cut) == {pk for pk, m in margins.items() if m >= cut}
-    assert _ids(project, margin_max=cut - 1e-9) == {pk for pk, m in margins.items() if m < cut}
-    assert _ids(project, margin_min=0.0, margin_max=1.0) == set(consensus)
+    below = (cut + margins[ids["split"]]) / 2
+    assert _ids(project, margin_max=below) == {pk for pk, m in margins.items() if m <= below}
+    assert _ids(project, margin_min=0.0, margin_max=1.0) == judged
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")
