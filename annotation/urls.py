@@ -1,6 +1,6 @@
 from django.urls import path
 
-from annotation.views import agreement, clustering, labelling, people, projects
+from annotation.views import agreement, clustering, items, labelling, people, projects
 
 app_name = "annotation"
 
@@ -85,4 +85,10 @@ urlpatterns = [
         name="member-invite",
     ),
     path("invite/<str:uidb64>/<str:token>/", people.invite_accept, name="invite"),
+]
+
+# Item browser (issue 18).
+urlpatterns += [
+    path("p/<slug:slug>/items/", items.items_browse, name="items"),
+    path("p/<slug:slug>/items/<int:comparison_id>/", items.item_page, name="item"),
 ]

@@ -52,6 +52,8 @@ def _pages(w) -> list[tuple[str, str]]:
         ("ml_engineer", f"/annotation/p/{own}/agreement/"),
         ("ml_engineer", f"/annotation/p/{own}/agreement/annotators/bob/"),
         ("ml_engineer", f"/annotation/p/{own}/clusters/"),
+        ("ml_engineer", f"/annotation/p/{own}/items/"),
+        ("ml_engineer", f"/annotation/p/{own}/items/{w.annie_assignment.comparison_id}/"),
         ("ml_engineer", "/monitoring/runs/"),
         ("ml_engineer", f"/monitoring/runs/{w.run.pk}/"),
         ("ml_engineer", f"/monitoring/runs/compare/?runs={w.run.pk}&runs={second.pk}"),

@@ -66,6 +66,7 @@ def path_for(name: str, route: str, w: World) -> str:
         "round_id": str(w.eval_round.pk),
         "uidb64": "MQ",
         "token": "not-a-valid-token",
+        "comparison_id": str(w.annie_assignment.comparison_id),
     }
     if name.startswith("admin:"):
         short = name.removeprefix("admin:")
@@ -149,6 +150,8 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "annotation:member-invite":       {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     # The invite (set password) page is public: its token is the credential (a bad one: 200 "invalid").
     "annotation:invite":              {"get": (200, 200, 200, 200, 200), "post": (200, 200, 200, 200, 200)},
+    "annotation:items":               {"get": (302, 404, 404, 200, 200), "post": (302, 405, 405, 405, 405)},
+    "annotation:item":                {"get": (302, 404, 404, 200, 200), "post": (302, 405, 405, 405, 405)},
     "monitoring:review-home":         {"get": (302, 403, 200, 403, 200), "post": (302, 403, 200, 403, 200)},
     "monitoring:every-role-home":     {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     "monitoring:runs":                {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},

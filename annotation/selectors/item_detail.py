@@ -1,0 +1,156 @@
+"""Reads of one item of the browser: the comparison, every judgement, its consensus under each rule
+and its history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from django.utils import timezone
+
+from annotation.agreement import CHOICES, MISSING, N_CHOICES, majority_vote
+from annotation.models import Assignment, Comparison, Judgement, Project, RepeatJudgement
+from annotation.services.items import item_consensus
+
+# An edit is a save more than this long after the judgement was created (the first save's own
+# auto_now stamps differ by microseconds).
+EDIT_AFTER = timedelta(seconds=1)
+
+
+@dataclass(frozen=True)
+class JudgementRow:
+    """A judgement as the item page lists it; ``origin``: "here" (made on the labelling screen: the
+    annotator has a finished assignment on the pair) or "imported"."""
+
+    judgement: Judgement
+    origin: str
+
+    @property
+    def edited(self) -> bool:
+        return self.judgement.updated_at - self.judgement.created_at > EDIT_AFTER
+
+
+@dataclass(frozen=True)
+class ConsensusRow:
+    """The item's consensus under one rule: the choice (None: undecided), the probability of each
+    choice (vote shares or posterior) and the margin (None: nothing judged)."""
+
+    rule: str
+    choice: str | None
+    posterior: dict[str, float]
+    margin: float | None
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One event of the item's life, for the time-ordered history."""
+
+    at: datetime
+    what: str
+    who: str
+
+
+@dataclass(frozen=True)
+class ItemDetail:
+    comparison: Comparison
+    judgements: list[JudgementRow]
+    repeats: list[RepeatJudgement]
+    consensus: list[ConsensusRow]
+    history: list[HistoryEvent]
+
+
+def _majority_rows(choices: list[str]) -> list[ConsensusRow]:
+    counts = np.bincount([CHOICES.index(c) for c in choices], minlength=N_CHOICES)[None, :]
+    rows = []
+    rules = (
+        ("Majority (a split is a tie)", "tie"),
+        ("Majority (a split is undecided)", "undecided"),
+    )
+    for rule, split in rules:
+        result = majority_vote(counts, split=split)
+        label = int(result.label[0])
+        margin = float(result.margin[0])
+        rows.append(
+            ConsensusRow(
+                rule=rule,
+                choice=CHOICES[label] if label != MISSING else None,
+                posterior=dict(zip(CHOICES, map(float, result.posterior[0]), strict=True)),
+                margin=None if np.isnan(margin) else margin,
+            )
+        )
+    return rows
+
+
+def _dawid_skene_row(project: Project, comparison_id: int) -> ConsensusRow:
+    item: dict[str, Any] | None = item_consensus(project=project).get(comparison_id)
+    if item is None:
+        return ConsensusRow(rule="Dawid-Skene", choice=None, posterior={}, margin=None)
+    return ConsensusRow(
+        rule="Dawid-Skene",
+        choice=item["choice"],
+        posterior=item["posterior"],
+        margin=item["margin"],
+    )
+
+
+def _history(
+    comparison: Comparison, judgements: list[JudgementRow], repeats: list[RepeatJudgement]
+) -> list[HistoryEvent]:
+    now = timezone.now()
+    events = []
+    for a in comparison.assignments.select_related("annotator").order_by("claimed_at", "id"):
+        who = a.annotator.get_username()
+        kind = "" if a.kind == Assignment.Kind.NORMAL else f" ({a.get_kind_display().lower()})"
+        events.append(HistoryEvent(a.claimed_at, f"claimed{kind}", who))
+        if a.finished_at is not None:
+            what = "judged" if a.status == Assignment.Status.DONE else "skipped"
+            events.append(HistoryEvent(a.finished_at, f"assignment finished: {what}", who))
+        elif a.status == Assignment.Status.ACTIVE and a.expires_at < now:
+            events.append(HistoryEvent(a.expires_at, "lease expired", who))
+    for row in judgements:
+        j = row.judgement
+        who = j.annotator.get_username()
+        events.append(HistoryEvent(j.created_at, f"judgement created ({row.origin})", who))
+        if row.edited:
+            events.append(HistoryEvent(j.updated_at, "judgement edited", who))
+    for r in repeats:
+        events.append(HistoryEvent(r.created_at, "swap repeat judged", r.annotator.get_username()))
+    return sorted(events, key=lambda e: e.at)
+
+
+def item_detail(*, project: Project, comparison_id: int) -> ItemDetail | None:
+    """The item page's data for comparison ``comparison_id`` of ``project``; None if it is not one
+    of the project's comparisons."""
+    comparison = (
+        Comparison.objects.filter(project=project, pk=comparison_id)
+        .select_related("prompt", "response_a", "response_b")
+        .first()
+    )
+    if comparison is None:
+        return None
+    on_screen = set(
+        comparison.assignments.filter(status=Assignment.Status.DONE).values_list(
+            "annotator_id", flat=True
+        )
+    )
+    judgements = [
+        JudgementRow(j, "here" if j.annotator_id in on_screen else "imported")
+        for j in Judgement.objects.filter(comparison=comparison)
+        .select_related("annotator")
+        .order_by("created_at", "id")
+    ]
+    repeats = list(
+        RepeatJudgement.objects.filter(comparison=comparison)
+        .select_related("annotator")
+        .order_by("created_at", "id")
+    )
+    choices = [row.judgement.choice for row in judgements]
+    return ItemDetail(
+        comparison=comparison,
+        judgements=judgements,
+        repeats=repeats,
+        consensus=[*_majority_rows(choices), _dawid_skene_row(project, comparison.pk)],
+        history=_history(comparison, judgements, repeats),
+    )

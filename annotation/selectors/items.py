@@ -1,0 +1,440 @@
+"""Reads of the item browser: a project's comparisons, filtered, sorted and paged by keyset.
+
+Paging never uses OFFSET: a page is "the ``PAGE_SIZE`` rows after (or before) the cursor", where a
+cursor encodes the sort key and primary key of the row at the page's edge. Page 20,000 of a project
+of 1,000,000 comparisons costs what page 1 costs, and a comparison added while a lead pages through
+never shifts a page (no row is shown twice or skipped).
+
+Filters are independent ``Q`` builders: each status is one entry of ``STATUS_FILTERS`` (the
+adjudication work adds "adjudicated" there as one more ``Exists``), agreement and origin are counts
+and ``Exists`` over judgements and assignments, the Dawid-Skene margin comes from the project's
+consensus (``annotation.services.items.item_consensus``). Search is PostgreSQL full-text search on
+the prompt and both responses, through the GIN indexes of migration 0006; a plain contains on SQLite.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    F,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
+from django.db.models.functions import Coalesce, Substr
+from django.utils import timezone
+
+from annotation.models import Assignment, Comparison, Judgement, Project, Prompt, Response
+from annotation.services.items import item_consensus
+from common.errors import ConcordError
+
+PAGE_SIZE = 50
+COUNT_CAP = 1_000  # matching rows are counted up to here ("more than 1000": counting costs a scan)
+PROMPT_PREVIEW_CHARS = 140
+
+
+AGREEMENTS = ("unjudged", "single", "unanimous", "split")
+ORIGINS = ("imported", "here")
+GOLD = ("yes", "no")
+# Sortable columns: name -> the annotation or field the keyset runs on.
+SORTS = {"id": "id", "queue": "queue_position", "judgements": "n_judged", "cluster": "cluster_key"}
+
+
+class FullTextMatch(Func):
+    """PostgreSQL: ``to_tsvector('english', column) @@ websearch_to_tsquery('english', words)``.
+
+    The tsvector is written exactly as migration 0006 indexes it (GIN on
+    ``to_tsvector('english'::regconfig, text)`` of prompts and responses), so the planner uses the
+    index. Arguments: the text column, the words (websearch syntax: "a phrase", or, -word).
+    """
+
+    arity = 2
+    template = "to_tsvector('english'::regconfig, %(expressions)s)"
+    arg_joiner = ") @@ websearch_to_tsquery('english'::regconfig, "
+    output_field = BooleanField()
+
+
+def _active_lease(now: datetime) -> Exists:
+    return Exists(
+        Assignment.objects.filter(
+            comparison=OuterRef("pk"), status=Assignment.Status.ACTIVE, expires_at__gte=now
+        )
+    )
+
+
+def _status_open(project: Project, now: datetime) -> Q:
+    # NOT EXISTS rather than n_judged = 0: an anti-join the planner merges along both id indexes.
+    return ~Q(Exists(Judgement.objects.filter(comparison=OuterRef("pk")))) & ~Q(_active_lease(now))
+
+
+def _status_in_progress(project: Project, now: datetime) -> Q:
+    started = Q(n_judged__gt=0) | Q(_active_lease(now))
+    return started & Q(n_judged__lt=project.overlap)
+
+
+def _status_complete(project: Project, now: datetime) -> Q:
+    return Q(n_judged__gte=project.overlap)
+
+
+# status name -> (project, now) -> Q over the annotated queryset (``n_judged`` is available). An
+# adjudicated status is one more entry: Q(Exists(<Verdict>.objects.filter(comparison=OuterRef("pk")))).
+STATUS_FILTERS: dict[str, Callable[[Project, datetime], Q]] = {
+    "open": _status_open,
+    "in_progress": _status_in_progress,
+    "complete": _status_complete,
+}
+
+
+@dataclass(frozen=True)
+class ItemFilters:
+    """The browser's filters and sort, as the GET parameters of the items page carry them.
+
+    q: search words; status: a STATUS_FILTERS key; cluster: a Prompt.cluster label; agreement: one
+    of AGREEMENTS (no judgement, one, several that all agree, several that differ); margin_min /
+    margin_max: Dawid-Skene margin P(chosen) - P(rejected), 0..1, inclusive; gold: "yes"/"no";
+    annotator: a username who judged it; model: a model name on either side, or "m1 vs m2" for the
+    pair in either order; origin: "imported" (a judgement made outside the labelling screen) or
+    "here" (one made on it); sort: a SORTS key, descending when ``descending``.
+    """
+
+    q: str = ""
+    status: str = ""
+    cluster: int | None = None
+    agreement: str = ""
+    margin_min: float | None = None
+    margin_max: float | None = None
+    gold: str = ""
+    annotator: str = ""
+    model: str = ""
+    origin: str = ""
+    sort: str = "id"
+    descending: bool = False
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> ItemFilters:
+        """Filters from GET parameters; ConcordError naming the parameter for a bad value."""
+
+        def choice(name: str, allowed: tuple[str, ...] | list[str]) -> str:
+            value = params.get(name, "").strip()
+            if value and value not in allowed:
+                raise ConcordError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+            return value
+
+        def number(name: str, kind: type) -> Any:
+            raw = params.get(name, "").strip()
+            if not raw:
+                return None
+            try:
+                return kind(raw)
+            except ValueError:
+                raise ConcordError(f"{name} must be a number; got {raw!r}") from None
+
+        order = params.get("order", "").strip() or "id"
+        if order.removeprefix("-") not in SORTS:
+            raise ConcordError(f"order must be one of {', '.join(SORTS)} (- for descending)")
+        filters = cls(
+            q=params.get("q", "").strip()[:200],
+            status=choice("status", list(STATUS_FILTERS)),
+            cluster=number("cluster", int),
+            agreement=choice("agreement", AGREEMENTS),
+            margin_min=number("margin_min", float),
+            margin_max=number("margin_max", float),
+            gold=choice("gold", GOLD),
+            annotator=params.get("annotator", "").strip(),
+            model=params.get("model", "").strip(),
+            origin=choice("origin", ORIGINS),
+            sort=order.removeprefix("-"),
+            descending=order.startswith("-"),
+        )
+        for name in ("margin_min", "margin_max"):
+            value = getattr(filters, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ConcordError(f"{name} must be between 0 and 1; got {value}")
+        return filters
+
+    @property
+    def order(self) -> str:
+        return ("-" if self.descending else "") + self.sort
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    """One line of the table: the comparison, a prompt preview, the model names, judgements made,
+    distinct choices among them, the prompt's cluster and the item's status."""
+
+    id: int
+    external_id: str
+    prompt: str
+    model_a: str
+    model_b: str
+    gold: str
+    n_judged: int
+    n_choices: int
+    cluster: int | None
+    status: str
+    sort_value: Any = field(repr=False, default=None)
+
+    @property
+    def agreement(self) -> str:
+        if self.n_judged == 0:
+            return "unjudged"
+        if self.n_judged == 1:
+            return "single"
+        return "unanimous" if self.n_choices == 1 else "split"
+
+
+@dataclass(frozen=True)
+class ItemPage:
+    """A page of rows and the cursors of its neighbours (None at either end); ``matching`` counts
+    the rows that pass the filters up to COUNT_CAP (``matching_capped``: there are more)."""
+
+    rows: list[ItemRow]
+    next_cursor: str | None
+    previous_cursor: str | None
+    total: int
+    matching: int
+    matching_capped: bool
+
+
+def cursor_encode(sort_value: Any, pk: int) -> str:
+    """An opaque cursor for the row with this sort key and primary key (url-safe base64 of JSON)."""
+    return base64.urlsafe_b64encode(json.dumps([sort_value, pk]).encode()).decode().rstrip("=")
+
+
+def cursor_decode(cursor: str) -> tuple[Any, int]:
+    """(sort value, pk) from a cursor; ConcordError if it was not made by ``cursor_encode``."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value, pk = json.loads(raw)
+    except (ValueError, TypeError, binascii.Error):
+        raise ConcordError("the page cursor is damaged; start again from the first page") from None
+    if not isinstance(pk, int) or not (value is None or isinstance(value, int)):
+        raise ConcordError("the page cursor is damaged; start again from the first page")
+    return value, pk
+
+
+def _count_of(queryset: QuerySet, field_name: str, *, distinct: bool = False) -> Coalesce:
+    counted = (
+        queryset.filter(comparison=OuterRef("pk"))
+        .order_by()
+        .values("comparison")
+        .annotate(n=Count(field_name, distinct=distinct))
+        .values("n")
+    )
+    return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
+
+
+def _search(project: Project, words: str) -> Q:
+    """Comparisons whose prompt or either response matches ``words`` (websearch syntax: quoted
+    phrases, OR, -word on PostgreSQL; a case-insensitive contains elsewhere)."""
+    if connection.vendor != "postgresql":
+        return (
+            Q(prompt__text__icontains=words)
+            | Q(response_a__text__icontains=words)
+            | Q(response_b__text__icontains=words)
+        )
+    prompt_ids = Prompt.objects.filter(project=project).filter(
+        FullTextMatch(F("text"), Value(words))
+    )
+    # Responses need no project condition: the outer query keeps the project's comparisons, and a
+    # join to prompts here would stop the planner from starting at the GIN index.
+    response_ids = Response.objects.filter(FullTextMatch(F("text"), Value(words)))
+    prompt_ids, response_ids = prompt_ids.values("id"), response_ids.values("id")
+    return (
+        Q(prompt_id__in=prompt_ids)
+        | Q(response_a_id__in=response_ids)
+        | Q(response_b_id__in=response_ids)
+    )
+
+
+def _model_filter(model: str) -> Q:
+    first, sep, second = model.partition(" vs ")
+    if not sep:
+        return Q(response_a__model_name=model) | Q(response_b__model_name=model)
+    first, second = first.strip(), second.strip()
+    return Q(response_a__model_name=first, response_b__model_name=second) | Q(
+        response_a__model_name=second, response_b__model_name=first
+    )
+
+
+def _origin_filter(origin: str) -> Q:
+    """A judgement made on the labelling screen has the annotator's finished assignment on the
+    comparison; an imported one has none (the import service writes judgements only)."""
+    on_screen = Assignment.objects.filter(
+        comparison=OuterRef("comparison"),
+        annotator=OuterRef("annotator"),
+        status=Assignment.Status.DONE,
+    )
+    judgements = Judgement.objects.filter(comparison=OuterRef("pk"))
+    if origin == "here":
+        return Q(Exists(judgements.filter(Exists(on_screen))))
+    return Q(Exists(judgements.filter(~Exists(on_screen))))
+
+
+def _with_counts(queryset: QuerySet) -> QuerySet:
+    """``n_judged`` and ``n_choices`` (distinct choices) per comparison, once."""
+    if "n_judged" in queryset.query.annotations:
+        return queryset
+    judgements = Judgement.objects.all()
+    return queryset.annotate(
+        n_judged=_count_of(judgements, "id"),
+        n_choices=_count_of(judgements, "choice", distinct=True),
+    )
+
+
+def items_queryset(*, project: Project, filters: ItemFilters) -> QuerySet:
+    """The project's comparisons with the filters applied, unordered. Only what a filter needs is
+    annotated (``n_judged``, ``n_choices`` for status and agreement), so counting stays cheap."""
+    queryset = Comparison.objects.filter(project=project)
+    if filters.status or filters.agreement:
+        queryset = _with_counts(queryset)
+    if filters.q:
+        queryset = queryset.filter(_search(project, filters.q))
+    if filters.status:
+        queryset = queryset.filter(STATUS_FILTERS[filters.status](project, timezone.now()))
+    if filters.cluster is not None:
+        queryset = queryset.filter(prompt__cluster=filters.cluster)
+    if filters.agreement:
+        queryset = queryset.filter(
+            {
+                "unjudged": Q(n_judged=0),
+                "single": Q(n_judged=1),
+                "unanimous": Q(n_judged__gte=2, n_choices=1),
+                "split": Q(n_judged__gte=2, n_choices__gt=1),
+            }[filters.agreement]
+        )
+    if filters.margin_min is not None or filters.margin_max is not None:
+        low = filters.margin_min if filters.margin_min is not None else 0.0
+        high = filters.margin_max if filters.margin_max is not None else 1.0
+        ids = item_consensus(project=project).ids_with_margin(low, high)
+        queryset = queryset.filter(pk__in=ids)
+    if filters.gold:
+        queryset = queryset.exclude(gold="") if filters.gold == "yes" else queryset.filter(gold="")
+    if filters.annotator:
+        user = get_user_model().objects.filter(username=filters.annotator).first()
+        if user is None:
+            raise ConcordError(f"annotator: no user named {filters.annotator!r}")
+        queryset = queryset.filter(
+            Exists(Judgement.objects.filter(comparison=OuterRef("pk"), annotator=user))
+        )
+    if filters.model:
+        queryset = queryset.filter(_model_filter(filters.model))
+    if filters.origin:
+        queryset = queryset.filter(_origin_filter(filters.origin))
+    return queryset
+
+
+def _after(key: str, value: Any, pk: int, *, descending: bool) -> Q:
+    """Rows strictly after (key, pk) = (value, pk) in the (key, id) order, ascending or not. The
+    extra ``key >= value`` bound lets an index on the key start at the cursor instead of at the top."""
+    cmp = "lt" if descending else "gt"
+    if key == "id":
+        return Q(**{f"id__{cmp}": pk})
+    bound = Q(**{f"{key}__{cmp}e": value})
+    return bound & (Q(**{f"{key}__{cmp}": value}) | Q(**{key: value, f"id__{cmp}": pk}))
+
+
+def _status_of(n_judged: int, leased: bool, overlap: int) -> str:
+    if n_judged >= overlap:
+        return "complete"
+    return "in_progress" if n_judged or leased else "open"
+
+
+def items_page(
+    *,
+    project: Project,
+    filters: ItemFilters,
+    after: str | None = None,
+    before: str | None = None,
+    page_size: int | None = None,
+) -> ItemPage:
+    """One page of the browser: the ``page_size`` rows after cursor ``after`` (or before cursor
+    ``before``; the first page when neither) in the order of ``filters.sort``, ties broken by id.
+    ``page_size``: rows per page, PAGE_SIZE when None."""
+    page_size = page_size or PAGE_SIZE
+    if after and before:
+        raise ConcordError("give either a next or a previous cursor, not both")
+    key = SORTS[filters.sort]
+    backwards = before is not None
+    queryset = _with_counts(items_queryset(project=project, filters=filters)).annotate(
+        cluster_key=Coalesce(F("prompt__cluster"), Value(-1))
+    )
+    if after or before:
+        value, pk = cursor_decode(after or before)
+        queryset = queryset.filter(
+            _after(key, value, pk, descending=filters.descending != backwards)
+        )
+    descending = filters.descending != backwards
+    ordering = [f"-{key}", "-id"] if descending else [key, "id"]
+    if key == "id":
+        ordering = ordering[1:]
+    values = (
+        queryset.annotate(
+            prompt_preview=Substr("prompt__text", 1, PROMPT_PREVIEW_CHARS),
+            leased=_active_lease(timezone.now()),
+        )
+        .order_by(*ordering)
+        .values(
+            "id",
+            "external_id",
+            "prompt_preview",
+            "response_a__model_name",
+            "response_b__model_name",
+            "gold",
+            "n_judged",
+            "n_choices",
+            "prompt__cluster",
+            "leased",
+            key,
+        )[: page_size + 1]
+    )
+    fetched = list(values)
+    more = len(fetched) > page_size
+    fetched = fetched[:page_size]
+    if backwards:
+        fetched.reverse()
+    rows = [
+        ItemRow(
+            id=v["id"],
+            external_id=v["external_id"],
+            prompt=v["prompt_preview"],
+            model_a=v["response_a__model_name"],
+            model_b=v["response_b__model_name"],
+            gold=v["gold"],
+            n_judged=v["n_judged"],
+            n_choices=v["n_choices"],
+            cluster=v["prompt__cluster"],
+            status=_status_of(v["n_judged"], v["leased"], project.overlap),
+            sort_value=v[key],
+        )
+        for v in fetched
+    ]
+    has_next = (more and not backwards) or backwards
+    has_previous = (more and backwards) or (after is not None)
+    matching = items_queryset(project=project, filters=filters).order_by()[: COUNT_CAP + 1].count()
+    return ItemPage(
+        rows=rows,
+        next_cursor=cursor_encode(rows[-1].sort_value, rows[-1].id) if rows and has_next else None,
+        previous_cursor=(
+            cursor_encode(rows[0].sort_value, rows[0].id) if rows and has_previous else None
+        ),
+        total=Comparison.objects.filter(project=project).count(),
+        matching=min(matching, COUNT_CAP),
+        matching_capped=matching > COUNT_CAP,
+    )

@@ -1,0 +1,280 @@
+"""The item browser's selector: every filter, the keyset cursor, full-text search on PostgreSQL."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from annotation.models import Assignment, Comparison
+from annotation.selectors.items import ItemFilters, cursor_encode, items_page, items_queryset
+from annotation.services.items import item_consensus
+from annotation.services.labelling import Verdict, assignment_claim, judgement_submit
+from common.errors import ConcordError
+from common.roles import ANNOTATOR
+from tests.factories import (
+    ComparisonFactory,
+    JudgementFactory,
+    ProjectFactory,
+    PromptFactory,
+    ResponseFactory,
+    UserFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def _ids(project, **filters) -> set[int]:
+    return set(
+        items_queryset(project=project, filters=ItemFilters(**filters)).values_list("pk", flat=True)
+    )
+
+
+def _pair(project, prompt="A prompt", a="first answer", b="second answer", ma="m1", mb="m2"):
+    prompt = PromptFactory(project=project, text=prompt)
+    return ComparisonFactory(
+        project=project,
+        prompt=prompt,
+        response_a=ResponseFactory(prompt=prompt, text=a, model_name=ma),
+        response_b=ResponseFactory(prompt=prompt, text=b, model_name=mb),
+    )
+
+
+@pytest.fixture
+def world():
+    """Four comparisons in a project of overlap 2: untouched, leased, split (a/b), unanimous (a/a)
+    and one single judgement on the gold item; annotators ann1 and ann2."""
+    project = ProjectFactory(overlap=2)
+    ann1, ann2 = UserFactory(username="ann1"), UserFactory(username="ann2")
+    untouched = _pair(project, prompt="How do volcanoes erupt?", ma="llama", mb="qwen")
+    leased = _pair(project, prompt="Explain photosynthesis", a="Plants use sunlight", ma="qwen")
+    split = _pair(project, prompt="Best pasta recipe", b="Boil the noodles")
+    unanimous = _pair(project, prompt="Translate hello")
+    gold = _pair(project, prompt="Capital of France")
+    Comparison.objects.filter(pk=gold.pk).update(gold="a")
+    Assignment.objects.create(
+        comparison=leased,
+        annotator=ann1,
+        shown_left="a",
+        expires_at=timezone.now() + timedelta(minutes=10),
+    )
+    JudgementFactory(comparison=split, annotator=ann1, choice="a")
+    JudgementFactory(comparison=split, annotator=ann2, choice="b")
+    JudgementFactory(comparison=unanimous, annotator=ann1, choice="a")
+    JudgementFactory(comparison=unanimous, annotator=ann2, choice="a")
+    JudgementFactory(comparison=gold, annotator=ann2, choice="a")
+    return project, {
+        "untouched": untouched.pk,
+        "leased": leased.pk,
+        "split": split.pk,
+        "unanimous": unanimous.pk,
+        "gold": gold.pk,
+    }
+
+
+def test_status_filters(world):
+    """open: no judgement and no live lease; in progress: started, below the overlap; complete:
+    overlap reached."""
+    project, ids = world
+    assert _ids(project, status="open") == {ids["untouched"]}
+    assert _ids(project, status="in_progress") == {ids["leased"], ids["gold"]}
+    assert _ids(project, status="complete") == {ids["split"], ids["unanimous"]}
+
+
+def test_an_expired_lease_no_longer_counts_as_in_progress(world):
+    project, ids = world
+    Assignment.objects.filter(comparison_id=ids["leased"]).update(
+        expires_at=timezone.now() - timedelta(minutes=1)
+    )
+    assert _ids(project, status="open") == {ids["untouched"], ids["leased"]}
+
+
+def test_agreement_filters(world):
+    project, ids = world
+    assert _ids(project, agreement="unjudged") == {ids["untouched"], ids["leased"]}
+    assert _ids(project, agreement="single") == {ids["gold"]}
+    assert _ids(project, agreement="unanimous") == {ids["unanimous"]}
+    assert _ids(project, agreement="split") == {ids["split"]}
+
+
+def test_gold_annotator_and_model_filters(world):
+    project, ids = world
+    assert _ids(project, gold="yes") == {ids["gold"]}
+    assert ids["gold"] not in _ids(project, gold="no")
+    assert _ids(project, annotator="ann1") == {ids["split"], ids["unanimous"]}
+    assert _ids(project, model="llama") == {ids["untouched"]}
+    assert _ids(project, model="qwen") == {ids["untouched"], ids["leased"]}
+    assert _ids(project, model="qwen vs llama") == {ids["untouched"]}  # either order
+    assert _ids(project, model="m2 vs qwen") == {ids["leased"]}
+
+
+def test_an_unknown_annotator_is_a_clear_error(world):
+    project, _ = world
+    with pytest.raises(ConcordError, match="no user named 'nobody'"):
+        _ids(project, annotator="nobody")
+
+
+def test_cluster_filter(world):
+    project, ids = world
+    Comparison.objects.get(pk=ids["split"]).prompt.__class__.objects.filter(
+        comparisons__pk=ids["split"]
+    ).update(cluster=4)
+    assert _ids(project, cluster=4) == {ids["split"]}
+    assert _ids(project, cluster=5) == set()
+
+
+def test_origin_separates_imported_from_labelled_here():
+    """A judgement submitted on the labelling screen leaves a finished assignment; an imported
+    (here: written directly, as the import service does) judgement has none."""
+    project = ProjectFactory(overlap=1, gold_every=0, repeat_every=0)
+    annie = UserFactory(username="annie", role=ANNOTATOR)
+    project.members.add(annie)
+    labelled, imported = _pair(project, prompt="one"), _pair(project, prompt="two")
+    JudgementFactory(comparison=imported, annotator=UserFactory(username="importer"))
+    Comparison.objects.filter(pk=imported.pk).update(taken=1)
+    assignment = assignment_claim(annotator=annie, project=project)
+    assert assignment.comparison_id == labelled.pk
+    judgement_submit(annotator=annie, assignment_id=assignment.pk, verdict=Verdict(pick="tie"))
+    assert _ids(project, origin="here") == {labelled.pk}
+    assert _ids(project, origin="imported") == {imported.pk}
+
+
+def test_dawid_skene_margin_range(world):
+    """The margin filter keeps the judged comparisons whose Dawid-Skene margin (the project's
+    consensus) lies in the range, bounds included; unjudged ones have no margin and never pass."""
+    project, ids = world
+    consensus = item_consensus(project=project)
+    judged = {ids["split"], ids["unanimous"], ids["gold"]}
+    assert consensus.comparison_ids.tolist() == sorted(judged)
+    margins = {pk: consensus.get(pk)["margin"] for pk in judged}
+    assert margins[ids["unanimous"]] > margins[ids["split"]]
+    cut = margins[ids["unanimous"]]
+    assert _ids(project, margin_min=cut) == {pk for pk, m in margins.items() if m >= cut}
+    below = (cut + margins[ids["split"]]) / 2
+    assert _ids(project, margin_max=below) == {pk for pk, m in margins.items() if m <= below}
+    assert _ids(project, margin_min=0.0, margin_max=1.0) == judged
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")
+def test_full_text_search_in_prompts_and_responses(world):
+    """Stemmed English search: 'erupting' finds the prompt 'volcanoes erupt'; a word of response A
+    ('sunlight') or response B ('noodles') finds its comparison; websearch 'or' and -word work,
+    each on one text: the prompt 'pasta' has no 'noodles', so 'pasta -noodles' finds its pair."""
+    project, ids = world
+    assert _ids(project, q="erupting volcano") == {ids["untouched"]}
+    assert _ids(project, q="sunlight") == {ids["leased"]}
+    assert _ids(project, q="noodle") == {ids["split"]}
+    assert _ids(project, q="noodles or sunlight") == {ids["split"], ids["leased"]}
+    assert _ids(project, q="pasta -noodles") == {ids["split"]}  # each text is matched on its own
+    assert _ids(project, q="the") == set()  # only a stop word: matches nothing
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")
+def test_the_gin_indexes_index_the_expression_the_search_writes():
+    """Migration 0006's indexes are on the very expression FullTextMatch writes (else unused)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE indexname LIKE '%%_text_search'"
+        )
+        indexes = dict(cursor.fetchall())
+    assert set(indexes) == {"prompt_text_search", "response_text_search"}
+    for definition in indexes.values():
+        assert "USING gin (to_tsvector('english'::regconfig, text))" in definition
+    sql = str(items_queryset(project=ProjectFactory(), filters=ItemFilters(q="x")).query)
+    assert "to_tsvector('english'::regconfig, U0.\"text\")" in sql
+
+
+def test_search_finds_nothing_in_another_project(world):
+    project, _ = world
+    other = ProjectFactory()
+    _pair(other, prompt="volcanoes elsewhere")
+    assert _ids(other, q="volcanoes") != set()
+    assert len(_ids(project, q="volcanoes")) == 1
+
+
+def _walk(project, filters, page_size):
+    """Every row, following next cursors from the first page; and back with previous cursors."""
+    pages = [items_page(project=project, filters=filters, page_size=page_size)]
+    while pages[-1].next_cursor:
+        pages.append(
+            items_page(
+                project=project, filters=filters, after=pages[-1].next_cursor, page_size=page_size
+            )
+        )
+    return pages
+
+
+@pytest.mark.parametrize("order", ["id", "-id", "queue", "-judgements", "cluster"])
+def test_keyset_pages_cover_every_row_once_in_both_directions(order):
+    project = ProjectFactory()
+    pairs = [_pair(project, prompt=f"prompt {i}") for i in range(23)]
+    for i, pair in enumerate(pairs[:9]):
+        JudgementFactory(comparison=pair, choice="a")
+        if i % 2:
+            JudgementFactory(comparison=pair, choice="b")
+    filters = ItemFilters.from_params({"order": order})
+    pages = _walk(project, filters, page_size=5)
+    forward = [row.id for page in pages for row in page.rows]
+    assert sorted(forward) == sorted(p.pk for p in pairs)  # no duplicates, no gaps
+    assert [len(page.rows) for page in pages] == [5, 5, 5, 5, 3]
+    assert pages[0].previous_cursor is None and pages[-1].next_cursor is None
+    backward = []
+    page = pages[-1]
+    while page.previous_cursor:
+        page = items_page(
+            project=project, filters=filters, before=page.previous_cursor, page_size=5
+        )
+        backward = [row.id for row in page.rows] + backward
+    assert backward + [row.id for row in pages[-1].rows] == forward
+    assert page.previous_cursor is None  # back at the first page
+
+
+def test_keyset_is_stable_across_inserts():
+    """Rows added while paging (they sort last by id) neither shift the next page nor repeat rows."""
+    project = ProjectFactory()
+    pairs = [_pair(project, prompt=f"prompt {i}") for i in range(10)]
+    filters = ItemFilters()
+    first = items_page(project=project, filters=filters, page_size=4)
+    assert [r.id for r in first.rows] == [p.pk for p in pairs[:4]]
+    added = [_pair(project, prompt=f"late {i}") for i in range(3)]
+    second = items_page(project=project, filters=filters, after=first.next_cursor, page_size=4)
+    assert [r.id for r in second.rows] == [p.pk for p in pairs[4:8]]
+    rest = items_page(project=project, filters=filters, after=second.next_cursor, page_size=10)
+    assert [r.id for r in rest.rows] == [p.pk for p in pairs[8:] + added]
+    back = items_page(project=project, filters=filters, before=second.previous_cursor, page_size=4)
+    assert [r.id for r in back.rows] == [p.pk for p in pairs[:4]]
+
+
+def test_keyset_under_a_filter_and_counts(world):
+    project, ids = world
+    page = items_page(project=project, filters=ItemFilters(status="complete"), page_size=1)
+    assert [r.id for r in page.rows] == [ids["split"]]
+    assert (page.matching, page.matching_capped, page.total) == (2, False, 5)
+    nxt = items_page(
+        project=project, filters=ItemFilters(status="complete"), after=page.next_cursor, page_size=1
+    )
+    assert [r.id for r in nxt.rows] == [ids["unanimous"]] and nxt.next_cursor is None
+    assert nxt.rows[0].agreement == "unanimous" and nxt.rows[0].status == "complete"
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"status": "done"}, "status must be one of"),
+        ({"order": "prompt"}, "order must be one of"),
+        ({"margin_min": "x"}, "margin_min must be a number"),
+        ({"margin_max": "2"}, "margin_max must be between 0 and 1"),
+        ({"cluster": "one"}, "cluster must be a number"),
+        ({"origin": "elsewhere"}, "origin must be one of"),
+    ],
+)
+def test_bad_parameters_are_clear_errors(params, message):
+    with pytest.raises(ConcordError, match=message):
+        ItemFilters.from_params(params)
+
+
+@pytest.mark.parametrize("cursor", ["garbage!", cursor_encode("text", 3), "W10"])
+def test_a_damaged_cursor_is_a_clear_error(world, cursor):
+    project, _ = world
+    with pytest.raises(ConcordError, match="cursor is damaged"):
+        items_page(project=project, filters=ItemFilters(), after=cursor)
