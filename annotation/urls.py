@@ -51,3 +51,20 @@ urlpatterns = [
         name="agreement-annotator",
     ),
 ]
+
+# Adjudication, flags and guidelines versions (issue 18).
+from annotation.views import adjudication  # noqa: E402  (one block, for clean merges)
+
+urlpatterns += [
+    path("p/<slug:slug>/adjudicate/", adjudication.adjudicate, name="adjudicate"),
+    path(
+        "p/<slug:slug>/adjudicate/<int:comparison_id>/",
+        adjudication.adjudicate_save,
+        name="adjudicate-save",
+    ),
+    path(
+        "p/<slug:slug>/label/<int:assignment_id>/flag/",
+        adjudication.label_flag,
+        name="label-flag",
+    ),
+]

@@ -64,6 +64,7 @@ def path_for(name: str, route: str, w: World) -> str:
         "username": "bob",
         "run_id": str(w.run.pk),
         "round_id": str(w.eval_round.pk),
+        "comparison_id": str(w.annie_assignment.comparison_id),
     }
     if name.startswith("admin:"):
         short = name.removeprefix("admin:")
@@ -135,6 +136,9 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "annotation:agreement-data":      {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     "annotation:agreement-refresh":   {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     "annotation:agreement-annotator": {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
+    "annotation:adjudicate":          {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
+    "annotation:adjudicate-save":     {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
+    "annotation:label-flag":          {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
     "monitoring:review-home":         {"get": (302, 403, 200, 403, 200), "post": (302, 403, 200, 403, 200)},
     "monitoring:every-role-home":     {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     "monitoring:runs":                {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
