@@ -73,3 +73,30 @@ def test_labelling_screen_shows_the_guidelines_change_once(annotator):
     assert "New &lt;b&gt;rule&lt;/b&gt;." in first  # the diff is text, escaped
     again = client.get("/annotation/p/g/label/").content.decode()
     assert 'data-testid="guidelines-changed"' not in again
+
+
+def test_dashboard_shows_accuracy_against_verdicts_and_figures_per_version(ml_engineer, settings):
+    """The annotator table gets an "Adjudicated" column; ?version=2 shows that version's headline."""
+    from annotation.services.adjudication import adjudication_record
+    from annotation.tasks import agreement_report_refresh
+
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "adj"}
+    }
+    project = ProjectFactory(slug="d", overlap=2, guidelines="v1")
+    people = [UserFactory(username=f"p{i}", role="Annotator") for i in range(2)]
+    split = ComparisonFactory(project=project)
+    for who, choice in zip(people, "ab", strict=True):
+        JudgementFactory(comparison=split, annotator=who, choice=choice)
+    adjudication_record(comparison=split, decided_by=ml_engineer, pick="left", shown_left="a")
+    guidelines_update(project=project, text="v2", user=ml_engineer)
+    agreement_report_refresh.apply(args=[project.pk]).get()
+    client = logged_in(ml_engineer)
+    page = client.get("/annotation/p/d/agreement/?version=none")
+    rows = {row["annotator"]: row["adjudicated"] for row in page.context["annotators"]}
+    assert rows == {"p0": {"n": 1, "accuracy": 1.0}, "p1": {"n": 1, "accuracy": 0.0}}
+    assert page.context["version_figures"]["n_judgements"] == 2
+    assert 'data-testid="version-figures"' in page.content.decode()
+    assert client.get("/annotation/p/d/agreement/?version=2").context["version_figures"] == {
+        "n_judgements": 0, "n_items": 0, "percent_agreement": None, "alpha": None, "ac1": None,
+    }  # fmt: skip
