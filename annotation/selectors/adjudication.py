@@ -101,10 +101,6 @@ def adjudication_queue(
         for name, hits in rules.items():
             for i in np.flatnonzero(hits):
                 reasons.setdefault(int(ids[i]), []).append(name)
-        for i in np.flatnonzero(n > 0):
-            cid = int(ids[i])
-            votes[cid] = {agreement.CHOICES[k]: int(c) for k, c in enumerate(counts[i]) if c > 0}
-            posteriors[cid] = round(float(top[i]), 4)
     adjudicated = set(
         Adjudication.objects.filter(
             comparison__project=project, superseded_at__isnull=True
@@ -114,6 +110,12 @@ def adjudication_queue(
         reasons.pop(cid, None)
     for cid in _flagged_since_verdict(project):
         reasons.setdefault(cid, []).append("flagged")
+    if table.item.size and reasons:
+        # Votes and posteriors of the queued comparisons only (what the page lists).
+        for i in np.flatnonzero(np.isin(ids, list(reasons)) & (n > 0)):
+            cid = int(ids[i])
+            votes[cid] = {agreement.CHOICES[k]: int(c) for k, c in enumerate(counts[i]) if c > 0}
+            posteriors[cid] = round(float(top[i]), 4)
     return [
         QueueEntry(
             comparison_id=cid,
