@@ -187,7 +187,10 @@ def test_export_with_consensus_adjudicated(people, lead, tmp_path, settings):
         dataset_export(project=project, consensus="adjudicated", fallback="coin")
 
 
-def test_export_command_adjudicated_with_dawid_skene_fallback(people, lead, tmp_path, settings):
+def test_export_command_adjudicated_with_dawid_skene_fallback(
+    people, lead, tmp_path, settings, capsys
+):
+    """No verdict yet: the pair takes the Dawid-Skene fallback; the command says 0 from adjudication."""
     settings.EXPORT_DIR = tmp_path / "store"
     project = ProjectFactory(overlap=3)
     _judged(project, people, ["a", "a", "b"])
@@ -198,6 +201,7 @@ def test_export_command_adjudicated_with_dawid_skene_fallback(people, lead, tmp_
     )  # fmt: skip
     [row] = [json.loads(line) for line in out.read_text().splitlines()]
     assert (row["consensus"], row["chosen_side"]) == ("dawid_skene", "a")
+    assert "0 from adjudication)" in capsys.readouterr().out
 
 
 def test_annotator_accuracy_against_adjudicated_items(people, lead):

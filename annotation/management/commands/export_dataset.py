@@ -99,7 +99,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         counts = (
             f"export {export.sha256} ({export.n_pairs} pairs, {export.n_judgements} judgements, "
-            f"{export.n_ties_dropped} ties dropped)"
+            f"{export.n_ties_dropped} ties dropped"
+            + (
+                f", {export.options['pairs_adjudicated']} from adjudication)"
+                if "pairs_adjudicated" in export.options
+                else ")"
+            )
         )
         if format == "hf":
             self.stdout.write(
