@@ -2,6 +2,9 @@
 
 Invariants live in the schema: one judgement per (comparison, annotator), strength and overlap in range,
 a comparison never sets a response against itself, content hashes make re-imports idempotent.
+
+Long module: one app's models stay in one file (Django's convention; migrations and the admin read
+them together), each model with its constraints next to it.
 """
 
 from __future__ import annotations
@@ -280,6 +283,14 @@ class Judgement(models.Model):
     elapsed_ms = models.PositiveIntegerField(
         null=True, blank=True, help_text="Time from display to submit, in milliseconds."
     )
+    guidelines_version = models.ForeignKey(
+        "GuidelinesVersion",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="judgements",
+        help_text="The guidelines in force when it was made (empty: before versioning, or imported).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -532,3 +543,131 @@ class PromptCluster(models.Model):
 
     def __str__(self) -> str:
         return self.name or f"cluster {self.label}"
+
+
+class GuidelinesVersion(models.Model):
+    """One version of a project's guidelines: numbered from 1 per project, never changed afterwards.
+
+    The newest version's text is the project's ``guidelines``; each new Judgement points at the
+    version in force when it was made (annotation.services.adjudication.guidelines_update).
+    """
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="guidelines_versions"
+    )
+    number = models.PositiveIntegerField()
+    text = models.TextField(blank=True)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project", "number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "number"], name="guidelines_version_unique_number"
+            ),
+            models.CheckConstraint(condition=Q(number__gte=1), name="guidelines_version_from_one"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug} guidelines v{self.number}"
+
+
+class GuidelinesSeen(models.Model):
+    """The newest guidelines version an annotator was shown the "guidelines changed" notice for."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    number = models.PositiveIntegerField()
+    seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "annotator"], name="guidelines_seen_one_per_annotator"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.annotator} saw v{self.number} of {self.project_id}"
+
+
+class Flag(models.Model):
+    """An annotator's flag on a pair from the labelling screen; it puts the pair in the adjudication
+    queue until an adjudication settles it (flags are kept: they are the pair's history)."""
+
+    class Reason(models.TextChoices):
+        UNCLEAR = "unclear", "Unclear"
+        HARMFUL = "harmful", "Harmful content"
+        BROKEN = "broken", "Broken"
+
+    comparison = models.ForeignKey(Comparison, on_delete=models.CASCADE, related_name="flags")
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="annotation_flags"
+    )
+    reason = models.CharField(max_length=8, choices=Reason.choices)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["comparison", "annotator", "reason"], name="flag_once_per_reason"
+            ),
+            models.CheckConstraint(
+                condition=Q(reason__in=["unclear", "harmful", "broken"]), name="flag_reason_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.annotator} flagged {self.comparison_id}: {self.reason}"
+
+
+class Adjudication(models.Model):
+    """A final verdict on a comparison, recorded apart from the annotators' judgements.
+
+    At most one per comparison is current (``superseded_at`` empty); a re-adjudication stamps the
+    current one superseded and adds a new row pointing at it (``supersedes``), so the history of who
+    decided what, when and why is kept.
+    """
+
+    comparison = models.ForeignKey(
+        Comparison, on_delete=models.CASCADE, related_name="adjudications"
+    )
+    choice = models.CharField(max_length=8, choices=Choice.choices)
+    note = models.TextField(blank=True)
+    reasons = models.JSONField(default=list, blank=True, help_text="Why it was in the queue.")
+    shown_left = models.CharField(
+        max_length=1,
+        choices=Side.choices,
+        help_text="The response the adjudicator saw on the left.",
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="adjudications"
+    )
+    decided_at = models.DateTimeField(auto_now_add=True)
+    supersedes = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
+    )
+    superseded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-decided_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["comparison"],
+                condition=Q(superseded_at__isnull=True),
+                name="adjudication_one_current_per_comparison",
+            ),
+            models.CheckConstraint(
+                condition=Q(choice__in=[c.value for c in Choice]), name="adjudication_choice_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"adjudication of {self.comparison_id}: {self.choice}"

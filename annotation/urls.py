@@ -92,3 +92,20 @@ urlpatterns += [
     path("p/<slug:slug>/items/", items.items_browse, name="items"),
     path("p/<slug:slug>/items/<int:comparison_id>/", items.item_page, name="item"),
 ]
+
+# Adjudication, flags and guidelines versions (issue 18).
+from annotation.views import adjudication  # noqa: E402  (one block, for clean merges)
+
+urlpatterns += [
+    path("p/<slug:slug>/adjudicate/", adjudication.adjudicate, name="adjudicate"),
+    path(
+        "p/<slug:slug>/adjudicate/<int:comparison_id>/",
+        adjudication.adjudicate_save,
+        name="adjudicate-save",
+    ),
+    path(
+        "p/<slug:slug>/label/<int:assignment_id>/flag/",
+        adjudication.label_flag,
+        name="label-flag",
+    ),
+]

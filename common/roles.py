@@ -1,9 +1,11 @@
-"""The three roles of Concord, stored as Django groups (created by migration common.0001_roles).
+"""The roles of Concord, stored as Django groups (created by migrations common.0001_roles and
+annotation.0007_adjudication).
 
 - Annotator: labels comparisons in projects they are a member of.
 - Reviewer: rates checkpoints in human-eval rounds and records stopping decisions.
 - ML engineer: staff; imports data, launches and watches training runs from the admin; leads
   projects (settings, members, archive).
+- Adjudicator: records final verdicts in the adjudication queue of every project (no other lead page).
 
 A user may hold several roles; a superuser counts as every role.
 """
@@ -25,7 +27,8 @@ from django.views.decorators.http import require_http_methods
 ANNOTATOR = "Annotator"
 REVIEWER = "Reviewer"
 ML_ENGINEER = "ML engineer"
-ALL_ROLES = (ANNOTATOR, REVIEWER, ML_ENGINEER)
+ADJUDICATOR = "Adjudicator"
+ALL_ROLES = (ANNOTATOR, REVIEWER, ML_ENGINEER, ADJUDICATOR)
 
 # Apps whose model permissions the ML engineer group holds (kept in sync after every migrate).
 ML_ENGINEER_APPS = ("annotation", "training", "monitoring")

@@ -11,7 +11,16 @@ import numpy as np
 from django.utils import timezone
 
 from annotation.agreement import CHOICES, MISSING, N_CHOICES, majority_vote
-from annotation.models import Assignment, Comparison, Judgement, Project, RepeatJudgement
+from annotation.models import (
+    Adjudication,
+    Assignment,
+    Comparison,
+    Flag,
+    Judgement,
+    Project,
+    RepeatJudgement,
+)
+from annotation.selectors.adjudication import adjudication_history, comparison_flags
 from annotation.services.items import item_consensus
 
 # An edit is a save more than this long after the judgement was created (the first save's own
@@ -59,6 +68,8 @@ class ItemDetail:
     repeats: list[RepeatJudgement]
     consensus: list[ConsensusRow]
     history: list[HistoryEvent]
+    verdicts: list[Adjudication]  # the adjudications, newest (the current one) first
+    flags: list[Flag]
 
 
 def _majority_rows(choices: list[str]) -> list[ConsensusRow]:
@@ -96,7 +107,11 @@ def _dawid_skene_row(project: Project, comparison_id: int) -> ConsensusRow:
 
 
 def _history(
-    comparison: Comparison, judgements: list[JudgementRow], repeats: list[RepeatJudgement]
+    comparison: Comparison,
+    judgements: list[JudgementRow],
+    repeats: list[RepeatJudgement],
+    verdicts: list[Adjudication],
+    flags: list[Flag],
 ) -> list[HistoryEvent]:
     now = timezone.now()
     events = []
@@ -117,6 +132,14 @@ def _history(
             events.append(HistoryEvent(j.updated_at, "judgement edited", who))
     for r in repeats:
         events.append(HistoryEvent(r.created_at, "swap repeat judged", r.annotator.get_username()))
+    for v in verdicts:
+        events.append(
+            HistoryEvent(v.decided_at, f"adjudicated: {v.choice}", v.decided_by.get_username())
+        )
+    for f in flags:
+        events.append(
+            HistoryEvent(f.created_at, f"flagged: {f.reason}", f.annotator.get_username())
+        )
     return sorted(events, key=lambda e: e.at)
 
 
@@ -147,10 +170,14 @@ def item_detail(*, project: Project, comparison_id: int) -> ItemDetail | None:
         .order_by("created_at", "id")
     )
     choices = [row.judgement.choice for row in judgements]
+    verdicts = adjudication_history(comparison)
+    flags = comparison_flags(comparison)
     return ItemDetail(
         comparison=comparison,
         judgements=judgements,
         repeats=repeats,
         consensus=[*_majority_rows(choices), _dawid_skene_row(project, comparison.pk)],
-        history=_history(comparison, judgements, repeats),
+        history=_history(comparison, judgements, repeats, verdicts, flags),
+        verdicts=verdicts,
+        flags=flags,
     )

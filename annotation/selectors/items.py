@@ -5,8 +5,8 @@ cursor encodes the sort key and primary key of the row at the page's edge. Page 
 of 1,000,000 comparisons costs what page 1 costs, and a comparison added while a lead pages through
 never shifts a page (no row is shown twice or skipped).
 
-Filters are independent ``Q`` builders: each status is one entry of ``STATUS_FILTERS`` (the
-adjudication work adds "adjudicated" there as one more ``Exists``), agreement and origin are counts
+Filters are independent ``Q`` builders: each status is one entry of ``STATUS_FILTERS`` ("adjudicated":
+a current verdict exists), agreement and origin are counts
 and ``Exists`` over judgements and assignments, the Dawid-Skene margin comes from the project's
 consensus (``annotation.services.items.item_consensus``). Search is PostgreSQL full-text search on
 the prompt and both responses, through the GIN indexes of migration 0006; a plain contains on SQLite.
@@ -40,7 +40,15 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Substr
 from django.utils import timezone
 
-from annotation.models import Assignment, Comparison, Judgement, Project, Prompt, Response
+from annotation.models import (
+    Adjudication,
+    Assignment,
+    Comparison,
+    Judgement,
+    Project,
+    Prompt,
+    Response,
+)
 from annotation.services.items import item_consensus
 from common.errors import ConcordError
 
@@ -92,12 +100,17 @@ def _status_complete(project: Project, now: datetime) -> Q:
     return Q(n_judged__gte=project.overlap)
 
 
-# status name -> (project, now) -> Q over the annotated queryset (``n_judged`` is available). An
-# adjudicated status is one more entry: Q(Exists(<Verdict>.objects.filter(comparison=OuterRef("pk")))).
+def _status_adjudicated(project: Project, now: datetime) -> Q:
+    current = Adjudication.objects.filter(comparison=OuterRef("pk"), superseded_at__isnull=True)
+    return Q(Exists(current))
+
+
+# status name -> (project, now) -> Q over the annotated queryset (``n_judged`` is available).
 STATUS_FILTERS: dict[str, Callable[[Project, datetime], Q]] = {
     "open": _status_open,
     "in_progress": _status_in_progress,
     "complete": _status_complete,
+    "adjudicated": _status_adjudicated,
 }
 
 

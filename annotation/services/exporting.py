@@ -15,6 +15,11 @@ Consensus rule "dawid_skene": the verdict with the highest posterior under a mod
 annotator's reliability (Dawid-Skene EM, annotation.agreement); agreement is that posterior and margin
 P(chosen) - P(rejected).
 
+Consensus rule "adjudicated": an adjudicator's current verdict where there is one (row
+``"consensus": "adjudicated"``; agreement and margin computed from the votes as for the majority, with
+the verdict as the winner), the ``fallback`` rule (majority or dawid_skene) elsewhere. The manifest
+counts the pairs that came from adjudication, and the judgements per guidelines version.
+
 Consensus rule "majority": the most frequent verdict among a, b, tie and both_bad; equal votes for a
 and b make a tie. Ties are dropped unless ``keep_ties`` (then chosen = a, rejected = b, margin 0,
 ``"tie": true``); a "both bad" consensus is always dropped (it says nothing about order).
@@ -45,8 +50,10 @@ from django.db import IntegrityError, transaction
 
 from annotation.agreement import CHOICES, side_margin, top_choice
 from annotation.models import MAX_STRENGTH, Choice, Comparison, DatasetExport, Judgement, Project
+from annotation.selectors.adjudication import adjudicated_choices, judgements_per_version
 
-CONSENSUS_RULES = ("majority", "dawid_skene")
+CONSENSUS_RULES = ("majority", "dawid_skene", "adjudicated")
+FALLBACK_RULES = ("majority", "dawid_skene")
 PAIRS_FILE = "pairs.jsonl"
 JUDGEMENTS_FILE = "judgements.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -74,12 +81,15 @@ def _winner(scores: dict[str, float]) -> str:
     return CHOICES[int(top_choice(row, split="tie")[0])]
 
 
-def majority_consensus(votes: list[Vote], *, max_strength: int = MAX_STRENGTH) -> PairConsensus:
-    """The majority verdict of ``votes`` (non-empty), with its agreement and signed margin."""
+def majority_consensus(
+    votes: list[Vote], *, max_strength: int = MAX_STRENGTH, winner: str | None = None
+) -> PairConsensus:
+    """The majority verdict of ``votes`` (non-empty), with its agreement and signed margin; with
+    ``winner`` (an adjudicated verdict), that verdict's agreement and margin instead."""
     if not votes:
         raise ValueError("a consensus needs at least one vote")
     counts = Counter(vote.choice for vote in votes)
-    winner = _winner(counts)
+    winner = winner or _winner(counts)
     agreement = counts.get(winner, 0) / len(votes)
     margin = 0.0
     if winner in (Choice.A, Choice.B):
@@ -118,10 +128,19 @@ def dawid_skene_consensus(posterior: dict[str, float]) -> PairConsensus:
 
 
 def _write_files(
-    project: Project, folder: Path, *, keep_ties: bool, min_judgements: int, consensus_rule: str
-) -> tuple[int, int, int]:
-    """Write pairs and judgements into ``folder``; returns (pairs, judgements, ties dropped)."""
-    n_pairs = n_judgements = n_ties = 0
+    project: Project,
+    folder: Path,
+    *,
+    keep_ties: bool,
+    min_judgements: int,
+    consensus_rule: str,
+    fallback: str = "majority",
+) -> tuple[int, int, int, int]:
+    """Write pairs and judgements into ``folder``; returns (pairs, judgements, ties dropped, pairs
+    from adjudication)."""
+    n_pairs = n_judgements = n_ties = n_adjudicated = 0
+    verdicts = adjudicated_choices(project=project) if consensus_rule == "adjudicated" else {}
+    rule = fallback if consensus_rule == "adjudicated" else consensus_rule
     votes: dict[int, list[Vote]] = {}
     with (folder / JUDGEMENTS_FILE).open("w", encoding="utf-8") as raw:
         judgements = (
@@ -159,7 +178,7 @@ def _write_files(
             )
             n_judgements += 1
     posteriors: dict[int, dict] = {}
-    if consensus_rule == "dawid_skene" and votes:
+    if rule == "dawid_skene" and votes:
         from annotation.services.agreement import project_consensus
 
         posteriors = project_consensus(project=project, method="dawid_skene")
@@ -173,10 +192,11 @@ def _write_files(
             ballot = votes[comparison.pk]
             if len(ballot) < min_judgements:
                 continue
+            verdict = verdicts.get(comparison.pk)
             consensus = (
                 dawid_skene_consensus(posteriors[comparison.pk]["posterior"])
-                if consensus_rule == "dawid_skene"
-                else majority_consensus(ballot, max_strength=project.strength_scale)
+                if rule == "dawid_skene" and verdict is None
+                else majority_consensus(ballot, max_strength=project.strength_scale, winner=verdict)
             )
             if consensus.choice == Choice.BOTH_BAD:
                 continue
@@ -194,7 +214,7 @@ def _write_files(
                         "rejected": rejected.text,
                         "margin": consensus.margin,
                         "chosen_side": "b" if consensus.choice == Choice.B else "a",
-                        "consensus": consensus_rule,
+                        "consensus": rule if verdict is None else "adjudicated",
                         "tie": consensus.choice == Choice.TIE,
                         "n_judgements": len(ballot),
                         "agreement": consensus.agreement,
@@ -207,7 +227,8 @@ def _write_files(
                 )
             )
             n_pairs += 1
-    return n_pairs, n_judgements, n_ties
+            n_adjudicated += verdict is not None
+    return n_pairs, n_judgements, n_ties, n_adjudicated
 
 
 def dataset_export(
@@ -216,25 +237,30 @@ def dataset_export(
     keep_ties: bool = False,
     min_judgements: int = 1,
     consensus: str = "majority",
+    fallback: str = "majority",
     created_by: AbstractBaseUser | None = None,
 ) -> DatasetExport:
-    """Freeze the project's current judgements into a hashed export (or return the identical one)."""
+    """Freeze the project's current judgements into a hashed export (or return the identical one).
+    ``fallback``: the rule for comparisons without a verdict under ``consensus="adjudicated"``."""
     if consensus not in CONSENSUS_RULES:
         raise ValueError(f"unknown consensus rule {consensus!r}; expected one of {CONSENSUS_RULES}")
+    if fallback not in FALLBACK_RULES:
+        raise ValueError(f"unknown fallback rule {fallback!r}; expected one of {FALLBACK_RULES}")
     if min_judgements < 1:
         raise ValueError("min_judgements must be at least 1")
     root = Path(settings.EXPORT_DIR) / project.slug
     root.mkdir(parents=True, exist_ok=True)
     options = {"keep_ties": keep_ties, "min_judgements": min_judgements, "consensus": consensus}
+    if consensus == "adjudicated":
+        options["fallback"] = fallback
     with tempfile.TemporaryDirectory(dir=root, prefix=".export-") as scratch:
         staging = Path(scratch)
-        n_pairs, n_judgements, n_ties = _write_files(
-            project,
-            staging,
-            keep_ties=keep_ties,
-            min_judgements=min_judgements,
-            consensus_rule=consensus,
-        )
+        n_pairs, n_judgements, n_ties, n_adjudicated = _write_files(
+            project, staging, keep_ties=keep_ties, min_judgements=min_judgements,
+            consensus_rule=consensus, fallback=fallback,
+        )  # fmt: skip
+        if consensus == "adjudicated":
+            options["pairs_adjudicated"] = n_adjudicated
         sha = _sha256_files(staging / PAIRS_FILE, staging / JUDGEMENTS_FILE)
         existing = DatasetExport.objects.filter(sha256=sha).first()
         if existing is not None:
@@ -248,6 +274,8 @@ def dataset_export(
                     "pairs": n_pairs,
                     "judgements": n_judgements,
                     "ties_dropped": n_ties,
+                    "pairs_adjudicated": n_adjudicated,
+                    "guidelines_versions": judgements_per_version(project=project),
                 },
                 indent=2,
             )

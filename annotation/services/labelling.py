@@ -32,6 +32,7 @@ from annotation.models import (
     Assignment,
     Choice,
     Comparison,
+    GuidelinesVersion,
     Judgement,
     Project,
     ProjectMembership,
@@ -457,7 +458,7 @@ def judgement_submit(
         stored = mine.first() if assignment.status == Assignment.Status.DONE else None
         if stored is None:
             row = model(comparison_id=comparison_id, annotator=annotator, **values)
-            stored = _insert_unless_judged(row) or mine.get()
+            stored = _insert_unless_judged(row, project_id=project.pk) or mine.get()
         if assignment.status != Assignment.Status.DONE:
             assignment.status = Assignment.Status.DONE
             assignment.finished_at = timezone.now()
@@ -466,8 +467,12 @@ def judgement_submit(
         return stored
 
 
-def _insert_unless_judged(row: Judgement | RepeatJudgement) -> Judgement | RepeatJudgement | None:
-    """INSERT ``row`` unless the annotator already has one for its comparison (then None).
+def _insert_unless_judged(
+    row: Judgement | RepeatJudgement, *, project_id: int
+) -> Judgement | RepeatJudgement | None:
+    """INSERT ``row`` unless the annotator already has one for its comparison (then None). A
+    Judgement is stamped, in the same statement, with project ``project_id``'s newest guidelines
+    version (a subquery: no extra round trip on the hot path).
 
     One statement, ``INSERT ... ON CONFLICT (comparison_id, annotator_id) DO NOTHING RETURNING id``,
     where ``create()`` inside a savepoint costs three round trips to the database on every
@@ -479,19 +484,35 @@ def _insert_unless_judged(row: Judgement | RepeatJudgement) -> Judgement | Repea
             field.pre_save(row, add=True)  # sets created_at / updated_at on the instance
     fields = [f for f in meta.concrete_fields if not f.primary_key]
     quote = connection.ops.quote_name
+    versions = GuidelinesVersion._meta
+    stamp = (
+        f"(SELECT v.{quote(versions.pk.column)} FROM {quote(versions.db_table)} v "  # noqa: S608  # nosec B608
+        f"WHERE v.{quote('project_id')} = %s ORDER BY v.{quote('number')} DESC LIMIT 1)"
+    )
+    stamped = isinstance(row, Judgement)
+    slots, params = [], []
+    for f in fields:
+        if stamped and f.attname == "guidelines_version_id":
+            slots.append(stamp)
+            params.append(project_id)
+        else:
+            slots.append("%s")
+            params.append(f.get_db_prep_save(getattr(row, f.attname), connection))
+    returning = quote(meta.pk.column) + (f", {quote('guidelines_version_id')}" if stamped else "")
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "  # noqa: S608  # nosec B608
-        f"VALUES ({', '.join(['%s'] * len(fields))}) "
+        f"VALUES ({', '.join(slots)}) "
         f"ON CONFLICT ({quote('comparison_id')}, {quote('annotator_id')}) DO NOTHING "
-        f"RETURNING {quote(meta.pk.column)}"
+        f"RETURNING {returning}"
     )  # names from the model's metadata; every value is a parameter
-    params = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         inserted = cursor.fetchone()
     if inserted is None:
         return None
     row.pk = inserted[0]
+    if stamped:
+        row.guidelines_version_id = inserted[1]
     row._state.adding = False
     row._state.db = connection.alias
     return row

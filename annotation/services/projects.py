@@ -25,6 +25,7 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from annotation.models import Assignment, Comparison, Project, ProjectEvent, ProjectMembership
+from annotation.services.adjudication import guidelines_update
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, REVIEWER, role_assign
 
@@ -95,6 +96,8 @@ def project_create(*, actor: AbstractBaseUser, **fields: Any) -> Project:
     _validated(project, fields)
     with transaction.atomic():
         project.save()
+        if project.guidelines:
+            guidelines_update(project=project, text=project.guidelines, user=actor)  # version 1
         values = {name: {"after": getattr(project, name)} for name in PROJECT_FIELDS}
         _event(project, actor, Kind.CREATED, changes=values)
     return project
@@ -113,7 +116,12 @@ def project_update(*, project: Project, actor: AbstractBaseUser, **fields: Any) 
             if before[name] != getattr(locked, name)
         }
         if changes:
-            locked.save(update_fields=list(changes))
+            plain = [name for name in changes if name != "guidelines"]
+            if plain:
+                locked.save(update_fields=plain)
+            if "guidelines" in changes:
+                # A new numbered version: judgements are stamped with it, annotators see the diff once.
+                guidelines_update(project=locked, text=locked.guidelines, user=actor)
             _event(locked, actor, Kind.EDITED, changes=changes)
     return locked
 

@@ -11,6 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from annotation.models import Project
+from annotation.selectors import adjudication as adjudication_selectors
 from annotation.selectors import agreement as agreement_selectors
 from annotation.services import agreement as agreement_services
 from common.roles import ML_ENGINEER, role_required
@@ -23,14 +24,32 @@ def agreement_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_object_or_404(Project, slug=slug)
     state = agreement_services.dashboard_state(project=project)
     report = state.payload
+    accuracy = adjudication_selectors.annotator_adjudicated_accuracy(project=project)
     context = {
         "project": project,
         "state": state,
         "report": report,
         "computed_at": datetime.fromisoformat(report["computed_at"]) if report else None,
         "coefficients": _coefficient_rows(report) if report else [],
+        "annotators": [
+            {**row, "adjudicated": accuracy.get(row["annotator"])}
+            for row in (report["summary"]["annotators"] if report else [])
+        ],
+        **_by_version(request, project),
     }
     return render(request, "annotation/agreement.html", context)
+
+
+def _by_version(request: HttpRequest, project: Project) -> dict:
+    """The guidelines versions for the select, and the headline figures of the one asked for
+    (``?version=N``; ``?version=none``: the judgements made before versioning)."""
+    versions = adjudication_selectors.guidelines_versions(project=project)
+    raw = request.GET.get("version", "")
+    if not versions or not raw:
+        return {"versions": versions, "version_asked": "", "version_figures": None}
+    number = None if raw == "none" else int(raw) if raw.isdigit() else -1
+    figures = adjudication_selectors.headline_by_version(project=project, number=number)
+    return {"versions": versions, "version_asked": raw, "version_figures": figures}
 
 
 def _coefficient_rows(report: dict) -> list[dict]:

@@ -9,10 +9,11 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from annotation.models import SCREEN_PAIR, Side
+from annotation.models import SCREEN_PAIR, Flag, Side
 from annotation.selectors import labelling as selectors
 from annotation.selectors.projects import member_project
 from annotation.services import labelling
+from annotation.services.adjudication import guidelines_notice_take
 from common.roles import ANNOTATOR, has_role
 from common.sides import screen_order, screen_side
 
@@ -82,6 +83,7 @@ def _pair_json(assignment, project) -> dict[str, object]:
         "assignment": assignment.pk,
         "submit_url": reverse("annotation:label-submit", args=[slug, assignment.pk]),
         "skip_url": reverse("annotation:label-skip", args=[slug, assignment.pk]),
+        "flag_url": reverse("annotation:label-flag", args=[slug, assignment.pk]),
         "html": html,
     }
 
@@ -91,7 +93,7 @@ def _pairs_json(request: HttpRequest, project, error: str = "") -> JsonResponse:
     switches to it without asking the server), with the progress bars.
 
     ``{"current": pair | null, "next": pair | null, "progress_html": str, "error": str}``; a pair
-    is ``{"assignment", "submit_url", "skip_url", "html"}``; ``current`` null: nothing left.
+    is ``{"assignment", "submit_url", "skip_url", "flag_url", "html"}``; ``current`` null: nothing left.
     """
     current = labelling.assignment_claim(annotator=request.user, project=project)
     after = None
@@ -129,6 +131,8 @@ def label(request: HttpRequest, slug: str) -> HttpResponse:
         assignment.shown_left,
         assignment=assignment,
         action=reverse("annotation:label-submit", args=[slug, assignment.pk]),
+        flag_reasons=Flag.Reason.choices,
+        guidelines_notice=guidelines_notice_take(project=project, annotator=request.user),
     )
 
 

@@ -1,6 +1,7 @@
 // The labelling screen. Keys: 1/2/3/4 or the arrows pick (Shift = the highest strength), Q/W/E set
 // the strength (slightly / clearly / much), Enter submits, R focuses the reason box (Esc leaves it),
-// Z brings back the last judgement, H opens the history, S skips. Buttons work without this script.
+// Z brings back the last judgement, H opens the history, S skips, F opens the flag menu (1/2/3 pick the
+// reason, Enter flags, Esc closes; the pair stays on screen). Buttons work without this script.
 //
 // Pair switches without a page load: the server reserves the next pair (its own lease) while the
 // current one is read, and sends its HTML; a submission swaps it in at once and sends the verdict in
@@ -19,6 +20,8 @@
   const rationale = form.querySelector("textarea[name=rationale]");
   const csrf = form.querySelector("input[name=csrfmiddlewaretoken]");
   const maxStrength = Number(form.dataset.maxStrength || "1");
+  const flagMenu = document.getElementById("flag-menu");
+  const flagForm = document.getElementById("flag");
   const live = form.dataset.mode === "label" && screen && screen.dataset.assignment && window.fetch;
   let shownAt = performance.now();  // when the pair on screen was shown
   let picked = form.dataset.currentPick || null;
@@ -79,6 +82,7 @@
     form.action = pair.submit_url;
     const skip = document.getElementById("skip");
     if (skip) skip.action = pair.skip_url;
+    if (flagForm && pair.flag_url) flagForm.action = pair.flag_url;
     picked = null;
     form.querySelectorAll("button[data-pick]").forEach(function (b) {
       b.classList.remove("selected");
@@ -196,6 +200,26 @@
     history.addEventListener("toggle", function () { if (history.open) loadHistory(); });
   }
 
+  // ---- flag: sent in the background; the annotator's pair and place do not change ----
+  if (flagForm && live) {
+    flagForm.addEventListener("submit", function (event) {
+      event.preventDefault();
+      post(flagForm.action, new FormData(flagForm))
+        .then(function (data) { say(data.message); flagMenu.open = false; flagForm.reset(); })
+        .catch(function () { say("The flag could not be sent; try again."); });
+    });
+  }
+  function flagKey(event) {
+    // While the flag menu is open its keys are the only ones: 1-3 reason, Enter flag, Esc close.
+    const inNote = document.activeElement && document.activeElement.name === "note";
+    if (event.key === "Escape") { event.preventDefault(); flagMenu.open = false; return; }
+    if (inNote) return;  // typing; Enter submits the form by itself
+    const radios = flagForm.querySelectorAll("input[name=reason]");
+    const digit = event.code && event.code.startsWith("Digit") ? Number(event.code.slice(5)) : Number(event.key);
+    if (radios[digit - 1]) { event.preventDefault(); radios[digit - 1].checked = true; }
+    else if (event.key === "Enter") { event.preventDefault(); flagForm.requestSubmit(); }
+  }
+
   // ---- keys ----
   const keys = { "1": "left", ArrowLeft: "left", "2": "right", ArrowRight: "right", "3": "tie", "4": "both_bad" };
   const shifted = { "!": "left", "@": "right" };  // Shift+1 / Shift+2 on US layouts
@@ -209,6 +233,7 @@
       if (event.key === "Escape") rationale.blur();
       return;
     }
+    if (flagMenu && flagMenu.open) { flagKey(event); return; }
     const active = document.activeElement;
     const typing = active && (active.isContentEditable || active.tagName === "SELECT" ||
       (active.tagName === "INPUT" && !["radio", "checkbox", "submit", "button"].includes(active.type)));
@@ -234,5 +259,6 @@
     }
     else if (key === "z") { leave(form.dataset.undoUrl); }
     else if (key === "s") { skip(); }
+    else if (key === "f" && flagMenu) { event.preventDefault(); flagMenu.open = true; }
   });
 })();

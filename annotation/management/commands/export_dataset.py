@@ -6,7 +6,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.models import DatasetExport, Project
-from annotation.services.exporting import dataset_export, export_copy, hf_export_write
+from annotation.services.exporting import (
+    CONSENSUS_RULES,
+    FALLBACK_RULES,
+    dataset_export,
+    export_copy,
+    hf_export_write,
+)
 
 
 def _out_path(out: Path | None, *, export: DatasetExport, format: str) -> Path:
@@ -46,9 +52,16 @@ class Command(BaseCommand):
         parser.add_argument("--min-judgements", type=int, default=1)
         parser.add_argument(
             "--consensus",
-            choices=["majority", "dawid_skene"],
+            choices=list(CONSENSUS_RULES),
             default="majority",
-            help="majority vote, or Dawid-Skene (annotator reliability) posteriors",
+            help="majority vote, Dawid-Skene (annotator reliability) posteriors, or adjudicated "
+            "(the adjudicators' verdicts where they exist, --fallback elsewhere)",
+        )
+        parser.add_argument(
+            "--fallback",
+            choices=list(FALLBACK_RULES),
+            default="majority",
+            help="with --consensus adjudicated: the rule for pairs without a verdict (default majority)",
         )
         parser.add_argument(
             "--test-fraction",
@@ -64,7 +77,7 @@ class Command(BaseCommand):
 
     def handle(
         self, *args, project: str, out: Path | None, format: str, keep_ties: bool, min_judgements: int,
-        consensus: str, test_fraction: float, license: str, **o,
+        consensus: str, fallback: str, test_fraction: float, license: str, **o,
     ):  # fmt: skip
         target = Project.objects.filter(slug=project).first()
         if target is None:
@@ -75,6 +88,7 @@ class Command(BaseCommand):
                 keep_ties=keep_ties,
                 min_judgements=min_judgements,
                 consensus=consensus,
+                fallback=fallback,
             )
             out = _out_path(out, export=export, format=format)
             if format == "hf":
@@ -85,7 +99,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         counts = (
             f"export {export.sha256} ({export.n_pairs} pairs, {export.n_judgements} judgements, "
-            f"{export.n_ties_dropped} ties dropped)"
+            f"{export.n_ties_dropped} ties dropped"
+            + (
+                f", {export.options['pairs_adjudicated']} from adjudication)"
+                if "pairs_adjudicated" in export.options
+                else ")"
+            )
         )
         if format == "hf":
             self.stdout.write(
