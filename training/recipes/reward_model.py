@@ -45,7 +45,16 @@ from training.recipes.data import (
     token_limit,
 )
 from training.recipes.distributed import all_reduce_sum
-from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
+from training.recipes.loop import (
+    LoopEnd,
+    Position,
+    Run,
+    StepOutcome,
+    finish_run,
+    optimizer_step,
+    run_steps,
+    start_run,
+)
 from training.recipes.models import (
     disable_dropout,
     enable_activation_checkpointing,
@@ -67,7 +76,6 @@ from training.recipes.runtime import (
     autocast,
     build_optimizer,
     build_scheduler,
-    memory_fraction,
     peak_memory_bytes,
     total_steps_for,
 )
@@ -520,33 +528,123 @@ def train_reward_model(
 ) -> TrainResult:
     """Train a Bradley-Terry reward model; resumes from the newest checkpoint when allowed.
 
-    With ``annotator_aware`` a plain model is trained first (in ``output_dir/plain``) and its held-out
-    accuracy is reported next to the annotator-aware model's, trained on the per-annotator votes.
+    With ``annotator_aware`` or ``cluster_conditioning``, a plain model is trained first
+    (``train_plain_baseline``) and its held-out accuracy is reported next to the conditioned one's.
     """
-    plain_summary: dict[str, Any] = {}
-    if config.annotator_aware or config.cluster_conditioning:
-        plain = dataclasses.replace(
-            config,
-            annotator_aware=False,
-            cluster_conditioning=False,
-            output_dir=str(Path(config.output_dir) / "plain"),
-        )
-        finished = Path(plain.output_dir) / "summary.json"
-        if config.resume and finished.is_file() and '"completed"' in finished.read_text():
-            plain_summary = json.loads(finished.read_text())  # a resumed run keeps its baseline
-        else:
-            plain_summary = train_reward_model(plain).summary
-    run = start_run(config, callback)
-    device = run.device
-    tokenizer = load_tokenizer(config.model)
-    judgements = config.judgements or (
-        judgements_file_for(config.data) if config.annotator_aware else None
+    needs_baseline = config.annotator_aware or config.cluster_conditioning
+    plain_summary = train_plain_baseline(config) if needs_baseline else {}
+    return _train_one(config, callback, plain_summary=plain_summary)
+
+
+def train_plain_baseline(config: RewardModelConfig) -> dict[str, Any]:
+    """Train the plain model of ``config`` (neither annotator-aware nor cluster-conditioned) in
+    ``output_dir/plain`` and return its summary; a resumed run keeps a baseline that completed."""
+    plain = dataclasses.replace(
+        config,
+        annotator_aware=False,
+        cluster_conditioning=False,
+        output_dir=str(Path(config.output_dir) / "plain"),
     )
-    pairs, raw_votes = load_judged_pairs(config.data, judgements)
-    resume_from = run.resume_from
-    packing = config.packing  # decoders with a chat template, and BERT-family encoders
+    finished = Path(plain.output_dir) / "summary.json"
+    if config.resume and finished.is_file() and '"completed"' in finished.read_text():
+        return json.loads(finished.read_text())
+    return _train_one(plain, None, plain_summary={}).summary
+
+
+def _train_one(
+    config: RewardModelConfig, callback: TrainingCallback | None, *, plain_summary: dict[str, Any]
+) -> TrainResult:
+    """One reward model as configured: set up, step, evaluate on the held-out pairs, save."""
+    run = start_run(config, callback)
+    state = setup_reward_model(run, config)
+    end = run_steps(
+        run,
+        state.sampler,
+        start_step=state.start_step,
+        total_steps=state.total_steps,
+        rate_name="pairs",
+        train_step=lambda at, throughput: reward_model_step(state, at, throughput),
+        save_checkpoint=lambda at: run.save_checkpoint(
+            step=at.step,
+            model=state.model,
+            tokenizer=state.tokenizer,
+            optimizer=state.optimizer,
+            scheduler=state.scheduler,
+            trainer_state=at.trainer_state("rm"),
+            extra_modules=state.extra_modules,
+        ),
+    )
+    evaluation = evaluate_reward_model(
+        state.scorer,
+        state.encoded,
+        state.eval_index,
+        batch_size=state.micro_batch_size,
+        device=run.device,
+        bf16=config.bf16,
+        clusters=state.cluster_ids,
+    )
+    if evaluation:
+        run.callback.on_log(step=end.step, metrics=evaluation)
+    files: dict[str, Any] = {"reward_stats.json": evaluation} if evaluation else {}
+    if state.conditioning is not None:
+        files[CONDITIONING_FILE] = state.conditioning.payload()
+    return finish_run(
+        run,
+        status=end.status,
+        step=end.step,
+        model=state.model,
+        tokenizer=state.tokenizer,
+        summary=reward_model_summary(state, end, evaluation, plain_summary),
+        extra_files=files or None,
+    )
+
+
+@dataclass
+class RewardModelState:
+    """What a reward-model run holds between steps: the model behind ``scorer``, the fitted pairs
+    (``encoded`` [chosen, rejected] inputs, indexed like ``pairs``), the split, the optional
+    annotator head and cluster conditioning, the optimiser and where the run starts."""
+
+    run: Run
+    config: RewardModelConfig
+    tokenizer: Any
+    model: Any
+    scorer: RewardScorer
+    pairs: list[Any]
+    raw_votes: list[AnnotatorVote]
+    encoded: list[tuple[RewardInput, RewardInput]]
+    train_index: list[int]
+    eval_index: list[int]
+    head: AnnotatorBiasHead | None
+    votes: VoteTable | None
+    conditioning: ClusterConditioning | None
+    cluster_ids: list[int] | None
+    sampler: EpochSampler
+    total_steps: int
+    start_step: int
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.config.micro_batch_size or self.config.batch_size
+
+    @property
+    def extra_modules(self) -> dict[str, nn.Module] | None:
+        """The modules trained beside the model (saved in checkpoints), or None."""
+        extra = {"annotator_head": self.head, "cluster_conditioning": self.conditioning}
+        return {name: module for name, module in extra.items() if module is not None} or None
+
+
+def load_reward_model(run: Run, config: RewardModelConfig) -> tuple[Any, Any, RewardScorer]:
+    """Tokenizer, sequence classifier (from the checkpoint when resuming) in training mode, and
+    the scorer that fits and scores pairs for it."""
+    tokenizer = load_tokenizer(config.model)
     model = load_sequence_classifier(
-        resume_from or config.model, device=device, tokenizer=tokenizer, packing=packing
+        run.resume_from or config.model,
+        device=run.device,
+        tokenizer=tokenizer,
+        packing=config.packing,  # decoders with a chat template, and BERT-family encoders
     )
     if config.gradient_checkpointing:
         enable_activation_checkpointing(model)
@@ -560,171 +658,189 @@ def train_reward_model(
         prompt_budget=config.prompt_budget,
         fit=FitLog("pairs"),
     )
+    return tokenizer, model, scorer
+
+
+def _cluster_conditioning(
+    config: RewardModelConfig, pairs: Sequence[Any], scorer: RewardScorer, device: torch.device
+) -> tuple[ClusterConditioning | None, list[int] | None]:
+    """With ``cluster_conditioning``: the conditioning attached to the scorer's model, and each
+    pair's cluster id; (None, None) without."""
+    if not config.cluster_conditioning:
+        return None, None
+    names = sorted({p.cluster for p in pairs if p.cluster is not None})
+    if not names:
+        raise ValueError(f"{config.data}: cluster_conditioning needs rows with a 'cluster'")
+    hidden = scorer.model.get_input_embeddings().embedding_dim
+    conditioning = ClusterConditioning(names, hidden).to(device)
+    conditioning.attach(scorer.model)
+    scorer.conditioning = conditioning
+    return conditioning, conditioning.ids([p.cluster for p in pairs])
+
+
+def setup_reward_model(run: Run, config: RewardModelConfig) -> RewardModelState:
+    """Model, fitted pairs and their split, the optional annotator head and cluster
+    conditioning, optimiser (the extra modules at ``annotator_head_learning_rate``) and schedule,
+    restored to where the run stopped."""
+    judgements = config.judgements or (
+        judgements_file_for(config.data) if config.annotator_aware else None
+    )
+    pairs, raw_votes = load_judged_pairs(config.data, judgements)
+    tokenizer, model, scorer = load_reward_model(run, config)
     pairs, raw_votes, encoded = _fitted_pairs(scorer, pairs, raw_votes)
     if not pairs:
         raise ValueError(f"{config.data}: every pair was dropped when fitted to the model")
     train_index, eval_index = split_eval(len(pairs), config.eval_fraction, config.seed)
     if not train_index:
         raise ValueError(f"{config.data}: no pairs left to train on after the eval split")
-    margins = torch.tensor([p.margin for p in pairs])
-    micro = config.micro_batch_size or config.batch_size
-
-    head = None
-    votes = None
-    if config.annotator_aware:
-        votes = VoteTable.build(raw_votes, len(pairs))
-        head = AnnotatorBiasHead(votes.annotators).to(device)
-    conditioning = None
-    cluster_ids = None
-    if config.cluster_conditioning:
-        names = sorted({p.cluster for p in pairs if p.cluster is not None})
-        if not names:
-            raise ValueError(f"{config.data}: cluster_conditioning needs rows with a 'cluster'")
-        hidden = model.get_input_embeddings().embedding_dim
-        conditioning = ClusterConditioning(names, hidden).to(device)
-        conditioning.attach(model)
-        scorer.conditioning = conditioning
-        cluster_ids = conditioning.ids([p.cluster for p in pairs])
-    extra = {"annotator_head": head, "cluster_conditioning": conditioning}
-    extra_modules = {name: module for name, module in extra.items() if module is not None} or None
-    extra_params = [p for module in (extra_modules or {}).values() for p in module.parameters()]
-    params = [*model.parameters(), *extra_params]
-
+    votes = VoteTable.build(raw_votes, len(pairs)) if config.annotator_aware else None
+    head = AnnotatorBiasHead(votes.annotators).to(run.device) if votes is not None else None
+    conditioning, cluster_ids = _cluster_conditioning(config, pairs, scorer, run.device)
+    extra_params = [p for m in (head, conditioning) if m is not None for p in m.parameters()]
     sampler = EpochSampler(len(train_index), config.batch_size, config.seed)
     total_steps = total_steps_for(config, sampler.batches_per_epoch)
     optimizer = build_optimizer(
         model.parameters(),
         config,
-        device,
+        run.device,
         extra_groups=None
         if not extra_params
         else [{"params": extra_params, "lr": config.annotator_head_learning_rate}],
     )
-    scheduler = build_scheduler(optimizer, config, total_steps)
-    start_step = 0
-    if resume_from is not None:
-        state, _ = run.checkpoints.restore(
-            resume_from, optimizer=optimizer, scheduler=scheduler, extra_modules=extra_modules
-        )
-        start_step = state.step
-
-    run.callback.on_start(total_steps=total_steps, config=config.to_dict())
-    throughput = Throughput()
-    pending: list[dict[str, float]] = []
-    status, step = "completed", start_step
-    for step_index, epoch, batch_index in sampler.positions(start_step, total_steps):
-        step = step_index + 1
-        index = [train_index[i] for i in sampler.batch(epoch, batch_index)]
-        sums = {"loss": 0.0, "accuracy": 0.0, "rewards/chosen": 0.0, "rewards/rejected": 0.0}
-        tokens = 0.0
-        with throughput.timing():
-            step_votes = votes.count(index) if votes is not None else 0
-            for group in chunks(run.ranks.shard(index), micro):
-                with autocast(device, config.bf16):
-                    chosen, rejected = _pair_rewards(scorer, encoded, group, cluster_ids)
-                if head is not None and votes is not None:
-                    vote_loss, _ = _annotator_loss(head, votes, group, chosen, rejected)
-                    centering = ((chosen + rejected) ** 2).sum() / len(index)
-                    objective = vote_loss / step_votes + config.center_rewards_coef * centering
-                    sums["loss"] += float(vote_loss.detach()) * len(index) / step_votes
-                else:
-                    margin = margins[list(group)].to(device) if config.use_margin else None
-                    loss = bradley_terry_loss(
-                        chosen,
-                        rejected,
-                        margin=margin,
-                        center_rewards_coef=config.center_rewards_coef,
-                    )
-                    objective = loss * len(group) / len(index)
-                    sums["loss"] += float(loss.detach()) * len(group)
-                objective.backward()
-                sums["accuracy"] += float((chosen > rejected).float().sum())
-                sums["rewards/chosen"] += float(chosen.detach().sum())
-                sums["rewards/rejected"] += float(rejected.detach().sum())
-                tokens += sum(
-                    len(encoded[i][0].input_ids) + len(encoded[i][1].input_ids) for i in group
-                )
-            sums = all_reduce_sum({**sums, "tokens": tokens}, run.ranks, device)
-            throughput.tokens += int(sums.pop("tokens"))
-            grad_norm = optimizer_step(
-                params, optimizer, scheduler, config.max_grad_norm, run.ranks
-            )
-        throughput.items += len(index)
-        metrics = {k: v / len(index) for k, v in sums.items()}
-        metrics.update(grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0])
-        pending.append(metrics)
-        run.callback.on_step(step=step, total_steps=total_steps)
-        if step % config.log_every == 0 or step == total_steps:
-            logged = mean_metrics(pending)
-            logged.update(
-                epoch=epoch + (batch_index + 1) / sampler.batches_per_epoch,
-                pairs_per_second=throughput.per_second(throughput.items),
-                tokens_per_second=throughput.per_second(throughput.tokens),
-            )
-            fraction = memory_fraction(device)
-            if fraction is not None:
-                logged["memory_fraction"] = fraction
-            run.callback.on_log(step=step, metrics=logged)
-            pending = []
-        stop = run.stop_requested()
-        if run.checkpoints.due(step) or (stop and step < total_steps):
-            run.save_checkpoint(
-                step=step,
-                model=model,
-                tokenizer=tokenizer,
-                optimizer=optimizer,
-                scheduler=scheduler,
-                trainer_state={"epoch": epoch, "batch_in_epoch": batch_index + 1, "kind": "rm"},
-                extra_modules=extra_modules,
-            )
-        if stop and step < total_steps:
-            status = "cancelled"
-            break
-
-    evaluation = evaluate_reward_model(
-        scorer,
-        encoded,
-        eval_index,
-        batch_size=micro,
-        device=device,
-        bf16=config.bf16,
-        clusters=cluster_ids,
+    state = RewardModelState(
+        run=run,
+        config=config,
+        tokenizer=tokenizer,
+        model=model,
+        scorer=scorer,
+        pairs=pairs,
+        raw_votes=raw_votes,
+        encoded=encoded,
+        train_index=train_index,
+        eval_index=eval_index,
+        head=head,
+        votes=votes,
+        conditioning=conditioning,
+        cluster_ids=cluster_ids,
+        sampler=sampler,
+        total_steps=total_steps,
+        start_step=0,
+        optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, config, total_steps),
     )
-    if evaluation:
-        run.callback.on_log(step=step, metrics=evaluation)
+    if run.resume_from is not None:
+        restored, _ = run.checkpoints.restore(
+            run.resume_from,
+            optimizer=optimizer,
+            scheduler=state.scheduler,
+            extra_modules=state.extra_modules,
+        )
+        state.start_step = restored.step
+    return state
+
+
+def reward_model_step(state: RewardModelState, at: Position, throughput: Throughput) -> StepOutcome:
+    """One optimiser step on the training pairs of the sampler's batch at ``at``: this rank's
+    micro-batches forward and backward (``_micro_batch_loss``), sums over every rank, one step."""
+    config, run = state.config, state.run
+    index = [state.train_index[i] for i in state.sampler.batch(at.epoch, at.batch_index)]
+    sums = {"loss": 0.0, "accuracy": 0.0, "rewards/chosen": 0.0, "rewards/rejected": 0.0}
+    tokens = 0.0
+    with throughput.timing():
+        step_votes = state.votes.count(index) if state.votes is not None else 0
+        for group in chunks(run.ranks.shard(index), state.micro_batch_size):
+            with autocast(run.device, config.bf16):
+                chosen, rejected = _pair_rewards(
+                    state.scorer, state.encoded, group, state.cluster_ids
+                )
+            objective, loss_sum = _micro_batch_loss(
+                state, group, chosen, rejected, step_pairs=len(index), step_votes=step_votes
+            )
+            objective.backward()
+            sums["loss"] += loss_sum
+            sums["accuracy"] += float((chosen > rejected).float().sum())
+            sums["rewards/chosen"] += float(chosen.detach().sum())
+            sums["rewards/rejected"] += float(rejected.detach().sum())
+            tokens += sum(
+                len(state.encoded[i][0].input_ids) + len(state.encoded[i][1].input_ids)
+                for i in group
+            )
+        sums = all_reduce_sum({**sums, "tokens": tokens}, run.ranks, run.device)
+        throughput.tokens += int(sums.pop("tokens"))
+        params = [*state.model.parameters()]
+        params += [
+            p for module in (state.extra_modules or {}).values() for p in module.parameters()
+        ]
+        grad_norm = optimizer_step(
+            params, state.optimizer, state.scheduler, config.max_grad_norm, run.ranks
+        )
+    throughput.items += len(index)
+    metrics = {k: v / len(index) for k, v in sums.items()}
+    metrics.update(grad_norm=grad_norm, learning_rate=state.scheduler.get_last_lr()[0])
+    return StepOutcome(metrics)
+
+
+def _micro_batch_loss(
+    state: RewardModelState,
+    group: Sequence[int],
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+    *,
+    step_pairs: int,
+    step_votes: int,
+) -> tuple[torch.Tensor, float]:
+    """The micro-batch's share of the step's objective (to backward) and its loss summed over its
+    pairs (for the logged mean). chosen, rejected: rewards [m] of ``group``'s pairs.
+
+    Annotator-aware: every vote's cross-entropy through the annotator head over the step's votes,
+    plus the centring term; plain: the Bradley-Terry loss (with margins when ``use_margin``)."""
+    config, device = state.config, chosen.device
+    if state.head is not None and state.votes is not None:
+        vote_loss, _ = _annotator_loss(state.head, state.votes, group, chosen, rejected)
+        centering = ((chosen + rejected) ** 2).sum() / step_pairs
+        objective = vote_loss / step_votes + config.center_rewards_coef * centering
+        return objective, float(vote_loss.detach()) * step_pairs / step_votes
+    margins = torch.tensor([state.pairs[i].margin for i in group]) if config.use_margin else None
+    loss = bradley_terry_loss(
+        chosen,
+        rejected,
+        margin=None if margins is None else margins.to(device),
+        center_rewards_coef=config.center_rewards_coef,
+    )
+    return loss * len(group) / step_pairs, float(loss.detach()) * len(group)
+
+
+def reward_model_summary(
+    state: RewardModelState,
+    end: LoopEnd,
+    evaluation: dict[str, float],
+    plain_summary: dict[str, Any],
+) -> dict[str, Any]:
+    """The run's summary: data, rates, held-out numbers, and what the head, the conditioning and
+    the plain baseline report."""
+    throughput = end.throughput
     summary = {
         "kind": "rm",
-        "pairs": len(pairs),
-        "train_pairs": len(train_index),
-        "eval_pairs": len(eval_index),
+        "pairs": len(state.pairs),
+        "train_pairs": len(state.train_index),
+        "eval_pairs": len(state.eval_index),
         "pairs_trained": throughput.items,
         "tokens_trained": throughput.tokens,
         "train_seconds": throughput.seconds,
         "pairs_per_second": throughput.per_second(throughput.items),
         "tokens_per_second": throughput.per_second(throughput.tokens),
-        **scorer.fit.summary(),
-        "packed": scorer.packed or scorer.encoder_packed,
-        "bf16": config.bf16,
-        "peak_memory_bytes": peak_memory_bytes(device),
+        **state.scorer.fit.summary(),
+        "packed": state.scorer.packed or state.scorer.encoder_packed,
+        "bf16": state.config.bf16,
+        "peak_memory_bytes": peak_memory_bytes(state.run.device),
         **evaluation,
     }
-    if head is not None:
-        summary["annotators"] = head.report()
-        summary["annotator_votes"] = len(raw_votes)
-    if conditioning is not None:
-        summary["clusters"] = conditioning.report()
+    if state.head is not None:
+        summary["annotators"] = state.head.report()
+        summary["annotator_votes"] = len(state.raw_votes)
+    if state.conditioning is not None:
+        summary["clusters"] = state.conditioning.report()
     if plain_summary:
         summary["plain/eval/accuracy"] = plain_summary.get("eval/accuracy")
         summary["plain/eval/reward_std"] = plain_summary.get("eval/reward_std")
-    files: dict[str, Any] = {"reward_stats.json": evaluation} if evaluation else {}
-    if conditioning is not None:
-        files[CONDITIONING_FILE] = conditioning.payload()
-    return finish_run(
-        run,
-        status=status,
-        step=step,
-        model=model,
-        tokenizer=tokenizer,
-        summary=summary,
-        extra_files=files or None,
-    )
+    return summary

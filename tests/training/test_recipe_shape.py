@@ -1,0 +1,73 @@
+"""The recipes' shape (issue 21): a reader follows each recipe in one screen, and long modules say
+why they are long. Read with ``ast``, nothing imported."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "training" / "recipes"
+MAX_FUNCTION_LINES = 80
+RECIPE_MODULES = ("dpo", "ppo", "reward_model", "rloo")
+
+
+def _functions(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text())
+    return [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.py")), ids=lambda p: p.name)
+def test_no_function_in_the_recipes_is_longer_than_a_screen(path):
+    """No function (or method) in training/recipes is over 80 lines, decorators left out."""
+    long = [(name, n) for name, n in _functions(path) if n > MAX_FUNCTION_LINES]
+    assert not long, f"{path.name}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("name", RECIPE_MODULES)
+def test_every_recipe_runs_through_the_one_step_loop(name):
+    """Each recipe module defines its train_ function, a setup and a step function, and runs the
+    steps through ``loop.run_steps`` (directly, or through ``online_run.run_online``), not a
+    loop of its own over the sampler."""
+    tree = ast.parse((RECIPES / f"{name}.py").read_text())
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    recipe = [f for n, f in functions.items() if n.startswith("train_")]
+    steps = [f for n, f in functions.items() if n.endswith("_step")]
+    assert recipe, f"{name}.py has no train_ function"
+    assert steps, f"{name}.py has no step function"
+    called = {
+        _name(node.func)
+        for f in functions.values()
+        for node in ast.walk(f)
+        if isinstance(node, ast.Call)
+    }
+    assert called & {"run_steps", "run_online"}
+    for function in recipe + steps:
+        loops = [n for n in ast.walk(function) if isinstance(n, ast.For)]
+        assert not any("positions" in ast.unparse(loop.iter) for loop in loops), function.name
+
+
+def _name(func: ast.expr) -> str:
+    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+
+
+def test_the_plain_baseline_is_its_own_function_and_the_recipe_does_not_call_itself():
+    """``train_reward_model`` trains the plain baseline through ``train_plain_baseline`` and
+    never calls itself."""
+    tree = ast.parse((RECIPES / "reward_model.py").read_text())
+    recipe = next(
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef) and n.name == "train_reward_model"
+    )
+    called = {
+        node.func.id
+        for node in ast.walk(recipe)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    assert "train_plain_baseline" in called
+    assert "train_reward_model" not in called
