@@ -71,3 +71,16 @@ def test_the_plain_baseline_is_its_own_function_and_the_recipe_does_not_call_its
     }
     assert "train_plain_baseline" in called
     assert "train_reward_model" not in called
+
+
+def test_scoring_reads_the_chat_encoder_through_its_public_methods():
+    """``RewardScorer`` fits chat inputs through ``ChatEncoder``'s public API, no private member."""
+    tree = ast.parse((RECIPES / "scoring.py").read_text())
+    private = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and "chat_encoder" in ast.unparse(node.value)
+        and node.attr.startswith("_")
+    ]
+    assert not private

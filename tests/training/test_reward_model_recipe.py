@@ -9,7 +9,8 @@ from tests.training.conftest import PAIRS
 from training.recipes import RewardModelConfig
 from training.recipes.data import load_preference_pairs
 from training.recipes.models import load_tokenizer
-from training.recipes.reward_model import RewardScorer, train_reward_model
+from training.recipes.reward_model import train_reward_model
+from training.recipes.scoring import RewardScorer
 
 
 def _config(model_dir, pairs_file, output_dir, **overrides) -> RewardModelConfig:
@@ -84,7 +85,7 @@ def test_packed_rewards_equal_what_transformers_computes_on_the_saved_model(
     with torch.no_grad():
         expected = plain(**batch).logits[:, 0]
 
-    from training.recipes.reward_model import load_sequence_classifier
+    from training.recipes.scoring import load_sequence_classifier
 
     model = load_sequence_classifier(
         result.final_model_dir, device=torch.device("cpu"), tokenizer=tokenizer
@@ -117,7 +118,7 @@ def test_encoder_reward_model_trains_unpadded_and_scores_like_plain_transformers
     with torch.no_grad():
         expected = plain(**batch).logits[:, 0]
 
-    from training.recipes.reward_model import load_sequence_classifier
+    from training.recipes.scoring import load_sequence_classifier
 
     model = load_sequence_classifier(
         result.final_model_dir, device=torch.device("cpu"), tokenizer=tokenizer

@@ -89,7 +89,7 @@ def test_a_cluster_conditioned_reward_model_scores_each_prompt_in_its_cluster(
     from tests.training.conftest import PAIRS, write_jsonl
     from training.recipes.data import load_prompt_clusters
     from training.recipes.models import load_tokenizer
-    from training.recipes.reward_model import (
+    from training.recipes.scoring import (
         CONDITIONING_FILE,
         ClusterConditioning,
         RewardScorer,
@@ -129,7 +129,7 @@ def test_a_cluster_conditioned_reward_model_scores_each_prompt_in_its_cluster(
 
 
 def test_conditioning_of_the_wrong_size_is_refused(tmp_path):
-    from training.recipes.reward_model import CONDITIONING_FILE, ClusterConditioning
+    from training.recipes.scoring import CONDITIONING_FILE, ClusterConditioning
 
     (tmp_path / CONDITIONING_FILE).write_text(json.dumps({"clusters": ["a"], "weight": [[1.0]]}))
     with pytest.raises(ValueError, match=r"expected \[1, 8\]"):

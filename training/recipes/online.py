@@ -33,12 +33,12 @@ from training.recipes.data import ChatEncoder, FitLog, Messages, chunks, load_pr
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
 from training.recipes.models import input_limit, load_causal_lm, load_policy, load_tokenizer
 from training.recipes.packing import TokenizedSequence
-from training.recipes.reward_model import (
+from training.recipes.runtime import autocast, rng_state, set_rng_state
+from training.recipes.scoring import (
     ClusterConditioning,
     RewardScorer,
     load_sequence_classifier,
 )
-from training.recipes.runtime import autocast, rng_state, set_rng_state
 
 # The held-out prompts depend on the data file only, not on the run's seed, so runs with different
 # seeds on the same data are evaluated on the same prompts.
