@@ -9,6 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "training" / "recipes"
 MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 600
 RECIPE_MODULES = ("dpo", "ppo", "reward_model", "rloo")
 
 
@@ -28,10 +29,25 @@ def test_no_function_in_the_recipes_is_longer_than_a_screen(path):
     assert not long, f"{path.name}: functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in (ROOT / "training").rglob("*.py") if "migrations" not in p.parts),
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_a_module_over_600_lines_says_why_at_its_top(path):
+    """A module of training/ over 600 lines has a line starting "Long module:" in its first 10."""
+    lines = path.read_text().splitlines()
+    if len(lines) > MAX_MODULE_LINES:
+        head = [line.strip() for line in lines[:10]]
+        assert any(line.startswith("Long module:") for line in head), (
+            f"{path.relative_to(ROOT)} has {len(lines)} lines and no 'Long module:' reason"
+        )
+
+
 @pytest.mark.parametrize("name", RECIPE_MODULES)
 def test_every_recipe_runs_through_the_one_step_loop(name):
     """Each recipe module defines its train_ function, a setup and a step function, and runs the
-    steps through ``loop.run_steps`` (directly, or through ``online_run.run_online``), not a
+    steps through ``loop.run_steps`` (directly, or through ``run_pair_steps`` or ``run_online``), not a
     loop of its own over the sampler."""
     tree = ast.parse((RECIPES / f"{name}.py").read_text())
     functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
@@ -45,7 +61,7 @@ def test_every_recipe_runs_through_the_one_step_loop(name):
         for node in ast.walk(f)
         if isinstance(node, ast.Call)
     }
-    assert called & {"run_steps", "run_online"}
+    assert called & {"run_steps", "run_pair_steps", "run_online"}
     for function in recipe + steps:
         loops = [n for n in ast.walk(function) if isinstance(n, ast.For)]
         assert not any("positions" in ast.unparse(loop.iter) for loop in loops), function.name

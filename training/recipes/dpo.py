@@ -45,12 +45,13 @@ from training.recipes.data import (
 from training.recipes.distributed import all_reduce_sum, barrier
 from training.recipes.loop import (
     LoopEnd,
+    PairRecipeState,
     Position,
     Run,
     StepOutcome,
     finish_run,
     optimizer_step,
-    run_steps,
+    run_pair_steps,
     start_run,
 )
 from training.recipes.models import (
@@ -314,28 +315,16 @@ def _dpo_micro_batch(
 
 
 @dataclass
-class DPOState:
-    """What a DPO run holds between steps: the fitted pairs, the policy and its optimiser, the
-    reference table (``cache_path`` on disk) and where the run starts."""
+class DPOState(PairRecipeState):
+    """What a DPO run holds between steps, beside ``PairRecipeState``'s: the fitted pairs, the
+    policy (``model``) and the reference table (``reference_pass.cache_path`` on disk)."""
 
-    run: Run
     config: DPOConfig
-    tokenizer: Any
     encoder: ChatEncoder
     pairs: list[PairTokens]
-    policy: Any
     packed: bool
-    sampler: EpochSampler
-    total_steps: int
-    start_step: int
     reference: ReferenceLogps
     reference_pass: ReferencePass
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-
-    @property
-    def micro_batch_size(self) -> int:
-        return self.config.micro_batch_size or self.config.batch_size
 
 
 @dataclass
@@ -354,27 +343,12 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
     """Run DPO as configured; resumes from the newest checkpoint in ``output_dir`` when allowed."""
     run = start_run(config, callback)
     state = setup_dpo(run, config)
-    end = run_steps(
-        run,
-        state.sampler,
-        start_step=state.start_step,
-        total_steps=state.total_steps,
-        rate_name="pairs",
-        train_step=lambda at, throughput: dpo_step(state, at, throughput),
-        save_checkpoint=lambda at: run.save_checkpoint(
-            step=at.step,
-            model=state.policy,
-            tokenizer=state.tokenizer,
-            optimizer=state.optimizer,
-            scheduler=state.scheduler,
-            trainer_state=at.trainer_state("dpo"),
-        ),
-    )
+    end = run_pair_steps(state, "dpo", dpo_step)
     return finish_run(
         run,
         status=end.status,
         step=end.step,
-        model=state.policy,
+        model=state.model,
         tokenizer=state.tokenizer,
         summary=dpo_summary(state, end),
     )
@@ -436,7 +410,7 @@ def setup_dpo(run: Run, config: DPOConfig) -> DPOState:
         tokenizer=tokenizer,
         encoder=encoder,
         pairs=pairs,
-        policy=policy,
+        model=policy,
         packed=packed,
         sampler=sampler,
         total_steps=total_steps,
@@ -533,7 +507,7 @@ def dpo_step(state: DPOState, at: Position, throughput: Throughput) -> StepOutco
         sums = dict.fromkeys(METRIC_SUMS, 0.0)
         for group in chunks(run.ranks.shard(index), state.micro_batch_size):
             part = _dpo_micro_batch(
-                state.policy,
+                state.model,
                 state.pairs,
                 list(group),
                 state.reference,
@@ -547,7 +521,7 @@ def dpo_step(state: DPOState, at: Position, throughput: Throughput) -> StepOutco
             sums = {k: sums[k] + v for k, v in part.items()}
         sums = all_reduce_sum(sums, run.ranks, run.device)
         grad_norm = optimizer_step(
-            state.policy.parameters(),
+            state.model.parameters(),
             state.optimizer,
             state.scheduler,
             config.max_grad_norm,

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -38,6 +38,8 @@ from training.recipes.runtime import (
     resolve_device,
     seed_everything,
 )
+
+S = TypeVar("S", bound="PairRecipeState")
 
 
 @dataclass
@@ -178,6 +180,56 @@ def run_steps(
             end.status = "cancelled"
             break
     return end
+
+
+@dataclass
+class PairRecipeState:
+    """What a recipe trained on preference pairs (DPO, the reward model) holds between steps,
+    beside its own fields: the model and its optimiser, the sampler and where the run starts."""
+
+    run: Run
+    config: TrainingConfig
+    tokenizer: Any
+    model: Any
+    sampler: EpochSampler
+    total_steps: int
+    start_step: int
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.config.micro_batch_size or self.config.batch_size
+
+    @property
+    def extra_modules(self) -> dict[str, torch.nn.Module] | None:
+        """The modules trained beside the model (saved in checkpoints); None: the model alone."""
+        return None
+
+
+def run_pair_steps(
+    state: S, kind: str, train_step: Callable[[S, Position, Throughput], StepOutcome]
+) -> LoopEnd:
+    """``run_steps`` for a recipe trained on preference pairs: rates in pairs, checkpoints of the
+    model, the modules trained beside it, the optimiser and the schedule."""
+    run = state.run
+    return run_steps(
+        run,
+        state.sampler,
+        start_step=state.start_step,
+        total_steps=state.total_steps,
+        rate_name="pairs",
+        train_step=lambda at, throughput: train_step(state, at, throughput),
+        save_checkpoint=lambda at: run.save_checkpoint(
+            step=at.step,
+            model=state.model,
+            tokenizer=state.tokenizer,
+            optimizer=state.optimizer,
+            scheduler=state.scheduler,
+            trainer_state=at.trainer_state(kind),
+            extra_modules=state.extra_modules,
+        ),
+    )
 
 
 def optimizer_step(

@@ -43,12 +43,13 @@ from training.recipes.data import (
 from training.recipes.distributed import all_reduce_sum
 from training.recipes.loop import (
     LoopEnd,
+    PairRecipeState,
     Position,
     Run,
     StepOutcome,
     finish_run,
     optimizer_step,
-    run_steps,
+    run_pair_steps,
     start_run,
 )
 from training.recipes.models import (
@@ -267,23 +268,7 @@ def _train_one(
     """One reward model as configured: set up, step, evaluate on the held-out pairs, save."""
     run = start_run(config, callback)
     state = setup_reward_model(run, config)
-    end = run_steps(
-        run,
-        state.sampler,
-        start_step=state.start_step,
-        total_steps=state.total_steps,
-        rate_name="pairs",
-        train_step=lambda at, throughput: reward_model_step(state, at, throughput),
-        save_checkpoint=lambda at: run.save_checkpoint(
-            step=at.step,
-            model=state.model,
-            tokenizer=state.tokenizer,
-            optimizer=state.optimizer,
-            scheduler=state.scheduler,
-            trainer_state=at.trainer_state("rm"),
-            extra_modules=state.extra_modules,
-        ),
-    )
+    end = run_pair_steps(state, "rm", reward_model_step)
     evaluation = evaluate_reward_model(
         state.scorer,
         state.encoded,
@@ -310,15 +295,12 @@ def _train_one(
 
 
 @dataclass
-class RewardModelState:
-    """What a reward-model run holds between steps: the model behind ``scorer``, the fitted pairs
-    (``encoded`` [chosen, rejected] inputs, indexed like ``pairs``), the split, the optional
-    annotator head and cluster conditioning, the optimiser and where the run starts."""
+class RewardModelState(PairRecipeState):
+    """What a reward-model run holds between steps, beside ``PairRecipeState``'s: the scorer of
+    ``model``, the fitted pairs (``encoded`` [chosen, rejected] inputs, indexed like ``pairs``), the
+    split, and the optional annotator head and cluster conditioning."""
 
-    run: Run
     config: RewardModelConfig
-    tokenizer: Any
-    model: Any
     scorer: RewardScorer
     pairs: list[Any]
     raw_votes: list[AnnotatorVote]
@@ -329,15 +311,6 @@ class RewardModelState:
     votes: VoteTable | None
     conditioning: ClusterConditioning | None
     cluster_ids: list[int] | None
-    sampler: EpochSampler
-    total_steps: int
-    start_step: int
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-
-    @property
-    def micro_batch_size(self) -> int:
-        return self.config.micro_batch_size or self.config.batch_size
 
     @property
     def extra_modules(self) -> dict[str, nn.Module] | None:
