@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from tests.training.conftest import tiny_llama, write_jsonl
+from tests.helpers.tiny_models import tiny_llama, write_jsonl
 from training.recipes.data import ChatEncoder, FitLog, fit_prompt, prompt_suffixes, token_limit
 from training.recipes.models import input_limit, load_tokenizer
 

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from tests.training.conftest import PAIRS
+from tests.helpers.tiny_models import PAIRS, write_jsonl
 from training.recipes import RewardModelConfig
 from training.recipes.data import load_preference_pairs
 from training.recipes.models import load_tokenizer
@@ -132,7 +132,6 @@ def test_encoder_reward_model_trains_unpadded_and_scores_like_plain_transformers
 
 def test_margin_and_centering_options_run(tiny_llama_dir, tmp_path):
     """Rows with a 'margin' field train with use_margin and reward centering switched on."""
-    from tests.training.conftest import write_jsonl
 
     rows = [{"prompt": p, "chosen": c, "rejected": r, "margin": 0.5} for p, c, r in PAIRS]
     data = write_jsonl(tmp_path / "margins.jsonl", rows)
@@ -157,8 +156,6 @@ def test_annotator_aware_model_learns_a_side_bias_and_reports_the_plain_accuracy
     learns a left pull for lefty (not for careful), and the summary holds the plain model's held-out
     accuracy beside its own."""
     import random
-
-    from tests.training.conftest import write_jsonl
 
     rng = random.Random(0)
     rows = []
@@ -203,8 +200,6 @@ def test_cluster_conditioning_learns_a_preference_that_flips_by_domain(tiny_bert
     ("formal" wants the long answer, "casual" the short one). Without the cluster the task is a coin
     toss; with the cluster embedded into the input the held-out accuracy beats the plain model's."""
     import random
-
-    from tests.training.conftest import write_jsonl
 
     rng = random.Random(0)
     rows = []

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from tests.training.conftest import PAIRS, tiny_llama
+from tests.helpers.tiny_models import PAIRS, tiny_llama
 from training import recipes
 
 
