@@ -191,41 +191,12 @@ def _reward_scores_for(
         return []
     folder = Path(reward_run.output_dir) / "final"
     try:
+        from training.recipes import reward_scores  # worker code path: loads torch
+
         return reward_scores(folder, conversations, texts)
     except Exception:
         log.exception("reward scoring of eval round %s failed; the round opens without", round_.pk)
         return []
-
-
-def reward_scores(
-    folder: str | Path,
-    conversations: list[list[dict[str, str]]],
-    texts: list[str],
-    *,
-    max_length: int = 1024,
-    batch_size: int = 8,
-) -> list[float]:
-    """Scalar rewards [N] of (conversation, response) pairs under the reward model in ``folder``
-    (worker code path: torch is imported here)."""
-    import torch
-
-    from training.recipes.models import load_tokenizer
-    from training.recipes.reward_model import RewardScorer, load_sequence_classifier
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = load_tokenizer(folder)
-    model = load_sequence_classifier(folder, device=device, tokenizer=tokenizer, packing=False)
-    model.eval().requires_grad_(False)
-    scorer = RewardScorer(model, tokenizer, max_length=max_length, prompt_budget=max_length // 2)
-    inputs = [
-        scorer.encode(tuple((m["role"], m["content"]) for m in conv), text)
-        for conv, text in zip(conversations, texts, strict=True)
-    ]
-    out: list[float] = []
-    with torch.inference_mode():
-        for start in range(0, len(inputs), batch_size):
-            out.extend(scorer.score(inputs[start : start + batch_size]).tolist())
-    return out
 
 
 def eval_claim_next(*, reviewer: AbstractBaseUser, round_: EvalRound) -> EvalAssignment | None:

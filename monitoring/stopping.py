@@ -14,6 +14,9 @@ response.
 - ``sample_size_for_width``: items needed for a confidence interval of a given width.
 - ``reward_human_correlation``, ``reward_plateau``, ``kl_stability``, ``hacking_trend``: the training
   side of the panel; ``stopping_panel`` puts every criterion together with its value and pass/fail.
+
+Long module: every statistic the stopping panel combines, beside the panel that combines them (the
+PPI estimate that may replace the human-only interval lives in monitoring/ppi.py).
 """
 
 from __future__ import annotations

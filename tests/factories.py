@@ -1,11 +1,20 @@
-"""factory_boy factories for the annotation domain and users of each role."""
+"""factory_boy factories for the annotation domain and users of each role; dataset snapshots of the
+tiny preference pairs and training runs on them (``snapshot_of_pairs``, ``training_run``)."""
+
+import json
+from typing import Any
 
 import factory
 from django.contrib.auth import get_user_model
 
 from annotation.models import Comparison, Judgement, Project, Prompt, Response
 from annotation.parsing import content_hash
+from annotation.services.exporting import dataset_export
+from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import role_assign
+from tests.helpers.tiny_models import PAIRS
+from training import services as training_services
+from training.models import DatasetSnapshot, TrainingRun
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -74,3 +83,41 @@ class JudgementFactory(factory.django.DjangoModelFactory):
     strength = 1
     shown_left = "a"
     elapsed_ms = 12_000
+
+
+def snapshot_of_pairs(*, slug: str, judged: bool = True) -> DatasetSnapshot:
+    """The 8 tiny preference pairs (``PAIRS``) imported into project ``slug``, exported and
+    snapshotted (``settings.EXPORT_DIR`` decides where). ``judged``: each pair has one judgement,
+    annotator u1 choosing response a at strength 2; else the pairs come without judgements."""
+    project, _ = project_get_or_create(slug=slug)
+    judgements = [{"annotator": "u1", "choice": "a", "strength": 2}] if judged else None
+    rows = [
+        {"prompt": p, "response_a": c, "response_b": r}
+        | ({"judgements": judgements} if judgements else {})
+        for p, c, r in PAIRS
+    ]
+    comparisons_import(project=project, lines=[json.dumps(row) for row in rows])
+    return training_services.snapshot_for(export=dataset_export(project=project))
+
+
+def training_run(
+    *,
+    snapshot: DatasetSnapshot,
+    kind: str = "dpo",
+    name: str = "tiny run",
+    config: dict[str, Any] | None = None,
+    base_model: str = "smollm2-135m-instruct",
+    created_by: Any = None,
+    reward_model_run: TrainingRun | None = None,
+) -> TrainingRun:
+    """A draft run created through the service (settings validated by the recipe, audited), on the
+    registry's SmolLM2 name (tests put a tiny model there)."""
+    return training_services.run_create(
+        name=name,
+        kind=kind,
+        base_model=base_model,
+        snapshot=snapshot,
+        config=config or {},
+        created_by=created_by,
+        reward_model_run=reward_model_run,
+    )

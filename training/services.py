@@ -81,8 +81,9 @@ def _managed_values(
     return values
 
 
-def _shared_reference_cache() -> str:
-    # Reference log-probabilities are cached by dataset hash and model, shared across runs.
+def reference_cache_dir() -> str:
+    """Where DPO's reference log-probabilities are cached (keyed by data hash and model), shared by
+    every run of this installation and by ``manage.py train``."""
     return str(Path(settings.VAR_DIR) / "cache" / "reference-logps")
 
 
@@ -118,7 +119,7 @@ def run_config_validate(
         raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field", field=unknown[0])
     values = dict(config)
     if kind == "dpo" and not values.get("reference_cache_dir"):
-        values["reference_cache_dir"] = _shared_reference_cache()
+        values["reference_cache_dir"] = reference_cache_dir()
     paths = _managed_values(
         base_model=base_model,
         snapshot=snapshot,
@@ -375,7 +376,7 @@ def run_config_resolved(run: TrainingRun) -> dict[str, Any]:
         ),
     }
     if run.kind == "dpo" and not values.get("reference_cache_dir"):
-        values["reference_cache_dir"] = _shared_reference_cache()  # runs stored before it was
+        values["reference_cache_dir"] = reference_cache_dir()  # runs stored before it was
     return values
 
 

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,36 +139,50 @@ def launch_command(*, gpus: int, config_path: Path, launcher: str | None = None)
     ]
 
 
+class LauncherFailed(RuntimeError):
+    """The launcher (torchrun or deepspeed) exited with a non-zero ``returncode``."""
+
+    def __init__(self, command: list[str], returncode: int) -> None:
+        super().__init__(f"{command[0]} exited with {returncode}")
+        self.returncode = returncode
+
+
+def launcher_lines(command: list[str]) -> Iterator[str]:
+    """Run the launcher ``command`` (``launch_command``) from the project folder and yield its
+    stdout lines (rank 0's JSON lines) as they come; ``LauncherFailed`` when it exits non-zero."""
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, text=True, cwd=settings.BASE_DIR, env=os.environ.copy()
+    ) as process:
+        assert process.stdout is not None
+        yield from process.stdout
+        if process.wait() != 0:
+            raise LauncherFailed(command, process.returncode)
+
+
 def _follow(run: TrainingRun, command: list[str], heartbeat: _Heartbeat) -> dict[str, Any]:
     """Run the launcher, turning its JSON lines into metrics; returns the summary line."""
     output = Path(run.output_dir)
     summary: dict[str, Any] = {}
     known_checkpoints: set[str] = set()
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, text=True, cwd=settings.BASE_DIR, env=os.environ.copy()
-    ) as process:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if heartbeat.cancel.is_set():
-                (output / CANCEL_FILE).touch()
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if row.get("event") == "summary":
-                summary = row
-            elif "step" in row:
-                step = int(row.pop("step"))
-                services.metrics_record(run_id=run.pk, step=step, metrics=row)
-                services.run_progress(run_id=run.pk, step=step, total_steps=run.total_steps)
-            for folder in sorted((output / "checkpoints").glob("step-*")):
-                if folder.name not in known_checkpoints and folder.is_dir():
-                    known_checkpoints.add(folder.name)
-                    services.checkpoint_record(
-                        run_id=run.pk, step=int(folder.name[5:]), path=str(folder), metrics={}
-                    )
-        if process.wait() != 0:
-            raise RuntimeError(f"{command[0]} exited with {process.returncode}")
+    for line in launcher_lines(command):
+        if heartbeat.cancel.is_set():
+            (output / CANCEL_FILE).touch()
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("event") == "summary":
+            summary = row
+        elif "step" in row:
+            step = int(row.pop("step"))
+            services.metrics_record(run_id=run.pk, step=step, metrics=row)
+            services.run_progress(run_id=run.pk, step=step, total_steps=run.total_steps)
+        for folder in sorted((output / "checkpoints").glob("step-*")):
+            if folder.name not in known_checkpoints and folder.is_dir():
+                known_checkpoints.add(folder.name)
+                services.checkpoint_record(
+                    run_id=run.pk, step=int(folder.name[5:]), path=str(folder), metrics={}
+                )
     return summary
 
 

@@ -10,19 +10,15 @@ runs in this process), so no worker and no training are needed.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from annotation.services.exporting import dataset_export
-from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import ML_ENGINEER
-from tests.factories import UserFactory
-from tests.training.conftest import PAIRS
-from training import services, tasks
+from tests.factories import UserFactory, snapshot_of_pairs, training_run
+from training import tasks
 from training.models import TrainingRun
 from training.recipes.presets import PRESETS
 
@@ -50,17 +46,8 @@ def world(browser, live_server, settings, tmp_path):
     settings.CONCORD_RUNS_DIR = tmp_path / "runs"
     settings.VAR_DIR = tmp_path
     engineer = UserFactory(username="emily", role=ML_ENGINEER)
-    project, _ = project_get_or_create(slug="launch-form")
-    rows = [
-        {"prompt": p, "response_a": c, "response_b": r,
-         "judgements": [{"annotator": "u1", "choice": "a", "strength": 2}]}
-        for p, c, r in PAIRS
-    ]  # fmt: skip
-    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
-    snapshot = services.snapshot_for(export=dataset_export(project=project))
-    reward = services.run_create(
-        name="reward v1", kind="rm", base_model="smollm2-135m-instruct", snapshot=snapshot
-    )
+    snapshot = snapshot_of_pairs(slug="launch-form")
+    reward = training_run(snapshot=snapshot, kind="rm", name="reward v1")
     TrainingRun.objects.filter(pk=reward.pk).update(
         status="succeeded", summary={"eval/accuracy": 0.75}
     )

@@ -8,7 +8,6 @@ PostgreSQL and Redis like tests/browser/test_training_run.py, and is skipped wit
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 
@@ -17,14 +16,12 @@ from django.conf import settings as django_settings
 from django.test import Client
 from playwright.sync_api import Page, expect
 
-from annotation.services.exporting import dataset_export
-from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import ML_ENGINEER
-from tests.factories import UserFactory
-from tests.training import conftest as training_fixtures
-from tests.training import test_runs_worker as worker_fixtures
-from tests.training.conftest import PAIRS, tiny_llama
-from tests.training.test_runs_worker import Worker
+from tests.factories import UserFactory, snapshot_of_pairs
+from tests.helpers import tiny_models
+from tests.helpers import worker as worker_helpers
+from tests.helpers.tiny_models import PAIRS, tiny_llama
+from tests.helpers.worker import Worker
 from training import progress_services, services
 from training.models import Checkpoint, TrainingRun
 
@@ -33,22 +30,15 @@ pytestmark = [pytest.mark.browser]
 LIVE_TIMEOUT_MS = 120_000
 SCREENSHOT = "/tmp/concord-run-pages.png"  # noqa: S108 - for humans to look at, never asserted on
 
-tiny_tokenizer_dir = training_fixtures.tiny_tokenizer_dir
-stack = worker_fixtures.stack
+tiny_tokenizer_dir = tiny_models.tiny_tokenizer_dir  # the fixtures, shared
+stack = worker_helpers.stack
 
 
 @pytest.fixture
 def snapshot(browser, settings, tmp_path):
     """A snapshot of the 8 tiny preference pairs (requests ``browser`` first: no Chromium, no data)."""
     settings.EXPORT_DIR = tmp_path / "exports"
-    project, _ = project_get_or_create(slug="browser-run-pages")
-    rows = [
-        {"prompt": p, "response_a": c, "response_b": r,
-         "judgements": [{"annotator": "u1", "choice": "a", "strength": 2}]}
-        for p, c, r in PAIRS
-    ]  # fmt: skip
-    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
-    return services.snapshot_for(export=dataset_export(project=project))
+    return snapshot_of_pairs(slug="browser-run-pages")
 
 
 def _log_in(page: Page, live_server, user) -> None:

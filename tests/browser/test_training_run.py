@@ -3,27 +3,23 @@ update live, against a real Celery worker subprocess (Redis broker, the live ser
 test database) training a tiny Llama saved under the registry name smollm2-135m-instruct.
 
 Skipped unless PostgreSQL and Redis are configured (DATABASE_URL, CELERY_BROKER_URL), like
-tests/training/test_runs_worker.py, whose ``stack`` fixture and ``Worker`` are reused here.
+tests/training/test_runs_worker.py, whose ``stack`` fixture and ``Worker`` (tests/helpers/worker.py) are
+reused here.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from annotation.services.exporting import dataset_export
-from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import ML_ENGINEER
-from tests.factories import UserFactory
-from tests.training import conftest as training_fixtures
-from tests.training import test_runs_worker as worker_fixtures
-from tests.training.conftest import PAIRS
-from tests.training.test_runs_worker import Worker
-from training import services
+from tests.factories import UserFactory, snapshot_of_pairs, training_run
+from tests.helpers import tiny_models
+from tests.helpers import worker as worker_helpers
+from tests.helpers.worker import Worker
 from training.models import MetricPoint, TrainingRun
 
 pytestmark = [pytest.mark.browser, pytest.mark.services]
@@ -34,10 +30,10 @@ SCREENSHOT = "/tmp/concord-run.png"  # noqa: S108 - for humans to look at, never
 # machine it took over 90 s. A passing run waits only as long as it needs.
 LIVE_TIMEOUT_MS = 300_000
 
-# Fixtures of tests/training, whose conftest does not apply to this folder: pytest finds a fixture
+# Fixtures of tests/helpers, which this folder's conftest does not import: pytest finds a fixture
 # as an attribute of the test module, under the fixture's own name.
-tiny_tokenizer_dir = training_fixtures.tiny_tokenizer_dir
-stack = worker_fixtures.stack
+tiny_tokenizer_dir = tiny_models.tiny_tokenizer_dir
+stack = worker_helpers.stack
 
 
 @pytest.fixture
@@ -55,20 +51,11 @@ def worker(browser, stack) -> Iterator[Worker]:
 def _draft_run(user) -> TrainingRun:
     """A draft DPO run on 8 preference pairs: 1,200 steps take the CPU worker several seconds, so the
     page (polling every 2 s) sees it running more than once."""
-    project, _ = project_get_or_create(slug="browser-runs")
-    rows = [
-        {"prompt": p, "response_a": c, "response_b": r,
-         "judgements": [{"annotator": "u1", "choice": "a", "strength": 2}]}
-        for p, c, r in PAIRS
-    ]  # fmt: skip
-    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
-    snapshot = services.snapshot_for(export=dataset_export(project=project))
-    return services.run_create(
-        name="browser dpo run", kind="dpo", base_model="smollm2-135m-instruct", snapshot=snapshot,
+    return training_run(
+        snapshot=snapshot_of_pairs(slug="browser-runs"), name="browser dpo run", created_by=user,
         # Long enough that the page sees it running twice even on a quiet, fast machine.
         config={"max_steps": 1200, "batch_size": 2, "max_length": 64, "checkpoint_every": 200,
                 "learning_rate": 1e-3, "epochs": 300},
-        created_by=user,
     )  # fmt: skip
 
 

@@ -11,13 +11,13 @@ from common.roles import REVIEWER
 from monitoring import eval_services
 from monitoring.models import EvalItem, EvalRound
 from tests.factories import UserFactory
-from tests.training import conftest as training_conftest
-from tests.training.conftest import PAIRS, tiny_llama
+from tests.helpers import tiny_models
+from tests.helpers.tiny_models import PAIRS, tiny_llama
 from training import services
 from training.models import Checkpoint, TrainingRun
 
 BASELINE = "smollm2-135m-instruct"
-tiny_tokenizer_dir = training_conftest.tiny_tokenizer_dir  # the session fixture, shared
+tiny_tokenizer_dir = tiny_models.tiny_tokenizer_dir  # the session fixture, shared
 
 
 @pytest.fixture

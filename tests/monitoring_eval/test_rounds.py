@@ -10,7 +10,6 @@ from monitoring import eval_selectors, eval_services
 from monitoring.eval_services import EvalError
 from monitoring.models import EvalAssignment, EvalJudgement, EvalRound, StopDecision
 from tests.monitoring_eval.conftest import BASELINE
-from tests.training.conftest import PAIRS, tiny_llama
 from training.models import Checkpoint, RunEvent, TrainingRun
 
 pytestmark = pytest.mark.django_db
@@ -153,15 +152,3 @@ def test_submit_maps_screen_sides_and_refuses_bad_input(
         eval_services.decision_record(
             run=run_with_checkpoints, decision="rollback", reviewer=reviewers[0]
         )
-
-
-def test_reward_scores_of_responses_with_a_tiny_reward_model(tmp_path, tiny_tokenizer_dir):
-    """The worker-side scorer gives one finite reward per (conversation, response), and the same
-    response scores the same in any batch."""
-    folder = tiny_llama(tmp_path / "rm", tiny_tokenizer_dir, for_classification=True)
-    conversations = [[{"role": "user", "content": p}] for p, _, _ in PAIRS[:3]]
-    texts = ["Paris.", "Eight.", "Paris."]
-    scores = eval_services.reward_scores(folder, conversations, texts, batch_size=2)
-    assert len(scores) == 3 and all(math.isfinite(s) for s in scores)
-    alone = eval_services.reward_scores(folder, conversations[:1], texts[:1])
-    assert alone[0] == pytest.approx(scores[0], abs=1e-4)

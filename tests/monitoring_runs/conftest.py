@@ -3,13 +3,9 @@ training): what the run pages read."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from annotation.services.exporting import dataset_export
-from annotation.services.importing import comparisons_import, project_get_or_create
-from tests.training.conftest import PAIRS
+from tests.factories import snapshot_of_pairs
 from training import services
 from training.models import DatasetSnapshot, TrainingRun
 
@@ -17,10 +13,7 @@ from training.models import DatasetSnapshot, TrainingRun
 @pytest.fixture
 def snapshot(db, tmp_path, settings) -> DatasetSnapshot:
     settings.EXPORT_DIR = tmp_path / "exports"
-    project, _ = project_get_or_create(slug="runs-pages")
-    rows = [{"prompt": p, "response_a": c, "response_b": r} for p, c, r in PAIRS]
-    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
-    return services.snapshot_for(export=dataset_export(project=project))
+    return snapshot_of_pairs(slug="runs-pages", judged=False)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.training.conftest import write_jsonl
+from tests.helpers.tiny_models import write_jsonl
 from training.recipes import ConfigError, DPOConfig, PPOConfig, config_from_dict, config_help
 from training.recipes.config import DPO_LOSS_TYPES, RewardModelConfig, RLOOConfig
 
@@ -172,7 +172,7 @@ def test_chat_encoding_is_prompt_then_the_templates_reply(tiny_tokenizer_dir):
 def test_smollm2_template_renders_the_prompt_as_a_prefix():
     """With the real SmolLM2 tokenizer (skipped before fetch_models), the reply ends with
     <|im_end|> and the prompt carries the default system message."""
-    from tests.training.conftest import smollm2_dir
+    from tests.helpers.tiny_models import smollm2_dir
     from training.recipes.data import ChatEncoder
     from training.recipes.models import load_tokenizer
 

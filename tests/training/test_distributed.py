@@ -53,11 +53,11 @@ def test_two_ranks_train_like_one_process(tiny_llama_dir, pairs_file, tmp_path):
 
 
 def _torchrun_plan(plan: list[dict], tmp_path) -> None:
-    """Make the plan's runs (tests/training/fixed_rollouts.py) in one 2-process torchrun group."""
+    """Make the plan's runs (tests/helpers/fixed_rollouts.py) in one 2-process torchrun group."""
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         "-m", "tests.training.fixed_rollouts", str(tmp_path / "plan.json")],
+         "-m", "tests.helpers.fixed_rollouts", str(tmp_path / "plan.json")],
         capture_output=True, text=True, check=False, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -81,7 +81,7 @@ def _online_values(policy, reward, prompts) -> dict:
 def test_two_ranks_run_ppo_and_rloo_like_one_process(
     tiny_llama_dir, tiny_tokenizer_dir, prompts_file, tmp_path
 ):
-    """PPO and RLOO with fixed rollouts (tests/training/fixed_rollouts.py: sampling itself cannot
+    """PPO and RLOO with fixed rollouts (tests/helpers/fixed_rollouts.py: sampling itself cannot
     match, each process draws its own random numbers) on 7 training prompts in steps of 4 and 3:
     the second step splits 2 + 1 across the ranks, and PPO doubles the samples of its
     high-variance prompts (threshold lowered to the tiny reward model's scale), so ranks hold
@@ -91,8 +91,8 @@ def test_two_ranks_run_ppo_and_rloo_like_one_process(
     and the logged numbers of 1 process (to float rounding: sums run in another order)."""
     from safetensors.torch import load_file
 
-    from tests.training.conftest import tiny_llama
-    from tests.training.fixed_rollouts import fixed_rollouts
+    from tests.helpers.fixed_rollouts import fixed_rollouts
+    from tests.helpers.tiny_models import tiny_llama
     from training.recipes import PPOConfig, RLOOConfig, run_training
 
     reward = tiny_llama(tmp_path / "rm", tiny_tokenizer_dir, seed=1, for_classification=True)
@@ -142,7 +142,7 @@ def test_two_ranks_resume_ppo_and_rloo_exactly(
     rank's RNG state (not only rank 0's), the value head, KL controller and normaliser."""
     from safetensors.torch import load_file
 
-    from tests.training.conftest import tiny_llama
+    from tests.helpers.tiny_models import tiny_llama
     from training.recipes import PPOConfig, RLOOConfig
 
     reward = tiny_llama(tmp_path / "rm", tiny_tokenizer_dir, seed=1, for_classification=True)

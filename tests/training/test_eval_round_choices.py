@@ -12,7 +12,7 @@ from annotation.services.exporting import dataset_export
 from annotation.services.importing import comparisons_import, project_get_or_create
 from monitoring.eval_views import RoundForm
 from tests.conftest import logged_in
-from tests.training.conftest import PAIRS
+from tests.helpers.tiny_models import PAIRS
 from training import services
 from training.models import Checkpoint
 

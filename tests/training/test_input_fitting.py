@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from tests.training.conftest import tiny_llama, write_jsonl
+from tests.helpers.tiny_models import tiny_llama, write_jsonl
 from training.recipes.data import ChatEncoder, FitLog, fit_prompt, prompt_suffixes, token_limit
 from training.recipes.models import input_limit, load_tokenizer
 
@@ -129,7 +129,7 @@ def test_an_encoder_reward_model_scores_a_conversation_longer_than_its_positions
     """The crash of issue 22 (BERT's embeddings: tensor a (530) vs b (512)), in small: the plain
     tokenizer call at the run's length overflows the 40 positions and the model raises; the scorer
     fits the input to 40 tokens, the response whole after [SEP], and scores it."""
-    from training.recipes.reward_model import RewardScorer, load_sequence_classifier
+    from training.recipes.scoring import RewardScorer, load_sequence_classifier
 
     tokenizer = load_tokenizer(short_bert_dir)
     model = load_sequence_classifier(
@@ -158,7 +158,7 @@ def test_an_encoder_reward_model_scores_a_conversation_longer_than_its_positions
 def test_encoder_inputs_that_fit_are_what_the_tokenizer_gives(tiny_bert_dir):
     """Fitting changes nothing when nothing needs cutting: [CLS] prompt [SEP] response [SEP] with the
     tokenizer's own ids and token types."""
-    from training.recipes.reward_model import RewardScorer, load_sequence_classifier
+    from training.recipes.scoring import RewardScorer, load_sequence_classifier
 
     tokenizer = load_tokenizer(tiny_bert_dir)
     model = load_sequence_classifier(tiny_bert_dir, device=torch.device("cpu"), tokenizer=tokenizer)

@@ -5,17 +5,14 @@ launched run)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from django import forms
 from django.urls import reverse
 
-from annotation.services.exporting import dataset_export
-from annotation.services.importing import comparisons_import, project_get_or_create
 from tests.conftest import logged_in
-from tests.training.conftest import PAIRS
+from tests.factories import snapshot_of_pairs
 from training import services
 from training.admin import CONFIG_PREFIX, config_form_field
 from training.models import RunEvent, TrainingRun
@@ -31,10 +28,7 @@ def snapshot(tmp_path, settings):
     settings.EXPORT_DIR = tmp_path / "exports"
     settings.CONCORD_RUNS_DIR = tmp_path / "runs"
     settings.VAR_DIR = tmp_path
-    project, _ = project_get_or_create(slug="launch")
-    rows = [{"prompt": p, "response_a": c, "response_b": r} for p, c, r in PAIRS]
-    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
-    return services.snapshot_for(export=dataset_export(project=project))
+    return snapshot_of_pairs(slug="launch", judged=False)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from tests.training.test_rloo_recipe import _config as _rloo
+from tests.helpers.recipes import rloo_config
 from training.recipes import ConfigError, PPOConfig
 from training.recipes.data import load_prompts
 from training.recipes.distributed import Ranks
@@ -130,10 +130,10 @@ def test_rloo_evaluates_greedily_on_held_out_prompts_without_changing_training(
     from safetensors.torch import load_file
 
     every = train_rloo(
-        _rloo(tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "a", eval_every=1)
+        rloo_config(tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "a", eval_every=1)
     )
     last = train_rloo(
-        _rloo(tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "b", eval_every=50)
+        rloo_config(tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "b", eval_every=50)
     )
     rows_every, rows_last = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
     assert all("eval_reward_mean" in r and "eval_reward_std" in r for r in rows_every)
@@ -144,7 +144,7 @@ def test_rloo_evaluates_greedily_on_held_out_prompts_without_changing_training(
     b = load_file(f"{last.final_model_dir}/model.safetensors")
     assert all(torch.equal(a[name], b[name]) for name in a)
 
-    config = _rloo(every.final_model_dir, tiny_reward_dir, prompts_file, tmp_path / "c")
+    config = rloo_config(every.final_model_dir, tiny_reward_dir, prompts_file, tmp_path / "c")
     _, held_out = split_eval_prompts(load_prompts(prompts_file), config.eval_prompts)
     again = evaluate_policy(
         load_online_models(config, device=CPU), held_out, config, ranks=Ranks(), device=CPU

@@ -64,7 +64,7 @@ def test_ppo_cancel_and_resume_is_exact(tiny_llama_dir, tiny_reward_dir, prompts
     """Value head, KL controller, normaliser, optimiser and RNG come back from the checkpoint."""
     from safetensors.torch import load_file
 
-    from tests.training.test_dpo_recipe import StopAfter
+    from tests.helpers.recipes import StopAfter
 
     straight = train_ppo(
         _config(

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.training.conftest import PAIRS, write_jsonl
+from tests.helpers.tiny_models import PAIRS, write_jsonl
 from training.recipes import DPOConfig, RewardModelConfig, train_dpo, train_reward_model
 
 pytestmark = pytest.mark.slow

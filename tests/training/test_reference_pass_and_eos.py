@@ -9,7 +9,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from tests.training.conftest import PAIRS, write_jsonl
+from tests.helpers.tiny_models import PAIRS, write_jsonl
 from training.recipes import DPOConfig, RLOOConfig, TrainingCallback
 from training.recipes.dpo import load_cached_reference, train_dpo
 

@@ -5,11 +5,12 @@ import json
 import pytest
 import torch
 
-from tests.training.conftest import PAIRS
+from tests.helpers.tiny_models import PAIRS, write_jsonl
 from training.recipes import RewardModelConfig
 from training.recipes.data import load_preference_pairs
 from training.recipes.models import load_tokenizer
-from training.recipes.reward_model import RewardScorer, train_reward_model
+from training.recipes.reward_model import train_reward_model
+from training.recipes.scoring import RewardScorer
 
 
 def _config(model_dir, pairs_file, output_dir, **overrides) -> RewardModelConfig:
@@ -84,7 +85,7 @@ def test_packed_rewards_equal_what_transformers_computes_on_the_saved_model(
     with torch.no_grad():
         expected = plain(**batch).logits[:, 0]
 
-    from training.recipes.reward_model import load_sequence_classifier
+    from training.recipes.scoring import load_sequence_classifier
 
     model = load_sequence_classifier(
         result.final_model_dir, device=torch.device("cpu"), tokenizer=tokenizer
@@ -117,7 +118,7 @@ def test_encoder_reward_model_trains_unpadded_and_scores_like_plain_transformers
     with torch.no_grad():
         expected = plain(**batch).logits[:, 0]
 
-    from training.recipes.reward_model import load_sequence_classifier
+    from training.recipes.scoring import load_sequence_classifier
 
     model = load_sequence_classifier(
         result.final_model_dir, device=torch.device("cpu"), tokenizer=tokenizer
@@ -131,7 +132,6 @@ def test_encoder_reward_model_trains_unpadded_and_scores_like_plain_transformers
 
 def test_margin_and_centering_options_run(tiny_llama_dir, tmp_path):
     """Rows with a 'margin' field train with use_margin and reward centering switched on."""
-    from tests.training.conftest import write_jsonl
 
     rows = [{"prompt": p, "chosen": c, "rejected": r, "margin": 0.5} for p, c, r in PAIRS]
     data = write_jsonl(tmp_path / "margins.jsonl", rows)
@@ -156,8 +156,6 @@ def test_annotator_aware_model_learns_a_side_bias_and_reports_the_plain_accuracy
     learns a left pull for lefty (not for careful), and the summary holds the plain model's held-out
     accuracy beside its own."""
     import random
-
-    from tests.training.conftest import write_jsonl
 
     rng = random.Random(0)
     rows = []
@@ -202,8 +200,6 @@ def test_cluster_conditioning_learns_a_preference_that_flips_by_domain(tiny_bert
     ("formal" wants the long answer, "casual" the short one). Without the cluster the task is a coin
     toss; with the cluster embedded into the input the held-out accuracy beats the plain model's."""
     import random
-
-    from tests.training.conftest import write_jsonl
 
     rng = random.Random(0)
     rows = []

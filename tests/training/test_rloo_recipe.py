@@ -5,27 +5,9 @@ import json
 import pytest
 import torch
 
-from training.recipes import RLOOConfig
+from tests.helpers.recipes import StopAfter, rloo_config
+from tests.helpers.tiny_models import PAIRS, write_jsonl
 from training.recipes.rloo import train_rloo
-
-
-def _config(policy, reward, prompts, output_dir, **overrides) -> RLOOConfig:
-    values = {
-        "model": str(policy),
-        "reward_model": str(reward),
-        "data": str(prompts),
-        "output_dir": str(output_dir),
-        "batch_size": 2,
-        "rloo_k": 2,
-        "max_new_tokens": 6,
-        "max_length": 128,
-        "learning_rate": 1e-3,
-        "checkpoint_every": 0,
-        "device": "cpu",
-        "max_steps": 2,
-    }
-    values.update(overrides)
-    return RLOOConfig(**values)
 
 
 def _metrics(output_dir):
@@ -40,7 +22,9 @@ def test_rloo_steps_change_the_policy_and_log_health_metrics(
     from safetensors.torch import load_file
 
     result = train_rloo(
-        _config(tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path, kl_controller="adaptive")
+        rloo_config(
+            tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path, kl_controller="adaptive"
+        )
     )
     rows = _metrics(tmp_path)
     assert result.status == "completed" and [r["step"] for r in rows] == [1, 2]
@@ -59,14 +43,12 @@ def test_rloo_cancel_and_resume_is_exact(tiny_llama_dir, tiny_reward_dir, prompt
     the same weights as 2 uninterrupted steps."""
     from safetensors.torch import load_file
 
-    from tests.training.test_dpo_recipe import StopAfter
-
     straight = train_rloo(
-        _config(
+        rloo_config(
             tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "a", kl_controller="variance"
         )
     )
-    config = _config(
+    config = rloo_config(
         tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "b", kl_controller="variance"
     )
     assert train_rloo(config, StopAfter(1)).status == "cancelled"
@@ -86,10 +68,9 @@ def test_a_cluster_conditioned_reward_model_scores_each_prompt_in_its_cluster(
     (PPO's perturbed instructions) in its original's cluster; RLOO trains with it and says so."""
     import shutil
 
-    from tests.training.conftest import PAIRS, write_jsonl
     from training.recipes.data import load_prompt_clusters
     from training.recipes.models import load_tokenizer
-    from training.recipes.reward_model import (
+    from training.recipes.scoring import (
         CONDITIONING_FILE,
         ClusterConditioning,
         RewardScorer,
@@ -124,12 +105,12 @@ def test_a_cluster_conditioned_reward_model_scores_each_prompt_in_its_cluster(
     assert not torch.isclose(after[0], before[0])
     assert after[1] == before[1]
 
-    result = train_rloo(_config(tiny_llama_dir, reward, prompts, tmp_path / "run"))
+    result = train_rloo(rloo_config(tiny_llama_dir, reward, prompts, tmp_path / "run"))
     assert result.status == "completed" and result.summary["reward_clusters"] == 2
 
 
 def test_conditioning_of_the_wrong_size_is_refused(tmp_path):
-    from training.recipes.reward_model import CONDITIONING_FILE, ClusterConditioning
+    from training.recipes.scoring import CONDITIONING_FILE, ClusterConditioning
 
     (tmp_path / CONDITIONING_FILE).write_text(json.dumps({"clusters": ["a"], "weight": [[1.0]]}))
     with pytest.raises(ValueError, match=r"expected \[1, 8\]"):

@@ -9,12 +9,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from annotation.services.exporting import dataset_export
-from annotation.services.importing import comparisons_import, project_get_or_create
 from monitoring.alerts import evaluate_metrics
 from monitoring.models import Alert
 from tests.conftest import logged_in
-from tests.training.conftest import PAIRS, tiny_llama
+from tests.factories import snapshot_of_pairs, training_run
+from tests.helpers.tiny_models import tiny_llama
 from training import services
 from training.models import Checkpoint, MetricPoint, RunEvent, TrainingRun
 from training.recipes.config import ConfigError
@@ -37,14 +36,7 @@ def snapshot(tmp_path, settings):
     settings.EXPORT_DIR = tmp_path / "exports"
     settings.CONCORD_RUNS_DIR = tmp_path / "runs"
     settings.VAR_DIR = tmp_path
-    project, _ = project_get_or_create(slug="runs")
-    rows = [
-        {"prompt": p, "response_a": c, "response_b": r,
-         "judgements": [{"annotator": "u1", "choice": "a", "strength": 2}]}
-        for p, c, r in PAIRS
-    ]  # fmt: skip
-    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
-    return services.snapshot_for(export=dataset_export(project=project))
+    return snapshot_of_pairs(slug="runs")
 
 
 TINY = {"max_steps": 4, "batch_size": 2, "max_length": 64, "checkpoint_every": 2,
@@ -52,10 +44,9 @@ TINY = {"max_steps": 4, "batch_size": 2, "max_length": 64, "checkpoint_every": 2
 
 
 def _dpo(snapshot, user=None, **config):
-    return services.run_create(
-        name="tiny dpo", kind="dpo", base_model="smollm2-135m-instruct", snapshot=snapshot,
-        config={**TINY, **config}, created_by=user,
-    )  # fmt: skip
+    return training_run(
+        snapshot=snapshot, name="tiny dpo", config={**TINY, **config}, created_by=user
+    )
 
 
 def _queued(run):

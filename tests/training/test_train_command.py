@@ -121,7 +121,7 @@ def test_nproc_launches_torchrun_on_the_saved_config(
 ):
     """--nproc 2 writes the resolved config to the run folder and runs training.launch on it under
     torchrun with 2 processes per node, passing its JSON lines through."""
-    from training.management.commands import train as command
+    from training import worker
     from training.recipes import config_from_dict
 
     launched = []
@@ -138,7 +138,10 @@ def test_nproc_launches_torchrun_on_the_saved_config(
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(command.subprocess, "Popen", FakePopen)
+        def wait(self):
+            return self.returncode
+
+    monkeypatch.setattr(worker.subprocess, "Popen", FakePopen)  # the launcher the command follows
     rows = _run(
         "--kind", "rloo", "--data", str(prompts_file), "--model", str(tiny_llama_dir),
         "--reward-model", str(tiny_llama_dir), "--output", str(tmp_path / "run"),

@@ -92,7 +92,7 @@ def test_rloo_under_the_engine_trains_checkpoints_and_resumes_like_plain(
     """One backward and one engine step per RLOO step; the engine's states are saved beside each
     checkpoint (only the kept ones stay) and loaded on resume; the run folder has the DeepSpeed
     config it used. Cancelled after step 1 and resumed, it ends where the plain path does."""
-    from tests.training.test_dpo_recipe import StopAfter
+    from tests.helpers.recipes import StopAfter
 
     common = _common(tiny_llama_dir, tiny_reward_dir, prompts_file)
     rloo = {"batch_size": 2, "rloo_k": 2, "checkpoint_every": 1, "keep_checkpoints": 1}

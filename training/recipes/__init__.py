@@ -1,6 +1,7 @@
 """Training loops (torch + transformers, no Django): configs, recipes and the callback protocol.
 
-Each recipe is a function ``train_<kind>(config, callback=None) -> TrainResult``.
+Each recipe is a function ``train_<kind>(config, callback=None) -> TrainResult``; callers outside
+(the worker, monitoring) use ``run_training`` and ``reward_scores`` from here.
 
 The configs and callbacks import no torch, so the web process (the admin's run form) can validate
 settings through this package; the recipes, which need torch, load on first use (PEP 562).
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from training.recipes.reward_model import train_reward_model
     from training.recipes.rloo import train_rloo
     from training.recipes.runtime import TrainResult
+    from training.recipes.scoring import reward_scores
 
 # name -> module that defines it (imported on first access: these need torch).
 _LAZY = {
@@ -38,6 +40,7 @@ _LAZY = {
     "train_reward_model": "training.recipes.reward_model",
     "train_rloo": "training.recipes.rloo",
     "TrainResult": "training.recipes.runtime",
+    "reward_scores": "training.recipes.scoring",
 }
 _RECIPES = {
     "dpo": "train_dpo",
@@ -83,6 +86,7 @@ __all__ = [
     "config_class",
     "config_from_dict",
     "config_help",
+    "reward_scores",
     "run_training",
     "train_dpo",
     "train_ppo",

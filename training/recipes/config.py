@@ -138,10 +138,6 @@ class TrainingConfig:
             raise _invalid("device", f"'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 
     @property
-    def accumulation_steps(self) -> int:
-        return self.batch_size // (self.micro_batch_size or self.batch_size)
-
-    @property
     def prompt_budget(self) -> int:
         return self.max_prompt_length or self.max_length // 2
 

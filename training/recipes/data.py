@@ -437,10 +437,11 @@ class ChatEncoder:
             raise DataError("the chat template does not render the prompt as a prefix of the reply")
         return full[len(head) :]
 
-    def _fit(
+    def encode_responses(
         self, prompt: Messages, responses: Sequence[str], key: Hashable
     ) -> list[TokenizedSequence]:
-        """Every response after the same fitted prompt (a pair's two answers read one prompt)."""
+        """Every response after the same fitted prompt (a pair's two answers read one prompt);
+        what was cut is noted in ``fit`` under ``key``."""
         completions = [
             self.tokenizer(self.completion_text(prompt, r), add_special_tokens=False)["input_ids"]
             for r in responses
@@ -463,7 +464,7 @@ class ChatEncoder:
         ]
 
     def encode(self, prompt: Messages, response: str) -> TokenizedSequence:
-        return self._fit(prompt, [response], (prompt, response))[0]
+        return self.encode_responses(prompt, [response], (prompt, response))[0]
 
     def encode_pair(
         self, prompt: Messages, chosen: str, rejected: str
@@ -472,7 +473,7 @@ class ChatEncoder:
         fit left the same tokens: a pair without a difference teaches nothing."""
         key = (prompt, chosen, rejected)
         before = self.fit.truncated
-        first, second = self._fit(prompt, [chosen, rejected], key)
+        first, second = self.encode_responses(prompt, [chosen, rejected], key)
         if first.input_ids == second.input_ids and self.fit.truncated > before:
             self.fit.note_dropped(
                 key, f"prompt {_clip(prompt[-1][1])!r}: both answers the same once fitted"

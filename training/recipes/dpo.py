@@ -24,6 +24,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,17 @@ from training.recipes.data import (
     load_preference_pairs,
 )
 from training.recipes.distributed import all_reduce_sum, barrier
-from training.recipes.loop import finish_run, mean_metrics, optimizer_step, start_run
+from training.recipes.loop import (
+    LoopEnd,
+    PairRecipeState,
+    Position,
+    Run,
+    StepOutcome,
+    finish_run,
+    optimizer_step,
+    run_pair_steps,
+    start_run,
+)
 from training.recipes.models import (
     input_limit,
     load_causal_lm,
@@ -62,7 +73,6 @@ from training.recipes.runtime import (
     autocast,
     build_optimizer,
     build_scheduler,
-    memory_fraction,
     peak_memory_bytes,
     total_steps_for,
 )
@@ -304,15 +314,52 @@ def _dpo_micro_batch(
     }
 
 
+@dataclass
+class DPOState(PairRecipeState):
+    """What a DPO run holds between steps, beside ``PairRecipeState``'s: the fitted pairs, the
+    policy (``model``) and the reference table (``reference_pass.cache_path`` on disk)."""
+
+    config: DPOConfig
+    encoder: ChatEncoder
+    pairs: list[PairTokens]
+    packed: bool
+    reference: ReferenceLogps
+    reference_pass: ReferencePass
+
+
+@dataclass
+class ReferencePass:
+    """How the reference table was filled: pairs found in the cache, pairs computed (step 1's
+    own forward adds to them), the seconds it took, and whether step 1 fills its own pairs."""
+
+    cache_path: Path
+    cached_pairs: int
+    computed_pairs: int
+    seconds: float
+    fill_first_step: bool
+
+
 def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> TrainResult:
     """Run DPO as configured; resumes from the newest checkpoint in ``output_dir`` when allowed."""
     run = start_run(config, callback)
-    device = run.device
-    tokenizer = load_tokenizer(config.model)
-    reference_path = Path(config.ref_model or config.model)
+    state = setup_dpo(run, config)
+    end = run_pair_steps(state, "dpo", dpo_step)
+    return finish_run(
+        run,
+        status=end.status,
+        step=end.step,
+        model=state.model,
+        tokenizer=state.tokenizer,
+        summary=dpo_summary(state, end),
+    )
+
+
+def fit_dpo_pairs(config: DPOConfig, tokenizer: Any) -> tuple[ChatEncoder, list[PairTokens]]:
+    """The data file's pairs fitted to the policy's and the reference's limits (see the module
+    docstring); raises ValueError when none is left."""
     limit = min(
         input_limit(config.model, max_length=config.max_length, tokenizer=tokenizer),
-        input_limit(reference_path, max_length=config.max_length),
+        input_limit(Path(config.ref_model or config.model), max_length=config.max_length),
     )
     encoder = ChatEncoder(
         tokenizer,
@@ -328,54 +375,105 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
     pairs = [pair for pair in fitted if pair is not None]
     if not pairs:
         raise ValueError(f"{config.data}: every pair was dropped when fitted to the model")
-    micro = config.micro_batch_size or config.batch_size
-    resume_from = run.resume_from
-    policy, packed = load_policy(resume_from or config.model, config, device)
-    pad_id = tokenizer.pad_token_id
+    return encoder, pairs
 
+
+def setup_dpo(run: Run, config: DPOConfig) -> DPOState:
+    """Tokenizer, fitted pairs, policy (from the checkpoint when resuming), the reference pass,
+    optimiser and schedule, restored to where the run stopped."""
+    tokenizer = load_tokenizer(config.model)
+    encoder, pairs = fit_dpo_pairs(config, tokenizer)
+    resume_from = run.resume_from
+    policy, packed = load_policy(resume_from or config.model, config, run.device)
     sampler = EpochSampler(len(pairs), config.batch_size, config.seed)
     total_steps = total_steps_for(config, sampler.batches_per_epoch)
     # The checkpoint folder is step-NNNNNNNN: the reference pass starts where training resumes.
     start_step = int(resume_from.name.split("-")[1]) if resume_from is not None else 0
+    reference, reference_pass = fill_reference(
+        run,
+        config,
+        policy=policy,
+        packed=packed,
+        pairs=pairs,
+        encoder=encoder,
+        pad_token_id=tokenizer.pad_token_id,
+        batches=partial(reference_batches, sampler, start_step=start_step, total_steps=total_steps),
+    )
+    optimizer = build_optimizer(policy.parameters(), config, run.device)
+    scheduler = build_scheduler(optimizer, config, total_steps)
+    if resume_from is not None:
+        restored, _ = run.checkpoints.restore(resume_from, optimizer=optimizer, scheduler=scheduler)
+        start_step = restored.step
+    return DPOState(
+        run=run,
+        config=config,
+        tokenizer=tokenizer,
+        encoder=encoder,
+        pairs=pairs,
+        model=policy,
+        packed=packed,
+        sampler=sampler,
+        total_steps=total_steps,
+        start_step=start_step,
+        reference=reference,
+        reference_pass=reference_pass,
+        optimizer=optimizer,
+        scheduler=scheduler,
+    )
+
+
+def fill_reference(
+    run: Run,
+    config: DPOConfig,
+    *,
+    policy: Any,
+    packed: bool,
+    pairs: list[PairTokens],
+    encoder: ChatEncoder,
+    pad_token_id: int,
+    batches: Callable[..., list[list[list[int]]]],
+) -> tuple[ReferenceLogps, ReferencePass]:
+    """The reference table this run needs: what the cache holds, plus a pass over the pairs it
+    lacks (rank 0 computes and writes the cache, the other ranks read it), reported as the phase
+    ``REFERENCE_PHASE``. ``batches(micro_batch_size=, known=, skip_first_step=)`` lays out the
+    pass (``reference_batches`` bound to the run's sampler and steps)."""
     started = time.perf_counter()
-    cache_dir = Path(config.reference_cache_dir or run.output_dir / "reference-cache")
+    reference_path = Path(config.ref_model or config.model)
     key = reference_cache_key(
         data_sha256=file_sha256(config.data),
         reference_sha256=model_fingerprint(reference_path),
         encoder=encoder,
         bf16=config.bf16,
     )
+    cache_dir = Path(config.reference_cache_dir or run.output_dir / "reference-cache")
     cache_path = cache_dir / f"dpo-reference-{key}.pt"
     reference = load_cached_reference(cache_path, len(pairs)) or ReferenceLogps.empty(len(pairs))
     cached_pairs = int(reference.known.sum())
-    same_model = config.ref_model is None and resume_from is None
+    same_model = config.ref_model is None and run.resume_from is None
     # The first step's pairs take their reference values from the first step's forward (see the
     # module docstring); one process only, so that every pair is filled where it is trained.
     fill_first_step = same_model and config.disable_dropout and run.ranks.world == 1
-    batches = reference_batches(
-        sampler,
-        start_step=start_step,
-        total_steps=total_steps,
-        micro_batch_size=micro,
+    todo = batches(
+        micro_batch_size=config.micro_batch_size or config.batch_size,
         known=reference.known,
         skip_first_step=fill_first_step,
     )
-    if batches and run.ranks.main:
+    if todo and run.ranks.main:
         ref_model = (
             policy
             if same_model
             else load_causal_lm(
-                reference_path, device=device, packing=config.packing, trainable=False
+                reference_path, device=run.device, packing=config.packing, trainable=False
             )[0]
         )
-        run.callback.on_phase(phase=REFERENCE_PHASE, done=0, total=len(batches))
+        run.callback.on_phase(phase=REFERENCE_PHASE, done=0, total=len(todo))
         compute_reference_logps(
             ref_model,
             pairs,
-            batches,
+            todo,
             packed=packed,
-            pad_token_id=pad_id,
-            device=device,
+            pad_token_id=pad_token_id,
+            device=run.device,
             bf16=config.bf16,
             into=reference,
             on_batch=lambda done, total: run.callback.on_phase(
@@ -385,96 +483,80 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
         del ref_model
         save_cached_reference(cache_path, reference)
     barrier(run.ranks)  # the other ranks read what rank 0 computed
-    if batches and not run.ranks.main:
+    if todo and not run.ranks.main:
         reference = load_cached_reference(cache_path, len(pairs))
         if reference is None:
             raise RuntimeError(
                 f"rank {run.ranks.rank}: rank 0 wrote no reference cache at {cache_path}"
             )
-    computed_pairs = int(reference.known.sum()) - cached_pairs
-    reference_seconds = time.perf_counter() - started
+    return reference, ReferencePass(
+        cache_path=cache_path,
+        cached_pairs=cached_pairs,
+        computed_pairs=int(reference.known.sum()) - cached_pairs,
+        seconds=time.perf_counter() - started,
+        fill_first_step=fill_first_step,
+    )
 
-    optimizer = build_optimizer(policy.parameters(), config, device)
-    scheduler = build_scheduler(optimizer, config, total_steps)
-    if resume_from is not None:
-        state, _ = run.checkpoints.restore(resume_from, optimizer=optimizer, scheduler=scheduler)
-        start_step = state.step
 
-    run.callback.on_start(total_steps=total_steps, config=config.to_dict())
-    throughput = Throughput()
-    pending: list[dict[str, float]] = []
-    last_logged: dict[str, float] | None = None
-    status, step = "completed", start_step
-    for step_index, epoch, batch_index in sampler.positions(start_step, total_steps):
-        step = step_index + 1
-        index = sampler.batch(epoch, batch_index)
-        with throughput.timing():
-            sums = dict.fromkeys(METRIC_SUMS, 0.0)
-            for group in chunks(run.ranks.shard(index), micro):
-                part = _dpo_micro_batch(
-                    policy,
-                    pairs,
-                    list(group),
-                    reference,
-                    config,
-                    step_pairs=len(index),
-                    packed=packed,
-                    pad_token_id=pad_id,
-                    device=device,
-                    fill_reference=fill_first_step and step == 1,
-                )
-                sums = {k: sums[k] + v for k, v in part.items()}
-            sums = all_reduce_sum(sums, run.ranks, device)
-            grad_norm = optimizer_step(
-                policy.parameters(), optimizer, scheduler, config.max_grad_norm, run.ranks
+def dpo_step(state: DPOState, at: Position, throughput: Throughput) -> StepOutcome:
+    """One optimiser step on the sampler's batch at ``at``: this rank's micro-batches forward and
+    backward, metric sums over every rank, one clipped step (see the module docstring)."""
+    config, run, reference_pass = state.config, state.run, state.reference_pass
+    index = state.sampler.batch(at.epoch, at.batch_index)
+    with throughput.timing():
+        sums = dict.fromkeys(METRIC_SUMS, 0.0)
+        for group in chunks(run.ranks.shard(index), state.micro_batch_size):
+            part = _dpo_micro_batch(
+                state.model,
+                state.pairs,
+                list(group),
+                state.reference,
+                config,
+                step_pairs=len(index),
+                packed=state.packed,
+                pad_token_id=state.tokenizer.pad_token_id,
+                device=run.device,
+                fill_reference=reference_pass.fill_first_step and at.step == 1,
             )
-            if fill_first_step and int(reference.known.sum()) > cached_pairs + computed_pairs:
-                computed_pairs = int(reference.known.sum()) - cached_pairs
-                save_cached_reference(cache_path, reference)  # step 1's pairs now in
-        throughput.items += len(index)
-        throughput.tokens += int(sums["tokens"])
-        metrics = {k: v / len(index) for k, v in sums.items() if k != "tokens"}
-        metrics.update(grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0])
-        pending.append(metrics)
-        run.callback.on_step(step=step, total_steps=total_steps)
-        if step % config.log_every == 0 or step == total_steps:
-            logged = mean_metrics(pending)
-            logged.update(
-                epoch=epoch + (batch_index + 1) / sampler.batches_per_epoch,
-                pairs_per_second=throughput.per_second(throughput.items),
-                tokens_per_second=throughput.per_second(throughput.tokens),
-            )
-            fraction = memory_fraction(device)
-            if fraction is not None:
-                logged["memory_fraction"] = fraction
-            run.callback.on_log(step=step, metrics=logged)
-            pending, last_logged = [], logged
-        stop = run.stop_requested()
-        if run.checkpoints.due(step) or (stop and step < total_steps):
-            run.save_checkpoint(
-                step=step,
-                model=policy,
-                tokenizer=tokenizer,
-                optimizer=optimizer,
-                scheduler=scheduler,
-                trainer_state={"epoch": epoch, "batch_in_epoch": batch_index + 1, "kind": "dpo"},
-            )
-        if stop and step < total_steps:
-            status = "cancelled"
-            break
+            sums = {k: sums[k] + v for k, v in part.items()}
+        sums = all_reduce_sum(sums, run.ranks, run.device)
+        grad_norm = optimizer_step(
+            state.model.parameters(),
+            state.optimizer,
+            state.scheduler,
+            config.max_grad_norm,
+            run.ranks,
+        )
+        known = int(state.reference.known.sum())
+        if reference_pass.fill_first_step and known > reference_pass.cached_pairs + (
+            reference_pass.computed_pairs
+        ):
+            reference_pass.computed_pairs = known - reference_pass.cached_pairs
+            save_cached_reference(reference_pass.cache_path, state.reference)  # step 1's pairs
+    throughput.items += len(index)
+    throughput.tokens += int(sums["tokens"])
+    metrics = {k: v / len(index) for k, v in sums.items() if k != "tokens"}
+    metrics.update(grad_norm=grad_norm, learning_rate=state.scheduler.get_last_lr()[0])
+    return StepOutcome(metrics)
 
-    train_seconds = throughput.seconds
-    summary = {
+
+def dpo_summary(state: DPOState, end: LoopEnd) -> dict[str, Any]:
+    """The run's summary: data, what the reference pass did, rates and the last metrics."""
+    throughput, reference_pass = end.throughput, state.reference_pass
+    train_seconds, reference_seconds = throughput.seconds, reference_pass.seconds
+    return {
         "kind": "dpo",
-        "pairs": len(pairs),
+        "pairs": len(state.pairs),
         "pairs_trained": throughput.items,
         "tokens_trained": throughput.tokens,
         "train_seconds": train_seconds,
         "reference_seconds": reference_seconds,
-        "reference_cache_hit": computed_pairs == 0,
-        "reference_pairs_cached": cached_pairs,
-        "reference_pairs_computed": computed_pairs,
-        **encoder.fit.summary(),
+        "reference_cache_hit": reference_pass.computed_pairs == 0,
+        "reference_pairs_cached": reference_pass.cached_pairs,
+        "reference_pairs_computed": reference_pass.computed_pairs,
+        # True: step 1's pairs took their reference values from step 1's own forward (no pass).
+        "reference_first_step_filled": reference_pass.fill_first_step,
+        **state.encoder.fit.summary(),
         # Whole-run rates count the reference pass too: it is work this run had to do.
         "pairs_per_second": throughput.items / (train_seconds + reference_seconds)
         if throughput.items
@@ -484,11 +566,8 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
         else 0.0,
         "train_pairs_per_second": throughput.per_second(throughput.items),
         "train_tokens_per_second": throughput.per_second(throughput.tokens),
-        "packed": packed,
-        "bf16": config.bf16,
-        "peak_memory_bytes": peak_memory_bytes(device),
-        "last_metrics": last_logged,
+        "packed": state.packed,
+        "bf16": state.config.bf16,
+        "peak_memory_bytes": peak_memory_bytes(state.run.device),
+        "last_metrics": end.last_logged,
     }
-    return finish_run(
-        run, status=status, step=step, model=policy, tokenizer=tokenizer, summary=summary
-    )

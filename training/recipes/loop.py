@@ -1,19 +1,28 @@
-"""The parts of a training loop every recipe shares: run folder set-up, the optimiser step, and the
-end of a run (final model, summary)."""
+"""The parts of a training loop every recipe shares: run folder set-up, the step loop (logging,
+memory, checkpoint or stop, cancel), the optimiser step, and the end of a run (final model, summary).
+
+A recipe is a setup function, a step function and a summary; ``run_steps`` drives the step function
+over the sampler's positions the same way for every recipe:
+
+    for each step: train_step -> on_step -> on_samples (when the step returned samples) -> evaluate
+                   -> log every ``log_every`` steps, at the last step and after an evaluation
+                   -> checkpoint when due or when a stop was asked -> stop (status "cancelled")
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from training.recipes.callbacks import CallbackList, MetricsFile, TrainingCallback
 from training.recipes.checkpoints import CheckpointManager, save_pretrained
 from training.recipes.config import TrainingConfig
+from training.recipes.data import EpochSampler
 from training.recipes.distributed import (
     Ranks,
     all_reduce_gradients,
@@ -21,7 +30,16 @@ from training.recipes.distributed import (
     barrier,
     setup_distributed,
 )
-from training.recipes.runtime import TrainResult, freed_memory, resolve_device, seed_everything
+from training.recipes.runtime import (
+    Throughput,
+    TrainResult,
+    freed_memory,
+    memory_fraction,
+    resolve_device,
+    seed_everything,
+)
+
+S = TypeVar("S", bound="PairRecipeState")
 
 
 @dataclass
@@ -80,6 +98,140 @@ def start_run(config: TrainingConfig, callback: TrainingCallback | None) -> Run:
     )
 
 
+@dataclass(frozen=True)
+class Position:
+    """Where a step is: ``step`` 1-based over the run, ``batch_index`` 0-based in ``epoch``."""
+
+    step: int
+    epoch: int
+    batch_index: int
+
+    def trainer_state(self, kind: str) -> dict[str, Any]:
+        """What a checkpoint records to resume after this step (see ``CheckpointManager``)."""
+        return {"epoch": self.epoch, "batch_in_epoch": self.batch_index + 1, "kind": kind}
+
+
+@dataclass
+class StepOutcome:
+    """What one step hands the loop: its metrics (averaged over the steps of a log line) and,
+    when it has some to show, generated samples for ``on_samples``."""
+
+    metrics: dict[str, float]
+    samples: Sequence[Mapping[str, Any]] | None = None
+
+
+@dataclass
+class LoopEnd:
+    """How the loop ended: status "completed" or "cancelled", the last step run, the work timed
+    by the steps, and the last metrics logged (None when nothing was)."""
+
+    status: str
+    step: int
+    throughput: Throughput = field(default_factory=Throughput)
+    last_logged: dict[str, float] | None = None
+
+
+def run_steps(
+    run: Run,
+    sampler: EpochSampler,
+    *,
+    start_step: int,
+    total_steps: int,
+    rate_name: str,
+    train_step: Callable[[Position, Throughput], StepOutcome],
+    save_checkpoint: Callable[[Position], None],
+    evaluate: Callable[[int], dict[str, float]] | None = None,
+) -> LoopEnd:
+    """Run steps ``start_step + 1 .. total_steps`` (see the module docstring for the order).
+
+    ``train_step`` times its own work in the ``Throughput`` it is given and counts the items and
+    tokens it trained, so the rates logged as ``<rate_name>_per_second`` and ``tokens_per_second``
+    leave out logging, samples, evaluation and checkpoints. ``evaluate(step)`` returns held-out
+    metrics to log at once ({} when none are due)."""
+    run.callback.on_start(total_steps=total_steps, config=run.config.to_dict())
+    end = LoopEnd(status="completed", step=start_step)
+    pending: list[dict[str, float]] = []
+    for step_index, epoch, batch_index in sampler.positions(start_step, total_steps):
+        at = Position(step=step_index + 1, epoch=epoch, batch_index=batch_index)
+        end.step = at.step
+        outcome = train_step(at, end.throughput)
+        pending.append(outcome.metrics)
+        run.callback.on_step(step=at.step, total_steps=total_steps)
+        if outcome.samples is not None:
+            run.callback.on_samples(step=at.step, samples=outcome.samples)
+        evaluated = evaluate(at.step) if evaluate is not None else {}
+        if at.step % run.config.log_every == 0 or at.step == total_steps or evaluated:
+            logged = mean_metrics(pending)
+            logged.update(
+                evaluated,
+                epoch=epoch + (batch_index + 1) / sampler.batches_per_epoch,
+                **{f"{rate_name}_per_second": end.throughput.per_second(end.throughput.items)},
+                tokens_per_second=end.throughput.per_second(end.throughput.tokens),
+            )
+            fraction = memory_fraction(run.device)
+            if fraction is not None:
+                logged["memory_fraction"] = fraction
+            run.callback.on_log(step=at.step, metrics=logged)
+            pending, end.last_logged = [], logged
+        stop = run.stop_requested()
+        if run.checkpoints.due(at.step) or (stop and at.step < total_steps):
+            save_checkpoint(at)
+        if stop and at.step < total_steps:
+            end.status = "cancelled"
+            break
+    return end
+
+
+@dataclass
+class PairRecipeState:
+    """What a recipe trained on preference pairs (DPO, the reward model) holds between steps,
+    beside its own fields: the model and its optimiser, the sampler and where the run starts."""
+
+    run: Run
+    config: TrainingConfig
+    tokenizer: Any
+    model: Any
+    sampler: EpochSampler
+    total_steps: int
+    start_step: int
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.config.micro_batch_size or self.config.batch_size
+
+    @property
+    def extra_modules(self) -> dict[str, torch.nn.Module] | None:
+        """The modules trained beside the model (saved in checkpoints); None: the model alone."""
+        return None
+
+
+def run_pair_steps(
+    state: S, kind: str, train_step: Callable[[S, Position, Throughput], StepOutcome]
+) -> LoopEnd:
+    """``run_steps`` for a recipe trained on preference pairs: rates in pairs, checkpoints of the
+    model, the modules trained beside it, the optimiser and the schedule."""
+    run = state.run
+    return run_steps(
+        run,
+        state.sampler,
+        start_step=state.start_step,
+        total_steps=state.total_steps,
+        rate_name="pairs",
+        train_step=lambda at, throughput: train_step(state, at, throughput),
+        save_checkpoint=lambda at: run.save_checkpoint(
+            step=at.step,
+            model=state.model,
+            tokenizer=state.tokenizer,
+            optimizer=state.optimizer,
+            scheduler=state.scheduler,
+            trainer_state=at.trainer_state(kind),
+            extra_modules=state.extra_modules,
+        ),
+    )
+
+
 def optimizer_step(
     params: Iterable[torch.nn.Parameter],
     optimizer: torch.optim.Optimizer,
@@ -104,6 +256,7 @@ def optimizer_step(
 
 
 def mean_metrics(rows: list[Mapping[str, float]]) -> dict[str, float]:
+    """Each key's mean over ``rows`` (the keys of the first row; {} for no rows)."""
     keys = rows[0].keys() if rows else ()
     return {k: sum(r[k] for r in rows) / len(rows) for k in keys}
 

@@ -31,16 +31,14 @@ from training.algorithms import (
 from training.recipes.config import ConfigError, OnlineRLConfig
 from training.recipes.data import ChatEncoder, FitLog, Messages, chunks, load_prompt_clusters
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
-from training.recipes.loop import Run
 from training.recipes.models import input_limit, load_causal_lm, load_policy, load_tokenizer
 from training.recipes.packing import TokenizedSequence
-from training.recipes.reward_model import (
+from training.recipes.runtime import autocast, rng_state, set_rng_state
+from training.recipes.scoring import (
     ClusterConditioning,
     RewardScorer,
     load_sequence_classifier,
 )
-from training.recipes.runtime import autocast, rng_state, set_rng_state
-from training.recipes.updates import PlainUpdates, ZeroUpdates
 
 # The held-out prompts depend on the data file only, not on the run's seed, so runs with different
 # seeds on the same data are evaluated on the same prompts.
@@ -432,66 +430,6 @@ def evaluate_policy(
         "eval_response_length": float(lengths.mean()),
         "eval_eos_rate": float(finished.mean()),
     }
-
-
-def save_online_checkpoint(
-    run: Run,
-    updates: PlainUpdates | ZeroUpdates,
-    *,
-    step: int,
-    policy: Any,
-    tokenizer: Any,
-    scheduler: Any,
-    kl_controller: KLController,
-    normalizer: RewardNormalizer | None,
-    trainer_state: dict[str, Any],
-    extra_modules: dict[str, torch.nn.Module] | None = None,
-) -> None:
-    """Checkpoint an online run at ``step`` (every rank calls it): policy weights, optimiser (or
-    DeepSpeed's sharded states beside), schedule, KL controller, normaliser and each rank's RNG."""
-    rank_rng = rank_rng_states(run.ranks)
-    updates.save_states(run.output_dir, step)
-    run.save_checkpoint(
-        step=step,
-        model=policy,
-        tokenizer=tokenizer,
-        optimizer=updates.checkpoint_optimizer,
-        scheduler=scheduler,
-        trainer_state=trainer_state,
-        extra_modules=extra_modules,
-        extra_state={
-            "kl_controller": kl_controller.state_dict(),
-            "normalizer": None if normalizer is None else vars(normalizer),
-            "rank_rng": rank_rng,
-        },
-    )
-    updates.prune_states(
-        run.output_dir, {int(path.name.split("-")[1]) for path in run.checkpoints.checkpoints()}
-    )
-
-
-def restore_online_checkpoint(
-    run: Run,
-    updates: PlainUpdates | ZeroUpdates,
-    resume_from: Path,
-    *,
-    scheduler: Any,
-    kl_controller: KLController,
-    extra_modules: dict[str, torch.nn.Module] | None = None,
-) -> tuple[int, RewardNormalizer | None]:
-    """Load what ``save_online_checkpoint`` wrote (the policy's weights were loaded from
-    ``resume_from`` already); returns (step, normaliser)."""
-    state, extra = run.checkpoints.restore(
-        resume_from,
-        optimizer=updates.checkpoint_optimizer,
-        scheduler=scheduler,
-        extra_modules=extra_modules,
-    )
-    updates.load_states(run.output_dir, state.step)
-    kl_controller.load_state_dict(extra["kl_controller"])
-    restore_rank_rng(extra.get("rank_rng"), run.ranks)
-    normalizer = RewardNormalizer(**extra["normalizer"]) if extra.get("normalizer") else None
-    return state.step, normalizer
 
 
 def rank_rng_states(ranks: Ranks) -> list[dict[str, Any]] | None:

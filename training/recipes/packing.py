@@ -1,5 +1,7 @@
 """Padding-free batches for causal LMs, and the forward passes that score completions.
 
+Long module: one batch layout (packed rows, shared prompts, attention grids) and the forwards on it.
+
 A batch of sequences becomes one row of N tokens with no padding; position ids restart for each
 sequence. Linear layers (most of the work) then run on exactly the real tokens. Attention runs
 causally inside each sequence: flash-attn's varlen kernel on CUDA when installed, else SDPA on the
@@ -336,6 +338,60 @@ def _packed_layout(
     )
 
 
+@dataclass
+class _PackedRow:
+    """One packed row: each group's prompt once, then its members' completions one after another.
+
+    ``tokens``/``positions`` [N]; per group, its start and members (``group_rows``), each member's
+    branch start and length; per sequence, the row indices that predict its completion tokens
+    (``predict``), its last token's index (``last``) and its completion length (``lengths``)."""
+
+    tokens: list[int]
+    positions: list[int]
+    group_rows: list[tuple[int, list[int]]]
+    branch_starts: list[list[int]]
+    branch_lengths: list[list[int]]
+    predict: list[list[int]]
+    last: list[int]
+    lengths: list[int]
+
+    @classmethod
+    def lay_out(cls, sequences: Sequence[TokenizedSequence], groups: list[list[int]]) -> _PackedRow:
+        """``groups``: lists of indices into ``sequences`` that share their prompt."""
+        n = len(sequences)
+        row = cls([], [], [], [], [], [[] for _ in range(n)], [0] * n, [0] * n)
+        tokens, positions = row.tokens, row.positions
+        for members in groups:
+            first = sequences[members[0]]
+            prefix = first.input_ids[: first.scored_from]
+            start = len(tokens)
+            tokens.extend(prefix)
+            positions.extend(range(len(prefix)))
+            starts, sizes = [], []
+            for index in members:
+                completion = sequences[index].input_ids[len(prefix) :]
+                branch = len(tokens)
+                tokens.extend(completion)
+                positions.extend(range(len(prefix), len(prefix) + len(completion)))
+                starts.append(branch)
+                sizes.append(len(completion))
+                # Token j of the completion is predicted by the one before it: the prompt's last
+                # token for j = 0, else completion token j - 1.
+                row.predict[index] = [
+                    branch - 1 if j == 0 else branch + j - 1 for j in range(len(completion))
+                ]
+                if completion:
+                    row.predict[index][0] = start + len(prefix) - 1
+                row.last[index] = (
+                    branch + len(completion) - 1 if completion else start + len(prefix) - 1
+                )
+                row.lengths[index] = len(completion)
+            row.group_rows.append((start, members))
+            row.branch_starts.append(starts)
+            row.branch_lengths.append(sizes)
+        return row
+
+
 def build_batch(
     sequences: Sequence[TokenizedSequence],
     *,
@@ -356,41 +412,8 @@ def build_batch(
         prefix = tuple(seq.input_ids[: seq.scored_from])
         key = prefix if share_prompts else (index, *prefix)
         groups.setdefault(key, []).append(index)
-    tokens: list[int] = []
-    positions: list[int] = []
-    group_rows: list[tuple[int, list[int]]] = []
-    branch_starts: list[list[int]] = []
-    branch_lengths: list[list[int]] = []
-    predict = [0] * len(sequences)
-    last = [0] * len(sequences)
-    lengths = [0] * len(sequences)
-    for members in groups.values():
-        first = sequences[members[0]]
-        prefix = first.input_ids[: first.scored_from]
-        start = len(tokens)
-        tokens.extend(prefix)
-        positions.extend(range(len(prefix)))
-        starts, sizes = [], []
-        for index in members:
-            completion = sequences[index].input_ids[len(prefix) :]
-            branch = len(tokens)
-            tokens.extend(completion)
-            positions.extend(range(len(prefix), len(prefix) + len(completion)))
-            starts.append(branch)
-            sizes.append(len(completion))
-            # Token j of the completion is predicted by the one before it: the prompt's last token
-            # for j = 0, else completion token j - 1.
-            predict[index] = [
-                branch - 1 if j == 0 else branch + j - 1 for j in range(len(completion))
-            ]
-            if completion:
-                predict[index][0] = start + len(prefix) - 1
-            last[index] = branch + len(completion) - 1 if completion else start + len(prefix) - 1
-            lengths[index] = len(completion)
-        group_rows.append((start, members))
-        branch_starts.append(starts)
-        branch_lengths.append(sizes)
-
+    row = _PackedRow.lay_out(sequences, list(groups.values()))
+    tokens, positions, lengths = row.tokens, row.positions, row.lengths
     shared = any(len(members) > 1 for members in groups.values())
     sequence_lengths = [len(s.input_ids) for s in sequences]
     cu_seqlens = None
@@ -410,14 +433,16 @@ def build_batch(
         input_ids=torch.tensor([tokens], device=device),
         position_ids=torch.tensor([positions], device=device),
         attention_mask=None,
-        layout=_packed_layout(group_rows, branch_starts, branch_lengths, len(tokens), device),
+        layout=_packed_layout(
+            row.group_rows, row.branch_starts, row.branch_lengths, len(tokens), device
+        ),
         cu_seqlens=cu_seqlens,
         max_sequence_length=max(sequence_lengths),
-        predict_index=on_device([p for index in range(len(sequences)) for p in predict[index]]),
+        predict_index=on_device([p for index in range(len(sequences)) for p in row.predict[index]]),
         targets=on_device(targets),
         segment_ids=on_device(segments),
         completion_lengths=on_device(lengths),
-        last_index=on_device(last),
+        last_index=on_device(row.last),
         n_tokens=len(tokens),
     )
 

@@ -31,6 +31,7 @@ random numbers).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,30 +47,20 @@ from training.algorithms import (
     ppo_policy_loss,
 )
 from training.algorithms.ppo import entropy_bonus
-from training.algorithms.shaping import RewardNormalizer
 from training.recipes.callbacks import TrainingCallback
 from training.recipes.config import PPOConfig
-from training.recipes.data import EpochSampler, Messages, load_prompts
-from training.recipes.distributed import Ranks, all_reduce_sum, gather_objects, seed_rank_streams
-from training.recipes.loop import finish_run, mean_metrics, start_run
+from training.recipes.data import Messages
+from training.recipes.distributed import Ranks, all_reduce_sum, gather_objects
+from training.recipes.loop import Position, StepOutcome, mean_metrics, start_run
 from training.recipes.online import (
     OnlineModels,
     Rollout,
-    eval_due,
-    evaluate_policy,
-    fit_normalizer,
-    gather_scores,
-    load_online_models,
-    make_kl_controller,
-    require_prompts_per_rank,
-    restore_online_checkpoint,
     rollout_metrics,
     sample_rollouts,
-    save_online_checkpoint,
     score_rollouts,
     shape_rewards,
-    split_eval_prompts,
 )
+from training.recipes.online_run import OnlineState, fitted_normalizer, run_online, setup_online
 from training.recipes.packing import (
     SequenceBatch,
     build_batch,
@@ -78,18 +69,8 @@ from training.recipes.packing import (
     last_hidden_states,
     plain_output_weight,
 )
-from training.recipes.runtime import (
-    Throughput,
-    TrainResult,
-    autocast,
-    build_scheduler,
-    memory_fraction,
-    peak_memory_bytes,
-    total_steps_for,
-)
+from training.recipes.runtime import Throughput, TrainResult, autocast
 from training.recipes.samples import rollout_samples
-from training.recipes.updates import PlainUpdates, ZeroUpdates, make_updates
-from training.recipes.zero import require_zero_available
 
 
 class ValueHead(nn.Module):
@@ -169,196 +150,126 @@ def _policy_outputs(
 def train_ppo(config: PPOConfig, callback: TrainingCallback | None = None) -> TrainResult:
     """Run PPO as configured; resumes from the newest checkpoint in ``output_dir`` when allowed."""
     run = start_run(config, callback)
-    ranks, device = run.ranks, run.device
-    require_zero_available(config, device.type)
-    resume_from = run.resume_from
-    models = load_online_models(config, device=device, resume_from=resume_from)
-    policy, reference, tokenizer = models.policy, models.reference, models.tokenizer
-    packed = models.packed
-    prompts, eval_prompts = split_eval_prompts(load_prompts(config.data), config.eval_prompts)
-    value_head = ValueHead(policy.config.hidden_size, config.value_hidden, config.value_dropout).to(
-        device
+    state = setup_online(
+        run,
+        config,
+        extra_modules=lambda policy: {
+            "value_head": ValueHead(
+                policy.config.hidden_size, config.value_hidden, config.value_dropout
+            )
+        },
     )
-    pad_id = tokenizer.pad_token_id
-    temperature = config.temperature
+    return run_online(state, "ppo", ppo_step)
 
-    require_prompts_per_rank(len(prompts), config.batch_size, ranks)
-    sampler = EpochSampler(len(prompts), config.batch_size, config.seed)
-    total_steps = total_steps_for(config, sampler.batches_per_epoch)
-    trained = nn.ModuleDict({"policy": policy, "value_head": value_head})
-    updates = make_updates(config, trained, ranks=ranks, device=device)
-    scheduler = build_scheduler(updates.optimizer, config, total_steps)
-    kl_controller = make_kl_controller(config, total_steps)
-    normalizer: RewardNormalizer | None = None
-    seed_rank_streams(config.seed, ranks)
-    start_step = 0
-    if resume_from is not None:
-        start_step, normalizer = restore_online_checkpoint(
-            run,
-            updates,
-            resume_from,
-            scheduler=scheduler,
-            kl_controller=kl_controller,
-            extra_modules={"value_head": value_head},
-        )
 
-    run.callback.on_start(total_steps=total_steps, config=config.to_dict())
-    throughput = Throughput()
-    pending: list[dict[str, float]] = []
-    status, step = "completed", start_step
-    for step_index, epoch, batch_index in sampler.positions(start_step, total_steps):
-        step = step_index + 1
-        batch_prompts = [prompts[i] for i in sampler.batch(epoch, batch_index)]
-        sources = assign_rollout_sources(len(batch_prompts), config)
-        asked = rollout_prompts(batch_prompts, sources, config, step)
-        models.scorer.share_clusters(asked, batch_prompts)
-        mine = ranks.block(range(len(asked)))
-        with throughput.timing():
-            rollouts, scores, doubled = collect_rollouts(
-                models, [asked[i] for i in mine], [sources[i] for i in mine], config, device
-            )
-            if normalizer is None and config.reward_range is not None:
-                normalizer = fit_normalizer(config, gather_scores(scores, ranks, device))
-            shaped = shape_rewards(scores, rollouts, config, normalizer).to(device)
-
-            full = build_batch(
-                [r.sequence() for r in rollouts],
-                packed=packed,
-                pad_token_id=pad_id,
-                device=device,
-                share_prompts=packed and can_share_prompts(policy),
-            )
-            with torch.no_grad(), autocast(device, config.bf16):
-                policy.eval()
-                value_head.eval()
-                old_logps, old_values, _ = _policy_outputs(
-                    policy, value_head, full, temperature, with_entropy=False
-                )
-                ref_logps = completion_token_logprobs(reference, full, temperature=temperature)
-                policy.train()
-                value_head.train()
-            old_logps, mask = full.to_padded(old_logps)
-            old_values, _ = full.to_padded(old_values)
-            ref_logps, _ = full.to_padded(ref_logps)
-            rewards, kl = kl_penalized_rewards(
-                shaped,
-                old_logps,
-                ref_logps,
-                mask,
-                kl_coef=kl_controller.value,
-                estimator=config.kl_estimator,  # type: ignore[arg-type]
-            )
-            advantages, returns = gae(rewards, old_values, mask, gamma=config.gamma, lam=config.lam)
-            if config.whiten_advantages:
-                advantages = _whiten(advantages, mask, ranks, device)
-            stats = _ppo_epochs(
-                policy,
-                value_head,
-                updates,
-                rollouts,
-                config,
-                packed=packed,
-                pad_id=pad_id,
-                device=device,
-                old_logps=old_logps,
-                old_values=old_values,
-                advantages=advantages,
-                returns=returns,
-                mask=mask,
-                ranks=ranks,
-                step=step,
-            )
-            scheduler.step()
-        metrics, n_all, tokens = rollout_metrics(
-            rollouts,
-            scores=scores,
-            shaped=shaped,
-            kl=(kl * mask).sum(dim=1),
-            ranks=ranks,
-            device=device,
-            missing_eos_penalty=config.missing_eos_penalty,
+def ppo_step(state: OnlineState, at: Position, throughput: Throughput) -> StepOutcome:
+    """One PPO step on the prompts of the sampler's batch at ``at`` (steps 1-4 of the module
+    docstring); this rank rolls out its block of them."""
+    config, run, models = state.config, state.run, state.models
+    device, ranks = run.device, run.ranks
+    batch_prompts = [state.prompts[i] for i in state.sampler.batch(at.epoch, at.batch_index)]
+    sources = assign_rollout_sources(len(batch_prompts), config)
+    asked = rollout_prompts(batch_prompts, sources, config, at.step)
+    models.scorer.share_clusters(asked, batch_prompts)
+    mine = ranks.block(range(len(asked)))
+    with throughput.timing():
+        rollouts, scores, doubled = collect_rollouts(
+            models, [asked[i] for i in mine], [sources[i] for i in mine], config, device
         )
-        doubled_count = all_reduce_sum({"doubled": float(sum(doubled))}, ranks, device)
-        kl_coef = kl_controller.value
-        kl_controller.update(metrics["kl"], n_all)
-        throughput.items += n_all
-        throughput.tokens += tokens
-        pending.append(
-            {
-                **stats,
-                **metrics,
-                "kl_coef": kl_coef,
-                "double_sampled_fraction": doubled_count["doubled"] / len(batch_prompts),
-                "learning_rate": scheduler.get_last_lr()[0],
-            }
+        shaped = shape_rewards(scores, rollouts, config, fitted_normalizer(state, scores)).to(
+            device
         )
-        run.callback.on_step(step=step, total_steps=total_steps)
-        if step % config.eval_every == 0 or step == total_steps:
-            samples = rollout_samples(
-                rollouts=rollouts,
-                rewards=shaped.float().cpu().tolist(),
-                figures={
-                    "score": scores.float().cpu().tolist(),
-                    "kl": (kl * mask).sum(dim=1).float().cpu().tolist(),
-                },
-            )
-            run.callback.on_samples(step=step, samples=samples)
-        evaluated = (
-            evaluate_policy(models, eval_prompts, config, ranks=ranks, device=device)
-            if eval_due(config, step, total_steps, len(eval_prompts))
-            else {}
-        )
-        if step % config.log_every == 0 or step == total_steps or evaluated:
-            logged = mean_metrics(pending)
-            logged.update(
-                evaluated,
-                epoch=epoch + (batch_index + 1) / sampler.batches_per_epoch,
-                samples_per_second=throughput.per_second(throughput.items),
-                tokens_per_second=throughput.per_second(throughput.tokens),
-            )
-            fraction = memory_fraction(device)
-            if fraction is not None:
-                logged["memory_fraction"] = fraction
-            run.callback.on_log(step=step, metrics=logged)
-            pending = []
-        stop = run.stop_requested()
-        if run.checkpoints.due(step) or (stop and step < total_steps):
-            save_online_checkpoint(
-                run,
-                updates,
-                step=step,
-                policy=policy,
-                tokenizer=tokenizer,
-                scheduler=scheduler,
-                kl_controller=kl_controller,
-                normalizer=normalizer,
-                trainer_state={"epoch": epoch, "batch_in_epoch": batch_index + 1, "kind": "ppo"},
-                extra_modules={"value_head": value_head},
-            )
-        if stop and step < total_steps:
-            status = "cancelled"
-            break
-
-    summary = {
-        "kind": "ppo",
-        "prompts": len(prompts),
-        "eval_prompts": len(eval_prompts),
-        "samples_trained": throughput.items,
-        "tokens_trained": throughput.tokens,
-        "train_seconds": throughput.seconds,
-        "samples_per_second": throughput.per_second(throughput.items),
-        "tokens_per_second": throughput.per_second(throughput.tokens),
-        "kl_coef": kl_controller.value,
-        **models.encoder.fit.summary(),
-        **models.scorer.fit.summary(),
-        "packed": packed,
-        "bf16": config.bf16,
-        "peak_memory_bytes": peak_memory_bytes(device),
-        "reward_clusters": models.scorer.conditioned_clusters(),
-    }
-    return finish_run(
-        run, status=status, step=step, model=policy, tokenizer=tokenizer, summary=summary
+        advantages = _advantages(state, rollouts, shaped)
+        stats = _ppo_epochs(state, rollouts, advantages, step=at.step)
+        state.scheduler.step()
+    kl = (advantages.kl * advantages.mask).sum(dim=1)
+    metrics, n_all, tokens = rollout_metrics(
+        rollouts,
+        scores=scores,
+        shaped=shaped,
+        kl=kl,
+        ranks=ranks,
+        device=device,
+        missing_eos_penalty=config.missing_eos_penalty,
     )
+    doubled_count = all_reduce_sum({"doubled": float(sum(doubled))}, ranks, device)
+    kl_coef = state.count(throughput, metrics, n_all, tokens)
+    samples = None
+    if state.samples_due(at.step):
+        samples = rollout_samples(
+            rollouts=rollouts,
+            rewards=shaped.float().cpu().tolist(),
+            figures={"score": scores.float().cpu().tolist(), "kl": kl.float().cpu().tolist()},
+        )
+    return StepOutcome(
+        {
+            **stats,
+            **metrics,
+            "kl_coef": kl_coef,
+            "double_sampled_fraction": doubled_count["doubled"] / len(batch_prompts),
+            "learning_rate": state.scheduler.get_last_lr()[0],
+        },
+        samples=samples,
+    )
+
+
+@dataclass
+class Advantages:
+    """A rollout batch's targets, padded [R, T] (``mask`` 1 on response tokens): log-probs and
+    values of the policy before the update, per-token KL to the reference, GAE advantages
+    (whitened when configured) and returns."""
+
+    old_logps: torch.Tensor
+    old_values: torch.Tensor
+    kl: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    mask: torch.Tensor
+
+
+def _advantages(state: OnlineState, rollouts: list[Rollout], shaped: torch.Tensor) -> Advantages:
+    """Old log-probs and values (policy before the update, dropout off), reference log-probs,
+    the KL-penalised rewards, and GAE over them (step 3 of the module docstring)."""
+    config, models, device = state.config, state.models, state.run.device
+    policy, value_head = models.policy, _value_head(state)
+    full = build_batch(
+        [r.sequence() for r in rollouts],
+        packed=models.packed,
+        pad_token_id=models.tokenizer.pad_token_id,
+        device=device,
+        share_prompts=models.packed and can_share_prompts(policy),
+    )
+    with torch.no_grad(), autocast(device, config.bf16):
+        policy.eval()
+        value_head.eval()
+        old_logps, old_values, _ = _policy_outputs(
+            policy, value_head, full, config.temperature, with_entropy=False
+        )
+        ref_logps = completion_token_logprobs(
+            models.reference, full, temperature=config.temperature
+        )
+        policy.train()
+        value_head.train()
+    old_logps, mask = full.to_padded(old_logps)
+    old_values, _ = full.to_padded(old_values)
+    ref_logps, _ = full.to_padded(ref_logps)
+    rewards, kl = kl_penalized_rewards(
+        shaped,
+        old_logps,
+        ref_logps,
+        mask,
+        kl_coef=state.kl_controller.value,
+        estimator=config.kl_estimator,  # type: ignore[arg-type]
+    )
+    advantages, returns = gae(rewards, old_values, mask, gamma=config.gamma, lam=config.lam)
+    if config.whiten_advantages:
+        advantages = _whiten(advantages, mask, state.run.ranks, device)
+    return Advantages(old_logps, old_values, kl, advantages, returns, mask)
+
+
+def _value_head(state: OnlineState) -> ValueHead:
+    assert state.extra_modules is not None  # setup_online built it for train_ppo
+    return state.extra_modules["value_head"]  # type: ignore[return-value]
 
 
 def _sample_from_sources(
@@ -457,22 +368,7 @@ def _whiten(
 
 
 def _ppo_epochs(
-    policy: Any,
-    value_head: ValueHead,
-    updates: PlainUpdates | ZeroUpdates,
-    rollouts: list[Rollout],
-    config: PPOConfig,
-    *,
-    packed: bool,
-    pad_id: int,
-    device: torch.device,
-    old_logps: torch.Tensor,
-    old_values: torch.Tensor,
-    advantages: torch.Tensor,
-    returns: torch.Tensor,
-    mask: torch.Tensor,
-    ranks: Ranks,
-    step: int,
+    state: OnlineState, rollouts: list[Rollout], targets: Advantages, *, step: int
 ) -> dict[str, float]:
     """Minibatch epochs over one rollout batch; returns mean statistics of the minibatches run.
 
@@ -481,6 +377,7 @@ def _ppo_epochs(
     rank runs its own members of each and token sums are divided by the minibatch's token count
     over every rank. A rank with no member runs one of its rows with weight 0, so every rank makes
     the same backward passes (DeepSpeed reduces gradients during backward)."""
+    config, ranks, device = state.config, state.run.ranks, state.run.device
     counts = gather_objects(len(rollouts), ranks)
     offset, total = sum(counts[: ranks.rank]), sum(counts)
     generator = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
@@ -492,27 +389,18 @@ def _ppo_epochs(
         for start in range(0, total, config.minibatch_size):
             chunk = order[start : start + config.minibatch_size]
             index = [g - offset for g in chunk if offset <= g < offset + len(rollouts)]
-            local_tokens = float(mask[index].sum()) if index else 0.0
+            local_tokens = float(targets.mask[index].sum()) if index else 0.0
             tokens = max(all_reduce_sum({"tokens": local_tokens}, ranks, device)["tokens"], 1.0)
             sums = _minibatch_backward(
-                policy,
-                value_head,
-                updates,
+                state,
                 rollouts,
                 index or [0],
-                config,
+                targets,
                 weight=1.0 if index else 0.0,
-                packed=packed,
-                pad_id=pad_id,
-                device=device,
-                old_logps=old_logps,
-                old_values=old_values,
-                advantages=advantages,
-                returns=returns,
                 tokens=tokens,
             )
             sums = all_reduce_sum(sums, ranks, device)
-            grad_norm = updates.step()
+            grad_norm = state.updates.step()
             approx_kl = sums["approx_kl"] / tokens
             rows.append(
                 {
@@ -538,36 +426,28 @@ def _ppo_epochs(
 
 
 def _minibatch_backward(
-    policy: Any,
-    value_head: ValueHead,
-    updates: PlainUpdates | ZeroUpdates,
+    state: OnlineState,
     rollouts: list[Rollout],
     index: list[int],
-    config: PPOConfig,
+    targets: Advantages,
     *,
     weight: float,
-    packed: bool,
-    pad_id: int,
-    device: torch.device,
-    old_logps: torch.Tensor,
-    old_values: torch.Tensor,
-    advantages: torch.Tensor,
-    returns: torch.Tensor,
     tokens: float,
 ) -> dict[str, float]:
     """Forward and backward of this rank's rows ``index`` of a minibatch whose tokens over every
     rank number ``tokens``, the loss times ``weight`` (1, or 0 for a stand-in row); returns this
     rank's share of the losses and its token sums of the clip and KL statistics (times weight)."""
+    config, models, device = state.config, state.models, state.run.device
     batch = build_batch(
         [rollouts[i].sequence() for i in index],
-        packed=packed,
-        pad_token_id=pad_id,
+        packed=models.packed,
+        pad_token_id=models.tokenizer.pad_token_id,
         device=device,
     )
     with autocast(device, config.bf16):
         logps, values, entropy = _policy_outputs(
-            policy,
-            value_head,
+            models.policy,
+            _value_head(state),
             batch,
             config.temperature,
             with_entropy=config.entropy_coef > 0,
@@ -577,7 +457,7 @@ def _minibatch_backward(
     rows_index = torch.tensor(index, device=device)
     mb_old_logps, mb_advantages, mb_old_values, mb_returns = (
         t.index_select(0, rows_index)[:, : logps.shape[1]]
-        for t in (old_logps, advantages, old_values, returns)
+        for t in (targets.old_logps, targets.advantages, targets.old_values, targets.returns)
     )
     policy_loss, stats = ppo_policy_loss(
         logps,
@@ -602,7 +482,7 @@ def _minibatch_backward(
         entropy_mean = entropy_bonus(entropy_padded, mb_mask, token_count=tokens)
         loss = loss - config.entropy_coef * entropy_mean
         entropy_term = float(entropy_mean.detach())
-    updates.backward(loss * weight)
+    state.updates.backward(loss * weight)
     local_tokens = float(mb_mask.sum()) * weight
     return {
         "loss": float(loss.detach()) * weight,

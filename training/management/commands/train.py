@@ -15,15 +15,14 @@ import json
 import logging
 import math
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.errors import ModelUnavailableError
+from training.services import reference_cache_dir
 
 KINDS = ("rm", "dpo", "ppo", "rloo")
 PROGRESS_EVERY_S = 2.0  # at most one progress line this often while a phase runs
@@ -148,9 +147,7 @@ class Command(BaseCommand):
             if options[option]:
                 values[option] = _model_folder(options[option])
         if options["kind"] == "dpo":
-            values["reference_cache_dir"] = str(
-                Path(settings.VAR_DIR) / "cache" / "reference-logps"
-            )
+            values["reference_cache_dir"] = reference_cache_dir()
         values.update(_parse_setting(text) for text in options["set"])
         if not Path(values["data"]).is_file():
             raise CommandError(f"--data: no such file {values['data']}")
@@ -218,18 +215,17 @@ class Command(BaseCommand):
 
     def _launch(self, config: Any, nproc: int) -> None:
         """Run the recipe in ``nproc`` processes under torchrun, passing rank 0's lines through."""
-        from training.worker import launch_command
+        from training.worker import LauncherFailed, launch_command, launcher_lines
 
         output = Path(config.output_dir)
         output.mkdir(parents=True, exist_ok=True)
         config_path = output / "launch-config.json"
         config.save(config_path)
         command = launch_command(gpus=nproc, config_path=config_path)
-        with subprocess.Popen(
-            command, stdout=subprocess.PIPE, text=True, cwd=settings.BASE_DIR
-        ) as process:
-            assert process.stdout is not None
-            for line in process.stdout:
+        try:
+            for line in launcher_lines(command):
                 self.stdout.write(line.rstrip("\n"))
-        if process.returncode != 0:
-            raise CommandError(f"torchrun exited with {process.returncode}: {' '.join(command)}")
+        except LauncherFailed as exc:
+            raise CommandError(
+                f"torchrun exited with {exc.returncode}: {' '.join(command)}"
+            ) from exc

@@ -72,7 +72,7 @@ def fixed_rollouts() -> Iterator[None]:
 def main(plan_path: str) -> int:
     """Run the plan's runs in order in this process group: a JSON list of {"config": path,
     "fixed_rollouts": bool, "stop_after": steps or null}."""
-    from tests.training.test_dpo_recipe import StopAfter
+    from tests.helpers.recipes import StopAfter
     from training.recipes import config_from_dict, run_training
 
     for entry in json.loads(Path(plan_path).read_text()):

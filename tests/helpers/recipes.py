@@ -1,0 +1,37 @@
+"""Recipe helpers shared by the training tests: a callback that asks to stop after a step (cancel,
+then resume), and a tiny RLOO config."""
+
+from training.recipes import RLOOConfig, TrainingCallback
+
+
+class StopAfter(TrainingCallback):
+    """Asks the loop to stop once step ``step`` has run (what a cancel does)."""
+
+    def __init__(self, step: int) -> None:
+        self.stop_at, self.step = step, 0
+
+    def on_step(self, *, step: int, total_steps: int) -> None:
+        self.step = step
+
+    def should_stop(self) -> bool:
+        return self.step >= self.stop_at
+
+
+def rloo_config(policy, reward, prompts, output_dir, **overrides) -> RLOOConfig:
+    """A 2-step RLOO config on CPU (batch 2, K = 2, 6 new tokens) for the tiny models."""
+    values = {
+        "model": str(policy),
+        "reward_model": str(reward),
+        "data": str(prompts),
+        "output_dir": str(output_dir),
+        "batch_size": 2,
+        "rloo_k": 2,
+        "max_new_tokens": 6,
+        "max_length": 128,
+        "learning_rate": 1e-3,
+        "checkpoint_every": 0,
+        "device": "cpu",
+        "max_steps": 2,
+    }
+    values.update(overrides)
+    return RLOOConfig(**values)

@@ -1,0 +1,343 @@
+"""Scoring with a trained reward model: loading it (``load_sequence_classifier``), its optional
+prompt-cluster conditioning (``ClusterConditioning``), the scorer that fits and scores
+(prompt, response) pairs (``RewardScorer``), and ``reward_scores`` for callers outside the recipes.
+
+The reward-model recipe trains through the same scorer, the online recipes score rollouts with it,
+and monitoring scores eval-round responses through ``training.recipes.reward_scores`` (the package
+boundary the worker uses, imported on first use).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from training.recipes.data import ChatEncoder, FitLog, Messages, fit_prompt, token_limit
+from training.recipes.packing import (
+    VARLEN_ATTENTION,
+    TokenizedSequence,
+    build_batch,
+    last_hidden_states,
+    packed_attention_for,
+    packed_encoder_logits,
+    supports_encoder_packing,
+    supports_packing,
+)
+
+
+@dataclass(frozen=True)
+class RewardInput:
+    """One (prompt, response) as the reward model reads it."""
+
+    input_ids: tuple[int, ...]
+    token_type_ids: tuple[int, ...] | None = None
+
+
+def load_sequence_classifier(
+    path: str | Path, *, device: torch.device, tokenizer: Any, packing: bool = True
+) -> Any:
+    """A 1-label AutoModelForSequenceClassification in float32 (a new head when ``path`` holds a
+    base model), with the tokenizer's pad id so padded batches find each row's last token."""
+    from transformers import AutoModelForSequenceClassification
+
+    kwargs: dict[str, Any] = {"num_labels": 1, "dtype": torch.float32}
+    model = None
+    if packing:
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(
+                str(path), attn_implementation=packed_attention_for("cpu"), **kwargs
+            )
+        except (ValueError, ImportError):
+            model = None
+    if model is None:
+        model = AutoModelForSequenceClassification.from_pretrained(str(path), **kwargs)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.config.use_cache = False
+    return model.to(device)
+
+
+CONDITIONING_FILE = "cluster_conditioning.json"
+
+
+class ClusterConditioning(nn.Module):
+    """Domain conditioning (PIPELINE.md's third layer): a learned vector per prompt cluster, added to
+    the input embedding of every token of a sequence whose prompt is in that cluster.
+
+    Added to the input, not to the pooled output: an offset at the output would be the same for a
+    pair's chosen and rejected responses (same prompt, same cluster) and cancel in the Bradley-Terry
+    difference. Row 0 is "no cluster" and stays zero; the others start at zero, so training starts
+    from the base model. Shapes: ``weight`` [C + 1, H].
+    """
+
+    def __init__(self, clusters: Sequence[str], hidden_size: int) -> None:
+        super().__init__()
+        self.clusters = list(clusters)
+        self.index = {name: i + 1 for i, name in enumerate(self.clusters)}
+        self.weight = nn.Parameter(torch.zeros(len(self.clusters) + 1, hidden_size))
+        self._tokens: torch.Tensor | None = None
+
+    def ids(self, clusters: Sequence[str | None]) -> list[int]:
+        return [self.index.get(c, 0) if c is not None else 0 for c in clusters]
+
+    def attach(self, model: Any) -> None:
+        """Add the current token clusters to ``model``'s input embeddings from now on."""
+        model.get_input_embeddings().register_forward_hook(self._add)
+
+    def _add(self, module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+        if self._tokens is None:
+            return output
+        known = (self._tokens > 0).unsqueeze(-1)  # row 0 ("no cluster") adds exactly nothing
+        added = torch.where(known, self.weight[self._tokens], 0.0)
+        return output + added.to(output.dtype)
+
+    def condition(self, tokens: torch.Tensor | None) -> None:
+        """Cluster id per input token (the shape of the next forward's input ids), or None."""
+        self._tokens = tokens
+
+    def report(self) -> dict[str, float]:
+        """Norm of each cluster's learned vector (how far the reward adapted to that domain)."""
+        norms = self.weight.detach()[1:].norm(dim=-1).tolist()
+        return {name: round(norm, 4) for name, norm in zip(self.clusters, norms, strict=True)}
+
+    def payload(self) -> dict[str, Any]:
+        return {"clusters": self.clusters, "weight": self.weight.detach()[1:].tolist()}
+
+    @classmethod
+    def load(cls, folder: str | Path, hidden_size: int) -> ClusterConditioning | None:
+        """The conditioning saved beside a trained reward model (``CONDITIONING_FILE``), or None
+        when the model was trained without it."""
+        file = Path(folder) / CONDITIONING_FILE
+        if not file.is_file():
+            return None
+        payload = json.loads(file.read_text())
+        module = cls(payload["clusters"], hidden_size)
+        weight = torch.tensor(payload["weight"], dtype=torch.float32)
+        if weight.shape != (len(module.clusters), hidden_size):
+            raise ValueError(
+                f"{file}: weight is {list(weight.shape)}, expected "
+                f"[{len(module.clusters)}, {hidden_size}] (clusters x the model's hidden size)"
+            )
+        with torch.no_grad():
+            module.weight[1:] = weight
+        return module
+
+
+class RewardScorer:
+    """Encodes (prompt, response) pairs and returns scalar rewards [S] float32 for a reward model.
+
+    Inputs are fitted to ``max_length`` and to the model's own limits (its position table, its
+    tokenizer's ``model_max_length``): the response stays whole when the prompt keeps
+    ``prompt_budget`` tokens beside it, and the prompt keeps the end of the conversation (see
+    ``ChatEncoder``); what was cut is noted in ``fit``.
+
+    With a ``ClusterConditioning`` (``condition_on``), each prompt's cluster comes from
+    ``prompt_clusters``; prompts it does not know score as "no cluster"."""
+
+    conditioning: ClusterConditioning | None = None
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_length: int,
+        prompt_budget: int,
+        fit: FitLog | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = token_limit(
+            max_length=max_length, model_config=model.config, tokenizer=tokenizer
+        )
+        self.prompt_budget = min(prompt_budget, self.max_length // 2)
+        self.fit = fit or FitLog("samples")
+        self.chat = bool(getattr(tokenizer, "chat_template", None))
+        self.chat_encoder = ChatEncoder(
+            tokenizer, max_length=self.max_length, prompt_budget=self.prompt_budget, fit=self.fit
+        )
+        head = getattr(model, "score", None)
+        self.packed = (
+            self.chat
+            and supports_packing(model)
+            and isinstance(head, torch.nn.Linear)
+            and model.config._attn_implementation in (VARLEN_ATTENTION, "flash_attention_2")
+        )
+        self.encoder_packed = supports_encoder_packing(model)
+        self.prompt_clusters: dict[Messages, str] = {}
+
+    def condition_on(
+        self, conditioning: ClusterConditioning, prompt_clusters: dict[Messages, str]
+    ) -> None:
+        """Score with ``conditioning`` from now on, each prompt in its ``prompt_clusters`` entry."""
+        conditioning.attach(self.model)
+        self.conditioning = conditioning
+        self.prompt_clusters = dict(prompt_clusters)
+
+    def clusters_for(self, prompts: Sequence[Messages]) -> list[int] | None:
+        """Cluster ids of ``prompts`` for ``score`` (0: none), or None without conditioning."""
+        if self.conditioning is None:
+            return None
+        return self.conditioning.ids([self.prompt_clusters.get(p) for p in prompts])
+
+    def conditioned_clusters(self) -> int:
+        """How many prompt clusters the reward model tells apart (0: not conditioned)."""
+        return 0 if self.conditioning is None else len(self.conditioning.clusters)
+
+    def share_clusters(self, variants: Sequence[Messages], originals: Sequence[Messages]) -> None:
+        """Each variant of a prompt (an instruction appended, say) is in its original's cluster."""
+        for variant, original in zip(variants, originals, strict=True):
+            if variant != original and original in self.prompt_clusters:
+                self.prompt_clusters[variant] = self.prompt_clusters[original]
+
+    def encode(self, prompt: Messages, response: str) -> RewardInput:
+        return self._encode(prompt, [response], (prompt, response))[0]
+
+    def encode_pair(
+        self, prompt: Messages, chosen: str, rejected: str
+    ) -> tuple[RewardInput, RewardInput] | None:
+        """Both answers after one fitted prompt, or None (noted as dropped) when cutting them to
+        fit left the same tokens."""
+        key = (prompt, chosen, rejected)
+        before = self.fit.truncated
+        first, second = self._encode(prompt, [chosen, rejected], key)
+        if first == second and self.fit.truncated > before:
+            self.fit.note_dropped(key, "both answers the same once fitted")
+            return None
+        return first, second
+
+    def _encode(self, prompt: Messages, responses: Sequence[str], key: Any) -> list[RewardInput]:
+        if self.chat:
+            fitted = self.chat_encoder.encode_responses(prompt, responses, key)
+            return [RewardInput(seq.input_ids) for seq in fitted]
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None:  # no fast tokenizer to fit with: the tokenizer's own truncation
+            return [self._encode_plain(prompt, response) for response in responses]
+        return self._encode_text_pairs(backend, prompt, responses, key)
+
+    def _encode_plain(self, prompt: Messages, response: str) -> RewardInput:
+        text = "\n\n".join(content for _, content in prompt)
+        encoded = self.tokenizer(text, response, truncation=True, max_length=self.max_length)
+        types = encoded.get("token_type_ids")
+        return RewardInput(tuple(encoded["input_ids"]), None if types is None else tuple(types))
+
+    def _encode_text_pairs(
+        self, backend: Any, prompt: Messages, responses: Sequence[str], key: Any
+    ) -> list[RewardInput]:
+        """Encoders read ``[CLS] prompt [SEP] response [SEP]``: the prompt's text fitted in whole
+        turns, then both parts cut in tokens where needed, then the tokenizer's special tokens."""
+        room_total = self.max_length - self.tokenizer.num_special_tokens_to_add(pair=True)
+
+        def text(messages: Messages) -> str:
+            return "\n\n".join(content for _, content in messages)
+
+        answers = [backend.encode(r, add_special_tokens=False) for r in responses]
+        longest = max(len(a.ids) for a in answers)
+        room = max(room_total - longest, self.prompt_budget)
+        full_prompt = len(backend.encode(text(prompt), add_special_tokens=False).ids)
+        kept, cut = fit_prompt(
+            prompt, room, lambda m: len(backend.encode(text(m), add_special_tokens=False).ids)
+        )
+        question = backend.encode(text(kept), add_special_tokens=False)
+        if len(question.ids) > room:
+            question.truncate(room, direction="left")
+        left = room_total - len(question.ids)
+        if cut or longest > left:
+            self.fit.note_truncated(
+                key,
+                f"prompt {' '.join(prompt[-1][1].split())[:60]!r}: {full_prompt} -> "
+                f"{len(question.ids)} tokens; responses {[len(a.ids) for a in answers]} -> "
+                f"{[min(len(a.ids), left) for a in answers]} tokens",
+            )
+        typed = "token_type_ids" in self.tokenizer.model_input_names
+        inputs = []
+        for answer in answers:
+            if len(answer.ids) > left:
+                answer.truncate(left)
+            joined = backend.post_process(question, answer, add_special_tokens=True)
+            inputs.append(RewardInput(tuple(joined.ids), tuple(joined.type_ids) if typed else None))
+        return inputs
+
+    def score(
+        self, inputs: Sequence[RewardInput], clusters: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        """Rewards [S] float32 (with gradients when the model is training and grad is enabled).
+
+        ``clusters``: each input's cluster id for the attached ``ClusterConditioning`` (0: none)."""
+        if self.conditioning is None or clusters is None:
+            return self._score(inputs)
+        ids = torch.tensor(list(clusters))
+        lengths = torch.tensor([len(x.input_ids) for x in inputs])
+        device = next(self.model.parameters()).device
+        if self.packed or self.encoder_packed:  # one row, sequences one after another
+            tokens = ids.repeat_interleave(lengths)[None]
+        else:
+            tokens = ids[:, None].expand(len(inputs), int(lengths.max()))
+        self.conditioning.condition(tokens.to(device))
+        try:
+            return self._score(inputs)
+        finally:
+            self.conditioning.condition(None)
+
+    def _score(self, inputs: Sequence[RewardInput]) -> torch.Tensor:
+        device = next(self.model.parameters()).device
+        if self.packed:
+            sequences = [TokenizedSequence(x.input_ids, len(x.input_ids)) for x in inputs]
+            batch = build_batch(
+                sequences, packed=True, pad_token_id=self.tokenizer.pad_token_id, device=device
+            )
+            hidden = last_hidden_states(self.model, batch).index_select(0, batch.last_index)
+            return self.model.score(hidden).squeeze(-1).float()
+        if self.encoder_packed:
+            logits = packed_encoder_logits(
+                self.model, [x.input_ids for x in inputs], [x.token_type_ids for x in inputs]
+            )
+            return logits[:, 0].float()
+        longest = max(len(x.input_ids) for x in inputs)
+        ids = torch.full((len(inputs), longest), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        types = torch.zeros_like(ids)
+        for row, x in enumerate(inputs):
+            ids[row, : len(x.input_ids)] = torch.tensor(x.input_ids)
+            mask[row, : len(x.input_ids)] = 1
+            if x.token_type_ids is not None:
+                types[row, : len(x.token_type_ids)] = torch.tensor(x.token_type_ids)
+        kwargs = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+        if any(x.token_type_ids is not None for x in inputs):
+            kwargs["token_type_ids"] = types.to(device)
+        return self.model(**kwargs).logits[:, 0].float()
+
+
+def reward_scores(
+    folder: str | Path,
+    conversations: Sequence[Sequence[dict[str, str]]],
+    texts: Sequence[str],
+    *,
+    max_length: int = 1024,
+    batch_size: int = 8,
+) -> list[float]:
+    """Scalar rewards [N] of (conversation, response) pairs under the reward model in ``folder``,
+    on the GPU when there is one, ``batch_size`` pairs a forward. ``conversations``: [N] lists of
+    {"role", "content"} messages; ``texts``: [N] responses. Inputs are fitted to ``max_length``
+    tokens (half kept for the prompt when needed)."""
+    from training.recipes.models import load_tokenizer
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = load_tokenizer(folder)
+    model = load_sequence_classifier(folder, device=device, tokenizer=tokenizer, packing=False)
+    model.eval().requires_grad_(False)
+    scorer = RewardScorer(model, tokenizer, max_length=max_length, prompt_budget=max_length // 2)
+    inputs = [
+        scorer.encode(tuple((m["role"], m["content"]) for m in conv), text)
+        for conv, text in zip(conversations, texts, strict=True)
+    ]
+    out: list[float] = []
+    with torch.inference_mode():
+        for start in range(0, len(inputs), batch_size):
+            out.extend(scorer.score(inputs[start : start + batch_size]).tolist())
+    return out
