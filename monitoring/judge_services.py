@@ -71,7 +71,8 @@ def judge_create(
     """The next version of the judge ``name`` of ``project`` (version 1 for a new name), with a
     machine annotator that cannot log in. Nothing is written when an argument is wrong.
 
-    kind "reward_model" needs ``reward_run``: a succeeded reward-model run of this project;
+    kind "reward_model" needs ``reward_run``: a succeeded reward-model run (of this project, or of
+    another one: a reward model trained on other data is measured here on held-out pairs);
     ``tie_band`` (reward units, >= 0) or None to calibrate it on the humans' labels when the job
     runs. kind "local_llm" needs ``model_name`` (a ready model of the registry), a ``template``
     with {prompt}, {response_a}, {response_b} (``monitoring.judging.JudgingTemplate``) and
@@ -80,7 +81,7 @@ def judge_create(
     if not name or slugify(name) != name:
         raise JudgeError(f"name {name!r} must be a slug (lowercase letters, digits, hyphens)")
     if kind == Judge.Kind.REWARD_MODEL:
-        _check_reward_run(project, reward_run)
+        _check_reward_run(reward_run)
         if tie_band is not None and not tie_band >= 0:
             raise JudgeError(f"tie_band must be >= 0 reward units, got {tie_band}")
         model_name, template = "", ""
@@ -122,15 +123,13 @@ def judge_create(
         )
 
 
-def _check_reward_run(project: Project, run: TrainingRun | None) -> None:
+def _check_reward_run(run: TrainingRun | None) -> None:
     if run is None:
         raise JudgeError("a reward-model judge needs a reward-model run")
     if run.kind != TrainingRun.Kind.RM or run.status != TrainingRun.Status.SUCCEEDED:
         raise JudgeError(
             f"run {run.pk} is a {run.kind} run ({run.status}); need a succeeded rm run"
         )
-    if run.snapshot.export.project_id != project.pk:
-        raise JudgeError(f"run {run.pk} was trained on another project's data")
 
 
 def judge_launch(*, judge: Judge) -> Judge:

@@ -34,13 +34,12 @@ class JudgeForm(forms.Form):
     template = forms.CharField(widget=forms.Textarea(attrs={"rows": 14}), initial=DEFAULT_TEMPLATE)
     max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256)
 
-    def __init__(self, *args, project: Project, **kwargs) -> None:
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        # Any project's reward model: one trained on other data is measured here on new pairs.
         self.fields["reward_run"].queryset = TrainingRun.objects.filter(
-            kind=TrainingRun.Kind.RM,
-            status=TrainingRun.Status.SUCCEEDED,
-            snapshot__export__project=project,
-        )
+            kind=TrainingRun.Kind.RM, status=TrainingRun.Status.SUCCEEDED
+        ).order_by("-pk")
         self.fields["model_name"].choices = [
             (m.name, m.name) for m in registered_models() if m.ready and m.chat_template
         ]
@@ -51,7 +50,7 @@ def judges(request: HttpRequest, slug: str) -> HttpResponse:
     """The project's judges and their jobs; POST creates the next version of a judge and
     launches it (post/redirect/get); a bad form answers 400 with the reasons."""
     project = get_object_or_404(Project, slug=slug)
-    form = JudgeForm(request.POST or None, project=project)
+    form = JudgeForm(request.POST or None)
     status = 200
     if request.method == "POST":
         if form.is_valid():
@@ -85,3 +84,17 @@ def judge_report(request: HttpRequest, judge_id: int) -> HttpResponse:
         "summary": judge_selectors.judge_report_summary(data),
     }
     return render(request, "monitoring/judges/report.html", context)
+
+
+@role_required(ML_ENGINEER, methods=("POST",))
+def judge_relaunch(request: HttpRequest, judge_id: int) -> HttpResponse:
+    """Run a finished or failed judge version's job again: it answers only what is missing (pairs
+    added since, answers a crashed job never saved)."""
+    judge = get_object_or_404(Judge.objects.select_related("project"), pk=judge_id)
+    try:
+        judge_services.judge_launch(judge=judge)
+    except ConcordError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Judge {judge.name} v{judge.version} queued again.")
+    return redirect("monitoring:judges", slug=judge.project.slug)

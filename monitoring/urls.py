@@ -18,4 +18,5 @@ urlpatterns = [
     path("eval/<int:round_id>/progress.json", eval_views.round_progress, name="eval-progress"),
     path("projects/<slug:slug>/judges/", judge_views.judges, name="judges"),
     path("judges/<int:judge_id>/", judge_views.judge_report, name="judge-report"),
+    path("judges/<int:judge_id>/launch/", judge_views.judge_relaunch, name="judge-relaunch"),
 ]

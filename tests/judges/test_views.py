@@ -63,3 +63,20 @@ def test_report_page_shows_the_figures_and_escapes_raw_answers(
     assert "Swap-flip rate" in body and "1 flips on 1 pairs decisive in both orders" in body
     assert "Unparsed answers: 1" in body and "&lt;b&gt;bold&lt;/b&gt; maybe A" in body
     assert "ann1" in body and judge.annotator.username not in body.split("Agreement with")[1]
+
+
+def test_run_again_queues_a_failed_version_and_refuses_a_queued_one(
+    judged_project, reward_run, ml_engineer
+):
+    judge = judge_create(
+        project=judged_project, name="rm", kind="reward_model", created_by=None,
+        reward_run=reward_run,
+    )  # fmt: skip
+    Judge.objects.filter(pk=judge.pk).update(status="failed", error="worker lost")
+    client = logged_in(ml_engineer)
+    url = reverse("monitoring:judge-relaunch", args=[judge.pk])
+    assert client.post(url).status_code == 302
+    judge.refresh_from_db()
+    assert (judge.status, judge.error) == ("queued", "")
+    page = client.post(url, follow=True).content.decode()
+    assert "is already queued" in page

@@ -149,6 +149,7 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "monitoring:run-decide":          {"get": (302, 405, 405, 405, 405), "post": (302, 403, 302, 403, 302)},
     "monitoring:judges":              {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 400, 400)},
     "monitoring:judge-report":        {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
+    "monitoring:judge-relaunch":      {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     "admin:index":                    {"get": (302, 302, 302, 200, 200), "post": (302, 302, 302, 200, 200)},
     "admin:login":                    {"get": (200, 200, 200, 302, 302), "post": (200, 200, 200, 200, 200)},
     "admin:logout":                   {"get": (302, 302, 302, 405, 405), "post": (302, 302, 302, 302, 302)},
