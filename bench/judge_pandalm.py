@@ -4,7 +4,8 @@ labels of the held-out pairs and printed by ``manage.py judge_report``.
 
 PandaLM's test set (../shared/data, never copied here): 999 pairs, 3 annotators each. Pairs
 [0, heldout) go to project ``pandalm-heldout``; the next ``train`` pairs to ``pandalm-train``, whose
-majority labels train a Bradley-Terry reward model on SmolLM2-135M (in this process, CPU or GPU).
+majority labels train a Bradley-Terry reward model (``--rm-base``: MiniLM-L6 by default, cheap on
+CPU; or SmolLM2-135M) in this process, on CPU or GPU.
 Meanwhile ``manage.py judge_run`` runs the SmolLM2 judge (default judging prompt, greedy,
 ``--max-new-tokens``), then the reward-model judge, on every held-out pair in both orders; ``manage.py
 judge_report --json`` prints each judge's figures. Prints one JSON object with both reports.
@@ -64,6 +65,9 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=300, help="pairs the reward model learns")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="SmolLM2 judge's answers")
     parser.add_argument("--skip-llm", action="store_true", help="the reward-model judge only")
+    parser.add_argument(
+        "--rm-base", default="all-minilm-l6-v2", help="registry model the reward model starts from"
+    )
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     sys.path.insert(0, str(ROOT))
@@ -92,7 +96,7 @@ def main() -> None:
             cwd=ROOT, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
     run = services.run_create(
-        name=f"pandalm rm on {args.train} pairs", kind="rm", base_model="smollm2-135m-instruct",
+        name=f"pandalm rm on {args.train} pairs", kind="rm", base_model=args.rm_base,
         snapshot=services.snapshot_for(export=dataset_export(project=train)),
         config={"epochs": 1, "batch_size": 8, "max_length": 256, "learning_rate": 2e-5},
     )  # fmt: skip

@@ -43,8 +43,9 @@ from training.models import TrainingRun
 
 log = logging.getLogger(__name__)
 ORDERS = ("a", "b")  # the stored response shown first, as "Response A"
-# Answers generated per batch; the job saves and reports progress after each.
-BATCH = 8
+# Answers per batch; the job saves and reports progress after each. A reward model's batch is
+# larger: each batch loads the scorer again (monitoring.eval_services.reward_scores).
+BATCH = {"local_llm": 8, "reward_model": 128}
 
 
 class JudgeError(ConcordError):
@@ -188,8 +189,9 @@ def judge_run(*, judge_id: int) -> Judge:
     try:
         tasks = _missing_tasks(judge)
         answer = _answerer(judge)
-        for start in range(0, len(tasks), BATCH):
-            chunk = tasks[start : start + BATCH]
+        size = BATCH[judge.kind]
+        for start in range(0, len(tasks), size):
+            chunk = tasks[start : start + size]
             began = time.perf_counter()
             answers = answer(chunk)
             seconds = (time.perf_counter() - began) / len(chunk)
