@@ -66,6 +66,11 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48, help="SmolLM2 judge's answers")
     parser.add_argument("--skip-llm", action="store_true", help="the reward-model judge only")
     parser.add_argument(
+        "--template",
+        help="judging prompt file for SmolLM2 (e.g. bench/judge_template_short.txt: one verdict "
+        "line, which a 135M model follows more often than the default's reasoning first)",
+    )
+    parser.add_argument(
         "--rm-base", default="all-minilm-l6-v2", help="registry model the reward model starts from"
     )
     args = parser.parse_args()
@@ -92,7 +97,7 @@ def main() -> None:
         llm = subprocess.Popen(
             [sys.executable, "manage.py", "judge_run", "--project", "pandalm-heldout", "--judge",
              "pandalm-smollm2", "--model", "smollm2-135m-instruct", "--max-new-tokens",
-             str(args.max_new_tokens)],
+             str(args.max_new_tokens), *(["--template", args.template] if args.template else [])],
             cwd=ROOT, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
     run = services.run_create(
