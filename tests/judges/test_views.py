@@ -11,6 +11,12 @@ from tests.judges.conftest import JUDGE_MODEL
 pytestmark = pytest.mark.django_db
 
 
+def rm_judge(project, run) -> Judge:
+    return judge_create(
+        project=project, name="rm", kind="reward_model", created_by=None, reward_run=run
+    )
+
+
 def test_post_creates_the_next_version_and_queues_its_job(
     judged_project, reward_run, ml_engineer, django_capture_on_commit_callbacks
 ):
@@ -42,10 +48,7 @@ def test_a_bad_template_is_refused_with_the_reason(judged_project, judge_models,
 def test_report_page_shows_the_figures_and_escapes_raw_answers(
     judged_project, reward_run, ml_engineer
 ):
-    judge = judge_create(
-        project=judged_project, name="rm", kind="reward_model", created_by=None,
-        reward_run=reward_run,
-    )  # fmt: skip
+    judge = rm_judge(judged_project, reward_run)
     comparisons = list(judged_project.comparisons.order_by("pk"))
     for comparison, first, verdict in [(comparisons[0], "a", "a"), (comparisons[0], "b", "b")]:
         JudgeOutput.objects.create(
@@ -68,10 +71,7 @@ def test_report_page_shows_the_figures_and_escapes_raw_answers(
 def test_run_again_queues_a_failed_version_and_refuses_a_queued_one(
     judged_project, reward_run, ml_engineer
 ):
-    judge = judge_create(
-        project=judged_project, name="rm", kind="reward_model", created_by=None,
-        reward_run=reward_run,
-    )  # fmt: skip
+    judge = rm_judge(judged_project, reward_run)
     Judge.objects.filter(pk=judge.pk).update(status="failed", error="worker lost")
     client = logged_in(ml_engineer)
     url = reverse("monitoring:judge-relaunch", args=[judge.pk])
