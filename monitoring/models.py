@@ -231,3 +231,135 @@ class StopDecision(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id}: {self.decision}"
+
+
+# --- Model judges ------------------------------------------------------------------------------------
+
+
+class Judge(models.Model):
+    """One version of a named model judge of a project, and the state of its job.
+
+    A version never changes once created: editing a judge (its template, its tie band) creates the
+    next version, with its own machine annotator, so its verdicts never overwrite the last ones.
+    The job judges every comparison of the project in both orders (``JudgeOutput``) and stores the
+    combined verdict per comparison as a ``Judgement`` of ``annotator``.
+    """
+
+    class Kind(models.TextChoices):
+        REWARD_MODEL = "reward_model", "Reward model (score difference)"
+        LOCAL_LLM = "local_llm", "Local LLM (judging prompt)"
+
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Not run yet"
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    project = models.ForeignKey(
+        "annotation.Project", on_delete=models.CASCADE, related_name="judges"
+    )
+    name = models.SlugField(max_length=60)
+    version = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    reward_run = models.ForeignKey(
+        TrainingRun,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="judges",
+        help_text="reward_model: the succeeded reward-model run whose scores decide.",
+    )
+    tie_band = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="reward_model: |r(A) - r(B)| at or below this is a tie (reward units); "
+        "empty: calibrated on the humans' labels when the job runs.",
+    )
+    tie_band_kappa = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Cohen's kappa with the humans the calibrated band reached.",
+    )
+    model_name = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="local_llm: the registry name of the generative model.",
+    )
+    template = models.TextField(blank=True, help_text="local_llm: the judging prompt.")
+    max_new_tokens = models.PositiveIntegerField(default=256)
+    annotator = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="machine_judge",
+        help_text="The machine account the verdicts are stored under (cannot log in).",
+    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.DRAFT)
+    done = models.PositiveIntegerField(default=0, help_text="(comparison, order) verdicts stored.")
+    total = models.PositiveIntegerField(default=0, help_text="2 x the project's comparisons.")
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["project", "name", "-version"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "name", "version"], name="judge_version_once"
+            ),
+            models.CheckConstraint(
+                condition=(models.Q(kind="reward_model") & models.Q(reward_run__isnull=False))
+                | (models.Q(kind="local_llm") & ~models.Q(model_name="") & ~models.Q(template="")),
+                name="judge_kind_has_its_model",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(tie_band__isnull=True) | models.Q(tie_band__gte=0),
+                name="judge_tie_band_non_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version} ({self.project.slug})"
+
+
+class JudgeOutput(models.Model):
+    """The judge's answer on one comparison in one order: ``shown_first`` is the stored response it
+    saw as "Response A". ``verdict`` is in stored terms (a, b or tie), blank when the answer could
+    not be parsed (``parse_error`` says why); ``raw`` is the answer as generated (for a reward model
+    its two scores as JSON)."""
+
+    judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="outputs")
+    comparison = models.ForeignKey(
+        "annotation.Comparison", on_delete=models.CASCADE, related_name="judge_outputs"
+    )
+    shown_first = models.CharField(max_length=1, choices=[("a", "A first"), ("b", "B first")])
+    raw = models.TextField(blank=True)
+    verdict = models.CharField(
+        max_length=3, blank=True, choices=[("a", "A better"), ("b", "B better"), ("tie", "Tie")]
+    )
+    parse_error = models.CharField(max_length=300, blank=True)
+    usefulness = models.FloatField(null=True, blank=True)
+    score_diff = models.FloatField(
+        null=True, blank=True, help_text="reward_model: r(A) - r(B) of the stored responses."
+    )
+    seconds = models.FloatField(help_text="Wall time spent on this answer (its share of a batch).")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["judge", "comparison", "shown_first"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["judge", "comparison", "shown_first"], name="judge_output_once_per_order"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(verdict="") ^ models.Q(parse_error=""),
+                name="judge_output_verdict_or_error",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.judge} on {self.comparison_id} ({self.shown_first} first): {self.verdict or '?'}"

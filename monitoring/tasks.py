@@ -13,3 +13,12 @@ def generate_round_responses(round_id: int) -> str:
     from monitoring.eval_services import round_generate
 
     return round_generate(round_id=round_id).status
+
+
+@shared_task(name="monitoring.tasks.judge_run", acks_late=True, reject_on_worker_lost=True)
+def judge_run(judge_id: int) -> str:
+    """Run a model judge's job (sent to the gpu queue by ``judge_launch``); returns its status.
+    Resumable: a redelivered message answers only what is still missing."""
+    from monitoring.judge_services import judge_run as run
+
+    return run(judge_id=judge_id).status

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from monitoring import eval_views, views, views_hub
+from monitoring import eval_views, judge_views, views, views_hub
 
 app_name = "monitoring"
 
@@ -16,4 +16,7 @@ urlpatterns = [
     path("eval/<int:round_id>/", eval_views.round_detail, name="eval-round"),
     path("eval/<int:round_id>/rate/", eval_views.rate, name="eval-rate"),
     path("eval/<int:round_id>/progress.json", eval_views.round_progress, name="eval-progress"),
+    path("projects/<slug:slug>/judges/", judge_views.judges, name="judges"),
+    path("judges/<int:judge_id>/", judge_views.judge_report, name="judge-report"),
+    path("judges/<int:judge_id>/launch/", judge_views.judge_relaunch, name="judge-relaunch"),
 ]

@@ -67,6 +67,7 @@ def path_for(name: str, route: str, w: World) -> str:
         "uidb64": "MQ",
         "token": "not-a-valid-token",
         "comparison_id": str(w.annie_assignment.comparison_id),
+        "judge_id": str(w.judge.pk),
     }
     if name.startswith("admin:"):
         short = name.removeprefix("admin:")
@@ -166,6 +167,9 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "monitoring:eval-progress":       {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
     "monitoring:eval-rate":           {"get": (302, 403, 200, 403, 200), "post": (302, 403, 404, 403, 404)},
     "monitoring:run-decide":          {"get": (302, 405, 405, 405, 405), "post": (302, 403, 302, 403, 302)},
+    "monitoring:judges":              {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 400, 400)},
+    "monitoring:judge-report":        {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
+    "monitoring:judge-relaunch":      {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     "admin:index":                    {"get": (302, 302, 302, 200, 200), "post": (302, 302, 302, 200, 200)},
     "admin:login":                    {"get": (200, 200, 200, 302, 302), "post": (200, 200, 200, 200, 200)},
     "admin:logout":                   {"get": (302, 302, 302, 405, 405), "post": (302, 302, 302, 302, 302)},

@@ -32,7 +32,8 @@ from annotation.services.exporting import dataset_export
 from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_assign
 from monitoring import eval_services
-from monitoring.models import EvalItem, EvalRound
+from monitoring.judging import DEFAULT_TEMPLATE
+from monitoring.models import EvalItem, EvalRound, Judge, JudgeOutput
 from training.models import Checkpoint, TrainingRun
 from training.services import snapshot_for
 
@@ -57,6 +58,7 @@ class World:
     cluster: PromptCluster
     run: TrainingRun
     eval_round: object
+    judge: object = None
     judgement_ids: dict[str, int] = field(default_factory=dict)
 
 
@@ -157,6 +159,16 @@ def world_build(
             checkpoint_tokens=8, baseline_tokens=4,
         )  # fmt: skip
     EvalRound.objects.filter(pk=eval_round.pk).update(status="open")
+    # A model judge of ``own`` with one unparsed answer (its raw text shown on the report page).
+    judge = Judge.objects.create(
+        project=own, name="judge", version=1, kind="local_llm", model_name="smollm2-135m-instruct",
+        template=DEFAULT_TEMPLATE, status="succeeded", done=1, total=2 * n_pairs,
+        annotator=get_user_model().objects.create_user(username="judge:own:judge:v1", is_active=False),
+    )  # fmt: skip
+    JudgeOutput.objects.create(
+        judge=judge, comparison=own_pairs[0], shown_first="a", raw=text("judge answer", 0),
+        parse_error="no verdict found", seconds=0.5,
+    )  # fmt: skip
     judgement_ids = {
         j.comparison.project.slug: j.pk
         for j in Judgement.objects.select_related("comparison__project")
@@ -165,5 +177,5 @@ def world_build(
         users=users, own=own, other=other, annie_assignment=annie_assignment,
         bob_assignment=bob_assignment, other_assignment=other_assignment, import_job=import_job,
         export_sha256=export.sha256, cluster=cluster, run=run, eval_round=eval_round,
-        judgement_ids=judgement_ids,
+        judge=judge, judgement_ids=judgement_ids,
     )  # fmt: skip

@@ -1,0 +1,222 @@
+"""Reads of model judges: which accounts are machines, a judge's verdicts as arrays, and its report
+(the judge measured like an annotator against the humans of its project).
+
+``machine_annotator_ids()`` is the one way to tell a judge's account from a person: lists of
+annotators shown to people (progress, agreement, exports' provenance) leave these ids out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.db.models import Count, Q, QuerySet
+
+from annotation.agreement import CHOICES, JudgementTable, item_counts, majority_vote
+from annotation.agreement.judges import JudgeReport, JudgeVerdicts, judge_report
+from annotation.models import Project
+from annotation.selectors.agreement import project_judgements
+from monitoring.models import Judge, JudgeOutput
+
+ORDERS = ("a", "b")
+UNPARSED_EXAMPLES = 5
+
+
+def machine_annotator_ids() -> frozenset[int]:
+    """The user ids of every judge's machine annotator (all projects, all versions)."""
+    return frozenset(Judge.objects.values_list("annotator_id", flat=True))
+
+
+def judges_of_project(*, project: Project) -> QuerySet[Judge]:
+    """The project's judges, newest version of each name first, with their answer counts."""
+    return (
+        Judge.objects.filter(project=project)
+        .select_related("reward_run")
+        .annotate(unparsed=Count("outputs", filter=Q(outputs__verdict="")))
+        .order_by("name", "-version")
+    )
+
+
+@dataclass(frozen=True)
+class HumanJudgements:
+    """The project's judgements by people only. table: as ``project_judgements`` gives it, the
+    machine annotators' rows removed and the annotators renumbered; comparison_ids [I];
+    annotator_names [R]."""
+
+    table: JudgementTable
+    comparison_ids: np.ndarray
+    annotator_names: list[str]
+
+
+def human_judgements(*, project: Project) -> HumanJudgements:
+    """The humans' judgements of the project as arrays (machine judges left out)."""
+    everyone = project_judgements(project=project)
+    table = everyone.table
+    machines = np.array(sorted(machine_annotator_ids()), dtype=np.int64)
+    is_human = ~np.isin(everyone.annotator_ids, machines)  # [R]
+    renumber = np.cumsum(is_human) - 1  # old annotator index -> new, for humans
+    keep = is_human[table.annotator]
+    keep_repeat = is_human[table.repeat_annotator] if table.repeat_annotator is not None else None
+
+    def rows(column: np.ndarray | None, mask: np.ndarray | None) -> np.ndarray | None:
+        return None if column is None or mask is None else np.asarray(column)[mask]
+
+    humans = JudgementTable(
+        item=table.item[keep],
+        annotator=renumber[table.annotator[keep]],
+        choice=table.choice[keep],
+        n_items=table.n_items,
+        n_annotators=int(is_human.sum()),
+        shown_left=rows(table.shown_left, keep),
+        elapsed_ms=rows(table.elapsed_ms, keep),
+        gold=table.gold,
+        length_a=table.length_a,
+        length_b=table.length_b,
+        repeat_item=rows(table.repeat_item, keep_repeat),
+        repeat_annotator=(
+            None
+            if table.repeat_annotator is None
+            else renumber[table.repeat_annotator[keep_repeat]]
+        ),
+        repeat_choice=rows(table.repeat_choice, keep_repeat),
+    )
+    names = [n for n, h in zip(everyone.annotator_names, is_human, strict=True) if h]
+    return HumanJudgements(humans, everyone.comparison_ids, names)
+
+
+def human_majority_labels(*, project: Project) -> dict[int, int]:
+    """{comparison id: the humans' majority choice code}, agreement.MISSING where undecided or unjudged."""
+    humans = human_judgements(project=project)
+    table = humans.table
+    label = majority_vote(item_counts(table.item, table.choice, n_items=table.n_items)).label
+    return dict(zip(humans.comparison_ids.tolist(), label.tolist(), strict=True))
+
+
+def judge_verdicts(*, judge: Judge, comparison_ids: np.ndarray) -> JudgeVerdicts:
+    """The judge's parsed answers as ``JudgeVerdicts`` over items indexed like ``comparison_ids``
+    (sorted); answers on comparisons not in it are left out."""
+    rows = np.array(
+        list(
+            JudgeOutput.objects.filter(judge=judge)
+            .exclude(verdict="")
+            .values_list("comparison_id", "shown_first", "verdict")
+        ),
+        dtype=object,
+    ).reshape(-1, 3)
+    ids = rows[:, 0].astype(np.int64)
+    position = np.clip(np.searchsorted(comparison_ids, ids), 0, max(comparison_ids.size - 1, 0))
+    known = comparison_ids.size > 0
+    found = (comparison_ids[position] == ids) if known else np.zeros(ids.size, bool)
+    return JudgeVerdicts(
+        item=position[found],
+        choice=np.array([CHOICES.index(v) for v in rows[found, 2]], dtype=np.int64),
+        shown_first=np.array([ORDERS.index(s) for s in rows[found, 1]], dtype=np.int64),
+        n_items=int(comparison_ids.size),
+    )
+
+
+@dataclass(frozen=True)
+class JudgeReportData:
+    """A judge's report with what names its rows: the humans' names [R] in the order of
+    ``report.kappas.per_human``; unparsed: answers with no verdict, and a few of them."""
+
+    judge: Judge
+    report: JudgeReport
+    human_names: list[str]
+    n_outputs: int
+    unparsed: int
+    unparsed_examples: list[dict[str, str]]
+    seconds_per_answer: float
+
+
+def judge_report_data(*, judge: Judge) -> JudgeReportData:
+    """The judge measured like an annotator against the project's humans
+    (``annotation.agreement.judges.judge_report``)."""
+    humans = human_judgements(project=judge.project)
+    verdicts = judge_verdicts(judge=judge, comparison_ids=humans.comparison_ids)
+    outputs = JudgeOutput.objects.filter(judge=judge)
+    failed = outputs.filter(verdict="")
+    seconds = list(outputs.values_list("seconds", flat=True))
+    examples = [
+        {"comparison": str(o.comparison_id), "shown_first": o.shown_first, "reason": o.parse_error,
+         "raw": o.raw[:600]}
+        for o in failed.order_by("comparison_id", "shown_first")[:UNPARSED_EXAMPLES]
+    ]  # fmt: skip
+    return JudgeReportData(
+        judge=judge,
+        report=judge_report(verdicts, humans.table),
+        human_names=humans.annotator_names,
+        n_outputs=len(seconds),
+        unparsed=failed.count(),
+        unparsed_examples=examples,
+        seconds_per_answer=float(np.mean(seconds)) if seconds else float("nan"),
+    )
+
+
+def _number(value: float | int, digits: int = 4) -> float | int | None:
+    if isinstance(value, int | np.integer):
+        return int(value)
+    return None if math.isnan(value) else round(float(value), digits)
+
+
+def judge_report_summary(data: JudgeReportData) -> dict[str, Any]:
+    """The report as plain numbers (None for an undefined figure): what the page shows and
+    ``manage.py judge_report --json`` prints."""
+    r, judge = data.report, data.judge
+    length = r.length
+    return {
+        "judge": judge.name,
+        "version": judge.version,
+        "kind": judge.kind,
+        "project": judge.project.slug,
+        "status": judge.status,
+        "tie_band": None if judge.tie_band is None else _number(judge.tie_band, 6),
+        "answers": data.n_outputs,
+        "verdicts": r.n_verdicts,
+        "items": r.n_items,
+        "tie_rate": _number(r.tie_rate),
+        "seconds_per_answer": _number(data.seconds_per_answer),
+        "kappa_consensus": _number(r.kappas.consensus),
+        "kappa_consensus_n": r.kappas.consensus_n,
+        "kappa_per_human": [
+            {"annotator": name, "kappa": _number(k), "n": int(n)}
+            for name, k, n in zip(
+                data.human_names, r.kappas.per_human, r.kappas.per_human_n, strict=True
+            )
+            if n
+        ],
+        "swap_pairs": r.swap.pairs,
+        "swap_same_rate": _number(r.swap.same_rate),
+        "swap_decisive_pairs": r.swap.decisive_pairs,
+        "swap_flips": r.swap.flips,
+        "swap_flip_rate": _number(r.swap.flip_rate),
+        "position_n": r.position.n,
+        "position_first_share": _number(r.position.share),
+        "position_bias": _number(r.position.bias),
+        "position_low": _number(r.position.low),
+        "position_high": _number(r.position.high),
+        "position_p_value": _number(r.position.p_value),
+        "length_n": None if length is None else length.n,
+        "length_longer_share": None if length is None else _number(length.share),
+        "length_human_share": None if length is None else _number(length.human_share),
+        "length_bias": None if length is None else _number(length.bias),
+        "length_p_value": None if length is None else _number(length.p_value),
+        "gold_n": r.gold_n,
+        "gold_accuracy": _number(r.gold_accuracy),
+        "unparsed": data.unparsed,
+        "unparsed_examples": data.unparsed_examples,
+    }
+
+
+def judge_get(*, project: Project, name: str, version: int | None = None) -> Judge:
+    """The judge ``name`` of the project, its newest version unless ``version`` is given; raises
+    Judge.DoesNotExist."""
+    judges = Judge.objects.select_related("project").filter(project=project, name=name)
+    if version is not None:
+        return judges.get(version=version)
+    judge = judges.order_by("-version").first()
+    if judge is None:
+        raise Judge.DoesNotExist(f"project {project.slug!r} has no judge called {name!r}")
+    return judge

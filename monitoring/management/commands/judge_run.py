@@ -1,0 +1,56 @@
+"""python manage.py judge_run --project SLUG --judge NAME (--reward-run ID [--tie-band X] |
+--model NAME [--template FILE] [--max-new-tokens N])
+
+Creates the next version of a judge and runs its job in this process (scripts, measurements); the
+web page sends the same job to the gpu queue instead. Prints the job's status and progress.
+"""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from annotation.models import Project
+from common.errors import ConcordError
+from monitoring.judge_services import judge_create, judge_run_here
+from monitoring.judging import DEFAULT_TEMPLATE
+from monitoring.models import Judge
+from training.models import TrainingRun
+
+
+class Command(BaseCommand):
+    help = "Create the next version of a model judge and run it here, on every pair of the project."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--project", required=True, help="project slug")
+        parser.add_argument("--judge", required=True, help="judge name (a slug)")
+        kind = parser.add_mutually_exclusive_group(required=True)
+        kind.add_argument("--reward-run", type=int, help="a succeeded reward-model run's id")
+        kind.add_argument("--model", help="a generative model of the registry")
+        parser.add_argument("--tie-band", type=float, help="reward units (default: calibrated)")
+        parser.add_argument("--template", type=Path, help="a judging prompt file")
+        parser.add_argument("--max-new-tokens", type=int, default=256)
+
+    def handle(self, *args, **o) -> None:
+        try:
+            project = Project.objects.get(slug=o["project"])
+            if o["reward_run"] is not None:
+                run = TrainingRun.objects.get(pk=o["reward_run"])
+                judge = judge_create(
+                    project=project, name=o["judge"], kind=Judge.Kind.REWARD_MODEL,
+                    created_by=None, reward_run=run, tie_band=o["tie_band"],
+                )  # fmt: skip
+            else:
+                template = o["template"].read_text() if o["template"] else DEFAULT_TEMPLATE
+                judge = judge_create(
+                    project=project, name=o["judge"], kind=Judge.Kind.LOCAL_LLM, created_by=None,
+                    model_name=o["model"], template=template, max_new_tokens=o["max_new_tokens"],
+                )  # fmt: skip
+        except (Project.DoesNotExist, TrainingRun.DoesNotExist, OSError, ConcordError) as exc:
+            raise CommandError(str(exc)) from exc
+        judge = judge_run_here(judge=judge)
+        self.stdout.write(
+            f"{judge.name} v{judge.version}: {judge.status}, {judge.done}/{judge.total} answers"
+            + (f"\n{judge.error}" if judge.error else "")
+        )
+        if judge.status != Judge.Status.SUCCEEDED:
+            raise CommandError(f"judge {judge.name} v{judge.version} {judge.status}")
