@@ -7,7 +7,8 @@ from django.core.management import call_command
 
 from annotation.models import DatasetExport
 from annotation.services.exporting import Vote, dataset_export, majority_consensus
-from annotation.services.importing import comparisons_import, project_get_or_create
+from annotation.services.importing import comparisons_import
+from tests.helpers.annotation_data import project_with_votes
 
 pytestmark = pytest.mark.django_db
 
@@ -37,30 +38,13 @@ def test_tie_votes_count_as_neither_side_in_the_margin():
     assert result.margin == pytest.approx(1 / 3, abs=1e-6)
 
 
-def _project_with_votes():
-    project, _ = project_get_or_create(slug="exp")
-    rows = [
-        {"prompt": "P1", "response_a": "good", "response_b": "bad", "model_a": "m1", "model_b": "m2",
-         "judgements": [{"annotator": "u1", "choice": "a", "strength": 3, "shown_left": "b",
-                         "elapsed_ms": 4000},
-                        {"annotator": "u2", "choice": "a", "strength": 1}]},
-        {"prompt": [{"role": "user", "content": "P2"}], "response_a": "x", "response_b": "y",
-         "judgements": [{"annotator": "u1", "choice": "b", "strength": 2}]},
-        {"prompt": "P3", "response_a": "p", "response_b": "q",
-         "judgements": [{"annotator": "u1", "choice": "tie"}]},
-        {"prompt": "P4", "response_a": "n", "response_b": "o"},
-    ]  # fmt: skip
-    comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
-    return project
-
-
 def _read(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_export_contents_and_provenance(tmp_path, settings):
     settings.EXPORT_DIR = tmp_path / "exports"
-    project = _project_with_votes()
+    project = project_with_votes()
     export = dataset_export(project=project)
     assert (export.n_pairs, export.n_judgements, export.n_ties_dropped) == (2, 4, 1)
     pairs = _read(tmp_path / "exports" / "exp" / export.sha256 / "pairs.jsonl")
@@ -84,7 +68,7 @@ def test_annotator_aware_training_reads_an_export_as_exported(tmp_path, settings
     from training.recipes.data import judgements_file_for, load_judged_pairs
 
     settings.EXPORT_DIR = tmp_path / "exports"
-    export = dataset_export(project=_project_with_votes())
+    export = dataset_export(project=project_with_votes())
     pairs_path = tmp_path / "exports" / "exp" / export.sha256 / "pairs.jsonl"
     judgements = judgements_file_for(pairs_path)
     assert judgements is not None and judgements.name == "judgements.jsonl"
@@ -99,7 +83,7 @@ def test_annotator_aware_training_reads_an_export_as_exported(tmp_path, settings
 
 def test_keep_ties_option(tmp_path, settings):
     settings.EXPORT_DIR = tmp_path
-    export = dataset_export(project=_project_with_votes(), keep_ties=True)
+    export = dataset_export(project=project_with_votes(), keep_ties=True)
     pairs = _read(tmp_path / "exp" / export.sha256 / "pairs.jsonl")
     tie = [p for p in pairs if p["tie"]]
     assert len(pairs) == 3 and len(tie) == 1 and tie[0]["margin"] == 0
@@ -107,7 +91,7 @@ def test_keep_ties_option(tmp_path, settings):
 
 def test_same_content_same_snapshot_new_content_new_snapshot(tmp_path, settings):
     settings.EXPORT_DIR = tmp_path
-    project = _project_with_votes()
+    project = project_with_votes()
     first = dataset_export(project=project)
     assert dataset_export(project=project) == first
     comparisons_import(
@@ -123,7 +107,7 @@ def test_same_content_same_snapshot_new_content_new_snapshot(tmp_path, settings)
 
 def test_export_command_writes_both_files(tmp_path, settings, capsys):
     settings.EXPORT_DIR = tmp_path / "store"
-    _project_with_votes()
+    project_with_votes()
     out = tmp_path / "out" / "train.jsonl"
     call_command("export_dataset", "--project", "exp", "--out", str(out))
     assert len(_read(out)) == 2
@@ -142,9 +126,9 @@ def test_dawid_skene_posterior_as_consensus():
 
 def test_export_with_dawid_skene(tmp_path, settings):
     settings.EXPORT_DIR = tmp_path
-    export = dataset_export(project=_project_with_votes(), consensus="dawid_skene")
+    export = dataset_export(project=project_with_votes(), consensus="dawid_skene")
     pairs = _read(tmp_path / "exp" / export.sha256 / "pairs.jsonl")
     assert pairs and all(p["consensus"] == "dawid_skene" for p in pairs)
     assert pairs[0]["chosen"] == "good" and 0 < pairs[0]["margin"] <= 1
     with pytest.raises(ValueError, match="unknown consensus rule"):
-        dataset_export(project=_project_with_votes(), consensus="vibes")
+        dataset_export(project=project_with_votes(), consensus="vibes")

@@ -13,13 +13,11 @@ from annotation.services.labelling import Verdict, assignment_claim, judgement_s
 from common.errors import ConcordError
 from common.roles import ANNOTATOR
 from tests.factories import (
-    ComparisonFactory,
     JudgementFactory,
     ProjectFactory,
-    PromptFactory,
-    ResponseFactory,
     UserFactory,
 )
+from tests.helpers.annotation_data import make_pair
 
 pytestmark = pytest.mark.django_db
 
@@ -30,27 +28,17 @@ def _ids(project, **filters) -> set[int]:
     )
 
 
-def _pair(project, prompt="A prompt", a="first answer", b="second answer", ma="m1", mb="m2"):
-    prompt = PromptFactory(project=project, text=prompt)
-    return ComparisonFactory(
-        project=project,
-        prompt=prompt,
-        response_a=ResponseFactory(prompt=prompt, text=a, model_name=ma),
-        response_b=ResponseFactory(prompt=prompt, text=b, model_name=mb),
-    )
-
-
 @pytest.fixture
 def world():
     """Four comparisons in a project of overlap 2: untouched, leased, split (a/b), unanimous (a/a)
     and one single judgement on the gold item; annotators ann1 and ann2."""
     project = ProjectFactory(overlap=2)
     ann1, ann2 = UserFactory(username="ann1"), UserFactory(username="ann2")
-    untouched = _pair(project, prompt="How do volcanoes erupt?", ma="llama", mb="qwen")
-    leased = _pair(project, prompt="Explain photosynthesis", a="Plants use sunlight", ma="qwen")
-    split = _pair(project, prompt="Best pasta recipe", b="Boil the noodles")
-    unanimous = _pair(project, prompt="Translate hello")
-    gold = _pair(project, prompt="Capital of France")
+    untouched = make_pair(project, prompt="How do volcanoes erupt?", ma="llama", mb="qwen")
+    leased = make_pair(project, prompt="Explain photosynthesis", a="Plants use sunlight", ma="qwen")
+    split = make_pair(project, prompt="Best pasta recipe", b="Boil the noodles")
+    unanimous = make_pair(project, prompt="Translate hello")
+    gold = make_pair(project, prompt="Capital of France")
     Comparison.objects.filter(pk=gold.pk).update(gold="a")
     Assignment.objects.create(
         comparison=leased,
@@ -129,7 +117,7 @@ def test_origin_separates_imported_from_labelled_here():
     project = ProjectFactory(overlap=1, gold_every=0, repeat_every=0)
     annie = UserFactory(username="annie", role=ANNOTATOR)
     project.members.add(annie)
-    labelled, imported = _pair(project, prompt="one"), _pair(project, prompt="two")
+    labelled, imported = make_pair(project, prompt="one"), make_pair(project, prompt="two")
     JudgementFactory(comparison=imported, annotator=UserFactory(username="importer"))
     Comparison.objects.filter(pk=imported.pk).update(taken=1)
     assignment = assignment_claim(annotator=annie, project=project)
@@ -187,7 +175,7 @@ def test_the_gin_indexes_index_the_expression_the_search_writes():
 def test_search_finds_nothing_in_another_project(world):
     project, _ = world
     other = ProjectFactory()
-    _pair(other, prompt="volcanoes elsewhere")
+    make_pair(other, prompt="volcanoes elsewhere")
     assert _ids(other, q="volcanoes") != set()
     assert len(_ids(project, q="volcanoes")) == 1
 
@@ -207,7 +195,7 @@ def _walk(project, filters, page_size):
 @pytest.mark.parametrize("order", ["id", "-id", "queue", "-judgements", "cluster"])
 def test_keyset_pages_cover_every_row_once_in_both_directions(order):
     project = ProjectFactory()
-    pairs = [_pair(project, prompt=f"prompt {i}") for i in range(23)]
+    pairs = [make_pair(project, prompt=f"prompt {i}") for i in range(23)]
     for i, pair in enumerate(pairs[:9]):
         JudgementFactory(comparison=pair, choice="a")
         if i % 2:
@@ -232,11 +220,11 @@ def test_keyset_pages_cover_every_row_once_in_both_directions(order):
 def test_keyset_is_stable_across_inserts():
     """Rows added while paging (they sort last by id) neither shift the next page nor repeat rows."""
     project = ProjectFactory()
-    pairs = [_pair(project, prompt=f"prompt {i}") for i in range(10)]
+    pairs = [make_pair(project, prompt=f"prompt {i}") for i in range(10)]
     filters = ItemFilters()
     first = items_page(project=project, filters=filters, page_size=4)
     assert [r.id for r in first.rows] == [p.pk for p in pairs[:4]]
-    added = [_pair(project, prompt=f"late {i}") for i in range(3)]
+    added = [make_pair(project, prompt=f"late {i}") for i in range(3)]
     second = items_page(project=project, filters=filters, after=first.next_cursor, page_size=4)
     assert [r.id for r in second.rows] == [p.pk for p in pairs[4:8]]
     rest = items_page(project=project, filters=filters, after=second.next_cursor, page_size=10)

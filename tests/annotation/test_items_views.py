@@ -7,9 +7,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from annotation.models import Assignment, Judgement
-from tests.annotation.test_items import _pair
 from tests.conftest import logged_in
 from tests.factories import JudgementFactory, ProjectFactory, UserFactory
+from tests.helpers.annotation_data import make_pair
 
 pytestmark = pytest.mark.django_db
 
@@ -20,8 +20,8 @@ def project():
 
 
 def test_the_table_lists_filters_and_pages(ml_engineer, project):
-    pairs = [_pair(project, prompt=f"question {i} about cats") for i in range(3)]
-    _pair(project, prompt="a question about dogs", b="dogs bark")
+    pairs = [make_pair(project, prompt=f"question {i} about cats") for i in range(3)]
+    make_pair(project, prompt="a question about dogs", b="dogs bark")
     client = logged_in(ml_engineer)
     url = reverse("annotation:items", args=[project.slug])
     page = client.get(url, {"q": "cats", "order": "-id"})
@@ -36,7 +36,7 @@ def test_the_table_lists_filters_and_pages(ml_engineer, project):
 
 def test_next_and_previous_links_keep_the_filters(ml_engineer, project, monkeypatch):
     monkeypatch.setattr("annotation.selectors.items.PAGE_SIZE", 2)
-    pairs = [_pair(project, prompt=f"prompt {i}") for i in range(5)]
+    pairs = [make_pair(project, prompt=f"prompt {i}") for i in range(5)]
     client = logged_in(ml_engineer)
     url = reverse("annotation:items", args=[project.slug])
     first = client.get(url, {"status": "open"})
@@ -60,7 +60,7 @@ def test_a_bad_filter_answers_400_with_the_message(ml_engineer, project):
 
 
 def test_the_item_page_shows_texts_judgements_consensus_and_history(ml_engineer, project):
-    pair = _pair(project, prompt="Why is the sky blue?", a="Rayleigh scattering", b="Magic")
+    pair = make_pair(project, prompt="Why is the sky blue?", a="Rayleigh scattering", b="Magic")
     ann1, ann2 = UserFactory(username="ann1"), UserFactory(username="ann2")
     claimed = timezone.now() - timedelta(minutes=5)
     Assignment.objects.create(
@@ -107,7 +107,7 @@ def test_the_item_page_shows_texts_judgements_consensus_and_history(ml_engineer,
 
 
 def test_an_item_of_another_project_is_404(ml_engineer, project):
-    other = _pair(ProjectFactory(slug="elsewhere"))
+    other = make_pair(ProjectFactory(slug="elsewhere"))
     response = logged_in(ml_engineer).get(reverse("annotation:item", args=[project.slug, other.pk]))
     assert response.status_code == 404
 
@@ -119,7 +119,7 @@ def test_the_lead_page_links_to_the_items(ml_engineer, project):
 
 def test_annotators_and_reviewers_do_not_see_the_browser(annotator, reviewer, project):
     project.members.add(annotator)
-    pair = _pair(project)
+    pair = make_pair(project)
     for user in (annotator, reviewer):
         client = logged_in(user)
         assert client.get(reverse("annotation:items", args=[project.slug])).status_code == 404

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import re
 
-from playwright.sync_api import Page, expect
+from playwright.sync_api import expect
 
 from monitoring import eval_services
 from monitoring.models import EvalItem, EvalJudgement, EvalRound
+from tests.helpers.browser import log_in
 from tests.monitoring_eval import conftest as eval_conftest
 from tests.monitoring_eval.conftest import BASELINE
 
@@ -19,17 +20,6 @@ open_round = eval_conftest.open_round
 reviewers = eval_conftest.reviewers
 run_with_checkpoints = eval_conftest.run_with_checkpoints
 tiny_tokenizer_dir = eval_conftest.tiny_tokenizer_dir
-
-
-PASSWORD = "correct horse battery"  # UserFactory's password
-
-
-def log_in(page: Page, user) -> None:
-    """Log ``user`` (made by UserFactory) in through the login form."""
-    page.goto("/accounts/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
 
 
 def test_reviewer_rates_blind_with_the_keyboard(browser, page, run_with_checkpoints, reviewers):

@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from monitoring import eval_services
 from monitoring.models import EvalItem, EvalRound
-from tests.browser.test_eval_rate import log_in
+from tests.helpers.browser import log_in
 from tests.monitoring_eval import conftest as eval_conftest
 
 # The eval fixtures, shared with tests/monitoring_eval (conftest fixtures reach only their folder).

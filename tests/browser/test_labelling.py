@@ -7,76 +7,24 @@ no swap repeats), with one annotator member, against pytest-django's live server
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from annotation.models import Assignment, Comparison, Judgement, Project, Side
-from tests.factories import (
-    ComparisonFactory,
-    ProjectFactory,
-    PromptFactory,
-    ResponseFactory,
-    UserFactory,
+from annotation.models import Assignment, Judgement, Side
+from tests.helpers.labelling_screen import (
+    PASSWORD,
+    XSS_TEXT,
+    Setup,
+    make_project,
+    on_screen,
+    other_side,
+    settled,
+    switch_pair,
 )
 
-PASSWORD = "correct horse battery"  # UserFactory's password
 SCREENSHOT = "/tmp/concord-labelling.png"  # noqa: S108 - for humans to look at, never asserted on
-XSS_TEXT = (
-    "Here is some HTML:\n\n"
-    "<script>window.__xss=1</script>\n\n"
-    '<img src=x onerror="window.__xss=2">\n\n'
-    '<a href="javascript:window.__xss=3">x</a>\n\n'
-    '<iframe src="https://example.com"></iframe>\n\n'
-    "[markdown link](javascript:window.__xss=4)"
-)
-
-
-@dataclass
-class Setup:
-    project: Project
-    annotator: object
-    comparisons: list[Comparison]
-    # response text -> (comparison, "a" or "b")
-    by_text: dict[str, tuple[Comparison, str]]
-
-    @property
-    def label_path(self) -> str:
-        return f"/annotation/p/{self.project.slug}/label/"
-
-
-def _make_project(n_pairs: int, texts: dict[int, tuple[str, str]] | None = None) -> Setup:
-    project = ProjectFactory(
-        name="Browser labelling",
-        slug="browser-labelling",
-        overlap=1,
-        allow_ties=True,
-        allow_both_bad=False,
-        strength_scale=3,
-        gold_every=0,
-        repeat_every=0,
-        guidelines="Pick the **more helpful** answer.",
-    )
-    annotator = UserFactory(username="lena", role="Annotator")
-    project.members.add(annotator)
-    comparisons, by_text = [], {}
-    for i in range(n_pairs):
-        text_a, text_b = (texts or {}).get(
-            i, (f"Pair {i} answer alpha: use a loop.", f"Pair {i} answer bravo: use recursion.")
-        )
-        prompt = PromptFactory(project=project, text=f"Question {i}: how do I sum a list?")
-        comparison = ComparisonFactory(
-            project=project,
-            prompt=prompt,
-            response_a=ResponseFactory(prompt=prompt, text=text_a),
-            response_b=ResponseFactory(prompt=prompt, text=text_b),
-        )
-        comparisons.append(comparison)
-        by_text[text_a] = (comparison, Side.A)
-        by_text[text_b] = (comparison, Side.B)
-    return Setup(project, annotator, comparisons, by_text)
 
 
 @pytest.fixture
@@ -100,45 +48,10 @@ def _open_label(page: Page, setup: Setup) -> None:
     expect(page.get_by_test_id("left")).to_be_visible()
 
 
-def _on_screen(page: Page, setup: Setup) -> tuple[Comparison, str]:
-    """The comparison on screen and which stored response ("a"/"b") is on the left, read from the
-    page text (and checked against the right panel)."""
-    left = page.get_by_test_id("left").locator(".md").inner_text().strip()
-    right = page.get_by_test_id("right").locator(".md").inner_text().strip()
-    comparison, left_side = setup.by_text[left]
-    right_comparison, right_side = setup.by_text[right]
-    assert right_comparison.pk == comparison.pk
-    assert {left_side, right_side} == {Side.A, Side.B}
-    return comparison, left_side
-
-
-def _other(side: str) -> str:
-    return Side.B if side == Side.A else Side.A
-
-
 def _press_and_wait(page: Page, key: str) -> None:
     """Press a key that navigates (Z; Enter on the edit screen) and wait for the next page."""
     with page.expect_navigation():
         page.keyboard.press(key)
-
-
-def _settled(page: Page) -> None:
-    """Wait until every verdict the screen sent was answered (and the next pair reserved)."""
-    expect(page.locator("#verdict")).to_have_attribute("data-pending", "0")
-
-
-def _switch(page: Page, act) -> None:
-    """Do ``act`` (a key press or a click that moves on) and wait for the next pair, swapped in
-    without a page load (or the "nothing left" page), and for the verdict to be stored."""
-    before = page.locator("#screen").get_attribute("data-assignment")
-    act()
-    page.wait_for_function(
-        "old => !document.getElementById('screen')"
-        " || document.getElementById('screen').dataset.assignment !== old",
-        arg=before,
-    )
-    if page.locator("#verdict").count():
-        _settled(page)
 
 
 def test_keyboard_labelling_and_undo_map_sides_back_to_a_b(fast_hasher, page: Page) -> None:
@@ -147,14 +60,14 @@ def test_keyboard_labelling_and_undo_map_sides_back_to_a_b(fast_hasher, page: Pa
     the right, strength 1). Z on the next screen opens the last judgement (same pair, same sides);
     1 Enter changes it to the left response. Every judgement stores the side shown on the left
     (both sides occur: consecutive comparisons alternate) and a positive elapsed_ms."""
-    setup = _make_project(n_pairs=5)
+    setup = make_project(n_pairs=5)
     _open_label(page, setup)
-    _settled(page)
+    settled(page)
     page.screenshot(path=SCREENSHOT, full_page=True)
 
     expected: dict[int, tuple[str, int, str]] = {}  # comparison id -> (choice, strength, shown)
     for keys, pick in ((["Shift+1"], "left"), (["3"], "tie"), (["2"], "right")):
-        comparison, left_side = _on_screen(page, setup)
+        comparison, left_side = on_screen(page, setup)
         assignment = Assignment.objects.get(
             comparison=comparison, annotator=setup.annotator, status=Assignment.Status.ACTIVE
         )
@@ -162,26 +75,26 @@ def test_keyboard_labelling_and_undo_map_sides_back_to_a_b(fast_hasher, page: Pa
         for key in keys:
             page.keyboard.press(key)
         expect(page.locator(f'button[data-pick="{pick}"]')).to_have_class(re.compile("selected"))
-        _switch(page, lambda: page.keyboard.press("Enter"))
-        choice = {"left": left_side, "right": _other(left_side), "tie": "tie"}[pick]
+        switch_pair(page, lambda: page.keyboard.press("Enter"))
+        choice = {"left": left_side, "right": other_side(left_side), "tie": "tie"}[pick]
         strength = 3 if keys == ["Shift+1"] else 1
         expected[comparison.pk] = (choice, strength, left_side)
         last_comparison, last_left = comparison, left_side
 
     # The fourth pair is on screen; Z brings back the third judgement with its sides as shown.
-    fourth, _ = _on_screen(page, setup)
+    fourth, _ = on_screen(page, setup)
     assert fourth.pk not in expected
     _press_and_wait(page, "z")
     expect(page).to_have_url(re.compile(re.escape(setup.label_path) + "last/$"))
     expect(page.locator("p.editing")).to_be_visible()
-    comparison, left_side = _on_screen(page, setup)
+    comparison, left_side = on_screen(page, setup)
     assert (comparison.pk, left_side) == (last_comparison.pk, last_left)
     expect(page.locator('button[data-pick="right"]')).to_have_class(re.compile("selected"))
     page.keyboard.press("1")
     expect(page.locator('button[data-pick="left"]')).to_have_class(re.compile("selected"))
     _press_and_wait(page, "Enter")
     expect(page.locator(".messages")).to_contain_text("Your judgement was changed.")
-    assert _on_screen(page, setup)[0].pk == fourth.pk  # back to the pair still leased
+    assert on_screen(page, setup)[0].pk == fourth.pk  # back to the pair still leased
     expected[comparison.pk] = (left_side, 1, left_side)
 
     judgements = {j.comparison_id: j for j in Judgement.objects.filter(annotator=setup.annotator)}
@@ -208,7 +121,7 @@ def test_html_in_responses_is_shown_as_text_and_never_runs(
     <iframe> is shown as literal text: "<script>" is visible text, no such elements exist in the
     rendered Markdown, window.__xss stays undefined after load and after clicking around, and no
     request leaves for another host (example.com)."""
-    setup = _make_project(n_pairs=1, texts={0: (XSS_TEXT, "A harmless answer.")})
+    setup = make_project(n_pairs=1, texts={0: (XSS_TEXT, "A harmless answer.")})
     prompt = setup.comparisons[0].prompt
     prompt.text = XSS_TEXT
     prompt.save()
@@ -245,19 +158,19 @@ def test_skip_with_s_moves_on_and_never_shows_the_pair_again(fast_hasher, page: 
     """S skips the pair on screen: the next pair appears, no judgement is stored for the skipped
     one, and labelling through the rest of the project never shows the skipped pair again (it ends
     on the "Nothing left to label" page)."""
-    setup = _make_project(n_pairs=3)
+    setup = make_project(n_pairs=3)
     _open_label(page, setup)
-    _settled(page)
-    skipped, _ = _on_screen(page, setup)
-    _switch(page, lambda: page.keyboard.press("s"))
+    settled(page)
+    skipped, _ = on_screen(page, setup)
+    switch_pair(page, lambda: page.keyboard.press("s"))
 
     seen = []
     while page.get_by_test_id("done").count() == 0:
-        comparison, _ = _on_screen(page, setup)
+        comparison, _ = on_screen(page, setup)
         assert comparison.pk != skipped.pk
         seen.append(comparison.pk)
         page.keyboard.press("1")
-        _switch(page, lambda: page.keyboard.press("Enter"))
+        switch_pair(page, lambda: page.keyboard.press("Enter"))
         assert len(seen) <= 2
         page.wait_for_load_state("load")
     assert sorted(seen) == sorted(c.pk for c in setup.comparisons if c.pk != skipped.pk)
@@ -271,24 +184,24 @@ def test_click_submits_at_once_and_double_click_stores_one(fast_hasher, page: Pa
     """A click on "Right is better" submits at once: one judgement for the response shown on the
     right, and the next pair is shown. A fast double-click on the next pair stores exactly one
     judgement for that pair (and nothing for the pair after it)."""
-    setup = _make_project(n_pairs=3)
+    setup = make_project(n_pairs=3)
     _open_label(page, setup)
 
-    _settled(page)
-    first, first_left = _on_screen(page, setup)
-    _switch(page, lambda: page.get_by_role("button", name="Right is better").click())
-    second, second_left = _on_screen(page, setup)
+    settled(page)
+    first, first_left = on_screen(page, setup)
+    switch_pair(page, lambda: page.get_by_role("button", name="Right is better").click())
+    second, second_left = on_screen(page, setup)
     assert second.pk != first.pk
     judgements = Judgement.objects.filter(annotator=setup.annotator)
-    assert [(j.comparison_id, j.choice) for j in judgements] == [(first.pk, _other(first_left))]
+    assert [(j.comparison_id, j.choice) for j in judgements] == [(first.pk, other_side(first_left))]
 
-    _switch(page, lambda: page.get_by_role("button", name="Right is better").dblclick())
-    third, _ = _on_screen(page, setup)
+    switch_pair(page, lambda: page.get_by_role("button", name="Right is better").dblclick())
+    third, _ = on_screen(page, setup)
     assert third.pk not in (first.pk, second.pk)
     page.wait_for_timeout(300)  # let any second request land before counting
-    _settled(page)
+    settled(page)
     judgements = Judgement.objects.filter(annotator=setup.annotator).order_by("pk")
     assert [(j.comparison_id, j.choice, j.strength) for j in judgements] == [
-        (first.pk, _other(first_left), 1),
-        (second.pk, _other(second_left), 1),
+        (first.pk, other_side(first_left), 1),
+        (second.pk, other_side(second_left), 1),
     ]

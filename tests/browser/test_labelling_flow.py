@@ -13,17 +13,17 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from annotation.models import Assignment, Judgement, Side
-from tests.browser.test_labelling import (
+from tests.factories import ComparisonFactory, PromptFactory, ResponseFactory, UserFactory
+from tests.helpers.labelling_screen import (
     PASSWORD,
     XSS_TEXT,
     Setup,
-    _make_project,
-    _on_screen,
-    _other,
-    _settled,
-    _switch,
+    make_project,
+    on_screen,
+    other_side,
+    settled,
+    switch_pair,
 )
-from tests.factories import ComparisonFactory, PromptFactory, ResponseFactory, UserFactory
 
 
 @pytest.fixture
@@ -45,14 +45,14 @@ def _open(page: Page, setup: Setup, username: str) -> None:
     _log_in_as(page, username)
     page.goto(setup.label_path)
     expect(page.get_by_test_id("left")).to_be_visible()
-    _settled(page)
+    settled(page)
     page.evaluate("window.__sameDocument = true")  # gone if the page is ever reloaded
 
 
 def _submit(page: Page, *keys: str) -> None:
     for key in keys:
         page.keyboard.press(key)
-    _switch(page, lambda: page.keyboard.press("Enter"))
+    switch_pair(page, lambda: page.keyboard.press("Enter"))
 
 
 def test_pairs_switch_without_a_page_load_and_two_annotators_keep_overlap_and_sides(
@@ -63,7 +63,7 @@ def test_pairs_switch_without_a_page_load_and_two_annotators_keep_overlap_and_si
     comparison ends with exactly 2 judgements from the two annotators, who saw opposite sides on
     the left; each stored choice is the response the annotator saw on the left (they always
     pressed 1); both end on the "nothing left" page."""
-    setup = _make_project(n_pairs=4)
+    setup = make_project(n_pairs=4)
     setup.project.overlap = 2
     setup.project.save()
     second = UserFactory(username="omar", role="Annotator")
@@ -77,7 +77,7 @@ def test_pairs_switch_without_a_page_load_and_two_annotators_keep_overlap_and_si
         seen: dict[tuple[str, int], str] = {}  # (who, comparison id) -> stored side shown left
         for round_ in range(4):
             for who, tab in (("lena", page), ("omar", other)):
-                comparison, left_side = _on_screen(tab, setup)
+                comparison, left_side = on_screen(tab, setup)
                 assert (who, comparison.pk) not in seen
                 seen[(who, comparison.pk)] = left_side
                 _submit(tab, "1")
@@ -103,7 +103,7 @@ def test_every_strength_key_and_the_reason_box_keys(fast_hasher, page: Page) -> 
     """1 / 2 pick with "slightly"; Q, W, E set slightly, clearly, much; Shift with the pick sets
     much; R focuses the reason box (the R is not typed into it), Esc leaves it so that the keys
     pick again; 3 is a tie (strength 1)."""
-    setup = _make_project(n_pairs=7)
+    setup = make_project(n_pairs=7)
     _open(page, setup, setup.annotator.username)
     plan = [
         (["1"], "left", 1),
@@ -115,15 +115,15 @@ def test_every_strength_key_and_the_reason_box_keys(fast_hasher, page: Page) -> 
     ]
     expected = {}
     for keys, pick, strength in plan:
-        comparison, left_side = _on_screen(page, setup)
+        comparison, left_side = on_screen(page, setup)
         for key in keys:
             page.keyboard.press(key)
         expect(page.locator(f'input[name=strength][value="{strength}"]')).to_be_checked()
-        choice = {"left": left_side, "right": _other(left_side), "tie": "tie"}[pick]
+        choice = {"left": left_side, "right": other_side(left_side), "tie": "tie"}[pick]
         expected[comparison.pk] = (choice, strength, "")
-        _switch(page, lambda: page.keyboard.press("Enter"))
+        switch_pair(page, lambda: page.keyboard.press("Enter"))
 
-    comparison, left_side = _on_screen(page, setup)
+    comparison, left_side = on_screen(page, setup)
     page.keyboard.press("r")
     expect(page.locator("#rationale")).to_be_focused()
     page.keyboard.type("2 is shorter")  # typed into the box, not taken as a pick
@@ -133,8 +133,8 @@ def test_every_strength_key_and_the_reason_box_keys(fast_hasher, page: Page) -> 
     expect(page.locator("#rationale")).not_to_be_focused()
     page.keyboard.press("2")
     page.keyboard.press("w")
-    expected[comparison.pk] = (_other(left_side), 2, "2 is shorter")
-    _switch(page, lambda: page.keyboard.press("Enter"))
+    expected[comparison.pk] = (other_side(left_side), 2, "2 is shorter")
+    switch_pair(page, lambda: page.keyboard.press("Enter"))
 
     stored = {
         j.comparison_id: (j.choice, j.strength, j.rationale)
@@ -148,12 +148,12 @@ def test_a_judgement_from_the_history_is_changed(fast_hasher, page: Page) -> Non
     """After three pairs, H opens the history (newest first, three entries); "Change" on the
     oldest re-opens that pair with its sides as shown; 2 E Enter stores "right, much" for it, the
     history says so, and the screen is back on the pair that was current (still leased)."""
-    setup = _make_project(n_pairs=5)
+    setup = make_project(n_pairs=5)
     _open(page, setup, setup.annotator.username)
-    first, first_left = _on_screen(page, setup)
+    first, first_left = on_screen(page, setup)
     for _ in range(3):
         _submit(page, "1")
-    current, _ = _on_screen(page, setup)
+    current, _ = on_screen(page, setup)
 
     page.keyboard.press("h")
     entries = page.get_by_test_id("history-list").locator("li")
@@ -163,22 +163,22 @@ def test_a_judgement_from_the_history_is_changed(fast_hasher, page: Page) -> Non
     with page.expect_navigation():
         oldest.get_by_role("link", name="Change").click()
     expect(page.locator("p.editing")).to_be_visible()
-    assert _on_screen(page, setup) == (first, first_left)
+    assert on_screen(page, setup) == (first, first_left)
     expect(page.locator('button[data-pick="left"]')).to_have_class(re.compile("selected"))
     page.keyboard.press("2")
     page.keyboard.press("e")
     with page.expect_navigation():
         page.keyboard.press("Enter")
     expect(page.locator(".messages")).to_contain_text("Your judgement was changed.")
-    assert _on_screen(page, setup)[0].pk == current.pk
+    assert on_screen(page, setup)[0].pk == current.pk
 
     judgement = Judgement.objects.get(annotator=setup.annotator, comparison=first)
     assert (judgement.choice, judgement.strength, judgement.shown_left) == (
-        _other(first_left),
+        other_side(first_left),
         3,
         first_left,
     )
-    _settled(page)
+    settled(page)
     page.keyboard.press("h")
     expect(entries.nth(2)).to_contain_text("Right better, much")
     expect(entries.nth(2)).to_contain_text("(changed)")
@@ -187,7 +187,7 @@ def test_a_judgement_from_the_history_is_changed(fast_hasher, page: Page) -> Non
 def test_empty_and_very_long_responses(fast_hasher, page: Page) -> None:
     """An empty (or whitespace-only) response shows a visible "(empty response)" note; a very
     long one scrolls inside its card instead of stretching the page."""
-    setup = _make_project(n_pairs=0)
+    setup = make_project(n_pairs=0)
     prompt = PromptFactory(project=setup.project, text="Say something long.")
     long_text = "\n\n".join(f"Paragraph {i} of a very long answer." for i in range(400))
     ComparisonFactory(
@@ -210,26 +210,26 @@ def test_empty_and_very_long_responses(fast_hasher, page: Page) -> None:
 def test_z_right_after_enter_waits_for_the_verdict(fast_hasher, page: Page) -> None:
     """Z pressed at once after Enter (the verdict still on its way) opens that very judgement: the
     screen leaves only once the verdict is stored."""
-    setup = _make_project(n_pairs=3)
+    setup = make_project(n_pairs=3)
     _open(page, setup, setup.annotator.username)
-    comparison, left_side = _on_screen(page, setup)
+    comparison, left_side = on_screen(page, setup)
     page.keyboard.press("2")
     with page.expect_navigation():
         page.keyboard.press("Enter")
         page.keyboard.press("z")
     expect(page.locator("p.editing")).to_be_visible()
-    assert _on_screen(page, setup) == (comparison, left_side)
+    assert on_screen(page, setup) == (comparison, left_side)
     expect(page.locator('button[data-pick="right"]')).to_have_class(re.compile("selected"))
     judgement = Judgement.objects.get(annotator=setup.annotator)
-    assert (judgement.comparison_id, judgement.choice) == (comparison.pk, _other(left_side))
+    assert (judgement.comparison_id, judgement.choice) == (comparison.pk, other_side(left_side))
 
 
 def test_html_in_a_pair_swapped_in_is_shown_as_text_and_never_runs(fast_hasher, page: Page) -> None:
     """The pair that arrives through the switch (HTML sent as JSON, put in the page) is as inert as
     a page load's: "<script>" is visible text, no script/img/iframe element, nothing runs."""
-    setup = _make_project(n_pairs=2, texts={1: (XSS_TEXT, "A harmless answer.")})
+    setup = make_project(n_pairs=2, texts={1: (XSS_TEXT, "A harmless answer.")})
     _open(page, setup, setup.annotator.username)
-    first, _ = _on_screen(page, setup)
+    first, _ = on_screen(page, setup)
     assert first.pk == setup.comparisons[0].pk
     _submit(page, "1")
     assert page.evaluate("window.__sameDocument") is True
@@ -246,17 +246,17 @@ def test_arrow_keys_pick_a_side_and_4_marks_both_bad(fast_hasher, page: Page) ->
     """ArrowLeft / ArrowRight pick the left / right answer as 1 / 2 do; 4 is "both bad" where the
     project allows it; the stored choice is in terms of the stored responses, whatever side each
     was shown on."""
-    setup = _make_project(n_pairs=3)
+    setup = make_project(n_pairs=3)
     type(setup.project).objects.filter(pk=setup.project.pk).update(allow_both_bad=True)
     _open(page, setup, setup.annotator.username)
     expected = {}
     for key, pick in (("ArrowLeft", "left"), ("ArrowRight", "right"), ("4", "both_bad")):
-        comparison, left_side = _on_screen(page, setup)
+        comparison, left_side = on_screen(page, setup)
         page.keyboard.press(key)
         expect(page.locator("button.selected")).to_have_count(1)
-        choice = {"left": left_side, "right": _other(left_side), "both_bad": "both_bad"}[pick]
+        choice = {"left": left_side, "right": other_side(left_side), "both_bad": "both_bad"}[pick]
         expected[comparison.pk] = choice
-        _switch(page, lambda: page.keyboard.press("Enter"))
+        switch_pair(page, lambda: page.keyboard.press("Enter"))
     stored = {
         j.comparison_id: j.choice for j in Judgement.objects.filter(annotator=setup.annotator)
     }

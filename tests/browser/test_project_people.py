@@ -15,8 +15,8 @@ from playwright.sync_api import Page, expect
 
 from annotation.models import Assignment, Judgement, Project, ProjectEvent
 from annotation.services.importing import comparisons_import
-from tests.browser.test_labelling import PASSWORD, _settled, _switch
 from tests.factories import UserFactory
+from tests.helpers.labelling_screen import PASSWORD, settled, switch_pair
 
 NEW_PASSWORD = "a fresh long passphrase 7"
 SCREENSHOT = "/tmp/concord-people.png"  # noqa: S108 - for humans to look at, never asserted on
@@ -85,9 +85,9 @@ def test_lead_creates_a_project_invites_an_annotator_who_labels_then_pauses_them
         _log_in(screen, "nora", NEW_PASSWORD, r"/annotation/$")
         screen.get_by_test_id("start-sorting").click()  # from her project list
         expect(screen.get_by_test_id("left")).to_be_visible()
-        _settled(screen)
+        settled(screen)
         screen.keyboard.press("1")
-        _switch(screen, lambda: screen.keyboard.press("Enter"))
+        switch_pair(screen, lambda: screen.keyboard.press("Enter"))
         judgement = Judgement.objects.get(annotator__username="nora")
         assert judgement.comparison.project == project
 

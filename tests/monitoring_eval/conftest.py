@@ -74,3 +74,13 @@ def open_round(run_with_checkpoints):
     EvalRound.objects.filter(pk=round_.pk).update(status="open")
     round_.refresh_from_db()
     return round_
+
+
+TINY_SAMPLING = {"max_new_tokens": 6, "temperature": 1.0, "seed": 0}
+
+
+def make_round(run, **kwargs) -> EvalRound:
+    checkpoint = run.checkpoints.get(step=4)
+    args = {"project": run.snapshot.export.project, "size": 4, "created_by": None,
+            "baseline_model": BASELINE, "sampling": TINY_SAMPLING, "enqueue": False}  # fmt: skip
+    return eval_services.round_create(checkpoint=checkpoint, **{**args, **kwargs})

@@ -7,8 +7,8 @@ import pytest
 from monitoring import eval_selectors, eval_services
 from monitoring.eval_selectors import answers_identical
 from monitoring.models import EvalItem, EvalJudgement, EvalRound
-from tests.monitoring_eval.test_rounds import TINY_SAMPLING, _round
-from tests.training.conftest import tiny_llama
+from tests.helpers.tiny_models import tiny_llama
+from tests.monitoring_eval.conftest import TINY_SAMPLING, make_round
 from training.models import Checkpoint
 
 pytestmark = pytest.mark.django_db
@@ -114,7 +114,7 @@ def test_the_tie_weight_follows_reviewers_per_item(open_round, reviewers):
 def test_before_generation_no_item_counts_as_identical(run_with_checkpoints):
     """A round still generating has empty answers on both sides: they are not identical answers
     yet, so nothing is counted as a tie and every item is rateable."""
-    round_ = _round(run_with_checkpoints)
+    round_ = make_round(run_with_checkpoints)
     assert round_.status == "generating"
     assert eval_selectors.identical_item_ids(round_) == set()
     assert eval_selectors.rateable_items(round_).count() == 4
@@ -132,7 +132,7 @@ def test_a_round_whose_answers_are_all_identical_closes_when_generated(
         run=run, step=1, metrics={},
         path=str(tiny_llama(tmp_path / "ckpt-twin", tiny_tokenizer_dir, seed=2)),
     )  # fmt: skip
-    round_ = _round(run, baseline_checkpoint=twin, baseline_model="", sampling=TINY_SAMPLING)
+    round_ = make_round(run, baseline_checkpoint=twin, baseline_model="", sampling=TINY_SAMPLING)
     from monitoring.tasks import generate_round_responses
 
     assert generate_round_responses.apply(args=[round_.pk]).get() == "closed"

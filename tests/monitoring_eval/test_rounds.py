@@ -9,22 +9,14 @@ from django.conf import settings as django_settings
 from monitoring import eval_selectors, eval_services
 from monitoring.eval_services import EvalError
 from monitoring.models import EvalAssignment, EvalJudgement, EvalRound, StopDecision
-from tests.monitoring_eval.conftest import BASELINE
+from tests.monitoring_eval.conftest import make_round
 from training.models import Checkpoint, RunEvent, TrainingRun
 
 pytestmark = pytest.mark.django_db
+
+
 # Sampled, not greedy: greedy tiny random Llamas answer only special tokens, which decode to the same
 # empty text for both models (identical answers, never shown); sampled at seed 0 the answers differ.
-TINY_SAMPLING = {"max_new_tokens": 6, "temperature": 1.0, "seed": 0}
-
-
-def _round(run, **kwargs) -> EvalRound:
-    checkpoint = run.checkpoints.get(step=4)
-    args = {"project": run.snapshot.export.project, "size": 4, "created_by": None,
-            "baseline_model": BASELINE, "sampling": TINY_SAMPLING, "enqueue": False}  # fmt: skip
-    return eval_services.round_create(checkpoint=checkpoint, **{**args, **kwargs})
-
-
 def _rate_everything(round_, reviewers, verdict) -> int:
     """Each reviewer claims until nothing is left; verdict(assignment) -> (pick, usefulness)."""
     done = 0
@@ -42,16 +34,16 @@ def test_create_freezes_prompts_and_validates(run_with_checkpoints):
     """4 of the project's 8 prompts are frozen in order with one empty item each; the hint for an
     interval 0.1 wide is 385 ratings (z^2/4/0.05^2). Two baselines, none, or a bad width are refused
     and leave nothing behind."""
-    round_ = _round(run_with_checkpoints)
+    round_ = make_round(run_with_checkpoints)
     assert round_.status == "generating" and round_.size == 4 and round_.sample_size_hint == 385
     assert list(round_.items.values_list("prompt_id", flat=True)) == round_.prompt_ids
     ckpt2 = run_with_checkpoints.checkpoints.get(step=2)
     with pytest.raises(EvalError, match="exactly one baseline"):
-        _round(run_with_checkpoints, baseline_checkpoint=ckpt2)
+        make_round(run_with_checkpoints, baseline_checkpoint=ckpt2)
     with pytest.raises(EvalError, match="exactly one baseline"):
-        _round(run_with_checkpoints, baseline_model="")
+        make_round(run_with_checkpoints, baseline_model="")
     with pytest.raises(EvalError, match="sampling"):
-        _round(run_with_checkpoints, sampling={"temperature": -1})
+        make_round(run_with_checkpoints, sampling={"temperature": -1})
     assert EvalRound.objects.count() == 1
 
 
@@ -69,7 +61,7 @@ def test_a_round_from_creation_to_decision(run_with_checkpoints, reviewers):
     left. The checkpoint wins 8 of 12 and ties 2: win rate 9/12 = 0.75. A stop decision cancels the
     running run; a roll back makes checkpoint 2 the run's result."""
     run = run_with_checkpoints
-    round_ = _round(run, baseline_checkpoint=run.checkpoints.get(step=2), baseline_model="")
+    round_ = make_round(run, baseline_checkpoint=run.checkpoints.get(step=2), baseline_model="")
     from monitoring.tasks import generate_round_responses
 
     assert generate_round_responses.apply(args=[round_.pk]).get() == "open"
