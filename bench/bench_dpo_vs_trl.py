@@ -135,6 +135,7 @@ def run_trl(args: argparse.Namespace) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
+    from trl_settings import TRL_CPU
 
     model_dir = _model_dir()
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines()]
@@ -158,14 +159,7 @@ def run_trl(args: argparse.Namespace) -> dict:
         learning_rate=LEARNING_RATE,
         beta=BETA,
         bf16=args.precision == "bf16",
-        fp16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-        disable_tqdm=True,
+        **TRL_CPU,
     )
     trainer = DPOTrainer(
         model=model, args=config, train_dataset=dataset, processing_class=tokenizer

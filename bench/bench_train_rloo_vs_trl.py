@@ -82,6 +82,7 @@ def run_trl(args: argparse.Namespace) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
     from trl import RLOOConfig, RLOOTrainer
+    from trl_settings import TRL_CPU
 
     model_dir = _model_dir()
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines()]
@@ -103,14 +104,7 @@ def run_trl(args: argparse.Namespace) -> dict:
         temperature=1.0,
         top_p=1.0,
         bf16=args.precision == "bf16",
-        fp16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-        disable_tqdm=True,
+        **TRL_CPU,
     )
     trainer = RLOOTrainer(
         model=policy,

@@ -78,6 +78,7 @@ def run_trl(args: argparse.Namespace) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from trl import RewardConfig, RewardTrainer
+    from trl_settings import TRL_CPU
 
     model_dir = _model_dir()
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines()]
@@ -102,14 +103,7 @@ def run_trl(args: argparse.Namespace) -> dict:
         num_train_epochs=1,
         learning_rate=LEARNING_RATE,
         bf16=args.precision == "bf16",
-        fp16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-        disable_tqdm=True,
+        **TRL_CPU,
         eos_token=tokenizer.sep_token,
     )
     trainer = RewardTrainer(

@@ -36,24 +36,22 @@ def _corpus() -> list[str]:
     return [text for row in PAIRS for text in row] * 4
 
 
-@pytest.fixture(scope="session")
-def tiny_tokenizer_dir(tmp_path_factory) -> Path:
-    """A ~300-token byte-level BPE tokenizer trained on the test sentences, ChatML template,
-    <|im_end|> as EOS and padding (as SmolLM2)."""
+def chatml_tokenizer(folder: Path, corpus: list[str], *, vocab_size: int) -> Path:
+    """A byte-level BPE tokenizer of about ``vocab_size`` tokens trained on ``corpus``, with the
+    ChatML template and <|im_end|> as EOS and padding (as SmolLM2), saved in ``folder``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    folder = tmp_path_factory.mktemp("tiny-tokenizer")
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=320,
+        vocab_size=vocab_size,
         special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(_corpus(), trainer)
+    bpe.train_from_iterator(corpus, trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|im_end|>",
@@ -65,8 +63,19 @@ def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory) -> Path:
+    """A ~300-token byte-level BPE tokenizer trained on the test sentences (see chatml_tokenizer)."""
+    return chatml_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer"), _corpus(), vocab_size=320)
+
+
 def tiny_llama(
-    folder: Path, tokenizer_dir: Path, *, seed: int = 0, for_classification=False
+    folder: Path,
+    tokenizer_dir: Path,
+    *,
+    seed: int = 0,
+    for_classification: bool = False,
+    max_positions: int = 512,
 ) -> Path:
     """A 2-layer Llama (hidden 32, 4 heads, 2 KV heads: grouped-query attention like SmolLM2) saved
     with the tiny tokenizer, as a causal LM or a 1-label sequence classifier."""
@@ -85,7 +94,7 @@ def tiny_llama(
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=not for_classification,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -9,14 +9,11 @@ import pytest
 
 from annotation.services.exporting import dataset_export
 from annotation.services.importing import comparisons_import, project_get_or_create
+from tests.helpers.tiny_models import chatml_tokenizer, tiny_llama
 from training.models import TrainingRun
 from training.services import snapshot_for
 
 JUDGE_MODEL = "smollm2-135m-instruct"  # the registry name the tiny judge model is saved under
-CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 # prompt, response a, response b, the three people's choices (a, b, tie)
 ROWS = [
     ("What is 2 + 2?", "4.", "2 + 2 is 22.", "aaa"),
@@ -31,53 +28,16 @@ ROWS = [
 @pytest.fixture(scope="session")
 def judge_tokenizer_dir(tmp_path_factory) -> Path:
     """A ~300-token byte-level BPE tokenizer trained on the rows, <|im_end|> as EOS and pad."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    folder = tmp_path_factory.mktemp("judge-tokenizer")
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
     corpus = [text for row in ROWS for text in row[:3]] * 4 + ["Response A B [[A]] [[B]] [[C]]"]
-    bpe.train_from_iterator(corpus, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|im_end|>",
-        bos_token="<|im_start|>",
-    )  # fmt: skip
-    tokenizer.chat_template = CHATML
-    tokenizer.save_pretrained(str(folder))
-    return folder
+    return chatml_tokenizer(tmp_path_factory.mktemp("judge-tokenizer"), corpus, vocab_size=300)
 
 
 def save_tiny_llama(folder: Path, tokenizer_dir: Path, *, classifier: bool, seed: int) -> Path:
     """A 2-layer Llama (hidden 32) saved with the tokenizer: a causal LM, or a 1-label sequence
-    classifier (a reward model)."""
-    import torch
-    from transformers import (
-        AutoTokenizer,
-        LlamaConfig,
-        LlamaForCausalLM,
-        LlamaForSequenceClassification,
+    classifier (a reward model); 1024 positions."""
+    return tiny_llama(
+        folder, tokenizer_dir, seed=seed, for_classification=classifier, max_positions=1024
     )
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-        tie_word_embeddings=not classifier, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, num_labels=1,
-    )  # fmt: skip
-    torch.manual_seed(seed)
-    model = (LlamaForSequenceClassification if classifier else LlamaForCausalLM)(config)
-    model.save_pretrained(str(folder))
-    tokenizer.save_pretrained(str(folder))
-    return folder
 
 
 @pytest.fixture
