@@ -18,6 +18,7 @@ from annotation.agreement import CHOICES, JudgementTable, item_counts, majority_
 from annotation.agreement.judges import JudgeReport, JudgeVerdicts, judge_report
 from annotation.models import Project
 from annotation.selectors.agreement import project_judgements
+from common.roles import machine_account_ids
 from monitoring.models import Judge, JudgeOutput
 
 ORDERS = ("a", "b")
@@ -25,8 +26,9 @@ UNPARSED_EXAMPLES = 5
 
 
 def machine_annotator_ids() -> frozenset[int]:
-    """The user ids of every judge's machine annotator (all projects, all versions)."""
-    return frozenset(Judge.objects.values_list("annotator_id", flat=True))
+    """The user ids of every machine account (the MACHINE_JUDGE group: every judge's machine
+    annotator, all projects, all versions)."""
+    return frozenset(machine_account_ids().values_list("user_id", flat=True))
 
 
 def judges_of_project(*, project: Project) -> QuerySet[Judge]:
