@@ -5,6 +5,8 @@ member list are exactly what they were before; the judge report still reads the 
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from annotation.models import Judgement
 from annotation.selectors.adjudication import adjudication_queue, judgements_per_version
@@ -84,5 +86,20 @@ def test_judge_verdicts_change_nothing_people_see(judged_project, reward_run):
     assert judge_selectors.machine_annotator_ids() == {machine.pk}
 
 
-def test_the_machine_group_is_made_by_migration_and_kept_after_flush():
+def test_the_machine_group_is_made_by_migration():
     assert Group.objects.filter(name=MACHINE_JUDGE).exists()
+
+
+def test_the_migration_marks_the_machine_accounts_of_existing_judges(judged_project, reward_run):
+    """Judges made before the group existed: monitoring 0004 puts their accounts in it."""
+    machine = _rm_judge(judged_project, reward_run).annotator
+    machine.groups.clear()
+    assert not is_machine_account(machine)
+    if connection.vendor == "postgresql":  # rows written in this transaction: run their checks now
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    executor = MigrationExecutor(connection)
+    executor.migrate([("monitoring", "0003_judges")])
+    executor.loader.build_graph()
+    executor.migrate([("monitoring", "0004_machine_judge_accounts")])
+    assert is_machine_account(machine)
