@@ -7,6 +7,10 @@ annotation.0007_adjudication).
   projects (settings, members, archive).
 - Adjudicator: records final verdicts in the adjudication queue of every project (no other lead page).
 
+Not a role: the "Machine judge" group (MACHINE_JUDGE, common.0002_machine_judge) marks the accounts
+whose judgements a model judge wrote. They are never people: ``human_judgements`` /
+``machine_account_ids`` leave them out of every human-facing figure and list.
+
 A user may hold several roles; a superuser counts as every role.
 """
 
@@ -21,6 +25,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from django.core.exceptions import PermissionDenied
 from django.db import connection
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_http_methods
 
@@ -29,6 +34,8 @@ REVIEWER = "Reviewer"
 ML_ENGINEER = "ML engineer"
 ADJUDICATOR = "Adjudicator"
 ALL_ROLES = (ANNOTATOR, REVIEWER, ML_ENGINEER, ADJUDICATOR)
+# The group of model judges' machine accounts (inactive, no password): not a role, never a person.
+MACHINE_JUDGE = "Machine judge"
 
 # Apps whose model permissions the ML engineer group holds (kept in sync after every migrate).
 ML_ENGINEER_APPS = ("annotation", "training", "monitoring")
@@ -130,6 +137,36 @@ def role_assign(*, user: AbstractBaseUser, role: str) -> None:
         del user._concord_roles
 
 
+def machine_account_ids() -> QuerySet:
+    """A subquery (values of user ids) of the accounts in the MACHINE_JUDGE group: use it as
+    ``exclude(annotator_id__in=machine_account_ids())`` (one NOT IN over a handful of ids)."""
+    link = get_user_model().groups.through
+    return link.objects.filter(group__name=MACHINE_JUDGE).values("user_id")
+
+
+def not_machine(field: str = "annotator") -> Q:
+    """A Q true where the user foreign key ``field`` (a path such as ``"judgements__annotator"``)
+    is not a machine account, e.g. ``Count("judgements", filter=not_machine("judgements__annotator"))``."""
+    return ~Q(**{f"{field}__in": machine_account_ids()})
+
+
+def human_judgements(queryset: QuerySet, field: str = "annotator") -> QuerySet:
+    """``queryset`` (of judgements, or any rows with a user foreign key named ``field``) without the
+    rows of machine accounts: what people did, for every figure shown to people."""
+    return queryset.filter(not_machine(field))
+
+
+def is_machine_account(user: AbstractBaseUser) -> bool:
+    """True when the user is a model judge's machine account (in the MACHINE_JUDGE group)."""
+    return user.groups.filter(name=MACHINE_JUDGE).exists()
+
+
+def machine_account_mark(*, user: AbstractBaseUser) -> None:
+    """Put a model judge's machine account in the MACHINE_JUDGE group."""
+    group, _ = Group.objects.get_or_create(name=MACHINE_JUDGE)
+    user.groups.add(group)
+
+
 def sync_role_permissions(**kwargs: Any) -> None:
     """Give the ML engineer group every model permission of the Concord apps, and the permission to
     view (not change) user accounts (post_migrate hook).
@@ -143,7 +180,7 @@ def sync_role_permissions(**kwargs: Any) -> None:
     app_config = kwargs.get("app_config")
     if app_config is not None and app_config.label not in ML_ENGINEER_APPS:
         return
-    for role in ALL_ROLES:
+    for role in (*ALL_ROLES, MACHINE_JUDGE):
         group, _ = Group.objects.get_or_create(name=role)
     group = Group.objects.get(name=ML_ENGINEER)
     perms = Permission.objects.filter(content_type__app_label__in=ML_ENGINEER_APPS)

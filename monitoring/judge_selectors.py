@@ -1,8 +1,10 @@
 """Reads of model judges: which accounts are machines, a judge's verdicts as arrays, and its report
 (the judge measured like an annotator against the humans of its project).
 
-``machine_annotator_ids()`` is the one way to tell a judge's account from a person: lists of
-annotators shown to people (progress, agreement, exports' provenance) leave these ids out.
+A judge's account is told from a person by the MACHINE_JUDGE group (``common.roles``:
+``human_judgements``, ``machine_account_ids``): every read shown to people (progress, agreement,
+exports, the item browser, the adjudication queue) leaves those accounts out, so the report reads
+the judge from its own outputs (``judge_verdicts``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from annotation.agreement import CHOICES, JudgementTable, item_counts, majority_
 from annotation.agreement.judges import JudgeReport, JudgeVerdicts, judge_report
 from annotation.models import Project
 from annotation.selectors.agreement import project_judgements
+from common.roles import machine_account_ids
 from monitoring.models import Judge, JudgeOutput
 
 ORDERS = ("a", "b")
@@ -25,8 +28,9 @@ UNPARSED_EXAMPLES = 5
 
 
 def machine_annotator_ids() -> frozenset[int]:
-    """The user ids of every judge's machine annotator (all projects, all versions)."""
-    return frozenset(Judge.objects.values_list("annotator_id", flat=True))
+    """The user ids of every machine account (the MACHINE_JUDGE group: every judge's machine
+    annotator, all projects, all versions)."""
+    return frozenset(machine_account_ids().values_list("user_id", flat=True))
 
 
 def judges_of_project(*, project: Project) -> QuerySet[Judge]:
@@ -41,9 +45,8 @@ def judges_of_project(*, project: Project) -> QuerySet[Judge]:
 
 @dataclass(frozen=True)
 class HumanJudgements:
-    """The project's judgements by people only. table: as ``project_judgements`` gives it, the
-    machine annotators' rows removed and the annotators renumbered; comparison_ids [I];
-    annotator_names [R]."""
+    """The project's judgements by people only. table: as ``project_judgements`` gives it (machine
+    accounts' rows never in it); comparison_ids [I]; annotator_names [R]."""
 
     table: JudgementTable
     comparison_ids: np.ndarray
@@ -51,39 +54,10 @@ class HumanJudgements:
 
 
 def human_judgements(*, project: Project) -> HumanJudgements:
-    """The humans' judgements of the project as arrays (machine judges left out)."""
-    everyone = project_judgements(project=project)
-    table = everyone.table
-    machines = np.array(sorted(machine_annotator_ids()), dtype=np.int64)
-    is_human = ~np.isin(everyone.annotator_ids, machines)  # [R]
-    renumber = np.cumsum(is_human) - 1  # old annotator index -> new, for humans
-    keep = is_human[table.annotator]
-    keep_repeat = is_human[table.repeat_annotator] if table.repeat_annotator is not None else None
-
-    def rows(column: np.ndarray | None, mask: np.ndarray | None) -> np.ndarray | None:
-        return None if column is None or mask is None else np.asarray(column)[mask]
-
-    humans = JudgementTable(
-        item=table.item[keep],
-        annotator=renumber[table.annotator[keep]],
-        choice=table.choice[keep],
-        n_items=table.n_items,
-        n_annotators=int(is_human.sum()),
-        shown_left=rows(table.shown_left, keep),
-        elapsed_ms=rows(table.elapsed_ms, keep),
-        gold=table.gold,
-        length_a=table.length_a,
-        length_b=table.length_b,
-        repeat_item=rows(table.repeat_item, keep_repeat),
-        repeat_annotator=(
-            None
-            if table.repeat_annotator is None
-            else renumber[table.repeat_annotator[keep_repeat]]
-        ),
-        repeat_choice=rows(table.repeat_choice, keep_repeat),
-    )
-    names = [n for n, h in zip(everyone.annotator_names, is_human, strict=True) if h]
-    return HumanJudgements(humans, everyone.comparison_ids, names)
+    """The humans' judgements of the project as arrays (``project_judgements`` leaves the machine
+    accounts of the MACHINE_JUDGE group out)."""
+    people = project_judgements(project=project)
+    return HumanJudgements(people.table, people.comparison_ids, people.annotator_names)
 
 
 def human_majority_labels(*, project: Project) -> dict[int, int]:

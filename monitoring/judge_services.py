@@ -37,6 +37,7 @@ from annotation.models import Comparison, Judgement, Project
 from common.errors import ConcordError
 from common.jobs import task_send
 from common.model_registry import model_get
+from common.roles import machine_account_mark
 from monitoring.judging import DEFAULT_TEMPLATE, JudgingTemplate, Unparsed
 from monitoring.models import Judge, JudgeOutput
 from training.models import TrainingRun
@@ -109,6 +110,7 @@ def judge_create(
         )
         machine.set_unusable_password()
         machine.save(update_fields=["password"])
+        machine_account_mark(user=machine)  # never counted, listed or shown as a person
         return Judge.objects.create(
             project=project,
             name=name,

@@ -29,6 +29,7 @@ from annotation.models import (
     Project,
 )
 from annotation.selectors.agreement import CHOICE_CODES, project_judgements
+from common.roles import human_judgements, not_machine
 
 DEFAULT_THRESHOLD = 0.8
 QUEUE_REASONS = ("split", "uncertain", "gold", "flagged")
@@ -175,7 +176,7 @@ def annotator_adjudicated_accuracy(*, project: Project) -> dict[str, dict[str, f
     if not verdicts:
         return {}
     username = f"annotator__{get_user_model().USERNAME_FIELD}"
-    rows = Judgement.objects.filter(comparison_id__in=list(verdicts)).values_list(
+    rows = human_judgements(Judgement.objects.filter(comparison_id__in=list(verdicts))).values_list(
         username, "comparison_id", "choice"
     )
     tally: dict[str, list[int]] = {}
@@ -192,7 +193,7 @@ def guidelines_versions(*, project: Project) -> list[GuidelinesVersion]:
     """The project's guidelines versions, oldest first, with their judgement counts (``n_judgements``)."""
     return list(
         GuidelinesVersion.objects.filter(project=project)
-        .annotate(n_judgements=Count("judgements"))
+        .annotate(n_judgements=Count("judgements", filter=not_machine("judgements__annotator")))
         .select_related("author")
         .order_by("number")
     )
@@ -206,7 +207,7 @@ def guidelines_current(*, project: Project) -> GuidelinesVersion | None:
 def judgements_per_version(*, project: Project) -> dict[str, int]:
     """{"v<number>" or "unversioned": judgements made under it} for the project (export metadata)."""
     rows = (
-        Judgement.objects.filter(comparison__project=project)
+        human_judgements(Judgement.objects.filter(comparison__project=project))
         .values("guidelines_version__number")
         .annotate(n=Count("pk"))
         .values_list("guidelines_version__number", "n")
@@ -227,9 +228,9 @@ def headline_by_version(*, project: Project, number: int | None) -> dict[str, fl
         else {"guidelines_version__isnull": True}
     )
     rows = list(
-        Judgement.objects.filter(comparison__project=project, **under).values_list(
-            "comparison_id", "choice"
-        )
+        human_judgements(
+            Judgement.objects.filter(comparison__project=project, **under)
+        ).values_list("comparison_id", "choice")
     )
     if not rows:
         return {

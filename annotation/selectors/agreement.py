@@ -34,6 +34,7 @@ from annotation.models import (
     Side,
 )
 from annotation.selectors.labelling import BATCH_SIZE
+from common.roles import human_judgements
 
 _BIG = BigIntegerField()
 
@@ -127,9 +128,10 @@ def day_label(day_number: int) -> str:
 
 
 def _judgement_columns(project: Project) -> np.ndarray:
-    """[J, 6]: comparison id, annotator id, choice code, shown-left code, elapsed ms (-1), DayNumber."""
+    """[J, 6]: comparison id, annotator id, choice code, shown-left code, elapsed ms (-1), DayNumber.
+    People's judgements only (machine judges' are left out)."""
     queryset = (
-        Judgement.objects.filter(comparison__project=project)
+        human_judgements(Judgement.objects.filter(comparison__project=project))
         .order_by()
         .annotate(
             c_comparison=Cast("comparison_id", _BIG),
@@ -212,12 +214,14 @@ def _bulk_reads():
 
 
 def project_judgements(*, project: Project) -> ProjectJudgements:
-    """Read the project's judgements, comparisons and swap repeats as arrays (a few narrow queries)."""
+    """Read the project's judgements, comparisons and swap repeats as arrays (a few narrow queries).
+    People only: machine judges' judgements are left out (monitoring reads a judge's verdicts
+    from its own outputs)."""
     with _bulk_reads():
         judgements = _judgement_columns(project)
         comparisons = _comparison_columns(project)
         repeats = _int_columns(
-            RepeatJudgement.objects.filter(comparison__project=project)
+            human_judgements(RepeatJudgement.objects.filter(comparison__project=project))
             .order_by()
             .annotate(
                 c_comparison=Cast("comparison_id", _BIG),
@@ -297,8 +301,8 @@ def refresh_pending_key(project: Project) -> str:
 
 
 def judgements_fingerprint(*, project: Project) -> list[Any]:
-    """What the report depends on, cheaply: judgement and repeat counts and the latest change."""
-    judged = Judgement.objects.filter(comparison__project=project).aggregate(
+    """What the report depends on, cheaply: people's judgement and repeat counts and the latest change."""
+    judged = human_judgements(Judgement.objects.filter(comparison__project=project)).aggregate(
         n=Count("id"), latest=Max("updated_at")
     )
     repeats = RepeatJudgement.objects.filter(comparison__project=project).count()
@@ -323,7 +327,9 @@ def annotator_disagreements(
 ) -> list[dict[str, Any]]:
     """The comparisons where the annotator's choice differs from the others' majority (leave-one-out),
     newest first: comparison id, external id, prompt, their choice, the others' votes."""
-    user = get_user_model().objects.get(**{get_user_model().USERNAME_FIELD: username})
+    user = human_judgements(get_user_model().objects.all(), "pk").get(
+        **{get_user_model().USERNAME_FIELD: username}
+    )
     mine = dict(
         Judgement.objects.filter(comparison__project=project, annotator=user).values_list(
             "comparison_id", "choice"
@@ -331,7 +337,7 @@ def annotator_disagreements(
     )
     others: dict[int, dict[str, int]] = {}
     for comparison_id, choice in (
-        Judgement.objects.filter(comparison_id__in=list(mine))
+        human_judgements(Judgement.objects.filter(comparison_id__in=list(mine)))
         .exclude(annotator=user)
         .values_list("comparison_id", "choice")
     ):

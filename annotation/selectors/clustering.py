@@ -11,6 +11,7 @@ import numpy as np
 from annotation.agreement import CHOICES, N_CHOICES, fleiss_kappa, percent_agreement
 from annotation.clustering import balanced_batches, stratified_sample
 from annotation.models import ClusteringRun, Comparison, Judgement, Project, Prompt, PromptCluster
+from common.roles import human_judgements
 
 
 def clustering_run_current(*, project: Project) -> ClusteringRun | None:
@@ -51,9 +52,9 @@ def _agreement_by_label(run: ClusteringRun) -> dict[int, tuple[int, float | None
     )
     counts: dict[int, np.ndarray] = {}
     prompt_of: dict[int, int] = {}
-    judgements = Judgement.objects.filter(comparison__project_id=run.project_id).values_list(
-        "comparison_id", "comparison__prompt_id", "choice"
-    )
+    judgements = human_judgements(
+        Judgement.objects.filter(comparison__project_id=run.project_id)
+    ).values_list("comparison_id", "comparison__prompt_id", "choice")
     for comparison_id, prompt_id, choice in judgements:
         row = counts.setdefault(comparison_id, np.zeros(N_CHOICES))
         row[CHOICES.index(choice)] += 1

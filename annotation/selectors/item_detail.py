@@ -22,6 +22,9 @@ from annotation.models import (
 )
 from annotation.selectors.adjudication import adjudication_history, comparison_flags
 from annotation.services.items import item_consensus
+from common.roles import machine_account_ids
+
+MODEL_JUDGE = "model judge"  # the origin of a machine account's judgement
 
 # An edit is a save more than this long after the judgement was created (the first save's own
 # auto_now stamps differ by microseconds).
@@ -31,7 +34,8 @@ EDIT_AFTER = timedelta(seconds=1)
 @dataclass(frozen=True)
 class JudgementRow:
     """A judgement as the item page lists it; ``origin``: "here" (made on the labelling screen: the
-    annotator has a finished assignment on the pair) or "imported"."""
+    annotator has a finished assignment on the pair), "imported", or "model judge" (a machine
+    account's verdict: shown as the judge's, never counted in the consensus rows)."""
 
     judgement: Judgement
     origin: str
@@ -158,8 +162,15 @@ def item_detail(*, project: Project, comparison_id: int) -> ItemDetail | None:
             "annotator_id", flat=True
         )
     )
+    machines = set(machine_account_ids().values_list("user_id", flat=True))
+
+    def origin(annotator_id: int) -> str:
+        if annotator_id in machines:
+            return MODEL_JUDGE
+        return "here" if annotator_id in on_screen else "imported"
+
     judgements = [
-        JudgementRow(j, "here" if j.annotator_id in on_screen else "imported")
+        JudgementRow(j, origin(j.annotator_id))
         for j in Judgement.objects.filter(comparison=comparison)
         .select_related("annotator")
         .order_by("created_at", "id")
@@ -169,7 +180,7 @@ def item_detail(*, project: Project, comparison_id: int) -> ItemDetail | None:
         .select_related("annotator")
         .order_by("created_at", "id")
     )
-    choices = [row.judgement.choice for row in judgements]
+    choices = [row.judgement.choice for row in judgements if row.origin != MODEL_JUDGE]
     verdicts = adjudication_history(comparison)
     flags = comparison_flags(comparison)
     return ItemDetail(

@@ -51,6 +51,13 @@ from annotation.models import (
 )
 from annotation.services.items import item_consensus
 from common.errors import ConcordError
+from common.roles import human_judgements
+
+
+def _people_judgements() -> QuerySet:
+    """Every judgement by a person (machine judges' are left out of the browser's figures)."""
+    return human_judgements(Judgement.objects.all())
+
 
 PAGE_SIZE = 50
 COUNT_CAP = 1_000  # matching rows are counted up to here ("more than 1000": counting costs a scan)
@@ -88,7 +95,9 @@ def _active_lease(now: datetime) -> Exists:
 
 def _status_open(project: Project, now: datetime) -> Q:
     # NOT EXISTS rather than n_judged = 0: an anti-join the planner merges along both id indexes.
-    return ~Q(Exists(Judgement.objects.filter(comparison=OuterRef("pk")))) & ~Q(_active_lease(now))
+    return ~Q(Exists(_people_judgements().filter(comparison=OuterRef("pk")))) & ~Q(
+        _active_lease(now)
+    )
 
 
 def _status_in_progress(project: Project, now: datetime) -> Q:
@@ -294,7 +303,7 @@ def _origin_filter(origin: str) -> Q:
         annotator=OuterRef("annotator"),
         status=Assignment.Status.DONE,
     )
-    judgements = Judgement.objects.filter(comparison=OuterRef("pk"))
+    judgements = _people_judgements().filter(comparison=OuterRef("pk"))
     if origin == "here":
         return Q(Exists(judgements.filter(Exists(on_screen))))
     return Q(Exists(judgements.filter(~Exists(on_screen))))
@@ -304,7 +313,7 @@ def _with_counts(queryset: QuerySet) -> QuerySet:
     """``n_judged`` and ``n_choices`` (distinct choices) per comparison, once."""
     if "n_judged" in queryset.query.annotations:
         return queryset
-    judgements = Judgement.objects.all()
+    judgements = _people_judgements()
     return queryset.annotate(
         n_judged=_count_of(judgements, "id"),
         n_choices=_count_of(judgements, "choice", distinct=True),
@@ -340,7 +349,8 @@ def items_queryset(*, project: Project, filters: ItemFilters) -> QuerySet:
     if filters.gold:
         queryset = queryset.exclude(gold="") if filters.gold == "yes" else queryset.filter(gold="")
     if filters.annotator:
-        user = get_user_model().objects.filter(username=filters.annotator).first()
+        people = human_judgements(get_user_model().objects.all(), "pk")
+        user = people.filter(username=filters.annotator).first()
         if user is None:
             raise ConcordError(f"annotator: no user named {filters.annotator!r}")
         queryset = queryset.filter(

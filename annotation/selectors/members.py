@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from annotation.models import Judgement, Project, ProjectEvent, ProjectMembership
 from annotation.selectors.agreement import cached_dashboard
+from common.roles import human_judgements
 
 EVENTS_PER_PAGE = 25
 RECENT_DAYS = 7
@@ -50,7 +51,7 @@ def project_members(*, project: Project) -> list[MemberActivity]:
     """The project's members (annotators first, then reviewers; by username) with their activity.
     Two queries whatever the number of members, plus one cache read."""
     memberships = list(
-        ProjectMembership.objects.filter(project=project)
+        human_judgements(ProjectMembership.objects.filter(project=project), "user")
         .select_related("user")
         .order_by("role", "user__username")
     )

@@ -10,7 +10,10 @@ from django.db.models import Count, F
 
 from annotation.models import Assignment, Comparison, Judgement, Project
 from annotation.selectors.labelling import BATCH_SIZE
-from common.roles import remember_roles, role_flags_sql
+from common.roles import human_judgements, not_machine, remember_roles, role_flags_sql
+
+# Comparisons' judgements by people (machine judges never fill a comparison's overlap).
+_HUMAN_JUDGEMENTS = Count("judgements", filter=not_machine("judgements__annotator"))
 
 
 @dataclass(frozen=True)
@@ -34,9 +37,9 @@ def _progress(projects, annotator: AbstractBaseUser | None) -> list[ProjectProgr
     for project in projects:
         comparisons = Comparison.objects.filter(project=project)
         complete = (
-            comparisons.annotate(n=Count("judgements")).filter(n__gte=F("project__overlap")).count()
+            comparisons.annotate(n=_HUMAN_JUDGEMENTS).filter(n__gte=F("project__overlap")).count()
         )
-        judgements = Judgement.objects.filter(comparison__project=project)
+        judgements = human_judgements(Judgement.objects.filter(comparison__project=project))
         rows.append(
             ProjectProgress(
                 project=project,
@@ -90,7 +93,7 @@ def member_project(*, user: AbstractBaseUser, slug: str) -> Project | None:
 def annotator_progress(*, project: Project) -> list[dict[str, object]]:
     """Per annotator of the project: judgements, skips, median seconds per pair (lead's page)."""
     rows = []
-    for member in project.members.order_by("username"):
+    for member in human_judgements(project.members.all(), "pk").order_by("username"):
         judged = Judgement.objects.filter(comparison__project=project, annotator=member)
         times = sorted(t for t in judged.values_list("elapsed_ms", flat=True) if t is not None)
         rows.append(
@@ -128,7 +131,7 @@ def batch_progress(*, project: Project, batch_size: int = BATCH_SIZE) -> list[Ba
     counts = (
         Comparison.objects.filter(project=project, gold="")
         .order_by("queue_position", "pk")
-        .annotate(n=Count("judgements"))
+        .annotate(n=_HUMAN_JUDGEMENTS)
         .values_list("n", flat=True)
     )
     batches: list[BatchProgress] = []

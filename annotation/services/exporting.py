@@ -51,6 +51,7 @@ from django.db import IntegrityError, transaction
 from annotation.agreement import CHOICES, side_margin, top_choice
 from annotation.models import MAX_STRENGTH, Choice, Comparison, DatasetExport, Judgement, Project
 from annotation.selectors.adjudication import adjudicated_choices, judgements_per_version
+from common.roles import human_judgements
 
 CONSENSUS_RULES = ("majority", "dawid_skene", "adjudicated")
 FALLBACK_RULES = ("majority", "dawid_skene")
@@ -144,7 +145,7 @@ def _write_files(
     votes: dict[int, list[Vote]] = {}
     with (folder / JUDGEMENTS_FILE).open("w", encoding="utf-8") as raw:
         judgements = (
-            Judgement.objects.filter(comparison__project=project)
+            human_judgements(Judgement.objects.filter(comparison__project=project))
             .order_by("comparison_id", "pk")
             .values_list(
                 "comparison_id", "annotator__username", "choice", "strength", "shown_left",
@@ -407,7 +408,7 @@ def _agreement_lines(project: Project) -> list[str]:
     from annotation import agreement
     from annotation.services.agreement import project_agreement
 
-    if not Judgement.objects.filter(comparison__project=project).exists():
+    if not human_judgements(Judgement.objects.filter(comparison__project=project)).exists():
         return ["- No judgements: no agreement figures."]
     result = project_agreement(project=project, n_boot=500)
     report, names = result.report, result.data.annotator_names
@@ -435,7 +436,10 @@ def _dataset_card(
 ) -> str:  # fmt: skip
     project = export.project
     n_annotators = (
-        Judgement.objects.filter(comparison__project=project).values("annotator").distinct().count()
+        human_judgements(Judgement.objects.filter(comparison__project=project))
+        .values("annotator")
+        .distinct()
+        .count()
     )
     guidelines = (
         f"`{hashlib.sha256(project.guidelines.encode('utf-8')).hexdigest()[:12]}` (first 12 hex "

@@ -80,3 +80,9 @@ def test_run_again_queues_a_failed_version_and_refuses_a_queued_one(
     assert (judge.status, judge.error) == ("queued", "")
     page = client.post(url, follow=True).content.decode()
     assert "is already queued" in page
+
+
+def test_the_lead_page_links_to_the_judges(judged_project, ml_engineer):
+    page = logged_in(ml_engineer).get(reverse("annotation:project-manage", args=["judged"]))
+    judges = reverse("monitoring:judges", args=["judged"])
+    assert f'href="{judges}" data-testid="judges-link"' in page.content.decode()
