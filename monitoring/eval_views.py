@@ -18,11 +18,12 @@ from monitoring.models import EVAL_PAIR, EvalAssignment, EvalRound, StopDecision
 from training.models import Checkpoint, TrainingRun
 
 # Runs whose checkpoints answer prompts; a reward model's checkpoint scores, it cannot be judged.
-POLICY_KINDS = (TrainingRun.Kind.DPO, TrainingRun.Kind.PPO, TrainingRun.Kind.RLOO)
+POLICY_KINDS = tuple(kind for kind in TrainingRun.Kind if kind != TrainingRun.Kind.RM)
 
 
 class PolicyCheckpointField(forms.ModelChoiceField):
-    """Checkpoints of policy runs (DPO, PPO, RLOO), newest run first, by run name, kind and step."""
+    """Checkpoints of policy runs (every kind but the reward model), newest run first, by run
+    name, kind and step."""
 
     def __init__(self, **kwargs) -> None:
         queryset = (

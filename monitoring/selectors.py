@@ -68,6 +68,8 @@ UNIT_INTERVAL = (r"accuracy$", r"(eos|repetition)_rate$", r"fraction$")
 HEADLINES: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
     "rm": ((("eval/accuracy", "accuracy"), "eval accuracy"), (("eval/loss", "loss"), "loss")),
     "dpo": ((("rewards/accuracy",), "reward accuracy"), (("rewards/margin",), "margin")),
+    "simpo": ((("rewards/accuracy",), "reward accuracy"), (("rewards/margin",), "margin")),
+    "orpo": ((("rewards/accuracy",), "reward accuracy"), (("rewards/margin",), "margin")),
     "ppo": ((("reward/score_mean",), "reward"), (("kl",), "KL")),
     "rloo": ((("reward/score_mean",), "reward"), (("kl",), "KL")),
 }

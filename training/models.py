@@ -42,6 +42,8 @@ class TrainingRun(models.Model):
     class Kind(models.TextChoices):
         RM = "rm", "Reward model"
         DPO = "dpo", "DPO"
+        SIMPO = "simpo", "SimPO"
+        ORPO = "orpo", "ORPO"
         PPO = "ppo", "PPO"
         RLOO = "rloo", "RLOO"
 
@@ -64,7 +66,7 @@ class TrainingRun(models.Model):
         DatasetSnapshot,
         on_delete=models.PROTECT,
         related_name="runs",
-        help_text="Preference pairs (rm, dpo) or the prompts to roll out on (ppo, rloo).",
+        help_text="Preference pairs (rm, dpo, simpo, orpo) or the prompts to roll out on (ppo, rloo).",
     )
     reward_model_run = models.ForeignKey(
         "self",

@@ -1,5 +1,5 @@
 """Recipe helpers shared by the training tests: a callback that asks to stop after a step (cancel,
-then resume), and a tiny RLOO config."""
+then resume), the settings of a quick run on the tiny model, and a tiny RLOO config."""
 
 from training.recipes import RLOOConfig, TrainingCallback
 
@@ -35,3 +35,18 @@ def rloo_config(policy, reward, prompts, output_dir, **overrides) -> RLOOConfig:
     }
     values.update(overrides)
     return RLOOConfig(**values)
+
+
+def tiny_pair_values(model_dir, data_file, output_dir, **overrides) -> dict:
+    """Settings of a quick pair-recipe run (DPO, SimPO, ORPO) on the tiny model, on the CPU."""
+    values = {
+        "model": str(model_dir),
+        "data": str(data_file),
+        "output_dir": str(output_dir),
+        "batch_size": 4,
+        "max_length": 128,
+        "learning_rate": 1e-3,
+        "checkpoint_every": 0,
+        "device": "cpu",
+    }
+    return {**values, **overrides}

@@ -1,5 +1,5 @@
-"""Data parallelism: DPO, PPO and RLOO on two CPU processes (torchrun, Gloo) reach the weights one
-process does."""
+"""Data parallelism: DPO, SimPO, ORPO, PPO and RLOO on two CPU processes (torchrun, Gloo) reach the
+weights one process does."""
 
 import json
 import subprocess
@@ -8,15 +8,16 @@ import sys
 import pytest
 import torch
 
-from training.recipes import DPOConfig, train_dpo
+from training.recipes import config_class, run_training
 
 pytestmark = pytest.mark.multiprocess
 
 
-def test_two_ranks_train_like_one_process(tiny_llama_dir, pairs_file, tmp_path):
+@pytest.mark.parametrize("kind", ["dpo", "simpo", "orpo"])
+def test_two_ranks_train_like_one_process(kind, tiny_llama_dir, pairs_file, tmp_path):
     """Each rank takes half of every step's pairs and the gradients are summed before the step, so
-    2 steps of 4 pairs on 2 ranks equal 2 steps of 4 pairs on 1 process (to float rounding). Only
-    rank 0 writes the run folder."""
+    2 steps of 4 pairs on 2 ranks equal 2 steps of 4 pairs on 1 process (to float rounding), for
+    DPO and the reference-free SimPO and ORPO. Only rank 0 writes the run folder."""
     from safetensors.torch import load_file
 
     values = {
@@ -29,9 +30,10 @@ def test_two_ranks_train_like_one_process(tiny_llama_dir, pairs_file, tmp_path):
         "checkpoint_every": 0,
         "device": "cpu",
     }
-    single = train_dpo(DPOConfig(output_dir=str(tmp_path / "single"), **values))
+    cls = config_class(kind)
+    single = run_training(cls(output_dir=str(tmp_path / "single"), **values))
 
-    config = DPOConfig(output_dir=str(tmp_path / "ddp"), **values)
+    config = cls(output_dir=str(tmp_path / "ddp"), **values)
     config_path = tmp_path / "ddp-config.json"
     config.save(config_path)
     done = subprocess.run(

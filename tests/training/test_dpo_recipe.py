@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tests.helpers.recipes import StopAfter
+from tests.helpers.recipes import StopAfter, tiny_pair_values
 from tests.helpers.tiny_models import PAIRS, write_jsonl
 from training.algorithms import sequence_logprobs
 from training.recipes import DPOConfig, train_dpo
@@ -25,18 +25,7 @@ CPU = torch.device("cpu")
 
 
 def _config(tiny_llama_dir, pairs_file, output_dir, **overrides) -> DPOConfig:
-    values = {
-        "model": str(tiny_llama_dir),
-        "data": str(pairs_file),
-        "output_dir": str(output_dir),
-        "batch_size": 4,
-        "max_length": 128,
-        "learning_rate": 1e-3,
-        "checkpoint_every": 0,
-        "device": "cpu",
-    }
-    values.update(overrides)
-    return DPOConfig(**values)
+    return DPOConfig(**tiny_pair_values(tiny_llama_dir, pairs_file, output_dir, **overrides))
 
 
 def _encoded(tiny_llama_dir, pairs_file):

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def checkpoints(tmp_path, settings):
-    """Step 2 of a DPO run and step 5 of a reward-model run."""
+    """Step 2 of a DPO run, step 5 of a reward-model run and step 3 of a SimPO run."""
     settings.EXPORT_DIR = tmp_path / "exports"
     settings.CONCORD_RUNS_DIR = tmp_path / "runs"
     project, _ = project_get_or_create(slug="evals")
@@ -29,7 +29,7 @@ def checkpoints(tmp_path, settings):
     comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
     snapshot = services.snapshot_for(export=dataset_export(project=project))
     made = {}
-    for kind, step in (("dpo", 2), ("rm", 5)):
+    for kind, step in (("dpo", 2), ("rm", 5), ("simpo", 3)):
         run = services.run_create(
             name=f"{kind} run", kind=kind, base_model="smollm2-135m-instruct", snapshot=snapshot
         )
@@ -41,7 +41,10 @@ def test_only_policy_checkpoints_are_offered_by_name_kind_and_step(checkpoints):
     form = RoundForm()
     for field in ("checkpoint", "baseline_checkpoint"):
         labels = [label for value, label in form.fields[field].choices if value]
-        assert labels == [f"dpo run · DPO #{checkpoints['dpo'].run_id} · step 2"]
+        assert labels == [
+            f"simpo run · SimPO #{checkpoints['simpo'].run_id} · step 3",
+            f"dpo run · DPO #{checkpoints['dpo'].run_id} · step 2",
+        ]
 
 
 def test_a_reward_model_checkpoint_is_refused(checkpoints):

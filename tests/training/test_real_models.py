@@ -1,5 +1,5 @@
-"""Slow: a few DPO steps on the real SmolLM2-135M-Instruct and a reward model on the real MiniLM, each
-on one fixed batch, so the loss must fall. CI runs these after ``fetch_models``."""
+"""Slow: a few DPO, SimPO and ORPO steps on the real SmolLM2-135M-Instruct and a reward model on the
+real MiniLM, each on one fixed batch, so the loss must fall. CI runs these after ``fetch_models``."""
 
 import json
 
@@ -71,3 +71,32 @@ def test_reward_model_on_minilm_lowers_the_loss_on_a_fixed_batch(tmp_path):
     assert result.status == "completed" and len(losses) == 6
     assert losses[-1] < losses[0] - 0.05
     AutoModelForSequenceClassification.from_pretrained(result.final_model_dir)
+
+
+@pytest.mark.parametrize(("kind", "values"), [("simpo", {"beta": 2.0}), ("orpo", {})])
+def test_reference_free_kinds_on_smollm2_lower_the_loss_on_a_fixed_batch(kind, values, tmp_path):
+    """SimPO and ORPO, 4 pairs, the same batch twice: no reference model, and the second loss is
+    lower than the first."""
+    from common.model_registry import model_path
+    from training.recipes import config_class, run_training
+
+    rows = [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in PAIRS[:4]]
+    data = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    config = config_class(kind)(
+        model=str(model_path("smollm2-135m-instruct")),
+        data=str(data),
+        output_dir=str(tmp_path / kind),
+        batch_size=4,
+        epochs=2,
+        max_length=128,
+        learning_rate=2e-5,
+        lr_scheduler="constant",
+        checkpoint_every=0,
+        device="cpu",
+        **values,
+    )
+    result = run_training(config)
+    losses = _losses(tmp_path / kind)
+    assert result.status == "completed" and len(losses) == 2
+    assert result.summary["reference_model"] is None
+    assert losses[-1] < losses[0]

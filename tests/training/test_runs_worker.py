@@ -34,14 +34,16 @@ def snapshot(stack):
     return snapshot_of_pairs(slug="worker-runs")
 
 
-def _run(snapshot, **config):
+def _run(snapshot, kind="dpo", **config):
     base = {"max_steps": 6, "batch_size": 2, "max_length": 64, "checkpoint_every": 2,
             "learning_rate": 1e-3, "epochs": 50}  # fmt: skip
-    return training_run(snapshot=snapshot, name="worker run", config={**base, **config})
+    return training_run(snapshot=snapshot, kind=kind, name="worker run", config={**base, **config})
 
 
-def test_admin_launch_runs_to_the_end_on_the_worker(snapshot, worker, ml_engineer):
-    run = _run(snapshot)
+@pytest.mark.parametrize("kind", ["dpo", "simpo", "orpo"])
+def test_admin_launch_runs_to_the_end_on_the_worker(kind, snapshot, worker, ml_engineer):
+    """Each pair kind (DPO, and the reference-free SimPO and ORPO) runs on the worker."""
+    run = _run(snapshot, kind)
     logged_in(ml_engineer).post(
         reverse("admin:training_trainingrun_changelist"),
         {"action": "launch", "_selected_action": [run.pk]},

@@ -13,7 +13,7 @@ def _run(*args: str) -> list[dict]:
     return [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("kind", ["dpo", "rm"])
+@pytest.mark.parametrize("kind", ["dpo", "rm", "simpo", "orpo"])
 def test_train_prints_steps_and_a_summary(kind, tiny_llama_dir, pairs_file, tmp_path, settings):
     """Two steps of 4 pairs: two step lines, then a summary with throughput."""
     settings.VAR_DIR = tmp_path / "var"
@@ -39,7 +39,7 @@ def test_train_prints_steps_and_a_summary(kind, tiny_llama_dir, pairs_file, tmp_
         "--set",
         "device=cpu",
         "--set",
-        "eval_fraction=0.0" if kind == "rm" else "beta=0.2",
+        {"rm": "eval_fraction=0.0", "orpo": "orpo_lambda=0.2"}.get(kind, "beta=0.2"),
     )
     steps, summary = rows[:-1], rows[-1]
     assert [row["step"] for row in steps] == [1, 2]

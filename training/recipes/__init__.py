@@ -16,9 +16,11 @@ from training.recipes.callbacks import CallbackList, JsonLinesReporter, Training
 from training.recipes.config import (
     ConfigError,
     DPOConfig,
+    ORPOConfig,
     PPOConfig,
     RewardModelConfig,
     RLOOConfig,
+    SimPOConfig,
     TrainingConfig,
     config_class,
     config_from_dict,
@@ -28,6 +30,7 @@ from training.recipes.config import (
 if TYPE_CHECKING:
     from training.recipes.dpo import train_dpo
     from training.recipes.ppo import train_ppo
+    from training.recipes.reference_free import train_orpo, train_simpo
     from training.recipes.reward_model import train_reward_model
     from training.recipes.rloo import train_rloo
     from training.recipes.runtime import TrainResult
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "train_dpo": "training.recipes.dpo",
     "train_ppo": "training.recipes.ppo",
+    "train_simpo": "training.recipes.reference_free",
+    "train_orpo": "training.recipes.reference_free",
     "train_reward_model": "training.recipes.reward_model",
     "train_rloo": "training.recipes.rloo",
     "TrainResult": "training.recipes.runtime",
@@ -44,6 +49,8 @@ _LAZY = {
 }
 _RECIPES = {
     "dpo": "train_dpo",
+    "simpo": "train_simpo",
+    "orpo": "train_orpo",
     "ppo": "train_ppo",
     "rloo": "train_rloo",
     "rm": "train_reward_model",
@@ -77,9 +84,11 @@ __all__ = [
     "ConfigError",
     "DPOConfig",
     "JsonLinesReporter",
+    "ORPOConfig",
     "PPOConfig",
     "RLOOConfig",
     "RewardModelConfig",
+    "SimPOConfig",
     "TrainResult",
     "TrainingCallback",
     "TrainingConfig",
@@ -89,7 +98,9 @@ __all__ = [
     "reward_scores",
     "run_training",
     "train_dpo",
+    "train_orpo",
     "train_ppo",
     "train_reward_model",
     "train_rloo",
+    "train_simpo",
 ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KINDS = ("rm", "dpo", "ppo", "rloo")
+KINDS = ("rm", "dpo", "simpo", "orpo", "ppo", "rloo")
 # training.algorithms.DPO_LOSS_TYPES, repeated so that validating a config never imports torch (the
 # admin validates run settings in the web process); a test checks the two agree.
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
@@ -63,12 +63,14 @@ class TrainingConfig:
     model: str = _f(
         "", "local Hugging Face folder of the base model (policy, or reward-model base)"
     )
-    data: str = _f("", "JSONL file: preference pairs (rm, dpo) or prompts (ppo, rloo)")
+    data: str = _f("", "JSONL file: preference pairs (rm, dpo, simpo, orpo) or prompts (ppo, rloo)")
     output_dir: str = _f("", "run folder: config.json, metrics.jsonl, checkpoints/, final/")
     seed: int = _f(0, "seed for data order, initialisation and sampling")
     epochs: int = _f(1, "passes over the training data")
     max_steps: int | None = _f(None, "stop after this many optimiser steps (None: run all epochs)")
-    batch_size: int = _f(8, "pairs (rm, dpo) or prompts (ppo, rloo) per optimiser step")
+    batch_size: int = _f(
+        8, "pairs (rm, dpo, simpo, orpo) or prompts (ppo, rloo) per optimiser step"
+    )
     micro_batch_size: int | None = _f(
         None, "rows per forward pass; batch_size / micro_batch_size = gradient accumulation steps"
     )
@@ -210,6 +212,46 @@ class DPOConfig(TrainingConfig):
             raise _invalid("label_smoothing", f"must be in [0, 0.5), got {self.label_smoothing}")
         if self.label_smoothing and self.loss_type != "sigmoid":
             raise _invalid("label_smoothing", "only with loss_type 'sigmoid'")
+
+
+@dataclass
+class SimPOConfig(TrainingConfig):
+    """SimPO: a margin between length-normalised log-probabilities, no reference model at all."""
+
+    learning_rate: float = _f(1e-6, "peak learning rate of AdamW (the paper: 3e-7 to 1e-6)")
+    beta: float = _f(2.0, "scale of the reward beta * average log-prob (the paper: 2.0 to 2.5)")
+    gamma: float = _f(
+        0.5,
+        "target reward margin, absolute (TRL's simpo_gamma; the paper's gamma/beta ratio is "
+        "gamma / beta = 0.25 at the defaults)",
+    )
+    label_smoothing: float = _f(0.0, "assumed share of flipped labels, [0, 0.5)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.kind = "simpo"
+        if self.beta <= 0:
+            raise _invalid("beta", f"must be > 0, got {self.beta}")
+        if self.gamma < 0:
+            raise _invalid("gamma", f"must be >= 0, got {self.gamma}")
+        if not 0 <= self.label_smoothing < 0.5:
+            raise _invalid("label_smoothing", f"must be in [0, 0.5), got {self.label_smoothing}")
+
+
+@dataclass
+class ORPOConfig(TrainingConfig):
+    """ORPO: supervised loss on the chosen answer plus an odds-ratio term, no reference model."""
+
+    learning_rate: float = _f(8e-6, "peak learning rate of AdamW (the paper: 8e-6)")
+    orpo_lambda: float = _f(
+        0.1, "weight of the odds-ratio term beside the chosen NLL (TRL's ORPO beta)"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.kind = "orpo"
+        if self.orpo_lambda < 0:
+            raise _invalid("orpo_lambda", f"must be >= 0, got {self.orpo_lambda}")
 
 
 @dataclass
@@ -382,6 +424,8 @@ class PPOConfig(OnlineRLConfig):
 CONFIG_CLASSES: dict[str, type[TrainingConfig]] = {
     "rm": RewardModelConfig,
     "dpo": DPOConfig,
+    "simpo": SimPOConfig,
+    "orpo": ORPOConfig,
     "ppo": PPOConfig,
     "rloo": RLOOConfig,
 }

@@ -31,16 +31,13 @@ from typing import Any
 import torch
 
 from training.algorithms import dpo_loss
-from training.algorithms.logprobs import segment_sum
 from training.recipes.callbacks import TrainingCallback
 from training.recipes.config import DPOConfig
 from training.recipes.data import (
     ChatEncoder,
     EpochSampler,
-    FitLog,
     chunks,
     file_sha256,
-    load_preference_pairs,
 )
 from training.recipes.distributed import all_reduce_sum, barrier
 from training.recipes.loop import (
@@ -55,26 +52,21 @@ from training.recipes.loop import (
     start_run,
 )
 from training.recipes.models import (
-    input_limit,
     load_causal_lm,
-    load_policy,
-    load_tokenizer,
     model_fingerprint,
 )
-from training.recipes.packing import (
-    TokenizedSequence,
-    build_batch,
-    can_share_prompts,
-    completion_token_logprobs,
+from training.recipes.pair_policy import (
+    METRIC_SUMS,
+    PairTokens,
+    forward_pairs,
+    pair_metric_sums,
+    policy_pair_fields,
 )
 from training.recipes.runtime import (
     Throughput,
     TrainResult,
     autocast,
-    build_optimizer,
-    build_scheduler,
     peak_memory_bytes,
-    total_steps_for,
 )
 
 
@@ -116,38 +108,7 @@ class ReferenceLogps:
         return chosen, rejected
 
 
-PairTokens = tuple[TokenizedSequence, TokenizedSequence]
 REFERENCE_PHASE = "reference log-probs"
-METRIC_SUMS = (
-    "loss",
-    "rewards/chosen",
-    "rewards/rejected",
-    "rewards/accuracy",
-    "rewards/margin",
-    "logps/chosen",
-    "logps/rejected",
-    "tokens",
-)
-
-
-def _forward_pairs(
-    model: Any, pairs: list[PairTokens], *, packed: bool, pad_token_id: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """One concatenated forward: [chosen_1..m, rejected_1..m] -> (summed log-probs [2m], completion
-    token counts [2m], tokens in the sequences). Packed, each pair's prompt runs once for both."""
-    sequences = [c for c, _ in pairs] + [r for _, r in pairs]
-    batch = build_batch(
-        sequences,
-        packed=packed,
-        pad_token_id=pad_token_id,
-        device=device,
-        share_prompts=packed and can_share_prompts(model),
-    )
-    per_token = completion_token_logprobs(model, batch)
-    totals = segment_sum(per_token, batch.segment_ids, batch.n_sequences)
-    # Throughput counts the pairs' tokens (each prompt once per response), not the fewer tokens the
-    # shared layout runs, so rates compare with tools that do not share prompts.
-    return totals, batch.completion_lengths, sum(len(s.input_ids) for s in sequences)
 
 
 def compute_reference_logps(
@@ -173,7 +134,7 @@ def compute_reference_logps(
     with torch.inference_mode(), autocast(device, bf16):
         for done, batch in enumerate(batches, start=1):
             for group in batch:
-                totals, lengths, _ = _forward_pairs(
+                totals, lengths, _ = forward_pairs(
                     model,
                     [pairs[i] for i in group],
                     packed=packed,
@@ -271,7 +232,7 @@ def _dpo_micro_batch(
     With ``fill_reference`` (first step, policy = reference) the forward's own detached log-probs
     become these pairs' reference values before the loss reads them."""
     with autocast(device, config.bf16):
-        totals, lengths, n_tokens = _forward_pairs(
+        totals, lengths, n_tokens = forward_pairs(
             policy,
             [pairs[i] for i in index],
             packed=packed,
@@ -302,16 +263,7 @@ def _dpo_micro_batch(
         label_smoothing=config.label_smoothing,
     )
     (losses.sum() / step_pairs).backward()
-    return {  # sums over the micro-batch, keys as METRIC_SUMS
-        "loss": float(losses.detach().sum()),
-        "rewards/chosen": float(chosen_rewards.sum()),
-        "rewards/rejected": float(rejected_rewards.sum()),
-        "rewards/accuracy": float((chosen_rewards > rejected_rewards).float().sum()),
-        "rewards/margin": float((chosen_rewards - rejected_rewards).sum()),
-        "logps/chosen": float(totals[:m].detach().sum()),
-        "logps/rejected": float(totals[m:].detach().sum()),
-        "tokens": float(n_tokens),
-    }
+    return pair_metric_sums(losses, chosen_rewards, rejected_rewards, totals, n_tokens)
 
 
 @dataclass
@@ -354,72 +306,29 @@ def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> Tr
     )
 
 
-def fit_dpo_pairs(config: DPOConfig, tokenizer: Any) -> tuple[ChatEncoder, list[PairTokens]]:
-    """The data file's pairs fitted to the policy's and the reference's limits (see the module
-    docstring); raises ValueError when none is left."""
-    limit = min(
-        input_limit(config.model, max_length=config.max_length, tokenizer=tokenizer),
-        input_limit(Path(config.ref_model or config.model), max_length=config.max_length),
-    )
-    encoder = ChatEncoder(
-        tokenizer,
-        max_length=limit,
-        prompt_budget=min(config.prompt_budget, limit // 2),
-        prompt_cap=config.max_prompt_length,
-        fit=FitLog("pairs"),
-    )
-    fitted = [
-        encoder.encode_pair(p.prompt, p.chosen, p.rejected)
-        for p in load_preference_pairs(config.data)
-    ]
-    pairs = [pair for pair in fitted if pair is not None]
-    if not pairs:
-        raise ValueError(f"{config.data}: every pair was dropped when fitted to the model")
-    return encoder, pairs
-
-
 def setup_dpo(run: Run, config: DPOConfig) -> DPOState:
     """Tokenizer, fitted pairs, policy (from the checkpoint when resuming), the reference pass,
     optimiser and schedule, restored to where the run stopped."""
-    tokenizer = load_tokenizer(config.model)
-    encoder, pairs = fit_dpo_pairs(config, tokenizer)
-    resume_from = run.resume_from
-    policy, packed = load_policy(resume_from or config.model, config, run.device)
-    sampler = EpochSampler(len(pairs), config.batch_size, config.seed)
-    total_steps = total_steps_for(config, sampler.batches_per_epoch)
-    # The checkpoint folder is step-NNNNNNNN: the reference pass starts where training resumes.
-    start_step = int(resume_from.name.split("-")[1]) if resume_from is not None else 0
-    reference, reference_pass = fill_reference(
-        run,
-        config,
-        policy=policy,
-        packed=packed,
-        pairs=pairs,
-        encoder=encoder,
-        pad_token_id=tokenizer.pad_token_id,
-        batches=partial(reference_batches, sampler, start_step=start_step, total_steps=total_steps),
-    )
-    optimizer = build_optimizer(policy.parameters(), config, run.device)
-    scheduler = build_scheduler(optimizer, config, total_steps)
-    if resume_from is not None:
-        restored, _ = run.checkpoints.restore(resume_from, optimizer=optimizer, scheduler=scheduler)
-        start_step = restored.step
-    return DPOState(
-        run=run,
-        config=config,
-        tokenizer=tokenizer,
-        encoder=encoder,
-        pairs=pairs,
-        model=policy,
-        packed=packed,
-        sampler=sampler,
-        total_steps=total_steps,
-        start_step=start_step,
-        reference=reference,
-        reference_pass=reference_pass,
-        optimizer=optimizer,
-        scheduler=scheduler,
-    )
+
+    def with_reference(fields: dict[str, Any]) -> dict[str, Any]:
+        reference, reference_pass = fill_reference(
+            run,
+            config,
+            policy=fields["model"],
+            packed=fields["packed"],
+            pairs=fields["pairs"],
+            encoder=fields["encoder"],
+            pad_token_id=fields["tokenizer"].pad_token_id,
+            batches=partial(
+                reference_batches,
+                fields["sampler"],
+                start_step=fields["start_step"],
+                total_steps=fields["total_steps"],
+            ),
+        )
+        return {"reference": reference, "reference_pass": reference_pass}
+
+    return DPOState(**policy_pair_fields(run, config, with_reference))
 
 
 def fill_reference(

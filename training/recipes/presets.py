@@ -46,6 +46,8 @@ PRESETS: tuple[Preset, ...] = (
         values={
             "rm": {"batch_size": 4, "learning_rate": 1e-5},
             "dpo": {"batch_size": 4},
+            "simpo": {"batch_size": 4},
+            "orpo": {"batch_size": 4},
             "ppo": {
                 "batch_size": 2,
                 "minibatch_size": 2,
@@ -89,6 +91,8 @@ PRESETS: tuple[Preset, ...] = (
         values={
             "rm": {"batch_size": 32, "micro_batch_size": 8},
             "dpo": {"batch_size": 32, "micro_batch_size": 8},
+            "simpo": {"batch_size": 32, "micro_batch_size": 8},
+            "orpo": {"batch_size": 32, "micro_batch_size": 8},
             "ppo": {"batch_size": 16, "minibatch_size": 8, "micro_batch_size": 8},
             "rloo": {"batch_size": 8, "micro_batch_size": 4},
         },

@@ -1,4 +1,6 @@
-"""python manage.py train --kind {rm,dpo,ppo,rloo} --data FILE.jsonl --model NAME_OR_DIR --output DIR ...
+"""python manage.py train --kind {rm,dpo,simpo,orpo,ppo,rloo} --data FILE.jsonl --model NAME_OR_DIR ...
+
+Other options: --output DIR (required), the settings below and --set KEY=VALUE.
 
 Runs one training job in this process (debugging, scripts, benchmarks): one JSON line per logged
 step on stdout, then a JSON summary with pairs (or samples) and tokens per second. Ctrl-C stops after
@@ -24,7 +26,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from common.errors import ModelUnavailableError
 from training.services import reference_cache_dir
 
-KINDS = ("rm", "dpo", "ppo", "rloo")
 PROGRESS_EVERY_S = 2.0  # at most one progress line this often while a phase runs
 
 
@@ -63,9 +64,11 @@ def _startup_warnings(config: Any) -> list[str]:
 
 
 class Command(BaseCommand):
-    help = "Train a reward model, or a policy with DPO, PPO or RLOO, in this process."
+    help = "Train a reward model, or a policy with DPO, SimPO, ORPO, PPO or RLOO, in this process."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        from training.recipes.config import KINDS  # the recipes package loads torch: not at import
+
         parser.add_argument("--kind", choices=KINDS, required=True)
         # Required unless --list-options (checked in handle, so listing needs only --kind).
         parser.add_argument("--data", help="JSONL: preference pairs or prompts (required)")
