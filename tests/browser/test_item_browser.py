@@ -49,6 +49,7 @@ def test_a_lead_searches_an_item_and_opens_it_by_keyboard(page: Page):
     page.goto("/annotation/p/browse/manage/")
     page.get_by_test_id("items-link").click()
     expect(page.get_by_test_id("item-counts")).to_contain_text("31 matching of 31 comparisons")
+    page.wait_for_load_state("load")  # the keys are the page script's: pressed before it runs, lost
 
     page.keyboard.press("/")
     expect(page.get_by_test_id("item-search")).to_be_focused()
@@ -57,6 +58,7 @@ def test_a_lead_searches_an_item_and_opens_it_by_keyboard(page: Page):
     expect(page).to_have_url(re.compile(r"\?q=magma"))
     expect(page.get_by_test_id("item-counts")).to_contain_text("1 matching of 31 comparisons")
     expect(page.locator("table.items tbody tr")).to_have_count(1)
+    page.wait_for_load_state("load")
 
     page.keyboard.press("j")
     expect(page.locator("table.items tbody tr.current")).to_have_count(1)
