@@ -11,7 +11,15 @@ from django.db import connection
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from annotation.models import SCREEN_PAIR, Assignment, Comparison, Judgement, Project, Side
+from annotation.models import (
+    SCREEN_PAIR,
+    Assignment,
+    Comparison,
+    Judgement,
+    Project,
+    ProjectMembership,
+    Side,
+)
 from common.sides import screen_side
 
 BATCH_SIZE = 20
@@ -199,3 +207,14 @@ def judgement_own(
         .filter(pk=judgement_id, comparison__project=project, annotator=annotator)
         .first()
     )
+
+
+def labelling_stopped(*, annotator: AbstractBaseUser, project: Project) -> str | None:
+    """Why ``annotator`` gets no new pairs in ``project`` other than there being none left:
+    "archived" (the lead archived the project), "paused" (the lead paused this annotator), or None."""
+    if project.archived_at is not None:
+        return "archived"
+    paused = ProjectMembership.objects.filter(
+        project=project, user=annotator, paused_at__isnull=False
+    ).exists()
+    return "paused" if paused else None

@@ -122,6 +122,7 @@ def label(request: HttpRequest, slug: str) -> HttpResponse:
             "project": project,
             "progress": selectors.labelling_progress(annotator=request.user, project=project),
             "entries": selectors.labelling_history(annotator=request.user, project=project),
+            "stopped": selectors.labelling_stopped(annotator=request.user, project=project),
         }
         return render(request, "annotation/label_done.html", context)
     return _screen(

@@ -496,3 +496,20 @@ def test_member_agreement_comes_from_the_computed_dashboard(project, member, ml_
     assert {r.username: r.agreement for r in rows} == {
         "annie": 1.0, "bea": 1.0, "cleo": 1.0, "carl": 0.0,
     }  # fmt: skip
+
+
+def test_a_paused_annotator_is_told_so_on_the_label_page_and_an_archived_project_says_so(
+    project, member, ml_engineer
+):
+    """The label page with no pair says why: paused by the lead, or the project archived; with
+    neither, the usual "nothing left"."""
+    path = reverse("annotation:label", args=[project.slug])
+    member_pause(project=project, actor=ml_engineer, username=member.username)
+    page = logged_in(member).get(path)
+    assert page.status_code == 200
+    assert b'data-testid="paused"' in page.content and b"Nothing left" not in page.content
+
+    member_resume(project=project, actor=ml_engineer, username=member.username)
+    project_archive(project=project, actor=ml_engineer)
+    page = logged_in(member).get(path)
+    assert b'data-testid="archived"' in page.content
