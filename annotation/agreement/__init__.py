@@ -64,6 +64,7 @@ from annotation.agreement.consensus import (
     dawid_skene,
     majority_vote,
     side_margin,
+    table_dawid_skene,
     top_choice,
 )
 from annotation.agreement.groups import (
@@ -120,5 +121,6 @@ __all__ = [
     "percent_agreement",
     "percent_agreement_no_ties",
     "side_margin",
+    "table_dawid_skene",
     "top_choice",
 ]

@@ -9,10 +9,14 @@ posterior (``side_margin``): P(chosen) - P(rejected), the figure the export writ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from annotation.agreement.coefficients import MISSING, N_CHOICES, TIE, A, B, item_counts
+
+if TYPE_CHECKING:
+    from annotation.agreement.bias import JudgementTable
 
 SPLITS = ("undecided", "tie")
 
@@ -184,4 +188,16 @@ def dawid_skene(
         priors=priors,
         iterations=iterations,
         log_likelihood=log_likelihood,
+    )
+
+
+def table_dawid_skene(table: JudgementTable) -> DawidSkene:
+    """``dawid_skene`` at its defaults over a project's judgement columns (``JudgementTable``:
+    items, annotators and choices in stored terms)."""
+    return dawid_skene(
+        table.item,
+        table.annotator,
+        table.choice,
+        n_items=table.n_items,
+        n_annotators=table.n_annotators,
     )

@@ -83,13 +83,7 @@ def adjudication_queue(
         n = counts.sum(axis=1)
         majority = agreement.top_choice(counts, split="undecided")
         complete = n >= project.overlap
-        ds = agreement.dawid_skene(
-            table.item,
-            table.annotator,
-            table.choice,
-            n_items=table.n_items,
-            n_annotators=table.n_annotators,
-        ).consensus
+        ds = agreement.table_dawid_skene(table).consensus
         top = ds.posterior.max(axis=1)
         gold = table.gold if table.gold is not None else np.full(n.size, agreement.MISSING)
         rules = {

@@ -306,13 +306,7 @@ def project_consensus(
         counts = agreement.item_counts(table.item, table.choice, n_items=table.n_items)
         consensus = agreement.majority_vote(counts)
     elif method == "dawid_skene":
-        consensus = agreement.dawid_skene(
-            table.item,
-            table.annotator,
-            table.choice,
-            n_items=table.n_items,
-            n_annotators=table.n_annotators,
-        ).consensus
+        consensus = agreement.table_dawid_skene(table).consensus
     else:
         raise ValueError(
             f"unknown consensus method {method!r}; expected 'majority' or 'dawid_skene'"
