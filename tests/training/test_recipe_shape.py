@@ -47,8 +47,8 @@ def test_a_module_over_600_lines_says_why_at_its_top(path):
 @pytest.mark.parametrize("name", RECIPE_MODULES)
 def test_every_recipe_runs_through_the_one_step_loop(name):
     """Each recipe module defines its train_ function, a setup and a step function, and runs the
-    steps through ``loop.run_steps`` (directly, or through ``run_pair_steps`` or ``run_online``), not a
-    loop of its own over the sampler."""
+    steps through ``loop.run_steps`` (directly, or through ``run_pair_steps``, ``train_pair_recipe`` or
+    ``run_online``), not a loop of its own over the sampler."""
     tree = ast.parse((RECIPES / f"{name}.py").read_text())
     functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     recipe = [f for n, f in functions.items() if n.startswith("train_")]
@@ -61,7 +61,7 @@ def test_every_recipe_runs_through_the_one_step_loop(name):
         for node in ast.walk(f)
         if isinstance(node, ast.Call)
     }
-    assert called & {"run_steps", "run_pair_steps", "run_online"}
+    assert called & {"run_steps", "run_pair_steps", "train_pair_recipe", "run_online"}
     for function in recipe + steps:
         loops = [n for n in ast.walk(function) if isinstance(n, ast.For)]
         assert not any("positions" in ast.unparse(loop.iter) for loop in loops), function.name

@@ -46,10 +46,8 @@ from training.recipes.loop import (
     Position,
     Run,
     StepOutcome,
-    finish_run,
     optimizer_step,
-    run_pair_steps,
-    start_run,
+    train_pair_recipe,
 )
 from training.recipes.models import (
     load_causal_lm,
@@ -293,16 +291,8 @@ class ReferencePass:
 
 def train_dpo(config: DPOConfig, callback: TrainingCallback | None = None) -> TrainResult:
     """Run DPO as configured; resumes from the newest checkpoint in ``output_dir`` when allowed."""
-    run = start_run(config, callback)
-    state = setup_dpo(run, config)
-    end = run_pair_steps(state, "dpo", dpo_step)
-    return finish_run(
-        run,
-        status=end.status,
-        step=end.step,
-        model=state.model,
-        tokenizer=state.tokenizer,
-        summary=dpo_summary(state, end),
+    return train_pair_recipe(
+        config, callback, kind="dpo", setup=setup_dpo, step=dpo_step, summary=dpo_summary
     )
 
 

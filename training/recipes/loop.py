@@ -232,6 +232,30 @@ def run_pair_steps(
     )
 
 
+def train_pair_recipe(
+    config: TrainingConfig,
+    callback: TrainingCallback | None,
+    *,
+    kind: str,
+    setup: Callable[[Run, Any], S],
+    step: Callable[[S, Position, Throughput], StepOutcome],
+    summary: Callable[[S, LoopEnd], dict[str, Any]],
+) -> TrainResult:
+    """A pair recipe with nothing to do after its last step (DPO, SimPO, ORPO): start the run,
+    ``setup`` its state, run ``step`` over the pairs, then save the final model with ``summary``."""
+    run = start_run(config, callback)
+    state = setup(run, config)
+    end = run_pair_steps(state, kind, step)
+    return finish_run(
+        run,
+        status=end.status,
+        step=end.step,
+        model=state.model,
+        tokenizer=state.tokenizer,
+        summary=summary(state, end),
+    )
+
+
 def optimizer_step(
     params: Iterable[torch.nn.Parameter],
     optimizer: torch.optim.Optimizer,

@@ -32,10 +32,8 @@ from training.recipes.loop import (
     Position,
     Run,
     StepOutcome,
-    finish_run,
     optimizer_step,
-    run_pair_steps,
-    start_run,
+    train_pair_recipe,
 )
 from training.recipes.pair_policy import (
     METRIC_SUMS,
@@ -79,16 +77,13 @@ def train_orpo(config: ORPOConfig, callback: TrainingCallback | None = None) -> 
 def _train_reference_free(
     config: ReferenceFreeConfig, callback: TrainingCallback | None
 ) -> TrainResult:
-    run = start_run(config, callback)
-    state = setup_reference_free(run, config)
-    end = run_pair_steps(state, config.kind, reference_free_step)
-    return finish_run(
-        run,
-        status=end.status,
-        step=end.step,
-        model=state.model,
-        tokenizer=state.tokenizer,
-        summary=reference_free_summary(state, end),
+    return train_pair_recipe(
+        config,
+        callback,
+        kind=config.kind,
+        setup=setup_reference_free,
+        step=reference_free_step,
+        summary=reference_free_summary,
     )
 
 
