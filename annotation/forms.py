@@ -5,7 +5,16 @@ from __future__ import annotations
 from django import forms
 
 from annotation.models import Project, ProjectMembership
+from annotation.selectors.projects import suggestion_judges
 from annotation.services.projects import PROJECT_FIELDS
+from common.roles import machine_account_label
+
+
+class SuggestionJudgeField(forms.ModelChoiceField):
+    """A machine account, shown by its judge's name and version ("helpful-rm v2")."""
+
+    def label_from_instance(self, obj) -> str:
+        return machine_account_label(obj.get_username())
 
 
 class ProjectForm(forms.ModelForm):
@@ -15,6 +24,14 @@ class ProjectForm(forms.ModelForm):
         model = Project
         fields = PROJECT_FIELDS
         widgets = {"guidelines": forms.Textarea(attrs={"rows": 8})}
+        field_classes = {"suggestion_judge": SuggestionJudgeField}
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Only this project's model judges may suggest (none before the project exists).
+        field = self.fields["suggestion_judge"]
+        field.queryset = suggestion_judges(project=self.instance)
+        field.empty_label = "(no suggestions)"
 
 
 class MemberAddForm(forms.Form):

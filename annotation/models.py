@@ -85,6 +85,16 @@ class Project(models.Model):
     archived_at = models.DateTimeField(
         null=True, blank=True, help_text="Set when archived: no new claims; the data are kept."
     )
+    suggestion_judge = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name="Suggestions from",
+        help_text="Off when empty. A trusted model judge of this project whose verdict the labelling "
+        "screen pre-selects (marked as its suggestion); annotators confirm or change it.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -291,6 +301,13 @@ class Judgement(models.Model):
         related_name="judgements",
         help_text="The guidelines in force when it was made (empty: before versioning, or imported).",
     )
+    suggested_choice = models.CharField(
+        max_length=8,
+        choices=Choice.choices,
+        blank=True,
+        help_text="The model judge's verdict the screen pre-selected when it was made, in stored "
+        "terms (blank: no suggestion shown).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -298,6 +315,10 @@ class Judgement(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["comparison", "annotator"], name="judgement_one_per_annotator"
+            ),
+            models.CheckConstraint(
+                condition=Q(suggested_choice__in=[*(c.value for c in Choice), ""]),
+                name="judgement_suggested_choice_valid",
             ),
             models.CheckConstraint(
                 condition=Q(strength__gte=1, strength__lte=MAX_STRENGTH),

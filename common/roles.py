@@ -161,6 +161,15 @@ def is_machine_account(user: AbstractBaseUser) -> bool:
     return user.groups.filter(name=MACHINE_JUDGE).exists()
 
 
+def machine_account_label(username: str) -> str:
+    """How a machine account is named to people: ``judge:<project>:<name>:v<version>`` (the form
+    monitoring's judges give their accounts) as "<name> v<version>"; any other name unchanged."""
+    parts = username.split(":")
+    if len(parts) == 4 and parts[0] == "judge":
+        return f"{parts[2]} {parts[3]}"
+    return username
+
+
 def machine_account_mark(*, user: AbstractBaseUser) -> None:
     """Put a model judge's machine account in the MACHINE_JUDGE group."""
     group, _ = Group.objects.get_or_create(name=MACHINE_JUDGE)

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
-from django.db.models import Count, F
+from django.db.models import Count, Exists, F, OuterRef, QuerySet
 
 from annotation.models import Assignment, Comparison, Judgement, Project
 from annotation.selectors.labelling import BATCH_SIZE
-from common.roles import human_judgements, not_machine, remember_roles, role_flags_sql
+from common.roles import (
+    human_judgements,
+    machine_account_ids,
+    not_machine,
+    remember_roles,
+    role_flags_sql,
+)
 
 # Comparisons' judgements by people (machine judges never fill a comparison's overlap).
 _HUMAN_JUDGEMENTS = Count("judgements", filter=not_machine("judgements__annotator"))
@@ -150,3 +157,14 @@ def batch_progress(*, project: Project, batch_size: int = BATCH_SIZE) -> list[Ba
             )
             block = []
     return batches
+
+
+def suggestion_judges(*, project: Project | None) -> QuerySet:
+    """The accounts a lead may choose as the project's suggestion judge: machine accounts (the
+    MACHINE_JUDGE group) with at least one judgement in ``project``, by username; none for a
+    project not saved yet. People are never offered."""
+    users = get_user_model().objects.filter(pk__in=machine_account_ids())
+    if project is None or project.pk is None:
+        return users.none()
+    judged = Judgement.objects.filter(annotator=OuterRef("pk"), comparison__project=project)
+    return users.filter(Exists(judged)).order_by("username")

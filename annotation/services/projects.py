@@ -25,6 +25,7 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from annotation.models import Assignment, Comparison, Project, ProjectEvent, ProjectMembership
+from annotation.selectors.projects import suggestion_judges
 from annotation.services.adjudication import guidelines_update
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, REVIEWER, role_assign
@@ -41,6 +42,7 @@ PROJECT_FIELDS = (
     "lease_minutes",
     "gold_every",
     "repeat_every",
+    "suggestion_judge",
 )
 
 # The global role a membership needs for its pages (the labelling screen asks for Annotator).
@@ -83,10 +85,34 @@ def _validated(project: Project, fields: dict[str, Any]) -> None:
         setattr(project, name, value)
     try:
         project.full_clean(exclude=["created_by"])
+        _check_suggestion_judge(project)
     except ValidationError as exc:
         errors = exc.message_dict
         summary = "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in errors.items())
         raise ProjectError(f"invalid project settings: {summary}", errors) from exc
+
+
+def _check_suggestion_judge(project: Project) -> None:
+    """Only a machine account with judgements in this project may suggest (``suggestion_judges``):
+    never a person, nor another project's judge. ValidationError otherwise."""
+    judge_id = project.suggestion_judge_id
+    if judge_id is None:
+        return
+    if not suggestion_judges(project=project).filter(pk=judge_id).exists():
+        raise ValidationError(
+            {
+                "suggestion_judge": "must be the machine account of a model judge that judged "
+                "this project's pairs (the judges page lists them); leave it empty for no suggestions"
+            }
+        )
+
+
+def _audit_value(project: Project, name: str) -> Any:
+    """A setting's value as the audit log stores it (JSON): an account as its username."""
+    if name == "suggestion_judge":
+        judge = project.suggestion_judge
+        return None if judge is None else judge.get_username()
+    return getattr(project, name)
 
 
 def project_create(*, actor: AbstractBaseUser, **fields: Any) -> Project:
@@ -98,7 +124,7 @@ def project_create(*, actor: AbstractBaseUser, **fields: Any) -> Project:
         project.save()
         if project.guidelines:
             guidelines_update(project=project, text=project.guidelines, user=actor)  # version 1
-        values = {name: {"after": getattr(project, name)} for name in PROJECT_FIELDS}
+        values = {name: {"after": _audit_value(project, name)} for name in PROJECT_FIELDS}
         _event(project, actor, Kind.CREATED, changes=values)
     return project
 
@@ -108,12 +134,12 @@ def project_update(*, project: Project, actor: AbstractBaseUser, **fields: Any) 
     that changed (no change, no audit row). Returns the saved project (a fresh instance)."""
     with transaction.atomic():
         locked = Project.objects.select_for_update().get(pk=project.pk)
-        before = {name: getattr(locked, name) for name in fields if name in PROJECT_FIELDS}
+        before = {name: _audit_value(locked, name) for name in fields if name in PROJECT_FIELDS}
         _validated(locked, fields)
         changes = {
-            name: {"before": before[name], "after": getattr(locked, name)}
+            name: {"before": before[name], "after": _audit_value(locked, name)}
             for name in fields
-            if before[name] != getattr(locked, name)
+            if before[name] != _audit_value(locked, name)
         }
         if changes:
             plain = [name for name in changes if name != "guidelines"]

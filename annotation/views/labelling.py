@@ -14,7 +14,7 @@ from annotation.selectors import labelling as selectors
 from annotation.selectors.projects import member_project
 from annotation.services import labelling
 from annotation.services.adjudication import guidelines_notice_take
-from common.roles import ANNOTATOR, has_role
+from common.roles import ANNOTATOR, has_role, machine_account_label
 from common.sides import screen_order, screen_side
 
 
@@ -41,6 +41,30 @@ def _elapsed_ms(request: HttpRequest) -> int | None:
     except ValueError:
         return None
     return value if 0 <= value < 24 * 3600 * 1000 else None
+
+
+SUGGESTION_TEXT = {
+    "left": "the left response is better",
+    "right": "the right response is better",
+    "tie": "about the same (a tie)",
+    "both_bad": "both are bad",
+}
+
+
+def _suggestion(assignment) -> dict[str, str] | None:
+    """What the screen says of the pair's suggestion: ``pick`` in screen terms (the stored verdict
+    mapped through the sides this annotator sees), its words, and the judge's name; None for none."""
+    choice = getattr(assignment, "suggested_choice", "")
+    if not choice:
+        return None
+    pick = choice
+    if choice in (Side.A, Side.B):
+        pick = screen_side(choice, shown_left=assignment.shown_left, pair=SCREEN_PAIR)
+    return {
+        "pick": pick,
+        "text": SUGGESTION_TEXT[pick],
+        "by": machine_account_label(assignment.suggested_by),
+    }
 
 
 def _screen(request: HttpRequest, project, comparison, shown_left: str, **extra) -> HttpResponse:
@@ -77,7 +101,13 @@ def _pair_json(assignment, project) -> dict[str, object]:
     )
     slug = project.slug
     html = render_to_string(
-        "annotation/_pair.html", {"prompt": comparison.prompt, "left": left, "right": right}
+        "annotation/_pair.html",
+        {
+            "prompt": comparison.prompt,
+            "left": left,
+            "right": right,
+            "suggestion": _suggestion(assignment),
+        },
     )
     return {
         "assignment": assignment.pk,
@@ -131,6 +161,7 @@ def label(request: HttpRequest, slug: str) -> HttpResponse:
         assignment.comparison,
         assignment.shown_left,
         assignment=assignment,
+        suggestion=_suggestion(assignment),
         action=reverse("annotation:label-submit", args=[slug, assignment.pk]),
         flag_reasons=Flag.Reason.choices,
         guidelines_notice=guidelines_notice_take(project=project, annotator=request.user),

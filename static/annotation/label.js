@@ -40,6 +40,16 @@
     const radio = form.querySelector("input[name=strength]:checked") || form.querySelector("input[name=strength]");
     return radio ? radio.value : "1";
   }
+  // The pair's suggestion (a model judge's verdict, marked on screen in words): pre-selected, so
+  // Enter keeps it and any pick key changes it.
+  function preselectSuggestion() {
+    const note = screen && screen.querySelector("[data-suggested-pick]");
+    const suggested = note ? note.dataset.suggestedPick : null;
+    form.querySelectorAll("button[data-pick]").forEach(function (b) {
+      b.classList.toggle("suggested", b.dataset.pick === suggested);
+    });
+    if (suggested && button(suggested)) select(suggested);
+  }
   function select(pick) {
     if (!button(pick)) return;
     picked = pick;
@@ -90,6 +100,7 @@
     });
     form.querySelectorAll("input[name=strength]").forEach(function (radio) { radio.disabled = false; });
     setStrength(1);
+    preselectSuggestion();
     if (rationale) rationale.value = "";
     submitting = false;
     window.scrollTo(0, 0);
@@ -162,6 +173,7 @@
     skipForm.addEventListener("submit", function (event) { event.preventDefault(); skip(); });
   }
   if (picked) select(picked);
+  else if (form.dataset.mode === "label") preselectSuggestion();
   if (live) {
     pending(1);
     queue = post(form.dataset.aheadUrl).then(apply).catch(function () { next = null; })
