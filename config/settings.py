@@ -271,6 +271,9 @@ CONCORD_HEARTBEAT_STALE_S = env.int("CONCORD_HEARTBEAT_STALE_S", default=180)
 CONCORD_HEARTBEAT_EVERY_S = env.float("CONCORD_HEARTBEAT_EVERY_S", default=10.0)
 # Training calls this after each logged step (a dotted path, so training never imports monitoring).
 CONCORD_METRICS_HOOK = "monitoring.alerts.evaluate_metrics"
+# The agreement dashboard's judge toggle reads the project's model judges through this (a dotted
+# path, so annotation never imports monitoring): callable(project=...) -> list of dicts.
+CONCORD_JUDGES_HOOK = "monitoring.judge_selectors.judges_beside_humans"
 # PIPELINE.md's alert table. metric: the name the recipes log.
 CONCORD_ALERT_RULES = [
     {"metric": "kl", "direction": ">", "threshold": 0.15,

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.urls import reverse
 
 from annotation.agreement import CHOICES, JudgementTable, item_counts, majority_vote
 from annotation.agreement.judges import JudgeReport, JudgeVerdicts, judge_report
@@ -105,10 +106,10 @@ class JudgeReportData:
     seconds_per_answer: float
 
 
-def judge_report_data(*, judge: Judge) -> JudgeReportData:
+def judge_report_data(*, judge: Judge, humans: HumanJudgements | None = None) -> JudgeReportData:
     """The judge measured like an annotator against the project's humans
-    (``annotation.agreement.judges.judge_report``)."""
-    humans = human_judgements(project=judge.project)
+    (``annotation.agreement.judges.judge_report``). ``humans``: the project's, if already read."""
+    humans = humans or human_judgements(project=judge.project)
     verdicts = judge_verdicts(judge=judge, comparison_ids=humans.comparison_ids)
     outputs = JudgeOutput.objects.filter(judge=judge)
     failed = outputs.filter(verdict="")
@@ -182,6 +183,25 @@ def judge_report_summary(data: JudgeReportData) -> dict[str, Any]:
         "unparsed": data.unparsed,
         "unparsed_examples": data.unparsed_examples,
     }
+
+
+def judges_beside_humans(*, project: Project) -> list[dict[str, Any]]:
+    """The newest version of each of the project's judges that has answered, as
+    ``judge_report_summary`` gives it, plus ``id`` and ``report_url`` (its judge report page): what
+    the agreement dashboard shows beside the humans (``settings.CONCORD_JUDGES_HOOK``)."""
+    newest: dict[str, Judge] = {}
+    answered = Exists(JudgeOutput.objects.filter(judge=OuterRef("pk")))
+    for judge in judges_of_project(project=project).filter(answered):
+        newest.setdefault(judge.name, judge)  # newest version of each name first
+    if not newest:
+        return []
+    humans = human_judgements(project=project)
+    rows = []
+    for judge in newest.values():
+        summary = judge_report_summary(judge_report_data(judge=judge, humans=humans))
+        summary.update(id=judge.pk, report_url=reverse("monitoring:judge-report", args=[judge.pk]))
+        rows.append(summary)
+    return rows
 
 
 def judge_get(*, project: Project, name: str, version: int | None = None) -> Judge:

@@ -75,6 +75,10 @@ from annotation.agreement.report import (
     AgreementReport,
     agreement_report,
 )
+from annotation.agreement.suggestions import (
+    SuggestionFigures,
+    suggestion_figures,
+)
 
 __all__ = [
     "BOTH_BAD",
@@ -98,6 +102,7 @@ __all__ = [
     "JudgementTable",
     "Level",
     "PairwiseKappa",
+    "SuggestionFigures",
     "_binomial_two_sided",
     "ac1_from_counts",
     "agreement_by_group",
@@ -121,6 +126,7 @@ __all__ = [
     "percent_agreement",
     "percent_agreement_no_ties",
     "side_margin",
+    "suggestion_figures",
     "table_dawid_skene",
     "top_choice",
 ]

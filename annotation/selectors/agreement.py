@@ -15,12 +15,14 @@ from datetime import date, timedelta
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
 from django.db.models import BigIntegerField, Case, Count, Func, Max, QuerySet, Value, When
 from django.db.models.functions import Cast, Coalesce, Length
+from django.utils.module_loading import import_string
 
 from annotation import agreement
 from annotation.models import (
@@ -34,7 +36,7 @@ from annotation.models import (
     Side,
 )
 from annotation.selectors.labelling import BATCH_SIZE
-from common.roles import human_judgements
+from common.roles import human_judgements, machine_account_label
 
 _BIG = BigIntegerField()
 
@@ -319,6 +321,94 @@ def agreement_alerts(*, project: Project) -> list[str]:
     """The alerts of the last computed report (for the project page); empty if none computed."""
     payload = cached_dashboard(project=project)
     return list(payload["alerts"]) if payload else []
+
+
+# --- Suggestions and model judges ----------------------------------------------------------------------
+def suggestion_report(*, project: Project) -> dict[str, Any] | None:
+    """Anchoring on the project's suggestions (``agreement.suggestion_figures``), as plain numbers
+    (None for an undefined figure): how often people kept the suggestion shown, and their kappa with
+    the suggestion judge's current verdicts on judgements made with and without a suggestion.
+    ``per_annotator``: {username: {"suggested", "kept"}}. None when the project names no suggestion
+    judge and no judgement was ever made with a suggestion (the dashboard then says nothing)."""
+    judgements = human_judgements(Judgement.objects.filter(comparison__project=project))
+    judge_id = project.suggestion_judge_id
+    if judge_id is None and not judgements.exclude(suggested_choice="").exists():
+        return None
+    with _bulk_reads():
+        rows = _int_columns(
+            judgements.order_by().annotate(
+                c_comparison=Cast("comparison_id", _BIG),
+                c_annotator=Cast("annotator_id", _BIG),
+                c_choice=_code("choice", CHOICE_CODES),
+                c_suggested=_code("suggested_choice", CHOICE_CODES),
+            ),
+            ["c_comparison", "c_annotator", "c_choice", "c_suggested"],
+        )
+        verdicts = _int_columns(
+            Judgement.objects.filter(comparison__project=project, annotator_id=judge_id)
+            .order_by()
+            .annotate(
+                c_comparison=Cast("comparison_id", _BIG), c_choice=_code("choice", CHOICE_CODES)
+            ),
+            ["c_comparison", "c_choice"],
+        )
+    verdicts = verdicts[np.argsort(verdicts[:, 0], kind="stable")]
+    position = np.clip(np.searchsorted(verdicts[:, 0], rows[:, 0]), 0, max(len(verdicts) - 1, 0))
+    found = verdicts[position, 0] == rows[:, 0] if len(verdicts) else np.zeros(len(rows), bool)
+    judge = np.where(found, verdicts[position, 1] if len(verdicts) else 0, agreement.MISSING)
+    annotator_ids, annotator = np.unique(rows[:, 1], return_inverse=True)
+    figures = agreement.suggestion_figures(
+        choice=rows[:, 2],
+        suggested=rows[:, 3],
+        judge=judge,
+        annotator=annotator.ravel(),
+        n_annotators=annotator_ids.size,
+    )
+    names = dict(
+        get_user_model()
+        .objects.filter(pk__in=annotator_ids.tolist())
+        .values_list("pk", get_user_model().USERNAME_FIELD)
+    )
+    judge_name = None if judge_id is None else machine_account_label(_username(judge_id))
+
+    def number(value: float) -> float | None:
+        return None if np.isnan(value) else round(float(value), 4)
+
+    return {
+        "judge": judge_name,
+        "n_suggested": figures.n_suggested,
+        "kept": figures.kept,
+        "kept_rate": number(figures.kept_rate),
+        "kappa_suggested": number(figures.kappa_suggested),
+        "n_with": figures.n_with,
+        "kappa_unsuggested": number(figures.kappa_unsuggested),
+        "n_without": figures.n_without,
+        "anchoring_gap": number(figures.anchoring_gap),
+        "per_annotator": {
+            names.get(int(pk), str(pk)): {"suggested": int(n), "kept": int(k)}
+            for pk, n, k in zip(
+                annotator_ids.tolist(),
+                figures.per_annotator_suggested,
+                figures.per_annotator_kept,
+                strict=True,
+            )
+            if n
+        },
+    }
+
+
+def _username(user_id: int) -> str:
+    user = get_user_model().objects.filter(pk=user_id).first()
+    return "" if user is None else user.get_username()
+
+
+def judges_beside_humans(*, project: Project) -> list[dict[str, Any]]:
+    """Each model judge of the project measured like an annotator (kappa against each human and the
+    human consensus, position bias, swap-flip rate, length bias, gold accuracy, its report's URL),
+    from the callable ``settings.CONCORD_JUDGES_HOOK`` names (monitoring owns the judges; annotation
+    never imports it). Empty when no hook is set."""
+    hook = getattr(settings, "CONCORD_JUDGES_HOOK", "")
+    return list(import_string(hook)(project=project)) if hook else []
 
 
 # --- Drill-down ---------------------------------------------------------------------------------------

@@ -20,11 +20,16 @@ from common.roles import ML_ENGINEER, role_required
 @role_required(ML_ENGINEER)
 def agreement_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     """Coefficients with intervals and the target, pairwise kappa, agreement per batch, cluster and
-    day, and the annotator table with flags (charts drawn by agreement.js from agreement_data)."""
+    day, and the annotator table with flags (charts drawn by agreement.js from agreement_data); the
+    suggestions' figures when the project has any. People only, unless ``?judges=1``: then each model
+    judge of the project is shown beside them."""
     project = get_object_or_404(Project, slug=slug)
     state = agreement_services.dashboard_state(project=project)
     report = state.payload
     accuracy = adjudication_selectors.annotator_adjudicated_accuracy(project=project)
+    suggestions = agreement_selectors.suggestion_report(project=project)
+    suggested = suggestions["per_annotator"] if suggestions else {}
+    show_judges = request.GET.get("judges") == "1"
     context = {
         "project": project,
         "state": state,
@@ -32,9 +37,18 @@ def agreement_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
         "computed_at": datetime.fromisoformat(report["computed_at"]) if report else None,
         "coefficients": _coefficient_rows(report) if report else [],
         "annotators": [
-            {**row, "adjudicated": accuracy.get(row["annotator"])}
+            {
+                **row,
+                "adjudicated": accuracy.get(row["annotator"]),
+                "suggested": suggested.get(row["annotator"]),
+            }
             for row in (report["summary"]["annotators"] if report else [])
         ],
+        "suggestions": suggestions,
+        "show_judges": show_judges,
+        "judges": (
+            agreement_selectors.judges_beside_humans(project=project) if show_judges else []
+        ),
         **_by_version(request, project),
     }
     return render(request, "annotation/agreement.html", context)
