@@ -10,6 +10,7 @@ Meanwhile ``manage.py judge_run`` runs the SmolLM2 judge (default judging prompt
 ``--max-new-tokens``), then the reward-model judge, on every held-out pair in both orders; ``manage.py
 judge_report --json`` prints each judge's figures. Prints one JSON object with both reports.
 
+The pipeline after the import is ``bench/judge_common.py``'s (shared with the MT-Bench bench).
 Run in a database of your own (created empty beforehand; migrated here), e.g.:
   createdb -h 127.0.0.1 -U postgres concord_judge_bench
   DATABASE_URL=postgres://postgres@127.0.0.1:5432/concord_judge_bench HF_HUB_OFFLINE=1 \
@@ -21,22 +22,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("CONCORD_SHARED_DATA", ROOT.parent / "shared" / "data"))
+from judge_common import DATA, django_ready, judge_arguments, measure_judges
+
 CHOICE = {"0": "tie", "1": "a", "2": "b"}  # PandaLM's label -> Concord's choice
-
-
-def manage(*args: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, check=True, capture_output=True, text=True
-    )
-    return out.stdout
 
 
 def pandalm_rows(start: int, stop: int) -> list[str]:
@@ -63,69 +52,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--heldout", type=int, default=100, help="held-out pairs judged")
     parser.add_argument("--train", type=int, default=300, help="pairs the reward model learns")
-    parser.add_argument("--max-new-tokens", type=int, default=48, help="SmolLM2 judge's answers")
-    parser.add_argument("--skip-llm", action="store_true", help="the reward-model judge only")
-    parser.add_argument(
-        "--template",
-        help="judging prompt file for SmolLM2 (e.g. bench/judge_template_short.txt: one verdict "
-        "line, which a 135M model follows more often than the default's reasoning first)",
-    )
-    parser.add_argument(
-        "--rm-base", default="all-minilm-l6-v2", help="registry model the reward model starts from"
-    )
+    judge_arguments(parser)
     args = parser.parse_args()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    sys.path.insert(0, str(ROOT))
-    manage("migrate", "--noinput")
-    import django
-
-    django.setup()
-    from annotation.services.exporting import dataset_export
+    django_ready()
     from annotation.services.importing import comparisons_import, project_get_or_create
-    from training import services
-    from training.models import TrainingRun
-    from training.tasks import run_training_task
 
     heldout, _ = project_get_or_create(slug="pandalm-heldout", overlap=3)
     train, _ = project_get_or_create(slug="pandalm-train", overlap=3)
     comparisons_import(project=heldout, lines=pandalm_rows(0, args.heldout))
     comparisons_import(project=train, lines=pandalm_rows(args.heldout, args.heldout + args.train))
-    timings = {}
-    began = time.perf_counter()
-    llm = None  # the SmolLM2 judge generates while the reward model trains (both take minutes)
-    if not args.skip_llm:
-        llm = subprocess.Popen(
-            [sys.executable, "manage.py", "judge_run", "--project", "pandalm-heldout", "--judge",
-             "pandalm-smollm2", "--model", "smollm2-135m-instruct", "--max-new-tokens",
-             str(args.max_new_tokens), *(["--template", args.template] if args.template else [])],
-            cwd=ROOT, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-    run = services.run_create(
-        name=f"pandalm rm on {args.train} pairs", kind="rm", base_model=args.rm_base,
-        snapshot=services.snapshot_for(export=dataset_export(project=train)),
-        config={"epochs": 1, "batch_size": 8, "max_length": 256, "learning_rate": 2e-5},
-    )  # fmt: skip
-    TrainingRun.objects.filter(pk=run.pk).update(status=TrainingRun.Status.QUEUED)
-    run_training_task(run.pk)  # in this process
-    run.refresh_from_db()
-    if run.status != TrainingRun.Status.SUCCEEDED:
-        raise SystemExit(f"reward model training {run.status}: {run.error[-2000:]}")
-    timings["rm_train_s"] = round(time.perf_counter() - began, 1)
-    manage("judge_run", "--project", "pandalm-heldout", "--judge", "pandalm-rm",
-           "--reward-run", str(run.pk))  # fmt: skip
-    timings["rm_train_and_judge_s"] = round(time.perf_counter() - began, 1)
-    judges = ["pandalm-rm"]
-    if llm is not None:
-        print(llm.communicate()[0], file=sys.stderr)
-        timings["smollm2_judge_s"] = round(time.perf_counter() - began, 1)
-        judges.append("pandalm-smollm2")
-    reports = {}
-    for name in judges:
-        report = ("judge_report", "--project", "pandalm-heldout", "--judge", name)
-        reports[name] = json.loads(manage(*report, "--json"))
-        print(manage(*report), file=sys.stderr)
-    print(json.dumps({"heldout": args.heldout, "train": args.train, "timings": timings,
-                      "reports": reports}, indent=1))  # fmt: skip
+    result = measure_judges(heldout=heldout.slug, train=train.slug, prefix="pandalm", args=args)
+    print(json.dumps({"heldout": args.heldout, "train": args.train, **result}, indent=1))
 
 
 if __name__ == "__main__":
