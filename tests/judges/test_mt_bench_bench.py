@@ -1,0 +1,58 @@
+"""bench/judge_mt_bench.py's data side on the MT-Bench expert votes (skipped without ../shared/data):
+the split by question and the experts' agreement among themselves, the yardstick its judges'
+figures are read against; and that without FastChat's texts it says the judges were not run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.annotation.agreement.shared_data import DATA_DIR, MT_BENCH, require
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import judge_mt_bench
+
+        yield judge_mt_bench
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_the_split_is_by_question_and_loses_no_vote(bench):
+    votes = bench.read_votes(require(MT_BENCH))
+    heldout, train = bench.split_by_question(votes, 10)
+    assert sorted({v["question_id"] for v in heldout}) == list(range(81, 91))
+    assert not {v["question_id"] for v in heldout} & {v["question_id"] for v in train}
+    assert (len(heldout), len(train)) == (190, 1499)
+    with pytest.raises(SystemExit, match="between 1 and 79"):
+        bench.split_by_question(votes, 80)
+
+
+def test_experts_agree_as_zheng_et_al_report(bench):
+    """910 (question, model pair) comparisons, 1,688 votes (one judge's repeated vote counted once),
+    484 comparisons with 2+ votes. Pooled pairwise agreement 0.641 with ties and 0.820 without:
+    Zheng et al. (2023) give about 63% and 81% for expert-expert agreement."""
+    figures = bench.expert_agreement(bench.read_votes(require(MT_BENCH)))
+    assert (figures["comparisons"], figures["votes"]) == (910, 1688)
+    assert figures["comparisons_with_2_votes_or_more"] == 484
+    assert figures["percent_agreement"] == pytest.approx(0.6411, abs=1e-4)
+    assert figures["percent_agreement_no_ties"] == pytest.approx(0.8199, abs=1e-4)
+
+
+def test_without_the_texts_the_bench_says_the_judges_were_not_run():
+    require(MT_BENCH)
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "judge_mt_bench.py"), "--heldout-questions", "10"],
+        capture_output=True, text=True, check=True,
+        env={"CONCORD_SHARED_DATA": str(DATA_DIR), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    result = json.loads(out.stdout)
+    assert result["experts_on_heldout"]["comparisons"] == 108
+    assert result["judges"].startswith("not run: the votes carry no text")
