@@ -28,7 +28,10 @@ class ProjectForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        # Only this project's model judges may suggest (none before the project exists).
+        if self.instance.pk is None:  # a new project has no judge yet: nothing to choose
+            del self.fields["suggestion_judge"]
+            return
+        # Only this project's model judges may suggest.
         field = self.fields["suggestion_judge"]
         field.queryset = suggestion_judges(project=self.instance)
         field.empty_label = "(no suggestions)"
