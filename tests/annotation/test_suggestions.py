@@ -172,3 +172,15 @@ def test_the_screen_maps_the_suggestion_through_the_sides(setup, client, shown_l
     ).json()
     assert f'data-suggested-pick="{pick}"' in data["current"]["html"]
     assert 'data-suggested-pick="tie"' in data["next"]["html"]
+
+
+def test_the_item_page_marks_a_judgement_made_with_a_suggestion(setup, client, lead):
+    project, _, annotator, _ = setup
+    assignment = labelling.assignment_claim(annotator=annotator, project=project)
+    labelling.judgement_submit(
+        annotator=annotator, assignment_id=assignment.pk, verdict=Verdict("tie"), project=project
+    )
+    client.force_login(lead)
+    url = reverse("annotation:item", args=[project.slug, assignment.comparison_id])
+    html = client.get(url).content.decode()
+    assert 'data-testid="suggested">with a suggestion: Response A is better' in html
