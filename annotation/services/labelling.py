@@ -20,11 +20,10 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, Subquery
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from annotation.models import (
@@ -39,6 +38,12 @@ from annotation.models import (
     ProjectMembership,
     RepeatJudgement,
     Side,
+)
+from annotation.services.suggestions import (
+    offered_verdicts,
+    suggestion_columns,
+    suggestion_sql,
+    suggests,
 )
 from common.errors import ConcordError
 from common.sides import LEFT, RIGHT, other_side, stored_side
@@ -160,28 +165,14 @@ def _never_given_to(annotator: AbstractBaseUser) -> Q:
     return ~Q(Exists(given)) & ~Q(Exists(judged))
 
 
-def _suggests(project: Project, kind: str) -> bool:
-    """Whether a pair of ``kind`` gets the project's suggestion: when the project names a
-    suggestion judge, on normal pairs and gold items (a gold item without one would stand out),
-    never on swap repeats (they measure the annotator's own consistency)."""
-    return project.suggestion_judge_id is not None and kind != Assignment.Kind.REPEAT
-
-
 def _with_screen(assignment: Assignment, project: Project) -> Assignment:
     """The assignment with what the labelling screen shows of its comparison (prompt, responses;
     ``suggested_choice``: the suggestion judge's stored verdict, "" for none; ``suggested_by``: its
     account's username) fetched in one query. Not joined into the claim itself: PostgreSQL plans
     the locking query about ten times slower with three more tables in it, on every claim."""
     comparisons = Comparison.objects.select_related("prompt", "response_a", "response_b")
-    if _suggests(project, assignment.kind):
-        verdict = Judgement.objects.filter(
-            comparison=OuterRef("pk"), annotator_id=project.suggestion_judge_id
-        ).values("choice")[:1]
-        judge = get_user_model().objects.filter(pk=project.suggestion_judge_id)
-        comparisons = comparisons.annotate(
-            suggested=Subquery(verdict),
-            suggested_by=Subquery(judge.values(get_user_model().USERNAME_FIELD)[:1]),
-        )
+    if suggests(project, assignment.kind):
+        comparisons = comparisons.annotate(**suggestion_columns(project))
     assignment.comparison = comparisons.get(pk=assignment.comparison_id)
     assignment.comparison.project = project
     assignment.suggested_choice = getattr(assignment.comparison, "suggested", None) or ""
@@ -477,9 +468,14 @@ def judgement_submit(
         stored = mine.first() if assignment.status == Assignment.Status.DONE else None
         if stored is None:
             row = model(comparison_id=comparison_id, annotator=annotator, **values)
-            judge_id = project.suggestion_judge_id if _suggests(project, assignment.kind) else None
+            judge_id = project.suggestion_judge_id if suggests(project, assignment.kind) else None
             stored = (
-                _insert_unless_judged(row, project_id=project.pk, suggestion_judge_id=judge_id)
+                _insert_unless_judged(
+                    row,
+                    project_id=project.pk,
+                    suggestion_judge_id=judge_id,
+                    suggestion_choices=offered_verdicts(project),
+                )
                 or mine.get()
             )
         if assignment.status != Assignment.Status.DONE:
@@ -491,13 +487,17 @@ def judgement_submit(
 
 
 def _insert_unless_judged(
-    row: Judgement | RepeatJudgement, *, project_id: int, suggestion_judge_id: int | None = None
+    row: Judgement | RepeatJudgement,
+    *,
+    project_id: int,
+    suggestion_judge_id: int | None = None,
+    suggestion_choices: list[str] | None = None,
 ) -> Judgement | RepeatJudgement | None:
     """INSERT ``row`` unless the annotator already has one for its comparison (then None). A
     Judgement is stamped, in the same statement, with project ``project_id``'s newest guidelines
     version and, when ``suggestion_judge_id`` is given, with that account's verdict on the
-    comparison as ``suggested_choice`` (what the screen pre-selected; "" when it has none):
-    subqueries, no extra round trip on the hot path.
+    comparison as ``suggested_choice`` if it is one of ``suggestion_choices`` (what the screen
+    pre-selected; "" otherwise): subqueries, no extra round trip on the hot path.
 
     One statement, ``INSERT ... ON CONFLICT (comparison_id, annotator_id) DO NOTHING RETURNING id``,
     where ``create()`` inside a savepoint costs three round trips to the database on every
@@ -514,11 +514,7 @@ def _insert_unless_judged(
         f"(SELECT v.{quote(versions.pk.column)} FROM {quote(versions.db_table)} v "  # noqa: S608  # nosec B608
         f"WHERE v.{quote('project_id')} = %s ORDER BY v.{quote('number')} DESC LIMIT 1)"
     )
-    table = quote(meta.db_table)
-    suggestion = (
-        f"COALESCE((SELECT s.{quote('choice')} FROM {table} s "  # noqa: S608  # nosec B608
-        f"WHERE s.{quote('comparison_id')} = %s AND s.{quote('annotator_id')} = %s LIMIT 1), '')"
-    )
+    choices = list(suggestion_choices or Choice.values)
     stamped = isinstance(row, Judgement)
     slots, params = [], []
     for f in fields:
@@ -526,8 +522,8 @@ def _insert_unless_judged(
             slots.append(stamp)
             params.append(project_id)
         elif stamped and f.attname == "suggested_choice" and suggestion_judge_id is not None:
-            slots.append(suggestion)
-            params += [row.comparison_id, suggestion_judge_id]
+            slots.append(suggestion_sql(quote(meta.db_table), len(choices)))
+            params += [row.comparison_id, suggestion_judge_id, *choices]
         else:
             slots.append("%s")
             params.append(f.get_db_prep_save(getattr(row, f.attname), connection))
@@ -535,7 +531,7 @@ def _insert_unless_judged(
     if stamped:
         returning += f", {quote('guidelines_version_id')}, {quote('suggested_choice')}"
     sql = (
-        f"INSERT INTO {table} ({', '.join(quote(f.column) for f in fields)}) "  # noqa: S608  # nosec B608
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "  # noqa: S608  # nosec B608
         f"VALUES ({', '.join(slots)}) "
         f"ON CONFLICT ({quote('comparison_id')}, {quote('annotator_id')}) DO NOTHING "
         f"RETURNING {returning}"

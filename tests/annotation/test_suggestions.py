@@ -184,3 +184,26 @@ def test_the_item_page_marks_a_judgement_made_with_a_suggestion(setup, client, l
     url = reverse("annotation:item", args=[project.slug, assignment.comparison_id])
     html = client.get(url).content.decode()
     assert 'data-testid="suggested">with a suggestion: Response A is better' in html
+
+
+def test_a_verdict_the_screen_does_not_offer_is_no_suggestion(setup, lead):
+    """Without a tie button the judge's tie on the second pair is neither shown nor recorded."""
+    project, _, annotator, (first, second) = setup
+    project = project_update(project=project, actor=lead, allow_ties=False)
+    shown = {}
+    for _ in range(2):
+        assignment = labelling.assignment_claim(annotator=annotator, project=project)
+        shown[assignment.comparison_id] = assignment.suggested_choice
+        labelling.judgement_submit(
+            annotator=annotator,
+            assignment_id=assignment.pk,
+            verdict=Verdict("left"),
+            project=project,
+        )
+    assert shown == {first.pk: "a", second.pk: ""}
+    recorded = dict(
+        Judgement.objects.filter(annotator=annotator).values_list(
+            "comparison_id", "suggested_choice"
+        )
+    )
+    assert recorded == shown
