@@ -105,6 +105,15 @@ class JudgingTemplate:
         return parse_verdict(answer, usefulness=self.asks_usefulness)
 
 
+_ASKS_USEFULNESS = re.compile(r"\busefulness\b", re.IGNORECASE)
+
+
+def asks_for_usefulness(text: str) -> bool:
+    """Whether a judging template asks for the 1-5 usefulness of Response A: it names
+    "usefulness" (as ``DEFAULT_USEFULNESS_TEMPLATE`` does); its answers must then carry one."""
+    return bool(_ASKS_USEFULNESS.search(text))
+
+
 # --- Parsing ----------------------------------------------------------------------------------------
 
 TIE = "tie"
