@@ -1,0 +1,56 @@
+"""The pure parts of a judged round: which items go to reviewers (``ppi.human_subset``) and
+whether a judging template asks for usefulness (``judging.asks_for_usefulness``)."""
+
+import numpy as np
+import pytest
+
+from monitoring.judging import DEFAULT_TEMPLATE, DEFAULT_USEFULNESS_TEMPLATE, asks_for_usefulness
+from monitoring.ppi import human_subset
+
+
+@pytest.mark.parametrize(
+    ("n_items", "fraction", "minimum", "drawn"),
+    [
+        (100, 0.25, 20, 25),  # ceil(0.25 * 100) = 25 >= 20
+        (100, 0.1, 20, 20),  # 10 is under the minimum
+        (10, 0.1, 20, 10),  # the minimum is more than the round: every item
+        (7, 0.5, 2, 4),  # ceil(3.5) = 4
+        (30, 0.8, 20, 24),  # 0.8 * 30 = 24 exactly, not 25 (no float round-up)
+        (0, 0.5, 20, 0),
+    ],
+)
+def test_the_subset_size_and_its_probability(n_items, fraction, minimum, drawn):
+    """n = min(N, max(minimum, ceil(fraction N))), each item drawn with probability n / N."""
+    mask, probability = human_subset(n_items, fraction=fraction, minimum=minimum, seed=0)
+    assert mask.shape == (n_items,) and int(mask.sum()) == drawn
+    assert probability == pytest.approx(drawn / n_items if n_items else 1.0)
+
+
+def test_the_seed_decides_the_subset_and_every_item_has_its_chance():
+    """The same seed draws the same items; over 4,000 seeds each of 10 items is drawn about
+    3/10 of the time (binomial sd 0.007: within 0.03 is more than 4 sd)."""
+    first, _ = human_subset(10, fraction=0.3, minimum=2, seed=5)
+    again, _ = human_subset(10, fraction=0.3, minimum=2, seed=5)
+    assert (first == again).all()
+    share = np.mean([human_subset(10, fraction=0.3, minimum=2, seed=s)[0] for s in range(4000)], 0)
+    assert np.abs(share - 0.3).max() < 0.03
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"fraction": 0.0}, "fraction must be in"),
+        ({"fraction": 1.5}, "fraction must be in"),
+        ({"minimum": 1}, "minimum must be >= 2"),
+    ],
+)
+def test_bad_settings_are_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        human_subset(10, **{"fraction": 0.5, "minimum": 2, "seed": 0, **kwargs})
+
+
+def test_a_template_asks_for_usefulness_when_it_names_it():
+    """The usefulness template asks; the plain one does not; the word in any case counts."""
+    assert asks_for_usefulness(DEFAULT_USEFULNESS_TEMPLATE)
+    assert not asks_for_usefulness(DEFAULT_TEMPLATE)
+    assert asks_for_usefulness("{prompt} {response_a} {response_b} Rate USEFULNESS 1-5.")
