@@ -21,13 +21,16 @@ from monitoring.round_judge_services import (
     round_judge_launch,
 )
 from tests.monitoring_eval.judged_rounds import (
+    human_verdict,
+    judge_verdict,
     judged_round,
     rate_drawn_items,
+    rated_round,
     rm_judge,
     store_verdicts,
 )
 
-rm_judge = rm_judge  # the fixture, from the shared module
+rm_judge, rated_round = rm_judge, rated_round  # the fixtures, from the shared module
 
 pytestmark = pytest.mark.django_db
 
@@ -196,39 +199,12 @@ def test_stored_answers_are_checked_and_a_bad_one_writes_nothing(
 # --- Estimates ---------------------------------------------------------------------------------
 
 
-# Reviewers' verdicts by position (a: the checkpoint better) and the judge's: it agrees on every
-# item but positions 0, 5 and 10 (reviewers: a, judge: tie) and 3 (reviewers: b, judge: a).
-def _human(position: int) -> tuple[str, int]:
-    return ("b", 2) if position % 3 == 0 else ("a", 4) if position % 3 == 1 else ("tie", 3)
-
-
-def _judge(position: int) -> tuple[str, float]:
-    if position in (0, 5, 10):
-        return ("tie", 3.0)
-    if position == 3:
-        return ("a", 4.0)
-    preference, useful = _human(position)
-    return (preference, float(useful))
-
-
-@pytest.fixture
-def rated_round(run_with_checkpoints, rm_judge, reviewers):
-    """30 items, 24 drawn for one reviewer each, the judge's verdicts on all 30 (both orders
-    alike), every drawn item rated."""
-    round_ = judged_round(
-        run_with_checkpoints, rm_judge, size=30, human_fraction=0.8, reviewers_per_item=1
-    )
-    store_verdicts(round_, {p: _judge(p) for p in range(30)})
-    rate_drawn_items(round_, reviewers[0], {p: _human(p) for p in range(30)})
-    return round_
-
-
 def test_round_ppi_is_ppi_mean_on_the_rounds_items(rated_round):
     """Win rate and usefulness are ppi_mean on the per-item arrays (judge on all 30, reviewers on
     the 24 drawn, probability 0.8 each), with the judge's effective ratings shown."""
     drawn = set(_drawn(rated_round))
-    judge = np.array([OUTCOME[_judge(p)[0]] for p in range(30)])
-    human = np.array([OUTCOME[_human(p)[0]] if p in drawn else np.nan for p in range(30)])
+    judge = np.array([OUTCOME[judge_verdict(p)[0]] for p in range(30)])
+    human = np.array([OUTCOME[human_verdict(p)[0]] if p in drawn else np.nan for p in range(30)])
     expected = ppi_mean(judge, human, inclusion_probability=0.8, bounds=(0, 1))
     got = ppi_selectors.round_ppi(rated_round)
     assert got["win_rate"].ppi.estimate == pytest.approx(expected.ppi.estimate)
@@ -236,8 +212,8 @@ def test_round_ppi_is_ppi_mean_on_the_rounds_items(rated_round):
     assert got["win_rate"].classical.high == pytest.approx(expected.classical.high)
     assert got["win_rate"].ppi.n == 24 and got["n_rated_items"] == 24
     assert got["win_rate"].effective_n > 24  # the judge correlates: worth more than 24 ratings
-    judge_useful = np.array([_judge(p)[1] for p in range(30)])
-    human_useful = np.array([_human(p)[1] if p in drawn else np.nan for p in range(30)])
+    judge_useful = np.array([judge_verdict(p)[1] for p in range(30)])
+    human_useful = np.array([human_verdict(p)[1] if p in drawn else np.nan for p in range(30)])
     useful = ppi_mean(judge_useful, human_useful, inclusion_probability=0.8, bounds=(1, 5))
     assert got["usefulness"].ppi.estimate == pytest.approx(useful.ppi.estimate)
 
@@ -246,7 +222,9 @@ def test_the_judges_kappa_is_measured_on_the_items_both_rated(rated_round):
     """Each rating against the judge's verdict on its item: Cohen's kappa on the 24 drawn items;
     no swap flips (both orders alike)."""
     drawn = _drawn(rated_round)
-    expected = cohen_kappa([_human(p)[0] for p in drawn], [_judge(p)[0] for p in drawn])
+    expected = cohen_kappa(
+        [human_verdict(p)[0] for p in drawn], [judge_verdict(p)[0] for p in drawn]
+    )
     agreement = ppi_selectors.round_judge_agreement(rated_round)
     assert agreement["kappa"] == pytest.approx(expected)
     assert 0.5 < expected < 0.95
@@ -320,8 +298,8 @@ def test_a_judge_without_usefulness_ratings_leaves_usefulness_to_the_humans(
     """A reward-model judge gives verdicts only: the win rate gets its PPI interval, usefulness
     says why it has none, and the panel uses the humans' usefulness saying so."""
     round_ = judged_round(run_with_checkpoints, rm_judge, size=30, reviewers_per_item=1)
-    store_verdicts(round_, {p: (_judge(p)[0], None) for p in range(30)})
-    rate_drawn_items(round_, reviewers[0], {p: _human(p) for p in range(30)})
+    store_verdicts(round_, {p: (judge_verdict(p)[0], None) for p in range(30)})
+    rate_drawn_items(round_, reviewers[0], {p: human_verdict(p) for p in range(30)})
     ppi = ppi_selectors.round_ppi(round_)
     assert ppi["win_rate"] is not None and ppi["usefulness"] is None
     assert "no usefulness ratings" in ppi["usefulness_note"]
