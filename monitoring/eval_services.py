@@ -8,6 +8,8 @@ position) and re-counts its assignments under the lock. Sides are counterbalance
 item i sees the checkpoint on the left when (i + k) is even, so each item and the round as a whole show
 the checkpoint on both sides about equally, and no reviewer can learn a fixed side. An item whose two
 answers are identical (``eval_selectors.answers_identical``) is never handed out: it counts as ties.
+A round with a judge hands out only the items drawn for reviewers (``EvalItem.for_humans``); the
+judge rates them all once the answers exist (monitoring/round_judge_services.py).
 """
 
 from __future__ import annotations
@@ -222,7 +224,11 @@ def round_generate(*, round_id: int) -> EvalRound:
         _close_when_rated(round_id=round_.pk)  # every answer identical: nothing to rate
         if round_.judge_id:
             round_.refresh_from_db()
-            round_judge_services.round_judge_launch(round_=round_)
+            try:
+                round_judge_services.round_judge_launch(round_=round_)
+            except round_judge_services.RoundJudgeError:
+                # Launched already (a redelivered generation message): the page can relaunch.
+                log.warning("the judge of eval round %s was not launched", round_.pk)
     round_.refresh_from_db()
     return round_
 

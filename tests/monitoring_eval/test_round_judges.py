@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from django.urls import reverse
 
 from annotation.agreement import cohen_kappa
 from annotation.services.importing import project_get_or_create
@@ -20,6 +21,8 @@ from monitoring.round_judge_services import (
     round_judge_answers_save,
     round_judge_launch,
 )
+from tests.conftest import logged_in
+from tests.monitoring_eval.conftest import make_round
 from tests.monitoring_eval.judged_rounds import (
     human_verdict,
     judge_verdict,
@@ -29,6 +32,7 @@ from tests.monitoring_eval.judged_rounds import (
     rm_judge,
     store_verdicts,
 )
+from training.models import TrainingRun
 
 rm_judge, rated_round = rm_judge, rated_round  # the fixtures, from the shared module
 
@@ -306,3 +310,97 @@ def test_a_judge_without_usefulness_ratings_leaves_usefulness_to_the_humans(
     panel = eval_selectors.run_stopping_panel(run_with_checkpoints, n_boot=50, kappa_threshold=0.5)
     choice = panel["estimates"]["usefulness"]
     assert choice.source == "human" and "no usefulness ratings" in choice.reason
+
+
+# --- The job from generation, a generative judge, the pages ------------------------------------
+
+
+def test_generation_launches_the_judge_on_its_queue(
+    run_with_checkpoints, rm_judge, django_capture_on_commit_callbacks, settings, monkeypatch
+):
+    """Once the answers are generated the round opens and its judge's job is queued: judge_round
+    on the gpu queue (a reward model runs locally), sent after commit."""
+    from monitoring import round_judge_services
+    from monitoring.tasks import generate_round_responses
+
+    round_ = make_round(run_with_checkpoints, judge=rm_judge)
+    sent = []
+    real = round_judge_services.task_send
+
+    def spy(name, **kwargs):
+        sent.append((name, kwargs.get("queue")))
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(round_judge_services, "task_send", spy)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert generate_round_responses.apply(args=[round_.pk]).get() == "open"
+    round_.refresh_from_db()
+    assert round_.judge_status == "queued" and len(callbacks) == 1
+    assert sent == [("monitoring.tasks.judge_round", settings.CONCORD_GPU_QUEUE)]
+
+
+def test_a_generative_judge_keeps_unreadable_answers_as_such(run_with_checkpoints, reviewers):
+    """A local LLM judge (the tiny untrained Llama under the registry name) asked for usefulness:
+    its babble is no verdict, so every answer is stored with its raw text and the parse error, the
+    job still succeeds, and the win rate's judge carries no information: PPI gives lam 0 and the
+    human-only interval."""
+    from monitoring.judging import DEFAULT_USEFULNESS_TEMPLATE
+    from monitoring.tasks import judge_round
+
+    project = run_with_checkpoints.snapshot.export.project
+    judge = judge_create(
+        project=project, name="llm", kind="local_llm", created_by=None,
+        model_name="smollm2-135m-instruct", template=DEFAULT_USEFULNESS_TEMPLATE,
+        max_new_tokens=6,
+    )  # fmt: skip
+    round_ = judged_round(run_with_checkpoints, judge, size=4, reviewers_per_item=1)
+    round_judge_launch(round_=round_)
+    assert judge_round(round_.pk) == "succeeded"
+    verdicts = EvalJudgeVerdict.objects.filter(item__round=round_)
+    assert verdicts.count() == 8
+    assert not verdicts.exclude(preference="").exists()
+    assert all(v.parse_error and v.raw is not None for v in verdicts)
+    rate_drawn_items(round_, reviewers[0], {p: human_verdict(p) for p in range(4)})
+    win_rate = ppi_selectors.round_ppi(round_)["win_rate"]
+    assert win_rate.lam == 0.0 and win_rate.ppi == win_rate.classical
+    agreement = ppi_selectors.round_judge_agreement(round_)
+    assert agreement["unparsed"] == 8 and agreement["overlap_items"] == 0
+
+
+def test_the_round_form_takes_a_judge_and_a_share_for_reviewers(rm_judge, reviewers):
+    """The new-round form creates a round with the judge and half of 30 items for reviewers (at
+    least 20: 20 drawn)."""
+    run = rm_judge.reward_run
+    policy = TrainingRun.objects.exclude(kind="rm").get()
+    client = logged_in(reviewers[0])
+    response = client.post(
+        reverse("monitoring:eval-rounds"),
+        {"checkpoint": policy.checkpoints.get(step=4).pk, "project": run.snapshot.export.project.slug,
+         "baseline_model": "smollm2-135m-instruct", "size": 30, "ci_width": 0.2,
+         "max_new_tokens": 16, "judge": rm_judge.pk, "human_fraction": 0.5},
+    )  # fmt: skip
+    assert response.status_code == 302, response.content.decode()[:2000]
+    round_ = EvalRound.objects.get()
+    assert round_.judge == rm_judge and round_.human_fraction == 0.5
+    assert round_.items.filter(for_humans=True).count() == 20
+
+
+def test_the_round_page_relaunches_a_failed_judge_and_the_panel_refuses_a_bad_kappa(
+    rated_round, reviewers, django_capture_on_commit_callbacks
+):
+    """A failed job shows its error and a button that queues it again. On the run page a kappa
+    threshold outside [-1, 1] is an error on the page and the default 0.7 is used."""
+    EvalRound.objects.filter(pk=rated_round.pk).update(judge_status="failed", judge_error="OOM")
+    client = logged_in(reviewers[0])
+    url = reverse("monitoring:eval-round", args=[rated_round.pk])
+    page = client.get(url).content.decode()
+    assert "OOM" in page and "Run the judge on what is missing" in page
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert client.post(url, {"action": "judge"}).status_code == 302
+    rated_round.refresh_from_db()
+    assert rated_round.judge_status == "queued" and len(callbacks) == 1
+
+    run_url = reverse("monitoring:run-detail", args=[rated_round.checkpoint.run_id])
+    page = client.get(run_url, {"kappa": "3"}).content.decode()
+    assert "Ensure this value is less than or equal to 1" in page
+    assert "at or above your threshold 0.70" in page
