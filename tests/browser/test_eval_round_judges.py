@@ -40,6 +40,7 @@ def test_a_judged_round_shows_two_intervals_and_the_panel_names_its_estimate(
     page.goto(f"/monitoring/eval/{rated_round.pk}/")
     judge = page.get_by_test_id("round-judge")
     expect(judge).to_contain_text("Judge: rm v1")
+    expect(judge.get_by_test_id("judge-status")).to_have_text("Succeeded")
     expect(judge.get_by_test_id("judge-progress")).to_have_text("60 / 60")
     expect(judge.get_by_test_id("judge-kappa")).to_contain_text("Cohen's kappa 0.88 on 24 items")
     for row in ("ppi-win-rate", "ppi-usefulness"):
@@ -51,7 +52,7 @@ def test_a_judged_round_shows_two_intervals_and_the_panel_names_its_estimate(
         saved = cells.get_by_test_id("ratings-saved")
         expect(saved).to_have_text(re.compile(r"^\d+ human-rated items \(\d+ saved\)$"))
         expect(saved).to_have_attribute("title", re.compile(r"n_eff - n = [\d.]+ - 24"))
-    expect(judge.get_by_role("table")).to_contain_text("the ratings the judge saved")
+    expect(judge.get_by_test_id("ppi-explained")).to_contain_text("the ratings the judge saved")
 
     page.goto(f"/monitoring/runs/{rated_round.checkpoint.run_id}/")
     panel = page.get_by_test_id("stopping-panel")

@@ -121,10 +121,11 @@ def judge_verdict(position: int) -> tuple[str, float]:
 @pytest.fixture
 def rated_round(run_with_checkpoints, rm_judge, reviewers):
     """30 items, 24 drawn for one reviewer each, the judge's verdicts on all 30 (both orders
-    alike), every drawn item rated."""
+    alike; its job marked done), every drawn item rated."""
     round_ = judged_round(
         run_with_checkpoints, rm_judge, size=30, human_fraction=0.8, reviewers_per_item=1
     )
     store_verdicts(round_, {p: judge_verdict(p) for p in range(30)})
+    EvalRound.objects.filter(pk=round_.pk).update(judge_status="succeeded")
     rate_drawn_items(round_, reviewers[0], {p: human_verdict(p) for p in range(30)})
     return round_
