@@ -221,10 +221,21 @@ def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
 
 @role_required(REVIEWER, ML_ENGINEER, hide=False)
 def round_progress(request: HttpRequest, round_id: int) -> JsonResponse:
-    """The round's status and win rate after each rating so far (the results chart polls this)."""
+    """The round's status and win rate after each rating so far, and its judge's progress (the
+    results page polls this)."""
     round_ = get_object_or_404(EvalRound, pk=round_id)
     over_time = eval_selectors.round_win_rate_over_time(round_)
-    return JsonResponse({"status": round_.status, "n": len(over_time), "over_time": over_time})
+    judge = None
+    if round_.judge_id is not None:
+        judge = {
+            "status": round_.judge_status,
+            "label": round_.get_judge_status_display(),
+            "done": round_.judge_done,
+            "total": round_.judge_total,
+        }
+    return JsonResponse(
+        {"status": round_.status, "n": len(over_time), "over_time": over_time, "judge": judge}
+    )
 
 
 class DecisionForm(forms.Form):

@@ -1,7 +1,8 @@
 """A human-eval round with a judge in headless Chromium: its page shows the human-only and the
 prediction-powered intervals side by side with the ratings the judge saved and its kappa, and the
 run's stopping panel names the estimate it used, switches to the humans' when the reviewer raises
-the kappa threshold, and the decision shows the estimate it rested on.
+the kappa threshold, and the decision shows the estimate it rested on. While the judge's job runs,
+the round page follows its progress without a reload.
 
 The round (tests/monitoring_eval/judged_rounds.py ``rated_round``): 30 items, 24 drawn for one
 reviewer each and rated, the judge's verdicts stored through the service on all 30 (its job on a
@@ -13,7 +14,7 @@ import re
 
 from playwright.sync_api import Page, expect
 
-from monitoring.models import StopDecision
+from monitoring.models import EvalRound, StopDecision
 from tests.helpers.browser import log_in
 from tests.monitoring_eval import conftest as eval_conftest
 from tests.monitoring_eval import judged_rounds
@@ -79,3 +80,24 @@ def test_a_judged_round_shows_two_intervals_and_the_panel_names_its_estimate(
     )
     decision = StopDecision.objects.get()
     assert decision.estimate_source == "human" and decision.estimate["kappa_threshold"] == 0.9
+
+
+def test_the_round_page_follows_the_judges_progress(
+    browser, page: Page, run_with_checkpoints, rm_judge, reviewers
+):
+    """While the judge's job runs the page polls the round's progress: 4 / 20 answers, then the
+    job's end shows without a reload, and before any rating the intervals say what they need."""
+    round_ = judged_rounds.judged_round(run_with_checkpoints, rm_judge, size=10)
+    EvalRound.objects.filter(pk=round_.pk).update(
+        judge_status="running", judge_done=4, judge_total=20
+    )
+    log_in(page, reviewers[0])
+    page.goto(f"/monitoring/eval/{round_.pk}/")
+    judge = page.get_by_test_id("round-judge")
+    expect(judge.get_by_test_id("judge-progress")).to_have_text("4 / 20")
+    expect(judge.get_by_test_id("ppi-win-rate")).to_contain_text(
+        "Not yet: needs ratings of at least 2 items."
+    )
+    EvalRound.objects.filter(pk=round_.pk).update(judge_status="succeeded", judge_done=20)
+    expect(judge.get_by_test_id("judge-progress")).to_have_text("20 / 20", timeout=15_000)
+    expect(judge.get_by_test_id("judge-status")).to_have_text("Succeeded")

@@ -388,8 +388,9 @@ def test_the_round_form_takes_a_judge_and_a_share_for_reviewers(rm_judge, review
 def test_the_round_page_relaunches_a_failed_judge_and_the_panel_refuses_a_bad_kappa(
     rated_round, reviewers, django_capture_on_commit_callbacks
 ):
-    """A failed job shows its error and a button that queues it again. On the run page a kappa
-    threshold outside [-1, 1] is an error on the page and the default 0.7 is used."""
+    """A failed job shows its error and a button that queues it again; the progress the page polls
+    says so. On the run page a kappa threshold outside [-1, 1] is an error on the page and the
+    default 0.7 is used."""
     EvalRound.objects.filter(pk=rated_round.pk).update(judge_status="failed", judge_error="OOM")
     client = logged_in(reviewers[0])
     url = reverse("monitoring:eval-round", args=[rated_round.pk])
@@ -399,6 +400,8 @@ def test_the_round_page_relaunches_a_failed_judge_and_the_panel_refuses_a_bad_ka
         assert client.post(url, {"action": "judge"}).status_code == 302
     rated_round.refresh_from_db()
     assert rated_round.judge_status == "queued" and len(callbacks) == 1
+    progress = client.get(reverse("monitoring:eval-progress", args=[rated_round.pk])).json()
+    assert progress["judge"] == {"status": "queued", "label": "Queued", "done": 60, "total": 60}
 
     run_url = reverse("monitoring:run-detail", args=[rated_round.checkpoint.run_id])
     page = client.get(run_url, {"kappa": "3"}).content.decode()
