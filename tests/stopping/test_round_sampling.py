@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from monitoring.judging import DEFAULT_TEMPLATE, DEFAULT_USEFULNESS_TEMPLATE, asks_for_usefulness
-from monitoring.ppi import human_subset
+from monitoring.ppi import human_subset, ppi_mean_batch
 
 
 @pytest.mark.parametrize(
@@ -54,3 +54,35 @@ def test_a_template_asks_for_usefulness_when_it_names_it():
     assert asks_for_usefulness(DEFAULT_USEFULNESS_TEMPLATE)
     assert not asks_for_usefulness(DEFAULT_TEMPLATE)
     assert asks_for_usefulness("{prompt} {response_a} {response_b} Rate USEFULNESS 1-5.")
+
+
+def test_a_rounds_design_keeps_its_coverage_with_a_biased_judge():
+    """The estimator exactly as a judged round builds it (monitoring/ppi_selectors.py), over 2,000
+    seeded rounds of N = 300 items: 30 items with identical answers are known ties (human 0.5,
+    probability 1), reviewers get ``human_subset``'s 30% (90 items, probability 0.3 each, the
+    identical ones among them counting as known ties anyway), and the judge agrees with the humans
+    70% of the time, else calls a checkpoint win (its mean ~0.66, far off). The truth is
+    (30 x 0.5 + 270 x 0.525) / 300 = 0.5225. The 95% interval covers it in >= 94% of rounds (sd of
+    the coverage estimate 0.5%; with this seed 94.6%, the human-only interval 94.55%) and is
+    narrower than the human-only one (median width ratio 0.79: the judge is worth ~176 ratings
+    where the reviewers made ~111, identical items included)."""
+    simulations, n_items, n_identical = 2000, 300, 30
+    outcomes, outcome_p = np.array([1.0, 0.5, 0.0]), np.array([0.45, 0.15, 0.40])
+    rng = np.random.default_rng(41)
+    y = rng.choice(outcomes, p=outcome_p, size=(simulations, n_items))
+    y[:, :n_identical] = 0.5
+    judge = np.where(rng.random(y.shape) < 0.7, y, 1.0)
+    drawn = np.empty(y.shape, dtype=bool)
+    for s in range(simulations):
+        drawn[s], probability = human_subset(n_items, fraction=0.3, minimum=20, seed=s)
+    assert probability == pytest.approx(0.3)
+    identical = np.zeros(n_items, dtype=bool)
+    identical[:n_identical] = True
+    human = np.where(identical | drawn, y, np.nan)
+    pi = np.where(identical, 1.0, probability)
+    result = ppi_mean_batch(judge, human, inclusion_probability=pi, bounds=(0, 1))
+    truth = (n_identical * 0.5 + (n_items - n_identical) * 0.525) / n_items
+    covered = (result.low <= truth) & (truth <= result.high)
+    assert covered.mean() >= 0.94
+    ratio = (result.high - result.low) / (result.classical_high - result.classical_low)
+    assert np.median(ratio) < 0.85 and ratio.max() <= 1 + 1e-12
