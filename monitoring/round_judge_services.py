@@ -45,7 +45,11 @@ class RoundJudgeError(ConcordError):
 
 
 def _queue(judge: Judge) -> str:
-    return settings.CONCORD_GPU_QUEUE if judge.kind in LOCAL_KINDS else "default"
+    return (
+        settings.CONCORD_GPU_QUEUE
+        if judge.kind in LOCAL_KINDS
+        else settings.CELERY_TASK_DEFAULT_QUEUE
+    )
 
 
 def round_judge_launch(*, round_: EvalRound) -> EvalRound:
