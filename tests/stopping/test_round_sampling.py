@@ -49,11 +49,13 @@ def test_bad_settings_are_errors(kwargs, message):
         human_subset(10, **{"fraction": 0.5, "minimum": 2, "seed": 0, **kwargs})
 
 
-def test_a_template_asks_for_usefulness_when_it_names_it():
-    """The usefulness template asks; the plain one does not; the word in any case counts."""
+def test_a_template_asks_for_usefulness_when_it_shows_the_rating_format():
+    """The usefulness template ("Usefulness: 4") and a JSON answer format ask, in any case; the
+    plain template and the word in prose do not."""
     assert asks_for_usefulness(DEFAULT_USEFULNESS_TEMPLATE)
+    assert asks_for_usefulness('{prompt} {response_a} {response_b} Answer {"USEFULNESS": 4}')
     assert not asks_for_usefulness(DEFAULT_TEMPLATE)
-    assert asks_for_usefulness("{prompt} {response_a} {response_b} Rate USEFULNESS 1-5.")
+    assert not asks_for_usefulness("{prompt} {response_a} {response_b} Weigh usefulness first.")
 
 
 def test_a_rounds_design_keeps_its_coverage_with_a_biased_judge():
