@@ -40,15 +40,29 @@ def identical_item_ids(round_: EvalRound) -> set[int]:
 
 
 def rateable_items(round_: EvalRound) -> QuerySet[EvalItem]:
-    """The round's items a reviewer can judge: every item but those with identical answers."""
-    return EvalItem.objects.filter(round=round_).exclude(pk__in=identical_item_ids(round_))
+    """The round's items a reviewer can judge: those drawn for reviewers (every item when the
+    round has no judge) but those with identical answers."""
+    return EvalItem.objects.filter(round=round_, for_humans=True).exclude(
+        pk__in=identical_item_ids(round_)
+    )
+
+
+def human_identical_item_ids(round_: EvalRound) -> set[int]:
+    """The items drawn for reviewers whose two answers are identical: the ties the human-only
+    figures count (every identical item when the round has no judge)."""
+    identical = identical_item_ids(round_)
+    if not identical:
+        return set()
+    drawn = EvalItem.objects.filter(pk__in=identical, for_humans=True)
+    return set(drawn.values_list("pk", flat=True))
 
 
 def round_outcomes(round_: EvalRound) -> list[float]:
     """The round's outcomes from the checkpoint's side, [N] in {1, 0.5, 0}: first the ties of the
     items with identical answers, each item counted ``reviewers_per_item`` times (the weight a
-    fully rated item has, so every item weighs the same), then every rating in arrival order."""
-    ties = [0.5] * (len(identical_item_ids(round_)) * round_.reviewers_per_item)
+    fully rated item has, so every item weighs the same), then every rating in arrival order.
+    With a judge, only the identical items drawn for reviewers count: these are humans' figures."""
+    ties = [0.5] * (len(human_identical_item_ids(round_)) * round_.reviewers_per_item)
     return ties + [
         OUTCOME[preference]
         for preference in EvalJudgement.objects.filter(assignment__item__round=round_)
@@ -83,7 +97,7 @@ def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
     repetition, items [{item, judgements, identical, disagree, mean_usefulness}], disagreements}.
     """
     judgements = round_judgements(round_)
-    identical = identical_item_ids(round_)
+    identical = human_identical_item_ids(round_)
     items = list(round_.items.select_related("prompt").order_by("position"))
     tied = [
         item for item in items if item.pk in identical for _ in range(round_.reviewers_per_item)
@@ -161,9 +175,21 @@ def _series(run: TrainingRun, name: str) -> list[float]:
     )
 
 
-def run_stopping_panel(run: TrainingRun, *, n_boot: int = 1000) -> dict[str, Any]:
+def run_stopping_panel(
+    run: TrainingRun, *, n_boot: int = 1000, kappa_threshold: float | None = None
+) -> dict[str, Any]:
     """The stopping panel of a run: criteria from its metric points and its latest round with
-    ratings, the trend across its rounds, and its recorded decisions."""
+    ratings, the trend across its rounds, and its recorded decisions.
+
+    ``estimates``: the latest round's win rate and usefulness estimates, each human-only or
+    prediction-powered by ``ppi.choose_estimate`` with ``kappa_threshold`` (the reviewer's bar for
+    the round judge's kappa with the reviewers; None: ``ppi_selectors.DEFAULT_KAPPA_THRESHOLD``);
+    the usefulness one decides the usefulness criterion. None before any rating."""
+    # ppi_selectors reads this module's helpers, so it is imported here, not at the top.
+    from monitoring import ppi_selectors
+
+    if kappa_threshold is None:
+        kappa_threshold = ppi_selectors.DEFAULT_KAPPA_THRESHOLD
     rewards: list[float] = []
     for name in REWARD_METRICS:
         rewards = _series(run, name)
@@ -205,6 +231,11 @@ def run_stopping_panel(run: TrainingRun, *, n_boot: int = 1000) -> dict[str, Any
                 item_rewards.append(rewards_of[item_id])
                 item_useful.append(float(np.mean(values)))
     cfg = stopping.StoppingConfig(kl_band=_kl_band(run))
+    estimates = None
+    if latest is not None:
+        estimates = ppi_selectors.round_panel_estimates(
+            latest, kappa_threshold=kappa_threshold, n_boot=n_boot
+        )
     panel = stopping.stopping_panel(
         eval_rewards=rewards,
         kl_values=_series(run, "kl"),
@@ -216,6 +247,7 @@ def run_stopping_panel(run: TrainingRun, *, n_boot: int = 1000) -> dict[str, Any
         round_win_rates=round_win_rates,
         config=cfg,
         n_boot=n_boot,
+        usefulness_choice=estimates["usefulness"] if estimates else None,
     )
     best_checkpoint = None
     trend = panel.extras["trend"]
@@ -236,6 +268,8 @@ def run_stopping_panel(run: TrainingRun, *, n_boot: int = 1000) -> dict[str, Any
         "repetition": repetition,
         "bradley_terry": run_bradley_terry(run, n_boot=min(n_boot, 300)),
         "panel": panel,
+        "estimates": estimates,
+        "kappa_threshold": kappa_threshold,
         "latest_round": latest,
         "rounds": rounds,
         "best_checkpoint": best_checkpoint,
@@ -313,14 +347,15 @@ def items_left_for(
 def rounds_open_for(reviewer_id: int) -> list[dict[str, Any]]:
     """Open rounds with their progress for this reviewer: [{round, needed (ratings the rateable
     items need in all), done (ratings so far), mine (this reviewer's ratings), left (rateable items
-    this reviewer has not rated that still lack ratings), identical (items not shown: identical
-    answers)}]."""
+    this reviewer has not rated that still lack ratings), identical (items drawn for reviewers but
+    not shown: identical answers), judge_only (items only the round's judge rates)}]."""
     rows = []
     for round_ in EvalRound.objects.filter(status=EvalRound.Status.OPEN).select_related(
         "checkpoint__run"
     ):
         rateable = rateable_items(round_)
         n_rateable = rateable.count()
+        n_drawn = round_.items.filter(for_humans=True).count()
         left = items_left_for(round_, reviewer_id, rateable=rateable)
         done = EvalJudgement.objects.filter(assignment__item__round=round_).count()
         mine = EvalAssignment.objects.filter(
@@ -333,7 +368,8 @@ def rounds_open_for(reviewer_id: int) -> list[dict[str, Any]]:
                 "done": done,
                 "mine": mine,
                 "left": left,
-                "identical": round_.size - n_rateable,
+                "identical": n_drawn - n_rateable,
+                "judge_only": round_.size - n_drawn,
             }
         )
     return rows

@@ -8,6 +8,8 @@ position) and re-counts its assignments under the lock. Sides are counterbalance
 item i sees the checkpoint on the left when (i + k) is even, so each item and the round as a whole show
 the checkpoint on both sides about equally, and no reviewer can learn a fixed side. An item whose two
 answers are identical (``eval_selectors.answers_identical``) is never handed out: it counts as ties.
+A round with a judge hands out only the items drawn for reviewers (``EvalItem.for_humans``); the
+judge rates them all once the answers exist (monitoring/round_judge_services.py).
 """
 
 from __future__ import annotations
@@ -29,15 +31,19 @@ from annotation.selectors.clustering import prompt_ids_held_out
 from common.errors import ConcordError
 from common.jobs import task_send
 from common.sides import stored_side
-from monitoring import eval_selectors, stopping
+from monitoring import eval_selectors, ppi_selectors, round_judge_services, stopping
 from monitoring.models import (
     EVAL_PAIR,
     EvalAssignment,
     EvalItem,
     EvalJudgement,
     EvalRound,
+    Judge,
+    JudgeStatus,
     StopDecision,
 )
+from monitoring.ppi import human_subset
+from monitoring.ppi_selectors import DEFAULT_KAPPA_THRESHOLD
 from training import services as training_services
 from training.models import Checkpoint, TrainingRun
 
@@ -64,6 +70,9 @@ def round_create(
     ci_width: float = 0.1,
     sampling: Mapping[str, Any] | None = None,
     seed: int = 0,
+    judge: Judge | None = None,
+    human_fraction: float = 1.0,
+    min_human_items: int = 20,
     enqueue: bool = True,
 ) -> EvalRound:
     """A round on ``size`` held-out prompts of ``project`` stratified by cluster (frozen now), its
@@ -71,6 +80,11 @@ def round_create(
 
     The round stores the sample size a win rate interval of width ``ci_width`` needs
     (``stopping.sample_size_for_width``), so the page can say whether ``size`` is enough.
+
+    ``judge``: a model judge of ``project`` that rates every item once the answers exist
+    (``round_judge_services.round_judge_launch``); reviewers then rate only ``ppi.human_subset``'s seeded
+    random ``human_fraction`` of the items (at least ``min_human_items``, >= 2), each item keeping
+    its inclusion probability. Without a judge reviewers rate every item (fraction 1).
     """
     if bool(baseline_model) == (baseline_checkpoint is not None):
         raise EvalError("give exactly one baseline: a registry model name or an earlier checkpoint")
@@ -80,6 +94,7 @@ def round_create(
         raise EvalError(f"size must be at least 1, got {size}")
     if reviewers_per_item < 1:
         raise EvalError(f"reviewers_per_item must be at least 1, got {reviewers_per_item}")
+    _check_round_judge(project, judge, human_fraction, min_human_items)
     hint = stopping.sample_size_for_width(ci_width)  # raises ValueError on a bad width
     config = {**DEFAULT_SAMPLING, **(sampling or {})}
     _sampling_config(config)  # reject bad sampling settings before anything is written
@@ -99,10 +114,24 @@ def round_create(
             sample_size_hint=hint,
             sampling=config,
             seed=seed,
+            judge=judge,
+            human_fraction=human_fraction,
+            min_human_items=min_human_items,
+            judge_status=JudgeStatus.WAITING if judge else JudgeStatus.NONE,
             created_by=created_by,
         )
+        chosen, probability = human_subset(
+            len(prompt_ids), fraction=human_fraction, minimum=min_human_items, seed=seed
+        )
         EvalItem.objects.bulk_create(
-            EvalItem(round=round_, prompt_id=pid, position=k) for k, pid in enumerate(prompt_ids)
+            EvalItem(
+                round=round_,
+                prompt_id=pid,
+                position=k,
+                for_humans=bool(chosen[k]),
+                inclusion_probability=probability,
+            )
+            for k, pid in enumerate(prompt_ids)
         )
         if enqueue:
             task_send(
@@ -111,6 +140,22 @@ def round_create(
                 queue=settings.CONCORD_GPU_QUEUE,
             )
     return round_
+
+
+def _check_round_judge(
+    project: Project, judge: Judge | None, human_fraction: float, min_human_items: int
+) -> None:
+    if judge is not None and judge.project_id != project.pk:
+        raise EvalError(
+            f"judge {judge.name} v{judge.version} belongs to project {judge.project.slug!r}, "
+            f"not to {project.slug!r}"
+        )
+    if not 0 < human_fraction <= 1:
+        raise EvalError(f"human_fraction must be in (0, 1], got {human_fraction}")
+    if judge is None and human_fraction != 1:
+        raise EvalError("only a round with a judge sends reviewers a subset (human_fraction < 1)")
+    if min_human_items < 2:
+        raise EvalError(f"min_human_items must be at least 2, got {min_human_items}")
 
 
 def _sampling_config(config: Mapping[str, Any]):
@@ -177,6 +222,13 @@ def round_generate(*, round_id: int) -> EvalRound:
         )
     else:
         _close_when_rated(round_id=round_.pk)  # every answer identical: nothing to rate
+        if round_.judge_id:
+            round_.refresh_from_db()
+            try:
+                round_judge_services.round_judge_launch(round_=round_)
+            except round_judge_services.RoundJudgeError:
+                # Launched already (a redelivered generation message): the page can relaunch.
+                log.warning("the judge of eval round %s was not launched", round_.pk)
     round_.refresh_from_db()
     return round_
 
@@ -322,9 +374,14 @@ def decision_record(
     note: str = "",
     checkpoint: Checkpoint | None = None,
     round_: EvalRound | None = None,
+    kappa_threshold: float = DEFAULT_KAPPA_THRESHOLD,
 ) -> StopDecision:
     """Record stop / continue / roll back. "stop" cancels a run that is still going (it stops at
-    its next step with a checkpoint); "rollback" marks ``checkpoint`` as the run's result."""
+    its next step with a checkpoint); "rollback" marks ``checkpoint`` as the run's result.
+
+    With a rated ``round_`` the decision keeps the estimates the panel showed for it with the
+    reviewer's ``kappa_threshold`` (``ppi_selectors.round_panel_estimates``): ``estimate_source``
+    is the usefulness criterion's (human or ppi), ``estimate`` every figure and the reason."""
     if decision not in StopDecision.Decision.values:
         raise EvalError(f"decision must be one of {StopDecision.Decision.values}, got {decision!r}")
     if decision == StopDecision.Decision.ROLLBACK:
@@ -336,9 +393,21 @@ def decision_record(
         raise EvalError("only a roll back names a checkpoint")
     if round_ is not None and round_.checkpoint.run_id != run.pk:
         raise EvalError(f"round {round_.pk} evaluates another run")
+    if not -1 <= kappa_threshold <= 1:
+        raise EvalError(f"kappa_threshold must be a kappa in [-1, 1], got {kappa_threshold}")
+    source, estimate = "", {}
+    if round_ is not None and eval_selectors.round_outcomes(round_):
+        shown = ppi_selectors.round_panel_estimates(round_, kappa_threshold=kappa_threshold)
+        source = shown["usefulness"].source
+        estimate = {
+            "round": round_.pk,
+            "kappa_threshold": kappa_threshold,
+            "usefulness": ppi_selectors.estimate_record(shown["usefulness"]),
+            "win_rate": ppi_selectors.estimate_record(shown["win_rate"]),
+        }
     made = StopDecision.objects.create(
         run=run, round=round_, decision=decision, checkpoint=checkpoint, note=note.strip(),
-        reviewer=reviewer,
+        reviewer=reviewer, estimate_source=source, estimate=estimate,
     )  # fmt: skip
     active = (TrainingRun.Status.DRAFT, TrainingRun.Status.QUEUED, TrainingRun.Status.RUNNING)
     if decision == StopDecision.Decision.STOP and run.status in active:

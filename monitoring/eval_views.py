@@ -12,9 +12,11 @@ from annotation.models import Project
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, role_required
 from common.sides import screen_order, screen_side
-from monitoring import eval_selectors, eval_services
+from monitoring import eval_selectors, eval_services, ppi_selectors, round_judge_services
 from monitoring.eval_services import EvalError
-from monitoring.models import EVAL_PAIR, EvalAssignment, EvalRound, StopDecision
+from monitoring.models import EVAL_PAIR, EvalAssignment, EvalRound, Judge, StopDecision
+from monitoring.ppi_selectors import DEFAULT_KAPPA_THRESHOLD
+from monitoring.round_judge_services import RoundJudgeError
 from training.models import Checkpoint, TrainingRun
 
 # Runs whose checkpoints answer prompts; a reward model's checkpoint scores, it cannot be judged.
@@ -70,6 +72,24 @@ class RoundForm(forms.Form):
     max_new_tokens = forms.IntegerField(
         min_value=1, max_value=4096, initial=256, help_text="Longest answer, in tokens."
     )
+    judge = forms.ModelChoiceField(
+        queryset=Judge.objects.select_related("project").order_by(
+            "project__slug", "name", "-version"
+        ),
+        required=False,
+        label="Judge (optional)",
+        help_text="A model judge of the same project rates every item; reviewers then rate only "
+        "a random share of them, and the results add a prediction-powered interval.",
+    )
+    human_fraction = forms.FloatField(
+        min_value=0.01,
+        max_value=1,
+        initial=1.0,
+        required=False,
+        label="Share of items for reviewers",
+        help_text="With a judge: the random share of the items reviewers rate (at least 20 "
+        "items, or all); 1 sends them every item.",
+    )
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -101,6 +121,8 @@ def rounds(request: HttpRequest) -> HttpResponse:
                 baseline_checkpoint=data["baseline_checkpoint"],
                 ci_width=data["ci_width"],
                 sampling={"max_new_tokens": data["max_new_tokens"]},
+                judge=data["judge"],
+                human_fraction=data["human_fraction"] or 1.0,
             )
         except (EvalError, ValueError) as exc:
             form.add_error(None, str(exc))
@@ -179,17 +201,41 @@ def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
     if request.method == "POST" and request.POST.get("action") == "close":
         eval_services.round_close(round_=round_)
         return redirect("monitoring:eval-round", round_.pk)
+    if request.method == "POST" and request.POST.get("action") == "judge":
+        try:
+            round_judge_services.round_judge_launch(round_=round_)
+        except RoundJudgeError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, "The judge's job is queued: it rates only what is missing.")
+        return redirect("monitoring:eval-round", round_.pk)
     results = eval_selectors.round_results(round_)
-    context = {"round": round_, "results": results, "over_time": results["over_time"]}
+    context = {
+        "round": round_,
+        "results": results,
+        "over_time": results["over_time"],
+        "judge": ppi_selectors.round_judge_results(round_),
+    }
     return render(request, "monitoring/eval/round.html", context)
 
 
 @role_required(REVIEWER, ML_ENGINEER, hide=False)
 def round_progress(request: HttpRequest, round_id: int) -> JsonResponse:
-    """The round's status and win rate after each rating so far (the results chart polls this)."""
+    """The round's status and win rate after each rating so far, and its judge's progress (the
+    results page polls this)."""
     round_ = get_object_or_404(EvalRound, pk=round_id)
     over_time = eval_selectors.round_win_rate_over_time(round_)
-    return JsonResponse({"status": round_.status, "n": len(over_time), "over_time": over_time})
+    judge = None
+    if round_.judge_id is not None:
+        judge = {
+            "status": round_.judge_status,
+            "label": round_.get_judge_status_display(),
+            "done": round_.judge_done,
+            "total": round_.judge_total,
+        }
+    return JsonResponse(
+        {"status": round_.status, "n": len(over_time), "over_time": over_time, "judge": judge}
+    )
 
 
 class DecisionForm(forms.Form):
@@ -197,6 +243,7 @@ class DecisionForm(forms.Form):
     checkpoint = forms.ModelChoiceField(queryset=Checkpoint.objects.all(), required=False)
     round = forms.ModelChoiceField(queryset=EvalRound.objects.all(), required=False)
     note = forms.CharField(required=False, widget=forms.Textarea, max_length=5000)
+    kappa_threshold = forms.FloatField(min_value=-1, max_value=1, required=False)
 
 
 @role_required(REVIEWER, hide=False, methods=("POST",))
@@ -216,6 +263,11 @@ def run_decide(request: HttpRequest, run_id: int) -> HttpResponse:
             note=data["note"],
             checkpoint=data["checkpoint"],
             round_=data["round"],
+            kappa_threshold=(
+                DEFAULT_KAPPA_THRESHOLD
+                if data["kappa_threshold"] is None
+                else data["kappa_threshold"]
+            ),
         )
     except EvalError as exc:
         messages.error(request, str(exc))

@@ -38,7 +38,7 @@ from common.errors import ConcordError
 from common.jobs import task_send
 from common.model_registry import model_get
 from common.roles import machine_account_mark
-from monitoring.judging import DEFAULT_TEMPLATE, JudgingTemplate, Unparsed
+from monitoring.judging import DEFAULT_TEMPLATE, JudgingTemplate, Unparsed, asks_for_usefulness
 from monitoring.models import Judge, JudgeOutput
 from training.models import TrainingRun
 
@@ -273,6 +273,18 @@ def _save_answers(
         Judge.objects.filter(pk=judge.pk).update(done=done)
 
 
+# The public names of the backend for callers outside this module (eval rounds' judges).
+JudgeTask = _Task
+
+
+def judge_answerer(judge: Judge) -> Answerer:
+    """The backend of the judge's kind, loaded once: a function from tasks (prompt, the answer
+    shown first, the answer shown second; ``shown_first`` "a" or "b" names which of a pair "a", "b"
+    was first) to one ``Answer`` per task, in order, with the verdict in those "a"/"b" terms.
+    Every judge kind plugs in here (``_answerer``), so projects and eval rounds share it."""
+    return _answerer(judge)
+
+
 def _answerer(judge: Judge) -> Answerer:
     if judge.kind == Judge.Kind.REWARD_MODEL:
         return _reward_model_answerer(judge)
@@ -290,7 +302,7 @@ def _llm_answerer(judge: Judge) -> Answerer:
     """Greedy generation with the registry model; each answer parsed by the judge's template."""
     from training.recipes.generation import ChatGenerator, SamplingConfig
 
-    template = JudgingTemplate(judge.template)
+    template = JudgingTemplate(judge.template, asks_usefulness=asks_for_usefulness(judge.template))
     generator = ChatGenerator(model_get(judge.model_name).path)
     config = SamplingConfig(
         max_new_tokens=judge.max_new_tokens, temperature=0.0, repetition_penalty=1.0

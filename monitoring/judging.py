@@ -105,6 +105,18 @@ class JudgingTemplate:
         return parse_verdict(answer, usefulness=self.asks_usefulness)
 
 
+# "Usefulness: 4" or a JSON key "usefulness": the answer format of a rating, not the word in prose.
+_ASKS_USEFULNESS = re.compile(r"\busefulness\"?\s*:", re.IGNORECASE)
+
+
+def asks_for_usefulness(text: str) -> bool:
+    """Whether a judging template asks for the 1-5 usefulness of Response A: it shows the answer
+    format ``Usefulness: 4`` (as ``DEFAULT_USEFULNESS_TEMPLATE`` does) or a JSON key
+    ``"usefulness":``; its answers must then carry one. The word alone in prose ("weigh
+    usefulness and accuracy") asks for nothing."""
+    return bool(_ASKS_USEFULNESS.search(text))
+
+
 # --- Parsing ----------------------------------------------------------------------------------------
 
 TIE = "tie"

@@ -1,5 +1,5 @@
-"""Alerts on training runs, human-eval rounds (rounds, items, assignments, judgements) and stopping
-decisions."""
+"""Alerts on training runs, human-eval rounds (rounds, items, assignments, judgements, a judge's
+verdicts on a round) and stopping decisions."""
 
 from __future__ import annotations
 
@@ -40,9 +40,25 @@ class Alert(models.Model):
 # --- Human-eval rounds and stopping decisions ------------------------------------------------------
 
 
+class JudgeStatus(models.TextChoices):
+    """State of a round's judge job (``EvalRound.judge_status``)."""
+
+    NONE = "", "No judge"
+    WAITING = "waiting", "Waiting for the responses"
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
 class EvalRound(models.Model):
     """A checkpoint judged by reviewers against a baseline (a registry model or an earlier
-    checkpoint) on a frozen, cluster-stratified set of held-out prompts."""
+    checkpoint) on a frozen, cluster-stratified set of held-out prompts.
+
+    With a ``judge``, the judge rates every item and reviewers rate a seeded random subset
+    (``human_fraction`` of the items, at least ``min_human_items``; ``EvalItem.for_humans``), so
+    the round's win rate and usefulness get a prediction-powered interval (monitoring/ppi.py).
+    """
 
     class Status(models.TextChoices):
         GENERATING = "generating", "Generating responses"
@@ -76,6 +92,31 @@ class EvalRound(models.Model):
     seed = models.IntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.GENERATING)
     error = models.TextField(blank=True)
+    judge = models.ForeignKey(
+        "monitoring.Judge",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="eval_rounds",
+        help_text="A model judge of the round's project that rates every item (both orders).",
+    )
+    human_fraction = models.FloatField(
+        default=1.0,
+        help_text="Share of the items sent to reviewers (a seeded random subset); 1: all.",
+    )
+    min_human_items = models.PositiveIntegerField(
+        default=20, help_text="Reviewers rate at least this many items (all when fewer)."
+    )
+    judge_status = models.CharField(
+        max_length=10,
+        blank=True,
+        choices=JudgeStatus.choices,
+        default=JudgeStatus.NONE,
+        help_text="State of the judge's job over the round's items.",
+    )
+    judge_done = models.PositiveIntegerField(default=0, help_text="(item, order) verdicts stored.")
+    judge_total = models.PositiveIntegerField(default=0, help_text="2 x the round's items.")
+    judge_error = models.TextField(blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -84,6 +125,14 @@ class EvalRound(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
+            models.CheckConstraint(
+                condition=models.Q(human_fraction__gt=0, human_fraction__lte=1),
+                name="eval_round_human_fraction",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(judge__isnull=False) | models.Q(human_fraction=1),
+                name="eval_round_sampling_needs_judge",
+            ),
             models.CheckConstraint(
                 condition=(
                     models.Q(baseline_checkpoint__isnull=True) & ~models.Q(baseline_model="")
@@ -118,6 +167,12 @@ class EvalItem(models.Model):
     baseline_tokens = models.PositiveIntegerField(default=0)
     reward_score = models.FloatField(
         null=True, blank=True, help_text="The reward model's score of the checkpoint's response."
+    )
+    for_humans = models.BooleanField(
+        default=True, help_text="Drawn for the reviewers (every item when the round has no judge)."
+    )
+    inclusion_probability = models.FloatField(
+        default=1.0, help_text="The chance this item had of being drawn for the reviewers."
     )
 
     class Meta:
@@ -215,6 +270,18 @@ class StopDecision(models.Model):
         help_text="The checkpoint rolled back to.",
     )
     note = models.TextField(blank=True)
+    estimate_source = models.CharField(
+        max_length=5,
+        blank=True,
+        choices=[("human", "Human-only"), ("ppi", "Prediction-powered")],
+        help_text="Which estimate of the round backed the decision (blank: no rated round).",
+    )
+    estimate = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The estimates the panel showed: per metric source, estimate, low, high, n, "
+        "reason; and the kappa threshold in force.",
+    )
     reviewer = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -363,3 +430,46 @@ class JudgeOutput(models.Model):
 
     def __str__(self) -> str:
         return f"{self.judge} on {self.comparison_id} ({self.shown_first} first): {self.verdict or '?'}"
+
+
+class EvalJudgeVerdict(models.Model):
+    """A round's judge on one item in one order: ``shown_first`` is the side it saw as "Response
+    A". ``preference`` as a reviewer's (a = the checkpoint better, b = the baseline, tie), blank
+    when the answer could not be parsed (``parse_error`` says why); ``usefulness``: the judge's 1-5
+    rating of the checkpoint's response (only in the checkpoint-first order, and only when its
+    template asks); ``raw``: the answer as generated (a reward model: its two scores as JSON)."""
+
+    item = models.ForeignKey(EvalItem, on_delete=models.CASCADE, related_name="judge_verdicts")
+    judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="round_verdicts")
+    shown_first = models.CharField(max_length=10, choices=EvalAssignment.Side.choices)
+    preference = models.CharField(
+        max_length=3, blank=True, choices=EvalJudgement.Preference.choices
+    )
+    usefulness = models.FloatField(null=True, blank=True)
+    raw = models.TextField(blank=True)
+    parse_error = models.CharField(max_length=300, blank=True)
+    score_diff = models.FloatField(
+        null=True, blank=True, help_text="reward_model: r(checkpoint) - r(baseline)."
+    )
+    seconds = models.FloatField(help_text="Wall time spent on this answer (its share of a batch).")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["item", "shown_first"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["item", "judge", "shown_first"], name="eval_judge_verdict_once_per_order"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(preference="") ^ models.Q(parse_error=""),
+                name="eval_judge_verdict_or_error",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(usefulness__isnull=True)
+                | models.Q(usefulness__gte=1, usefulness__lte=5),
+                name="eval_judge_usefulness_1_to_5",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.judge} on {self.item} ({self.shown_first} first): {self.preference or '?'}"

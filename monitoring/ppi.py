@@ -363,3 +363,28 @@ def choose_estimate(
         f"{kappa_threshold:.2f}; it is worth {ppi.effective_n:.0f} human ratings from "
         f"{ppi.ppi.n} (human-only: {_span(ppi.classical)}).",
     )
+
+
+# --- Which items reviewers rate --------------------------------------------------------------------
+
+
+def human_subset(
+    n_items: int, *, fraction: float, minimum: int, seed: int
+) -> tuple[np.ndarray, float]:
+    """The items a round sends to reviewers when a judge rates them all: a simple random sample
+    without replacement of n = min(N, max(minimum, ceil(fraction * N))) of the N items, drawn with
+    ``seed`` (the same seed, the same subset). Returns (mask [N] bool, inclusion probability n / N,
+    the same for every item of a simple random sample).
+
+    fraction in (0, 1]; minimum >= 2 (``ppi_mean`` needs two rated items for a variance).
+    """
+    if n_items < 0:
+        raise ValueError(f"n_items must be >= 0, got {n_items}")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    if minimum < 2:
+        raise ValueError(f"minimum must be >= 2 (a variance needs two ratings), got {minimum}")
+    n = min(n_items, max(minimum, math.ceil(fraction * n_items - 1e-9)))
+    mask = np.zeros(n_items, dtype=bool)
+    mask[np.random.default_rng(seed).choice(n_items, size=n, replace=False)] = True
+    return mask, (n / n_items if n_items else 1.0)

@@ -24,12 +24,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import expit, ndtri
 from scipy.stats import spearmanr
 
 from common.ngrams import repeated_ngram_share
+
+if TYPE_CHECKING:  # ppi.py imports this module's Interval; the panel only reads a choice
+    from monitoring.ppi import EstimateChoice
 
 ArrayLike = Sequence[float] | np.ndarray
 
@@ -523,6 +527,7 @@ def stopping_panel(
     config: StoppingConfig | None = None,
     n_boot: int = 2000,
     seed: int = 0,
+    usefulness_choice: EstimateChoice | None = None,
 ) -> StoppingPanel:
     """Every stopping criterion with its value and pass/fail (all must pass to stop).
 
@@ -530,6 +535,9 @@ def stopping_panel(
     usefulness, usefulness_prompt_ids: [N] ratings of the latest round and the prompt of each.
     item_reward_scores, item_usefulness: [I] per item of the latest round (mean usefulness per item).
     round_rewards, round_win_rates: [R] proxy reward and human win rate of each round, in order.
+    usefulness_choice: the latest round's usefulness estimate chosen by ``ppi.choose_estimate``
+    (human-only or prediction-powered); its interval decides the usefulness criterion, whose
+    detail names it. None: the bootstrap mean of ``usefulness``.
     """
     cfg = config or StoppingConfig()
     criteria = []
@@ -552,13 +560,17 @@ def stopping_panel(
     )
     per_item = np.unique(prompts, return_counts=True)[1] if prompts.size else np.array([0])
     min_reviewers = int(per_item.min())
-    mean = summary.mean.estimate
+    used = summary.mean if usefulness_choice is None else usefulness_choice.interval
+    mean = used.estimate
+    source = {"ppi": "prediction-powered ", "human": "human-only "}.get(
+        getattr(usefulness_choice, "source", ""), ""
+    )
     criteria.append(
         Criterion(
             "human_usefulness", "Human usefulness", None if ratings.size == 0 else mean,
             None if ratings.size == 0
             else bool(mean >= cfg.usefulness_min and min_reviewers >= cfg.reviewers_min),
-            f"{_fmt(mean, 2)} [{_fmt(summary.mean.low, 2)}, {_fmt(summary.mean.high, 2)}] "
+            f"{source}{_fmt(mean, 2)} [{_fmt(used.low, 2)}, {_fmt(used.high, 2)}] "
             f"(needs >= {cfg.usefulness_min}); at least {min_reviewers} "
             f"{'reviewer' if min_reviewers == 1 else 'reviewers'} per item "
             f"(needs {cfg.reviewers_min}); {_fmt(summary.share_low * 100 if ratings.size else None, 0)}%"
@@ -612,6 +624,7 @@ def stopping_panel(
         advice = "Continue training; evaluate again at the next checkpoint."
     extras = {
         "usefulness": summary,
+        "usefulness_choice": usefulness_choice,
         "correlation": corr,
         "trend": trend,
         "kl_mean": kl_mean,

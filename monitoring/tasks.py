@@ -1,5 +1,6 @@
 """Celery tasks of monitoring. ``generate_round_responses`` goes to the gpu queue (the
-``monitoring.tasks.generate_*`` route); tasks fetch ids and call services."""
+``monitoring.tasks.generate_*`` route); ``judge_run`` and ``judge_round`` to the queue their
+service names (the gpu queue for a local model); tasks fetch ids and call services."""
 
 from celery import shared_task
 
@@ -22,3 +23,12 @@ def judge_run(judge_id: int) -> str:
     from monitoring.judge_services import judge_run as run
 
     return run(judge_id=judge_id).status
+
+
+@shared_task(name="monitoring.tasks.judge_round", acks_late=True, reject_on_worker_lost=True)
+def judge_round(round_id: int) -> str:
+    """Run an eval round's judge over every item in both orders (sent by ``round_judge_launch``);
+    returns the job's status. Resumable: a redelivered message answers only what is missing."""
+    from monitoring.round_judge_services import round_judge_run
+
+    return round_judge_run(round_id=round_id).judge_status

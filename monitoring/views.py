@@ -46,6 +46,20 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     return render(request, "monitoring/runs.html", context)
 
 
+class KappaThresholdForm(forms.Form):
+    """The stopping panel's trust rule (GET): the judge's kappa with the reviewers on the round
+    at or above which the panel uses the prediction-powered estimate."""
+
+    kappa = forms.FloatField(
+        min_value=-1,
+        max_value=1,
+        required=False,
+        label="Trust the round's judge from kappa",
+        help_text="Cohen's kappa with the reviewers on the items both rated (default 0.7, the "
+        "agreement target for annotators).",
+    )
+
+
 @role_required(ML_ENGINEER, REVIEWER)
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     """A run's live page: grouped charts, summary, alerts with their diagnosis, checkpoints,
@@ -72,7 +86,10 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "may_decide": has_role(request.user, REVIEWER),
     }
     if context["is_policy_run"]:
-        context["stopping"] = eval_selectors.run_stopping_panel(run)
+        trust = KappaThresholdForm(request.GET or None)
+        threshold = trust.cleaned_data["kappa"] if trust.is_valid() else None
+        context["stopping"] = eval_selectors.run_stopping_panel(run, kappa_threshold=threshold)
+        context["trust_form"] = trust
         context["checkpoint_choices"] = run.checkpoints.order_by("-step")
     return render(request, "monitoring/run_detail.html", context)
 

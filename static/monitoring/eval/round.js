@@ -1,6 +1,6 @@
 // A round's win rate after each rating (the ties of items with identical answers first), with its
 // Wilson band and the 0.5 line (plain SVG); while the round is open the chart polls the round's
-// progress and redraws as ratings arrive.
+// progress and redraws as ratings arrive; while the round's judge works it updates its progress.
 (function () {
   "use strict";
   const figure = document.getElementById("win-rate-chart");
@@ -40,14 +40,22 @@
   }
   let shown = JSON.parse(data.textContent);
   draw(shown);
-  if (figure.dataset.status !== "open" && figure.dataset.status !== "generating") return;
+  const live = (status) => status === "open" || status === "generating";
+  const judging = (status) => ["waiting", "queued", "running"].includes(status || "");
+  if (!live(figure.dataset.status) && !judging(figure.dataset.judgeStatus)) return;
   const timer = setInterval(async () => {
     try {
       const response = await fetch(figure.dataset.progressUrl, { credentials: "same-origin" });
       if (!response.ok) return;
       const body = await response.json();
       if (body.n !== shown.length) { shown = body.over_time; draw(shown); }
-      if (body.status !== "open" && body.status !== "generating") clearInterval(timer);
+      if (body.judge) {
+        const status = document.querySelector("[data-testid=judge-status]");
+        const progress = document.querySelector("[data-testid=judge-progress]");
+        if (status) status.textContent = body.judge.label;
+        if (progress) progress.textContent = `${body.judge.done} / ${body.judge.total}`;
+      }
+      if (!live(body.status) && !(body.judge && judging(body.judge.status))) clearInterval(timer);
     } catch (error) { /* the next tick tries again */ }
   }, 5000);
 })();
