@@ -5,6 +5,7 @@ from django.test import Client
 
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER
 from tests.factories import UserFactory
+from tests.helpers.chromium import browser  # noqa: F401 (the session's one Chromium, a fixture)
 
 
 @pytest.fixture

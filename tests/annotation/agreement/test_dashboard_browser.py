@@ -1,11 +1,8 @@
 """The agreement dashboard in headless Chromium: the script draws every chart without an error.
 
-Skipped when Chromium is missing (as the tests of tests/browser are; CONCORD_CHROMIUM points
-elsewhere). Uses the demo project, whose annotators have known habits, when it is generated.
+Uses the session's one Chromium (tests/helpers/chromium.py), so it runs in any order beside
+tests/browser. Uses the demo project, whose annotators have known habits, when it is generated.
 """
-
-import os
-from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -19,33 +16,10 @@ from common.roles import ML_ENGINEER
 from tests.annotation.agreement.jsonl import import_file, synthetic_rows, write_jsonl
 from tests.factories import UserFactory
 
-CHROMIUM = Path(os.environ.get("CONCORD_CHROMIUM", "/usr/bin/chromium"))
-
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.django_db(transaction=True, serialized_rollback=True),
 ]
-
-
-@pytest.fixture
-def chromium(monkeypatch):
-    if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
-        if os.environ.get("CONCORD_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"CONCORD_REQUIRE_BROWSER=1 but Chromium not found at {CHROMIUM}")
-        pytest.skip(f"Chromium not found at {CHROMIUM}")
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API keeps an event loop running in this thread; the ORM calls between
-    # Playwright calls are plain blocking calls (see tests/browser/conftest.py).
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 @pytest.fixture
@@ -65,14 +39,12 @@ def project(settings, tmp_path, monkeypatch) -> Project:
     return project
 
 
-def test_dashboard_draws_every_chart(chromium, live_server, project, settings, tmp_path):
+def test_dashboard_draws_every_chart(browser, live_server, project, settings, tmp_path):
     lead = UserFactory(username="lead", role=ML_ENGINEER)
     client = Client()
     client.force_login(lead)
     session = client.cookies[settings.SESSION_COOKIE_NAME].value
-    context = chromium.new_context(
-        base_url=live_server.url, viewport={"width": 1280, "height": 900}
-    )
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
     context.add_cookies(
         [{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": live_server.url}]
     )
