@@ -70,6 +70,25 @@ class RoundForm(forms.Form):
     max_new_tokens = forms.IntegerField(
         min_value=1, max_value=4096, initial=256, help_text="Longest answer, in tokens."
     )
+    endpoint_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Serving endpoint (optional)",
+        help_text="Empty: generate on the gpu worker. Or the base URL of an OpenAI-compatible "
+        "server (vLLM, SGLang, llama.cpp) serving both models, e.g. http://vllm-host:8000/v1.",
+    )
+    checkpoint_served_model = forms.CharField(
+        required=False, max_length=200, help_text="Endpoint: the checkpoint's served name."
+    )
+    baseline_served_model = forms.CharField(
+        required=False, max_length=200, help_text="Endpoint: the baseline's served name."
+    )
+    api_key_env = forms.CharField(
+        required=False,
+        max_length=100,
+        label="API key variable",
+        help_text="Endpoint: the NAME of the worker's environment variable holding the key.",
+    )
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -79,6 +98,20 @@ class RoundForm(forms.Form):
             for m in generative
         ]
         self.fields["size"].widget.attrs["data-interval-width"] = "win-rate"
+
+    def endpoint(self) -> dict[str, str]:
+        """``round_create``'s endpoint settings; empty (in-process) without a URL."""
+        data = self.cleaned_data
+        if not data["endpoint_url"].strip():
+            return {}
+        settings = {
+            "base_url": data["endpoint_url"].strip(),
+            "checkpoint_model": data["checkpoint_served_model"].strip(),
+            "baseline_model": data["baseline_served_model"].strip(),
+        }
+        if data["api_key_env"].strip():
+            settings["api_key_env"] = data["api_key_env"].strip()
+        return settings
 
 
 @role_required(REVIEWER, ML_ENGINEER, hide=False)
@@ -101,6 +134,7 @@ def rounds(request: HttpRequest) -> HttpResponse:
                 baseline_checkpoint=data["baseline_checkpoint"],
                 ci_width=data["ci_width"],
                 sampling={"max_new_tokens": data["max_new_tokens"]},
+                endpoint=form.endpoint(),
             )
         except (EvalError, ValueError) as exc:
             form.add_error(None, str(exc))

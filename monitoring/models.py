@@ -73,6 +73,13 @@ class EvalRound(models.Model):
     ci_width = models.FloatField(default=0.1, help_text="Wanted width of the win rate's interval.")
     sample_size_hint = models.PositiveIntegerField(default=0)
     sampling = models.JSONField(default=dict, blank=True)
+    endpoint = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Empty: generate in-process on the gpu worker. Else an OpenAI-compatible "
+        "endpoint that serves both models: base_url, checkpoint_model, baseline_model, "
+        "api_key_env (a variable's name), max_concurrency, timeout_s.",
+    )
     seed = models.IntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.GENERATING)
     error = models.TextField(blank=True)
