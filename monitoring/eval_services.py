@@ -70,8 +70,9 @@ def round_create(
     """A round on ``size`` held-out prompts of ``project`` stratified by cluster (frozen now), its
     items created empty; generation is queued after commit: on the gpu queue (in-process, the
     default), or, when ``endpoint`` is given, on the default queue, through an OpenAI-compatible
-    server that serves both models (``ENDPOINT_KEYS``: base_url, checkpoint_model, baseline_model,
-    and optionally api_key_env, max_concurrency, timeout_s).
+    server (``ENDPOINT_KEYS``: base_url, checkpoint_model, baseline_model, and optionally
+    baseline_base_url when another server serves the baseline, api_key_env, max_concurrency,
+    timeout_s).
 
     The round stores the sample size a win rate interval of width ``ci_width`` needs
     (``stopping.sample_size_for_width``), so the page can say whether ``size`` is enough.
@@ -133,7 +134,8 @@ def _sampling_config(config: Mapping[str, Any]):
 
 
 ENDPOINT_KEYS = (
-    "base_url", "checkpoint_model", "baseline_model", "api_key_env", "max_concurrency", "timeout_s",
+    "base_url", "checkpoint_model", "baseline_model", "baseline_base_url", "api_key_env",
+    "max_concurrency", "timeout_s",
 )  # fmt: skip
 
 
@@ -153,8 +155,15 @@ def _endpoint_configs(endpoint: Mapping[str, Any]):
     }
     configs = []
     for side in ("checkpoint", "baseline"):
+        # Two full models usually need two servers: the baseline may have a URL of its own.
+        url = endpoint.get("baseline_base_url") if side == "baseline" else None
         try:
-            configs.append(EndpointConfig(model=endpoint.get(f"{side}_model", ""), **shared))
+            configs.append(
+                EndpointConfig(
+                    model=endpoint.get(f"{side}_model", ""),
+                    **{**shared, "base_url": str(url or shared["base_url"]).strip()},
+                )
+            )
         except (TypeError, ValueError) as exc:
             raise EvalError(f"endpoint ({side}): {exc}") from exc
     return tuple(configs)

@@ -83,6 +83,11 @@ class RoundForm(forms.Form):
     baseline_served_model = forms.CharField(
         required=False, max_length=200, help_text="Endpoint: the baseline's served name."
     )
+    baseline_endpoint_url = forms.CharField(
+        required=False,
+        max_length=500,
+        help_text="Endpoint: another server's base URL for the baseline, if not the same one.",
+    )
     api_key_env = forms.CharField(
         required=False,
         max_length=100,
@@ -109,6 +114,8 @@ class RoundForm(forms.Form):
             "checkpoint_model": data["checkpoint_served_model"].strip(),
             "baseline_model": data["baseline_served_model"].strip(),
         }
+        if data["baseline_endpoint_url"].strip():
+            settings["baseline_base_url"] = data["baseline_endpoint_url"].strip()
         if data["api_key_env"].strip():
             settings["api_key_env"] = data["api_key_env"].strip()
         return settings

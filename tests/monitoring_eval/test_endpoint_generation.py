@@ -47,6 +47,17 @@ def test_a_round_generates_through_the_endpoint_and_opens(run_with_checkpoints):
         assert (item.checkpoint_tokens, item.baseline_tokens) == (7, 7)
 
 
+def test_the_baseline_may_come_from_another_server(run_with_checkpoints):
+    """checkpoint_model on one server, baseline_model on a second: each answers its own side."""
+    with fake_chat_server(served) as first, fake_chat_server(served) as second:
+        endpoint = {**endpoint_of(first), "baseline_base_url": second.base_url}
+        round_ = make_round(run_with_checkpoints, endpoint=endpoint)
+        round_ = eval_services.round_generate(round_id=round_.pk)
+    assert round_.status == "open", round_.error
+    assert {r["model"] for r in first.requests} == {"ckpt-4"}
+    assert {r["model"] for r in second.requests} == {"sft"}
+
+
 def test_an_endpoint_round_is_sent_to_the_default_queue(run_with_checkpoints, monkeypatch):
     sent = []
     monkeypatch.setattr(
