@@ -164,7 +164,7 @@ def _endpoint_configs(endpoint: Mapping[str, Any]):
                     **{**shared, "base_url": str(url or shared["base_url"]).strip()},
                 )
             )
-        except (TypeError, ValueError) as exc:
+        except (AttributeError, TypeError, ValueError) as exc:  # a number where text belongs...
             raise EvalError(f"endpoint ({side}): {exc}") from exc
     return tuple(configs)
 
