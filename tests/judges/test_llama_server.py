@@ -42,3 +42,13 @@ def test_a_judge_runs_through_llama_cpp_in_both_orders(judged_project, llama_ser
         Judgement.objects.filter(annotator=judge.annotator).values_list("comparison_id", flat=True)
     )
     assert judged == parsed and parsed, "no answer of the served model had a verdict"
+
+
+def test_without_the_package_the_server_tests_fail_not_skip(monkeypatch, tmp_path):
+    """CI must run the llama.cpp tests: a missing llama-cpp-python is a failure that says how to
+    install it, never a skip."""
+    from tests.helpers import llama_server as helper
+
+    monkeypatch.setattr(helper.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(pytest.fail.Exception, match=r"make venv.*must run, not skip"):
+        helper.start_llama_server(tmp_path / "model.gguf", tmp_path / "server.log")
