@@ -156,7 +156,7 @@ class ChatClient:
                 )
             self._headers["Authorization"] = f"Bearer {key}"
         self._sleep = sleep
-        self._rng = rng or random.Random()  # noqa: S311  jitter, not cryptography
+        self._rng = rng or random.Random()  # noqa: S311 jitter, not cryptography  # nosec B311
         self._rng_lock = threading.Lock()
 
     def generate(
