@@ -9,6 +9,9 @@ TORCH_SPEC ?= torch==2.13.0
 # The demo's port: `make demo PORT=8001` when 8000 is taken.
 PORT ?= 8000
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+# llama-cpp-python (the `serve` extra) compiles llama.cpp from its sdist; not tuned to this CPU, so a
+# cached wheel works on any x86-64 with AVX2. Override, e.g. LLAMA_CMAKE_ARGS='-DGGML_NATIVE=ON'.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
 # Test services: PostgreSQL and Redis on this machine (override to point elsewhere).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/concord
@@ -20,7 +23,7 @@ $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) "$(TORCH_SPEC)"
-	$(PIP) -e '.[dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) -e '.[dev,serve]'
 	@touch $@
 
 venv: $(BIN)/.installed

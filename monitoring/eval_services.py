@@ -73,10 +73,15 @@ def round_create(
     judge: Judge | None = None,
     human_fraction: float = 1.0,
     min_human_items: int = 20,
+    endpoint: Mapping[str, Any] | None = None,
     enqueue: bool = True,
 ) -> EvalRound:
     """A round on ``size`` held-out prompts of ``project`` stratified by cluster (frozen now), its
-    items created empty; generation is queued on the gpu queue after commit.
+    items created empty; generation is queued after commit: on the gpu queue (in-process, the
+    default), or, when ``endpoint`` is given, on the default queue, through an OpenAI-compatible
+    server (``ENDPOINT_KEYS``: base_url, checkpoint_model, baseline_model, and optionally
+    baseline_base_url when another server serves the baseline, api_key_env, max_concurrency,
+    timeout_s).
 
     The round stores the sample size a win rate interval of width ``ci_width`` needs
     (``stopping.sample_size_for_width``), so the page can say whether ``size`` is enough.
@@ -98,6 +103,9 @@ def round_create(
     hint = stopping.sample_size_for_width(ci_width)  # raises ValueError on a bad width
     config = {**DEFAULT_SAMPLING, **(sampling or {})}
     _sampling_config(config)  # reject bad sampling settings before anything is written
+    endpoint = dict(endpoint or {})
+    if endpoint:
+        _endpoint_configs(endpoint)  # reject a bad endpoint before anything is written
     prompt_ids = prompt_ids_held_out(project=project, size=size, seed=seed)
     if not prompt_ids:
         raise EvalError(f"project {project.slug!r} has no prompts to evaluate on")
@@ -113,6 +121,7 @@ def round_create(
             ci_width=ci_width,
             sample_size_hint=hint,
             sampling=config,
+            endpoint=endpoint,
             seed=seed,
             judge=judge,
             human_fraction=human_fraction,
@@ -137,7 +146,9 @@ def round_create(
             task_send(
                 "monitoring.tasks.generate_round_responses",
                 args=[round_.pk],
-                queue=settings.CONCORD_GPU_QUEUE,
+                queue=settings.CELERY_TASK_DEFAULT_QUEUE
+                if endpoint
+                else settings.CONCORD_GPU_QUEUE,
             )
     return round_
 
@@ -167,6 +178,42 @@ def _sampling_config(config: Mapping[str, Any]):
         raise EvalError(f"sampling: {exc}") from exc
 
 
+ENDPOINT_KEYS = (
+    "base_url", "checkpoint_model", "baseline_model", "baseline_base_url", "api_key_env",
+    "max_concurrency", "timeout_s",
+)  # fmt: skip
+
+
+def _endpoint_configs(endpoint: Mapping[str, Any]):
+    """The (checkpoint, baseline) ``EndpointConfig`` of a round's endpoint settings, or EvalError
+    naming what is wrong."""
+    from training.recipes.chat_client import EndpointConfig  # stdlib only; no torch
+
+    unknown = sorted(set(endpoint) - set(ENDPOINT_KEYS))
+    if unknown:
+        raise EvalError(f"endpoint: unknown settings {unknown}; known: {list(ENDPOINT_KEYS)}")
+    shared = {
+        "base_url": str(endpoint.get("base_url", "")).strip(),
+        "api_key_env": endpoint.get("api_key_env", ""),
+        "max_concurrency": endpoint.get("max_concurrency", 4),
+        "timeout_s": endpoint.get("timeout_s", 120.0),
+    }
+    configs = []
+    for side in ("checkpoint", "baseline"):
+        # Two full models usually need two servers: the baseline may have a URL of its own.
+        url = endpoint.get("baseline_base_url") if side == "baseline" else None
+        try:
+            configs.append(
+                EndpointConfig(
+                    model=endpoint.get(f"{side}_model", ""),
+                    **{**shared, "base_url": str(url or shared["base_url"]).strip()},
+                )
+            )
+        except (AttributeError, TypeError, ValueError) as exc:  # a number where text belongs...
+            raise EvalError(f"endpoint ({side}): {exc}") from exc
+    return tuple(configs)
+
+
 def _conversation(prompt: Prompt) -> list[dict[str, str]]:
     if prompt.messages:
         return [{"role": m["role"], "content": m["content"]} for m in prompt.messages]
@@ -182,24 +229,22 @@ def _baseline_dir(round_: EvalRound) -> str:
 
 
 def round_generate(*, round_id: int) -> EvalRound:
-    """Worker side (gpu queue): generate both models' responses with the chat template and open the
-    round. Idempotent: a round no longer generating is left alone. A failure marks it failed."""
+    """Worker side: generate both models' responses and open the round, in-process with the chat
+    template (gpu queue) or through the round's endpoint (default queue). Idempotent: a round no
+    longer generating is left alone. A failure marks it failed."""
     round_ = EvalRound.objects.select_related(
         "checkpoint__run__reward_model_run", "baseline_checkpoint"
     ).get(pk=round_id)
     if round_.status != EvalRound.Status.GENERATING:
         return round_
     try:
-        from training.recipes.generation import ChatGenerator
-
         items = list(round_.items.select_related("prompt").order_by("position"))
         conversations = [_conversation(item.prompt) for item in items]
         config = _sampling_config(round_.sampling)
-        outputs = {}
-        for side, folder in (("checkpoint", round_.checkpoint.path), ("baseline", None)):
-            generator = ChatGenerator(folder or _baseline_dir(round_))
-            outputs[side] = generator.generate(conversations, config)
-            del generator
+        if round_.endpoint:
+            outputs = _generate_through_endpoint(round_, conversations, config)
+        else:
+            outputs = _generate_in_process(round_, conversations, config)
         for item, mine, theirs in zip(
             items, outputs["checkpoint"], outputs["baseline"], strict=True
         ):
@@ -231,6 +276,38 @@ def round_generate(*, round_id: int) -> EvalRound:
                 log.warning("the judge of eval round %s was not launched", round_.pk)
     round_.refresh_from_db()
     return round_
+
+
+def _generate_in_process(round_: EvalRound, conversations, config) -> dict[str, list]:
+    """Both sides' ``Generation``s with the models loaded here, one after the other."""
+    from training.recipes.generation import ChatGenerator
+
+    outputs = {}
+    for side, folder in (("checkpoint", round_.checkpoint.path), ("baseline", None)):
+        generator = ChatGenerator(folder or _baseline_dir(round_))
+        outputs[side] = generator.generate(conversations, config)
+        del generator
+    return outputs
+
+
+def _generate_through_endpoint(round_: EvalRound, conversations, config) -> dict[str, list]:
+    """Both sides' ``Completion``s (text and token count, as the server counted) from the served
+    models. The server applies its model's chat template; repetition_penalty is not part of the
+    OpenAI API and is not sent."""
+    from training.recipes.chat_client import ChatClient
+
+    outputs = {}
+    for side, endpoint in zip(
+        ("checkpoint", "baseline"), _endpoint_configs(round_.endpoint), strict=True
+    ):
+        outputs[side] = ChatClient(endpoint).completions(
+            conversations,
+            max_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            seed=config.seed,
+        )
+    return outputs
 
 
 def _reward_scores_for(

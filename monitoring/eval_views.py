@@ -90,6 +90,30 @@ class RoundForm(forms.Form):
         help_text="With a judge: the random share of the items reviewers rate (at least 20 "
         "items, or all); 1 sends them every item.",
     )
+    endpoint_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Serving endpoint (optional)",
+        help_text="Empty: generate on the gpu worker. Or the base URL of an OpenAI-compatible "
+        "server (vLLM, SGLang, llama.cpp) serving both models, e.g. http://vllm-host:8000/v1.",
+    )
+    checkpoint_served_model = forms.CharField(
+        required=False, max_length=200, help_text="Endpoint: the checkpoint's served name."
+    )
+    baseline_served_model = forms.CharField(
+        required=False, max_length=200, help_text="Endpoint: the baseline's served name."
+    )
+    baseline_endpoint_url = forms.CharField(
+        required=False,
+        max_length=500,
+        help_text="Endpoint: another server's base URL for the baseline, if not the same one.",
+    )
+    api_key_env = forms.CharField(
+        required=False,
+        max_length=100,
+        label="API key variable",
+        help_text="Endpoint: the NAME of the worker's environment variable holding the key.",
+    )
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -99,6 +123,22 @@ class RoundForm(forms.Form):
             for m in generative
         ]
         self.fields["size"].widget.attrs["data-interval-width"] = "win-rate"
+
+    def endpoint(self) -> dict[str, str]:
+        """``round_create``'s endpoint settings; empty (in-process) without a URL."""
+        data = self.cleaned_data
+        if not data["endpoint_url"].strip():
+            return {}
+        settings = {
+            "base_url": data["endpoint_url"].strip(),
+            "checkpoint_model": data["checkpoint_served_model"].strip(),
+            "baseline_model": data["baseline_served_model"].strip(),
+        }
+        if data["baseline_endpoint_url"].strip():
+            settings["baseline_base_url"] = data["baseline_endpoint_url"].strip()
+        if data["api_key_env"].strip():
+            settings["api_key_env"] = data["api_key_env"].strip()
+        return settings
 
 
 @role_required(REVIEWER, ML_ENGINEER, hide=False)
@@ -123,6 +163,7 @@ def rounds(request: HttpRequest) -> HttpResponse:
                 sampling={"max_new_tokens": data["max_new_tokens"]},
                 judge=data["judge"],
                 human_fraction=data["human_fraction"] or 1.0,
+                endpoint=form.endpoint(),
             )
         except (EvalError, ValueError) as exc:
             form.add_error(None, str(exc))

@@ -1,5 +1,7 @@
 """Writes of model judges: create a judge version with its machine annotator, launch its job, and
-run the job (gpu worker): every comparison of the project judged in both orders.
+run the job: every comparison of the project judged in both orders. Local models (a reward model, a
+registry LLM) run on the gpu worker; an OpenAI-compatible endpoint only needs HTTP, so its job runs on
+the default queue. The kinds differ only in how they turn tasks into answers (``_answerer``).
 
 A judge's job is resumable and safe to run twice: each (comparison, order) answer is one
 ``JudgeOutput`` row under a unique constraint, the job skips the pairs it already answered, and a
@@ -46,7 +48,8 @@ log = logging.getLogger(__name__)
 ORDERS = ("a", "b")  # the stored response shown first, as "Response A"
 # Answers per batch; the job saves and reports progress after each. A reward model's batch is
 # larger: each batch loads the scorer again (training.recipes.reward_scores).
-BATCH = {"local_llm": 8, "reward_model": 128}
+# An endpoint's batch is sent through the client's thread pool (its max_concurrency in flight).
+BATCH = {"local_llm": 8, "reward_model": 128, "openai": 32}
 
 
 class JudgeError(ConcordError):
@@ -69,6 +72,10 @@ def judge_create(
     model_name: str = "",
     template: str = DEFAULT_TEMPLATE,
     max_new_tokens: int = 256,
+    endpoint_url: str = "",
+    api_key_env: str = "",
+    max_concurrency: int = 4,
+    timeout_s: float = 60.0,
 ) -> Judge:
     """The next version of the judge ``name`` of ``project`` (version 1 for a new name), with a
     machine annotator that cannot log in. Nothing is written when an argument is wrong.
@@ -78,7 +85,11 @@ def judge_create(
     ``tie_band`` (reward units, >= 0) or None to calibrate it on the humans' labels when the job
     runs. kind "local_llm" needs ``model_name`` (a ready model of the registry), a ``template``
     with {prompt}, {response_a}, {response_b} (``monitoring.judging.JudgingTemplate``) and
-    ``max_new_tokens`` >= 1; it generates greedily.
+    ``max_new_tokens`` >= 1; it generates greedily. kind "openai" needs the same template and
+    ``max_new_tokens``, ``endpoint_url`` (the API's base URL, e.g. http://host:8000/v1) and
+    ``model_name`` (the served model's name); ``api_key_env`` names the worker's environment
+    variable holding the key (never the key), ``max_concurrency`` caps requests in flight and
+    ``timeout_s`` bounds each one (``training.recipes.chat_client.EndpointConfig`` checks them).
     """
     if not name or slugify(name) != name:
         raise JudgeError(f"name {name!r} must be a slug (lowercase letters, digits, hyphens)")
@@ -87,10 +98,14 @@ def judge_create(
         if tie_band is not None and not tie_band >= 0:
             raise JudgeError(f"tie_band must be >= 0 reward units, got {tie_band}")
         model_name, template = "", ""
-    elif kind == Judge.Kind.LOCAL_LLM:
-        entry = model_get(model_name)  # ModelUnavailableError names the known models
-        if not entry.ready:
-            raise JudgeError(f"model {model_name!r} is not on this machine: {entry.how_to_get}")
+    elif kind in (Judge.Kind.LOCAL_LLM, Judge.Kind.OPENAI):
+        if kind == Judge.Kind.LOCAL_LLM:
+            entry = model_get(model_name)  # ModelUnavailableError names the known models
+            if not entry.ready:
+                raise JudgeError(f"model {model_name!r} is not on this machine: {entry.how_to_get}")
+            endpoint_url, api_key_env = "", ""
+        else:
+            _endpoint_config(endpoint_url, model_name, api_key_env, max_concurrency, timeout_s)
         try:
             JudgingTemplate(template)
         except ValueError as exc:
@@ -121,9 +136,29 @@ def judge_create(
             model_name=model_name,
             template=template,
             max_new_tokens=max_new_tokens,
+            endpoint_url=endpoint_url,
+            api_key_env=api_key_env,
+            max_concurrency=max_concurrency,
+            timeout_s=timeout_s,
             annotator=machine,
             created_by=created_by,
         )
+
+
+def _endpoint_config(url: str, model: str, api_key_env: str, concurrency: int, timeout_s: float):
+    """The judge's ``EndpointConfig``, or JudgeError naming the field that is wrong."""
+    from training.recipes.chat_client import EndpointConfig  # stdlib only; no torch
+
+    try:
+        return EndpointConfig(
+            base_url=url.strip(),
+            model=model,
+            api_key_env=api_key_env,
+            max_concurrency=concurrency,
+            timeout_s=timeout_s,
+        )
+    except ValueError as exc:
+        raise JudgeError(f"endpoint: {exc}") from exc
 
 
 def _check_reward_run(run: TrainingRun | None) -> None:
@@ -136,8 +171,9 @@ def _check_reward_run(run: TrainingRun | None) -> None:
 
 
 def judge_launch(*, judge: Judge) -> Judge:
-    """Queue the judge's job on the gpu queue (after commit). A finished or failed job may be
-    launched again: it judges only what is missing (new comparisons, answers of a crashed job)."""
+    """Queue the judge's job (after commit): on the gpu queue for a local model, on the default
+    queue for an endpoint (HTTP only). A finished or failed job may be launched again: it judges
+    only what is missing (new comparisons, answers of a crashed job)."""
     with transaction.atomic():
         claimed = Judge.objects.filter(
             pk=judge.pk,
@@ -145,7 +181,12 @@ def judge_launch(*, judge: Judge) -> Judge:
         ).update(status=Judge.Status.QUEUED, error="", finished_at=None)
         if not claimed:
             raise JudgeError(f"judge {judge} is already {judge.status}")
-        task_send("monitoring.tasks.judge_run", args=[judge.pk], queue=settings.CONCORD_GPU_QUEUE)
+        queue = (
+            settings.CELERY_TASK_DEFAULT_QUEUE
+            if judge.kind == Judge.Kind.OPENAI
+            else settings.CONCORD_GPU_QUEUE
+        )
+        task_send("monitoring.tasks.judge_run", args=[judge.pk], queue=queue)
     judge.refresh_from_db()
     return judge
 
@@ -178,7 +219,7 @@ Answerer = Callable[[Sequence[_Task]], list[Answer]]
 
 
 def judge_run(*, judge_id: int) -> Judge:
-    """Worker side (gpu queue): answer every missing (comparison, order) of the project, then store
+    """Worker side (gpu or default queue): answer every missing (comparison, order) of the project, then store
     the combined verdicts as judgements of the machine annotator. A judge that is not queued or
     running (a message for a job already finished) is left alone; a failure marks it failed with
     the error, keeping every answer already saved."""
@@ -288,6 +329,8 @@ def judge_answerer(judge: Judge) -> Answerer:
 def _answerer(judge: Judge) -> Answerer:
     if judge.kind == Judge.Kind.REWARD_MODEL:
         return _reward_model_answerer(judge)
+    if judge.kind == Judge.Kind.OPENAI:
+        return _endpoint_answerer(judge)
     return _llm_answerer(judge)
 
 
@@ -296,6 +339,41 @@ def _prompt_text(conversation: list[dict[str, str]]) -> str:
     if len(conversation) == 1:
         return conversation[0]["content"]
     return "\n\n".join(f"{m['role'].title()}: {m['content']}" for m in conversation)
+
+
+def _judging_messages(
+    template: JudgingTemplate, tasks: Sequence[_Task], guidelines: str
+) -> list[list[dict[str, str]]]:
+    """One single-turn conversation per task: the judging prompt filled with its texts."""
+    return [
+        [
+            {
+                "role": "user",
+                "content": template.render(
+                    prompt=_prompt_text(t.prompt),
+                    response_a=t.first,
+                    response_b=t.second,
+                    guidelines=guidelines,
+                ),
+            }
+        ]
+        for t in tasks
+    ]
+
+
+def _parsed_answers(
+    template: JudgingTemplate, tasks: Sequence[_Task], texts: Sequence[str]
+) -> list[Answer]:
+    """Each generated text with its verdict in stored terms, or its parse error."""
+    out: list[Answer] = []
+    for task, text in zip(tasks, texts, strict=True):
+        parsed = template.parse(text)
+        if isinstance(parsed, Unparsed):
+            out.append((text, None, parsed.reason[:300], None, None))
+        else:
+            verdict = parsed.stored_choice(shown_first=task.shown_first)
+            out.append((text, verdict, "", parsed.usefulness, None))
+    return out
 
 
 def _llm_answerer(judge: Judge) -> Answerer:
@@ -310,29 +388,36 @@ def _llm_answerer(judge: Judge) -> Answerer:
     guidelines = judge.project.guidelines
 
     def answer(tasks: Sequence[_Task]) -> list[Answer]:
-        messages = [
-            [
-                {
-                    "role": "user",
-                    "content": template.render(
-                        prompt=_prompt_text(t.prompt),
-                        response_a=t.first,
-                        response_b=t.second,
-                        guidelines=guidelines,
-                    ),
-                }
-            ]
-            for t in tasks
-        ]
-        out = []
-        for task, generation in zip(tasks, generator.generate(messages, config), strict=True):
-            parsed = template.parse(generation.text)
-            if isinstance(parsed, Unparsed):
-                out.append((generation.text, None, parsed.reason[:300], None, None))
-            else:
-                verdict = parsed.stored_choice(shown_first=task.shown_first)
-                out.append((generation.text, verdict, "", parsed.usefulness, None))
-        return out
+        messages = _judging_messages(template, tasks, guidelines)
+        texts = [g.text for g in generator.generate(messages, config)]
+        return _parsed_answers(template, tasks, texts)
+
+    return answer
+
+
+def _endpoint_answerer(judge: Judge) -> Answerer:
+    """Greedy answers (temperature 0, seed 0) of the served model through the chat client, at
+    most ``max_concurrency`` requests in flight; each answer parsed by the judge's template. A
+    request that fails for good (after the client's retries) fails the job; the answers of the
+    batches before it are kept, so launching it again resumes."""
+    from training.recipes.chat_client import ChatClient
+
+    template = JudgingTemplate(judge.template)
+    client = ChatClient(
+        _endpoint_config(
+            judge.endpoint_url,
+            judge.model_name,
+            judge.api_key_env,
+            judge.max_concurrency,
+            judge.timeout_s,
+        )
+    )
+    guidelines = judge.project.guidelines
+
+    def answer(tasks: Sequence[_Task]) -> list[Answer]:
+        messages = _judging_messages(template, tasks, guidelines)
+        texts = client.generate(messages, max_tokens=judge.max_new_tokens, temperature=0.0, seed=0)
+        return _parsed_answers(template, tasks, texts)
 
     return answer
 

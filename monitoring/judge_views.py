@@ -33,6 +33,33 @@ class JudgeForm(forms.Form):
     model_name = forms.ChoiceField(choices=(), required=False, label="Generative model")
     template = forms.CharField(widget=forms.Textarea(attrs={"rows": 14}), initial=DEFAULT_TEMPLATE)
     max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256)
+    endpoint_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Endpoint base URL",
+        help_text="OpenAI-compatible endpoint: the API's base URL, e.g. http://vllm-host:8000/v1.",
+    )
+    served_model = forms.CharField(
+        required=False, max_length=100, help_text="The model name the endpoint serves."
+    )
+    api_key_env = forms.CharField(
+        required=False,
+        max_length=100,
+        label="API key variable",
+        help_text="The NAME of the worker's environment variable holding the key (never the key "
+        "itself); empty for a server without one.",
+    )
+    max_concurrency = forms.IntegerField(
+        required=False, min_value=1, max_value=256, initial=4, help_text="Requests in flight."
+    )
+    timeout_s = forms.FloatField(
+        required=False,
+        min_value=0.1,
+        max_value=3600,
+        initial=60,
+        label="Timeout (s)",
+        help_text="Per request; failed requests are retried with backoff.",
+    )
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -44,6 +71,17 @@ class JudgeForm(forms.Form):
             (m.name, m.name) for m in registered_models() if m.ready and m.chat_template
         ]
 
+    def judge_arguments(self) -> dict:
+        """The cleaned form as ``judge_create``'s keyword arguments: an endpoint judge's model is
+        the served model's name; empty endpoint settings take their defaults."""
+        data = dict(self.cleaned_data)
+        served = data.pop("served_model").strip()
+        if data["kind"] == Judge.Kind.OPENAI:
+            data["model_name"] = served
+        data["max_concurrency"] = data["max_concurrency"] or 4
+        data["timeout_s"] = data["timeout_s"] or 60.0
+        return data
+
 
 @role_required(ML_ENGINEER)
 def judges(request: HttpRequest, slug: str) -> HttpResponse:
@@ -54,10 +92,9 @@ def judges(request: HttpRequest, slug: str) -> HttpResponse:
     status = 200
     if request.method == "POST":
         if form.is_valid():
-            data = form.cleaned_data
             try:
                 judge = judge_services.judge_create(
-                    project=project, created_by=request.user, **data
+                    project=project, created_by=request.user, **form.judge_arguments()
                 )
             except ConcordError as exc:
                 form.add_error(None, str(exc))

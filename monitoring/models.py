@@ -89,6 +89,13 @@ class EvalRound(models.Model):
     ci_width = models.FloatField(default=0.1, help_text="Wanted width of the win rate's interval.")
     sample_size_hint = models.PositiveIntegerField(default=0)
     sampling = models.JSONField(default=dict, blank=True)
+    endpoint = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Empty: generate in-process on the gpu worker. Else an OpenAI-compatible "
+        "endpoint that serves both models: base_url, checkpoint_model, baseline_model, "
+        "api_key_env (a variable's name), max_concurrency, timeout_s.",
+    )
     seed = models.IntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.GENERATING)
     error = models.TextField(blank=True)
@@ -315,6 +322,7 @@ class Judge(models.Model):
     class Kind(models.TextChoices):
         REWARD_MODEL = "reward_model", "Reward model (score difference)"
         LOCAL_LLM = "local_llm", "Local LLM (judging prompt)"
+        OPENAI = "openai", "OpenAI-compatible endpoint (judging prompt)"
 
     class Status(models.TextChoices):
         DRAFT = "draft", "Not run yet"
@@ -351,10 +359,26 @@ class Judge(models.Model):
     model_name = models.CharField(
         max_length=100,
         blank=True,
-        help_text="local_llm: the registry name of the generative model.",
+        help_text="local_llm: the registry name of the generative model; openai: the served "
+        "model's name.",
     )
-    template = models.TextField(blank=True, help_text="local_llm: the judging prompt.")
+    template = models.TextField(blank=True, help_text="local_llm, openai: the judging prompt.")
     max_new_tokens = models.PositiveIntegerField(default=256)
+    endpoint_url = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="openai: the base URL of the OpenAI-compatible API, e.g. http://host:8000/v1.",
+    )
+    api_key_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="openai: the NAME of the worker's environment variable holding the API key "
+        "(the key itself is never stored); empty sends no key.",
+    )
+    max_concurrency = models.PositiveSmallIntegerField(
+        default=4, help_text="openai: requests in flight at once."
+    )
+    timeout_s = models.FloatField(default=60.0, help_text="openai: per-request timeout, seconds.")
     annotator = models.OneToOneField(
         settings.AUTH_USER_MODEL,
         on_delete=models.PROTECT,
@@ -380,7 +404,13 @@ class Judge(models.Model):
             ),
             models.CheckConstraint(
                 condition=(models.Q(kind="reward_model") & models.Q(reward_run__isnull=False))
-                | (models.Q(kind="local_llm") & ~models.Q(model_name="") & ~models.Q(template="")),
+                | (models.Q(kind="local_llm") & ~models.Q(model_name="") & ~models.Q(template=""))
+                | (
+                    models.Q(kind="openai")
+                    & ~models.Q(model_name="")
+                    & ~models.Q(template="")
+                    & ~models.Q(endpoint_url="")
+                ),
                 name="judge_kind_has_its_model",
             ),
             models.CheckConstraint(

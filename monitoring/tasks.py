@@ -1,6 +1,7 @@
 """Celery tasks of monitoring. ``generate_round_responses`` goes to the gpu queue (the
-``monitoring.tasks.generate_*`` route); ``judge_run`` and ``judge_round`` to the queue their
-service names (the gpu queue for a local model); tasks fetch ids and call services."""
+``monitoring.tasks.generate_*`` route), or to the default queue when the round generates through a
+serving endpoint; ``judge_run`` and ``judge_round`` to the queue their service names (the gpu queue
+for a local model, the default queue for an endpoint judge). Tasks fetch ids and call services."""
 
 from celery import shared_task
 
@@ -18,7 +19,7 @@ def generate_round_responses(round_id: int) -> str:
 
 @shared_task(name="monitoring.tasks.judge_run", acks_late=True, reject_on_worker_lost=True)
 def judge_run(judge_id: int) -> str:
-    """Run a model judge's job (sent to the gpu queue by ``judge_launch``); returns its status.
+    """Run a model judge's job (sent by ``judge_launch``); returns its status.
     Resumable: a redelivered message answers only what is still missing."""
     from monitoring.judge_services import judge_run as run
 

@@ -58,7 +58,7 @@ def test_a_name_used_again_makes_the_next_version_with_its_own_annotator(
     "kwargs, message",
     [
         ({"name": "Bad Name", "kind": "reward_model"}, "must be a slug"),
-        ({"name": "x", "kind": "openai"}, "kind must be one of"),
+        ({"name": "x", "kind": "gpt"}, "kind must be one of"),
         ({"name": "x", "kind": "reward_model", "reward_run": None}, "needs a reward-model run"),
         ({"name": "x", "kind": "reward_model", "tie_band": -1.0}, "tie_band must be >= 0"),
         ({"name": "x", "kind": "local_llm", "model_name": JUDGE_MODEL,

@@ -1,5 +1,6 @@
 """A judge job on a real Celery worker subprocess (Redis broker, PostgreSQL): launched from the
-judges page, run on the gpu queue to the end; a duplicated message answers nothing twice."""
+judges page, run on the gpu queue to the end (an endpoint judge: on the default queue); a duplicated
+message answers nothing twice."""
 
 import os
 import signal
@@ -14,21 +15,22 @@ from django.db import connection
 from django.urls import reverse
 
 from monitoring.judge_services import judge_create
+from monitoring.judging import DEFAULT_TEMPLATE
 from monitoring.models import Judge, JudgeOutput
 from monitoring.tasks import judge_run
 from tests.conftest import logged_in
+from tests.helpers.fake_chat_server import fake_chat_server
+from tests.judges.test_endpoint_judge import prefers_a
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def gpu_worker(settings, tmp_path):
-    """A gpu-queue worker on a queue of this test's own: one process, a fresh child per task."""
+def _worker(settings, tmp_path, queue: str):
+    """A worker subprocess on ``queue``: one process, a fresh child per task; stopped at the end."""
     if connection.vendor != "postgresql" or not settings.CELERY_BROKER_URL.startswith("redis"):
         pytest.skip("needs PostgreSQL and Redis (make test sets them)")
-    settings.CONCORD_GPU_QUEUE = f"gpu-judge-test-{uuid.uuid4().hex[:8]}"
     db = connection.settings_dict
     env = {
         **os.environ,
@@ -39,18 +41,32 @@ def gpu_worker(settings, tmp_path):
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "config", "worker", "--queues",
-         settings.CONCORD_GPU_QUEUE, "--concurrency", "1", "--max-tasks-per-child", "1",
+         queue, "--concurrency", "1", "--max-tasks-per-child", "1",
          "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle",
          "--loglevel", "WARNING"],
         cwd=ROOT, env=env, start_new_session=True,
     )  # fmt: skip
-    yield settings.CONCORD_GPU_QUEUE
+    yield queue
     os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
+
+
+@pytest.fixture
+def gpu_worker(settings, tmp_path):
+    """A gpu-queue worker on a queue of this test's own."""
+    settings.CONCORD_GPU_QUEUE = f"gpu-judge-test-{uuid.uuid4().hex[:8]}"
+    yield from _worker(settings, tmp_path, settings.CONCORD_GPU_QUEUE)
+
+
+@pytest.fixture
+def default_worker(settings, tmp_path):
+    """A default-queue worker (no gpu queue) on a queue of this test's own, standing for "default"."""
+    settings.CELERY_TASK_DEFAULT_QUEUE = f"default-judge-test-{uuid.uuid4().hex[:8]}"
+    yield from _worker(settings, tmp_path, settings.CELERY_TASK_DEFAULT_QUEUE)
 
 
 def _wait_finished(judge: Judge, timeout: float = 180.0) -> Judge:
@@ -92,3 +108,20 @@ def test_duplicate_messages_answer_each_order_once(judged_project, reward_run, g
     judge.refresh_from_db()
     assert judge.status == "succeeded", judge.error
     assert JudgeOutput.objects.filter(judge=judge).count() == 12
+
+
+def test_an_endpoint_judge_runs_on_the_default_queue_worker(
+    judged_project, ml_engineer, default_worker
+):
+    """An openai-kind judge launched from the page reaches the worker of the default queue (no gpu
+    worker runs here), which asks the endpoint (a scripted server in this process) for all 12."""
+    with fake_chat_server(prefers_a) as server:
+        response = logged_in(ml_engineer).post(
+            reverse("monitoring:judges", args=["judged"]),
+            {"name": "served", "kind": "openai", "endpoint_url": server.base_url,
+             "served_model": "smol", "template": DEFAULT_TEMPLATE, "max_new_tokens": 8},
+        )  # fmt: skip
+        assert response.status_code == 302
+        judge = _wait_finished(Judge.objects.get())
+    assert judge.status == "succeeded", judge.error
+    assert (judge.done, len(server.requests)) == (12, 12)
