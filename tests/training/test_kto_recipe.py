@@ -1,6 +1,7 @@
 """KTO recipe on the tiny Llama: the first step's loss where the policy is its own reference (every
 example's loss is its weight / 2, the KL estimate 0), the loss falls, a cancelled run resumes to the
-same weights, the reference pass is cached, and bad unpaired files are refused with their line."""
+same weights, the reference pass is cached, the KL estimate is the mean mismatched log-ratio, and
+bad unpaired files are refused with their line."""
 
 import json
 
@@ -194,3 +195,36 @@ def test_a_missing_unpaired_file_is_named(tiny_llama_dir, pairs_file, tmp_path):
     )
     with pytest.raises(DataError, match="unpaired_data: no such file"):
         run_training(config)
+
+
+def test_the_kl_estimate_is_the_mean_mismatched_log_ratio(tiny_llama_dir, pairs_file, tmp_path):
+    """Step 2's logged kl_estimate, recomputed by hand: the policy after step 1 (its checkpoint)
+    and the starting model score step 2's mismatched sequences (each prompt with the previous
+    example's completion); the estimate is the mean of their differences."""
+    from training.recipes.kto_data import fit_kto_examples
+    from training.recipes.models import load_causal_lm, load_tokenizer
+    from training.recipes.pair_policy import forward_sequences
+
+    out = tmp_path / "run"
+    config = _config(tiny_llama_dir, pairs_file, out, max_steps=2, checkpoint_every=1, beta=0.5)
+    run_training(config)
+    logged = _metrics(out)[1]["kl_estimate"]
+
+    tokenizer = load_tokenizer(config.model)
+    data = fit_kto_examples(config, tokenizer)
+    sampler = EpochSampler(len(data), config.batch_size, config.seed)
+    sequences = [data.mismatched(key) for key in mismatched_keys(sampler, 0, 1)]
+    device = torch.device("cpu")
+
+    def scores(path):
+        model, packed = load_causal_lm(path, device=device, trainable=False)
+        with torch.no_grad():
+            totals, _, _ = forward_sequences(
+                model, sequences, packed=packed, pad_token_id=tokenizer.pad_token_id, device=device
+            )
+        return totals
+
+    after_step_1 = scores(out / "checkpoints" / "step-00000001")
+    reference = scores(tiny_llama_dir)
+    assert logged != 0.0
+    assert logged == pytest.approx(float((after_step_1 - reference).mean()), abs=1e-5)
