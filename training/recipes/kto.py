@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -227,23 +228,22 @@ def compute_kto_reference(
     pad_token_id: int,
 ) -> None:
     """Fill ``reference`` with ``model``'s log-probabilities of ``work`` (no gradients, eval
-    mode, the steps' micro-batch layout), one progress call per step."""
+    mode), one forward per micro-batch of examples with a micro-batch of mismatched sequences
+    (packed, each example's prompt is held once for both), one progress call per step."""
     was_training = model.training
     model.eval()
     forward = {"packed": packed, "pad_token_id": pad_token_id, "device": run.device}
     run.callback.on_phase(phase=REFERENCE_PHASE, done=0, total=len(work))
     with torch.inference_mode(), autocast(run.device, run.config.bf16):
         for done, step in enumerate(work, start=1):
-            for group in step.examples:
-                totals, _, _ = forward_sequences(
-                    model, [data.sequences[i] for i in group], **forward
-                )
-                reference.fill_examples(group, totals)
-            for keys in step.mismatched:
-                totals, _, _ = forward_sequences(
-                    model, [data.mismatched(k) for k in keys], **forward
-                )
-                reference.fill_mismatched(keys, totals)
+            # An example and its mismatched sequence share a prompt: one forward holds it once.
+            for group, keys in zip_longest(step.examples, step.mismatched, fillvalue=[]):
+                sequences = [data.sequences[i] for i in group] + [data.mismatched(k) for k in keys]
+                totals, _, _ = forward_sequences(model, sequences, **forward)
+                if group:
+                    reference.fill_examples(group, totals[: len(group)])
+                if keys:
+                    reference.fill_mismatched(keys, totals[len(group) :])
             run.callback.on_phase(phase=REFERENCE_PHASE, done=done, total=len(work))
     model.train(was_training)
 
