@@ -88,7 +88,9 @@ class Command(BaseCommand):
         parser.add_argument("--learning-rate", type=float)
         parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
         parser.add_argument("--reward-model", help="ppo/rloo: registry name or folder")
-        parser.add_argument("--ref-model", help="dpo/ppo/rloo: reference model (default: --model)")
+        parser.add_argument(
+            "--ref-model", help="dpo/kto/ppo/rloo: reference model (default: --model)"
+        )
         parser.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
         parser.add_argument(
             "--set",
