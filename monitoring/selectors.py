@@ -70,6 +70,7 @@ HEADLINES: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
     "dpo": ((("rewards/accuracy",), "reward accuracy"), (("rewards/margin",), "margin")),
     "simpo": ((("rewards/accuracy",), "reward accuracy"), (("rewards/margin",), "margin")),
     "orpo": ((("rewards/accuracy",), "reward accuracy"), (("rewards/margin",), "margin")),
+    "kto": ((("rewards/margin",), "margin"), (("kl_estimate",), "KL estimate")),
     "ppo": ((("reward/score_mean",), "reward"), (("kl",), "KL")),
     "rloo": ((("reward/score_mean",), "reward"), (("kl",), "KL")),
 }

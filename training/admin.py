@@ -44,7 +44,7 @@ SECTIONS: tuple[tuple[str, bool, str, str], ...] = (
         "Data",
         True,
         "How the snapshot's rows are cut and split. Lengths are in tokens.",
-        "max_length max_prompt_length eval_fraction eval_prompts seed",
+        "max_length max_prompt_length eval_fraction eval_prompts unpaired_data seed",
     ),
     (
         "Optimisation",
@@ -58,7 +58,8 @@ SECTIONS: tuple[tuple[str, bool, str, str], ...] = (
         "Algorithm",
         True,
         "The recipe's own objective: loss, KL penalty, reward shaping, advantages.",
-        "beta loss_type label_smoothing use_margin center_rewards_coef annotator_aware "
+        "beta loss_type label_smoothing desirable_weight undesirable_weight use_margin "
+        "center_rewards_coef annotator_aware "
         "cluster_conditioning rloo_k samples_per_prompt double_sample_variance ppo_epochs "
         "minibatch_size gamma lam clip_ratio value_clip vf_coef entropy_coef whiten_advantages "
         "target_kl_stop kl_controller kl_coef kl_target kl_horizon kl_linear_start kl_linear_end "

@@ -44,6 +44,7 @@ class TrainingRun(models.Model):
         DPO = "dpo", "DPO"
         SIMPO = "simpo", "SimPO"
         ORPO = "orpo", "ORPO"
+        KTO = "kto", "KTO"
         PPO = "ppo", "PPO"
         RLOO = "rloo", "RLOO"
 

@@ -118,7 +118,7 @@ def run_config_validate(
     if unknown:
         raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field", field=unknown[0])
     values = dict(config)
-    if kind == "dpo" and not values.get("reference_cache_dir"):
+    if kind in ("dpo", "kto") and not values.get("reference_cache_dir"):
         values["reference_cache_dir"] = reference_cache_dir()
     paths = _managed_values(
         base_model=base_model,
@@ -375,7 +375,7 @@ def run_config_resolved(run: TrainingRun) -> dict[str, Any]:
             ready=True,
         ),
     }
-    if run.kind == "dpo" and not values.get("reference_cache_dir"):
+    if run.kind in ("dpo", "kto") and not values.get("reference_cache_dir"):
         values["reference_cache_dir"] = reference_cache_dir()  # runs stored before it was
     return values
 

@@ -1,8 +1,8 @@
 """The launch form in a real browser, as a new ML engineer uses it: for each kind (rm, dpo, simpo,
-orpo, ppo, rloo) and each preset, open the form from the kind picker, keep every default, save, then "Save and
-launch"; the run is queued on the gpu queue. Then the kind switch (the select reloads the form) and a
-post whose kind differs from the form's (refused). Every page is checked for Content-Security-Policy
-violations and page errors.
+orpo, kto, ppo, rloo) and each preset, open the form from the kind picker, keep every default, save,
+then "Save and launch"; the run is queued on the gpu queue. Then the kind switch (the select reloads
+the form) and a post whose kind differs from the form's (refused). Every page is checked for
+Content-Security-Policy violations and page errors.
 
 Launching is checked up to the queue: the Celery task is recorded instead of sent (the live server
 runs in this process), so no worker and no training are needed.
@@ -81,7 +81,7 @@ def engineer_page(page: Page, world) -> Iterator[tuple[Page, list[str]]]:
     assert problems == []
 
 
-@pytest.mark.parametrize("kind", ["rm", "dpo", "simpo", "orpo", "ppo", "rloo"])
+@pytest.mark.parametrize("kind", ["rm", "dpo", "simpo", "orpo", "kto", "ppo", "rloo"])
 def test_each_kind_saves_and_launches_with_the_defaults_of_every_preset(
     kind, engineer_page, world, sent
 ):

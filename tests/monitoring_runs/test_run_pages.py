@@ -52,7 +52,8 @@ def test_groups_come_in_the_page_order_of_the_issue():
 
 def test_each_kind_shows_its_own_headline_in_the_runs_list(make_run, ml_engineer):
     """RM: eval accuracy (its last value, 0.75 at step 8); DPO: reward accuracy and margin;
-    PPO: reward and KL; a metric not logged yet shows as a dash."""
+    PPO: reward and KL; KTO: margin and its KL estimate; a metric not logged yet shows as a
+    dash."""
     make_run(
         kind="rm", name="rm-run", metrics={4: {"eval/accuracy": 0.5}, 8: {"eval/accuracy": 0.75}}
     )
@@ -60,6 +61,7 @@ def test_each_kind_shows_its_own_headline_in_the_runs_list(make_run, ml_engineer
         kind="dpo", name="dpo-run", metrics={3: {"rewards/accuracy": 0.625, "rewards/margin": 1.5}}
     )
     make_run(kind="ppo", name="ppo-run", metrics={2: {"reward/score_mean": 0.2}})
+    make_run(kind="kto", name="kto-run", metrics={5: {"rewards/margin": 0.25, "kl_estimate": 0.04}})
     rows = {row["run"].name: row["headline"] for row in selectors.runs_overview()}
     assert [(h["label"], h["value"]) for h in rows["rm-run"]] == [
         ("eval accuracy", 0.75),
@@ -69,6 +71,9 @@ def test_each_kind_shows_its_own_headline_in_the_runs_list(make_run, ml_engineer
         ("reward accuracy", 0.625), ("margin", 1.5)
     ]  # fmt: skip
     assert [(h["label"], h["value"]) for h in rows["ppo-run"]] == [("reward", 0.2), ("KL", None)]
+    assert [(h["label"], h["value"]) for h in rows["kto-run"]] == [
+        ("margin", 0.25), ("KL estimate", 0.04)
+    ]  # fmt: skip
     page = logged_in(ml_engineer).get(reverse("monitoring:runs")).content.decode()
     assert (
         "eval accuracy 0.750" in page and "reward accuracy 0.625" in page and "margin 1.500" in page

@@ -1,4 +1,4 @@
-"""Data parallelism: DPO, SimPO, ORPO, PPO and RLOO on two CPU processes (torchrun, Gloo) reach the
+"""Data parallelism: DPO, SimPO, ORPO, KTO, PPO and RLOO on two CPU processes (torchrun, Gloo) reach the
 weights one process does."""
 
 import json
@@ -13,11 +13,12 @@ from training.recipes import config_class, run_training
 pytestmark = pytest.mark.multiprocess
 
 
-@pytest.mark.parametrize("kind", ["dpo", "simpo", "orpo"])
+@pytest.mark.parametrize("kind", ["dpo", "simpo", "orpo", "kto"])
 def test_two_ranks_train_like_one_process(kind, tiny_llama_dir, pairs_file, tmp_path):
     """Each rank takes half of every step's pairs and the gradients are summed before the step, so
     2 steps of 4 pairs on 2 ranks equal 2 steps of 4 pairs on 1 process (to float rounding), for
-    DPO and the reference-free SimPO and ORPO. Only rank 0 writes the run folder."""
+    DPO, the reference-free SimPO and ORPO, and KTO (4 examples a step; step 2's KL estimate is
+    the mean over both ranks' mismatched sequences). Only rank 0 writes the run folder."""
     from safetensors.torch import load_file
 
     values = {
@@ -52,6 +53,13 @@ def test_two_ranks_train_like_one_process(kind, tiny_llama_dir, pairs_file, tmp_
     # 2e-6. A wrong gradient would be off by about the learning rate.
     for name in a:
         assert torch.allclose(a[name], b[name], atol=1e-5), name
+    if kind == "kto":  # step 2's KL estimate: both ranks' halves, as in one process
+        logged = [
+            [json.loads(line)["kl_estimate"] for line in (tmp_path / d / "metrics.jsonl").open()]
+            for d in ("single", "ddp")
+        ]
+        assert logged[0][1] != 0.0
+        assert logged[1] == pytest.approx(logged[0], abs=1e-6)
 
 
 def _torchrun_plan(plan: list[dict], tmp_path) -> None:

@@ -1,5 +1,5 @@
-"""Slow: a few DPO, SimPO and ORPO steps on the real SmolLM2-135M-Instruct and a reward model on the
-real MiniLM, each on one fixed batch, so the loss must fall. CI runs these after ``fetch_models``."""
+"""Slow: a few DPO, SimPO, ORPO and KTO steps on the real SmolLM2-135M-Instruct and a reward model
+on the real MiniLM, each on one fixed batch, so the loss must fall. CI runs these after ``fetch_models``."""
 
 import json
 
@@ -100,3 +100,34 @@ def test_reference_free_kinds_on_smollm2_lower_the_loss_on_a_fixed_batch(kind, v
     assert result.status == "completed" and len(losses) == 2
     assert result.summary["reference_model"] is None
     assert losses[-1] < losses[0]
+
+
+def test_kto_on_smollm2_lowers_the_loss_on_a_fixed_batch(tmp_path):
+    """KTO on 4 pairs split into 8 examples, batch 8, 3 epochs = the same batch 3 times: the first
+    loss is 1/2 (policy = reference: each example's loss is lambda (1 - sigmoid(0)), lambda = 1
+    for balanced data) with a KL estimate of 0, and the third is lower with the rewards apart."""
+    from common.model_registry import model_path
+    from training.recipes import KTOConfig, run_training
+
+    rows = [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in PAIRS[:4]]
+    data = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    result = run_training(
+        KTOConfig(
+            model=str(model_path("smollm2-135m-instruct")),
+            data=str(data),
+            output_dir=str(tmp_path / "kto"),
+            batch_size=8,
+            epochs=3,
+            max_length=128,
+            learning_rate=2e-5,
+            beta=0.1,
+            lr_scheduler="constant",
+            checkpoint_every=0,
+            device="cpu",
+        )
+    )
+    rows = [json.loads(line) for line in (tmp_path / "kto" / "metrics.jsonl").open()]
+    assert result.status == "completed" and len(rows) == 3
+    assert rows[0]["loss"] == pytest.approx(0.5, abs=1e-6) and rows[0]["kl_estimate"] == 0.0
+    assert rows[-1]["loss"] < rows[0]["loss"] - 0.005
+    assert rows[-1]["rewards/margin"] > 0

@@ -40,9 +40,10 @@ def _run(snapshot, kind="dpo", **config):
     return training_run(snapshot=snapshot, kind=kind, name="worker run", config={**base, **config})
 
 
-@pytest.mark.parametrize("kind", ["dpo", "simpo", "orpo"])
+@pytest.mark.parametrize("kind", ["dpo", "simpo", "orpo", "kto"])
 def test_admin_launch_runs_to_the_end_on_the_worker(kind, snapshot, worker, ml_engineer):
-    """Each pair kind (DPO, and the reference-free SimPO and ORPO) runs on the worker."""
+    """Each pair kind (DPO, the reference-free SimPO and ORPO, and KTO on the snapshot's pairs
+    split into desirable and undesirable examples) runs on the worker."""
     run = _run(snapshot, kind)
     logged_in(ml_engineer).post(
         reverse("admin:training_trainingrun_changelist"),

@@ -156,3 +156,41 @@ def test_nproc_launches_torchrun_on_the_saved_config(
     ]  # fmt: skip
     config = config_from_dict(json.loads(config_path.read_text()))
     assert config.kind == "rloo" and config.rloo_k == 3
+
+
+def _kto_args(tiny_llama_dir, tmp_path, *data: str) -> list[str]:
+    return [
+        "--kind", "kto", *data, "--model", str(tiny_llama_dir), "--batch-size", "4",
+        "--max-length", "128", "--max-steps", "2", "--output", str(tmp_path / "run"),
+        "--set", "device=cpu", "--set", "learning_rate=1e-4",
+    ]  # fmt: skip
+
+
+def test_train_kto_on_an_unpaired_file(tiny_llama_dir, tmp_path, settings):
+    """--unpaired-file alone (no --data): two steps of 4 labelled completions, a summary in
+    examples per second, the reference log-probs cached under VAR_DIR as DPO's are."""
+    from tests.helpers.tiny_models import PAIRS, write_jsonl
+
+    settings.VAR_DIR = tmp_path / "var"
+    rows = [{"prompt": p, "completion": c, "label": True} for p, c, _ in PAIRS]
+    rows += [{"prompt": p, "completion": r, "label": False} for p, _, r in PAIRS[:4]]
+    unpaired = write_jsonl(tmp_path / "unpaired.jsonl", rows)
+    lines = _run(*_kto_args(tiny_llama_dir, tmp_path, "--unpaired-file", str(unpaired)))
+    steps, summary = lines[:-1], lines[-1]
+    assert [row["step"] for row in steps] == [1, 2]
+    assert summary["status"] == "completed" and summary["examples_per_second"] > 0
+    assert (summary["desirable_examples"], summary["undesirable_examples"]) == (8, 4)
+    assert (summary["desirable_weight"], summary["undesirable_weight"]) == (1.0, 2.0)
+    assert list((tmp_path / "var" / "cache" / "reference-logps").glob("kto-reference-*.pt"))
+
+
+def test_train_kto_errors_are_command_errors(tiny_llama_dir, pairs_file, tmp_path):
+    """A bad unpaired row names its line; --unpaired-file is refused for other kinds."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "p", "completion": "c", "label": "good"}\n')
+    with pytest.raises(CommandError, match=r"bad\.jsonl line 1: 'label' must be true or false"):
+        _run(*_kto_args(tiny_llama_dir, tmp_path, "--unpaired-file", str(bad)))
+    with pytest.raises(CommandError, match="--unpaired-file: only with --kind kto"):
+        _run("--kind", "dpo", "--data", str(pairs_file), "--unpaired-file", str(bad))
+    with pytest.raises(CommandError, match="--unpaired-file: no such file"):
+        _run(*_kto_args(tiny_llama_dir, tmp_path, "--unpaired-file", str(tmp_path / "no.jsonl")))

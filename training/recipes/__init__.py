@@ -16,6 +16,7 @@ from training.recipes.callbacks import CallbackList, JsonLinesReporter, Training
 from training.recipes.config import (
     ConfigError,
     DPOConfig,
+    KTOConfig,
     ORPOConfig,
     PPOConfig,
     RewardModelConfig,
@@ -29,6 +30,7 @@ from training.recipes.config import (
 
 if TYPE_CHECKING:
     from training.recipes.dpo import train_dpo
+    from training.recipes.kto import train_kto
     from training.recipes.ppo import train_ppo
     from training.recipes.reference_free import train_orpo, train_simpo
     from training.recipes.reward_model import train_reward_model
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 # name -> module that defines it (imported on first access: these need torch).
 _LAZY = {
     "train_dpo": "training.recipes.dpo",
+    "train_kto": "training.recipes.kto",
     "train_ppo": "training.recipes.ppo",
     "train_simpo": "training.recipes.reference_free",
     "train_orpo": "training.recipes.reference_free",
@@ -51,6 +54,7 @@ _RECIPES = {
     "dpo": "train_dpo",
     "simpo": "train_simpo",
     "orpo": "train_orpo",
+    "kto": "train_kto",
     "ppo": "train_ppo",
     "rloo": "train_rloo",
     "rm": "train_reward_model",
@@ -84,6 +88,7 @@ __all__ = [
     "ConfigError",
     "DPOConfig",
     "JsonLinesReporter",
+    "KTOConfig",
     "ORPOConfig",
     "PPOConfig",
     "RLOOConfig",
@@ -98,6 +103,7 @@ __all__ = [
     "reward_scores",
     "run_training",
     "train_dpo",
+    "train_kto",
     "train_orpo",
     "train_ppo",
     "train_reward_model",

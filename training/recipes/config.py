@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KINDS = ("rm", "dpo", "simpo", "orpo", "ppo", "rloo")
+KINDS = ("rm", "dpo", "simpo", "orpo", "kto", "ppo", "rloo")
 # training.algorithms.DPO_LOSS_TYPES, repeated so that validating a config never imports torch (the
 # admin validates run settings in the web process); a test checks the two agree.
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
@@ -63,13 +63,17 @@ class TrainingConfig:
     model: str = _f(
         "", "local Hugging Face folder of the base model (policy, or reward-model base)"
     )
-    data: str = _f("", "JSONL file: preference pairs (rm, dpo, simpo, orpo) or prompts (ppo, rloo)")
+    data: str = _f(
+        "", "JSONL file: preference pairs (rm, dpo, simpo, orpo, kto) or prompts (ppo, rloo)"
+    )
     output_dir: str = _f("", "run folder: config.json, metrics.jsonl, checkpoints/, final/")
     seed: int = _f(0, "seed for data order, initialisation and sampling")
     epochs: int = _f(1, "passes over the training data")
     max_steps: int | None = _f(None, "stop after this many optimiser steps (None: run all epochs)")
     batch_size: int = _f(
-        8, "pairs (rm, dpo, simpo, orpo) or prompts (ppo, rloo) per optimiser step"
+        8,
+        "pairs (rm, dpo, simpo, orpo), labelled completions (kto) or prompts (ppo, rloo) per "
+        "optimiser step",
     )
     micro_batch_size: int | None = _f(
         None, "rows per forward pass; batch_size / micro_batch_size = gradient accumulation steps"
@@ -255,6 +259,75 @@ class ORPOConfig(TrainingConfig):
 
 
 @dataclass
+class KTOConfig(TrainingConfig):
+    """KTO (Ethayarajh et al. 2024): completions labelled desirable or undesirable, no pairs needed,
+    against a frozen reference (the starting policy by default) and a reference point estimated
+    from mismatched (prompt, another prompt's completion) pairs of each batch.
+
+    Data: by default each preference pair of ``data`` gives two examples, its chosen answer
+    (desirable) and its rejected one (undesirable); ``unpaired_data`` trains on a JSONL file in
+    TRL's unpaired format instead ({"prompt", "completion", "label": true|false} a line; rows in
+    TRL's paired format {"prompt", "chosen", "rejected"} are split the same way).
+
+    Weights: None (the default) balances them from the fitted examples with
+    ``training.algorithms.kto_balanced_weights``: the rarer kind's weight is raised so that
+    desirable_weight * n_desirable = undesirable_weight * n_undesirable, the low end of the range
+    [1, 4/3] that the KTO paper (section 4.2) recommends for that ratio. Split pairs are balanced,
+    so they train at 1.0 / 1.0 (TRL's defaults); an unbalanced unpaired file gets the paper's
+    correction without a hand calculation. Set both to override.
+    """
+
+    learning_rate: float = _f(5e-7, "peak learning rate of AdamW (TRL's KTO default: 5e-7)")
+    beta: float = _f(0.1, "strength of the implicit KL constraint (the paper: 0.1)")
+    desirable_weight: float | None = _f(
+        None,
+        "lambda_D, weight of the desirable examples' losses (None: balanced from the data, see "
+        "the class docstring)",
+    )
+    undesirable_weight: float | None = _f(
+        None,
+        "lambda_U, weight of the undesirable examples' losses (None: balanced from the data)",
+    )
+    unpaired_data: str | None = _f(
+        None,
+        "JSONL file in TRL's unpaired format {prompt, completion, label} to train on instead of "
+        "the pairs of data (None: each pair gives a desirable chosen and an undesirable rejected)",
+    )
+    ref_model: str | None = _f(None, "reference model folder (None: the starting policy)")
+    reference_cache_dir: str | None = _f(
+        None, "where reference log-probabilities are cached (None: <output_dir>/reference-cache)"
+    )
+    batch_size: int = _f(
+        8,
+        "labelled completions per optimiser step (at least 2: the KL estimate "
+        "pairs each prompt with another example's completion)",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.kind = "kto"
+        if self.beta <= 0:
+            raise _invalid("beta", f"must be > 0, got {self.beta}")
+        for name in ("desirable_weight", "undesirable_weight"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise _invalid(name, f"must be > 0 or None, got {value}")
+        if (self.desirable_weight is None) != (self.undesirable_weight is None):
+            raise _invalid(
+                "undesirable_weight" if self.undesirable_weight is None else "desirable_weight",
+                "set both weights, or neither (None: balanced from the data)",
+            )
+        if self.batch_size < 2:
+            raise _invalid(
+                "batch_size",
+                f"must be >= 2 (the KL estimate needs another example's completion), got "
+                f"{self.batch_size}",
+            )
+        if self.unpaired_data is not None and not self.unpaired_data.strip():
+            self.unpaired_data = None
+
+
+@dataclass
 class OnlineRLConfig(TrainingConfig):
     """What PPO and RLOO share: a reward model, sampling, shaping and the KL penalty."""
 
@@ -426,6 +499,7 @@ CONFIG_CLASSES: dict[str, type[TrainingConfig]] = {
     "dpo": DPOConfig,
     "simpo": SimPOConfig,
     "orpo": ORPOConfig,
+    "kto": KTOConfig,
     "ppo": PPOConfig,
     "rloo": RLOOConfig,
 }

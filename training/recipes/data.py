@@ -85,7 +85,9 @@ def _majority(judgements: Any, where: str) -> str | None:
     return "a" if a > b else "b" if b > a else None
 
 
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line number, object) for each non-blank line; DataError for a line that is not
+    a JSON object."""
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -143,7 +145,7 @@ def _export_votes(path: Path, sides: dict[int, tuple[int, str]]) -> list[Annotat
     """Votes of an export's raw rows on the pairs in ``sides`` (comparison id -> (pair index,
     chosen side)); ties, both-bad and rows of other comparisons are skipped."""
     votes = []
-    for number, row in _read_jsonl(path):
+    for number, row in read_jsonl(path):
         where = f"{path.name} line {number}"
         cid, choice = row.get("comparison_id"), row.get("choice")
         if cid not in sides or choice not in ("a", "b"):
@@ -174,7 +176,7 @@ def load_judged_pairs(
     pairs: list[PreferencePair] = []
     votes: list[AnnotatorVote] = []
     sides: dict[int, tuple[int, str]] = {}
-    for number, row in _read_jsonl(path):
+    for number, row in read_jsonl(path):
         where = f"{path.name} line {number}"
         if "prompt" not in row:
             raise DataError(f"{where}: missing 'prompt'")
@@ -222,9 +224,7 @@ def load_preference_pairs(path: str | Path) -> list[PreferencePair]:
 def load_prompts(path: str | Path) -> list[Messages]:
     """The ``prompt`` of every row, in file order."""
     path = Path(path)
-    prompts = [
-        _messages(row.get("prompt"), f"{path.name} line {n}") for n, row in _read_jsonl(path)
-    ]
+    prompts = [_messages(row.get("prompt"), f"{path.name} line {n}") for n, row in read_jsonl(path)]
     if not prompts:
         raise DataError(f"{path.name}: no prompts")
     return prompts
@@ -235,7 +235,7 @@ def load_prompt_clusters(path: str | Path) -> dict[Messages, str]:
     cluster-conditioned reward model; prompts without one are absent."""
     path = Path(path)
     found: dict[Messages, str] = {}
-    for n, row in _read_jsonl(path):
+    for n, row in read_jsonl(path):
         cluster = row.get("cluster")
         if cluster is not None:
             found[_messages(row.get("prompt"), f"{path.name} line {n}")] = str(cluster)

@@ -208,17 +208,21 @@ class PairRecipeState:
 
 
 def run_pair_steps(
-    state: S, kind: str, train_step: Callable[[S, Position, Throughput], StepOutcome]
+    state: S,
+    kind: str,
+    train_step: Callable[[S, Position, Throughput], StepOutcome],
+    rate_name: str = "pairs",
 ) -> LoopEnd:
-    """``run_steps`` for a recipe trained on preference pairs: rates in pairs, checkpoints of the
-    model, the modules trained beside it, the optimiser and the schedule."""
+    """``run_steps`` for a recipe trained on preference pairs: rates in pairs (KTO: "examples",
+    its labelled completions), checkpoints of the model, the modules trained beside it, the
+    optimiser and the schedule."""
     run = state.run
     return run_steps(
         run,
         state.sampler,
         start_step=state.start_step,
         total_steps=state.total_steps,
-        rate_name="pairs",
+        rate_name=rate_name,
         train_step=lambda at, throughput: train_step(state, at, throughput),
         save_checkpoint=lambda at: run.save_checkpoint(
             step=at.step,
@@ -240,12 +244,14 @@ def train_pair_recipe(
     setup: Callable[[Run, Any], S],
     step: Callable[[S, Position, Throughput], StepOutcome],
     summary: Callable[[S, LoopEnd], dict[str, Any]],
+    rate_name: str = "pairs",
 ) -> TrainResult:
-    """A pair recipe with nothing to do after its last step (DPO, SimPO, ORPO): start the run,
-    ``setup`` its state, run ``step`` over the pairs, then save the final model with ``summary``."""
+    """A pair recipe with nothing to do after its last step (DPO, SimPO, ORPO, KTO): start the
+    run, ``setup`` its state, run ``step`` over the pairs (or KTO's examples, ``rate_name``), then
+    save the final model with ``summary``."""
     run = start_run(config, callback)
     state = setup(run, config)
-    end = run_pair_steps(state, kind, step)
+    end = run_pair_steps(state, kind, step, rate_name)
     return finish_run(
         run,
         status=end.status,

@@ -43,6 +43,22 @@ def forward_pairs(
     """One concatenated forward: [chosen_1..m, rejected_1..m] -> (summed log-probs [2m], completion
     token counts [2m], tokens in the sequences). Packed, each pair's prompt runs once for both."""
     sequences = [c for c, _ in pairs] + [r for _, r in pairs]
+    return forward_sequences(
+        model, sequences, packed=packed, pad_token_id=pad_token_id, device=device
+    )
+
+
+def forward_sequences(
+    model: Any,
+    sequences: list[TokenizedSequence],
+    *,
+    packed: bool,
+    pad_token_id: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """One forward of S sequences -> (summed completion log-probs [S] float32, completion token
+    counts [S], tokens in the sequences). Packed, sequences with the same prompt tokens hold that
+    prompt once (a pair's two answers, KTO's example and its mismatched KL sequence)."""
     batch = build_batch(
         sequences,
         packed=packed,

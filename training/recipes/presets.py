@@ -48,6 +48,7 @@ PRESETS: tuple[Preset, ...] = (
             "dpo": {"batch_size": 4},
             "simpo": {"batch_size": 4},
             "orpo": {"batch_size": 4},
+            "kto": {"batch_size": 4},
             "ppo": {
                 "batch_size": 2,
                 "minibatch_size": 2,
@@ -93,6 +94,7 @@ PRESETS: tuple[Preset, ...] = (
             "dpo": {"batch_size": 32, "micro_batch_size": 8},
             "simpo": {"batch_size": 32, "micro_batch_size": 8},
             "orpo": {"batch_size": 32, "micro_batch_size": 8},
+            "kto": {"batch_size": 32, "micro_batch_size": 8},
             "ppo": {"batch_size": 16, "minibatch_size": 8, "micro_batch_size": 8},
             "rloo": {"batch_size": 8, "micro_batch_size": 4},
         },

@@ -1,6 +1,8 @@
-"""python manage.py train --kind {rm,dpo,simpo,orpo,ppo,rloo} --data FILE.jsonl --model NAME_OR_DIR ...
+"""python manage.py train --kind {rm,dpo,simpo,orpo,kto,ppo,rloo} --data FILE.jsonl --model NAME_OR_DIR ...
 
-Other options: --output DIR (required), the settings below and --set KEY=VALUE.
+Other options: --output DIR (required), the settings below and --set KEY=VALUE. KTO trains on the
+pairs of --data split into desirable and undesirable examples, or on ``--unpaired-file FILE.jsonl``
+(TRL's unpaired format; --data may then be left out).
 
 Runs one training job in this process (debugging, scripts, benchmarks): one JSON line per logged
 step on stdout, then a JSON summary with pairs (or samples) and tokens per second. Ctrl-C stops after
@@ -64,7 +66,7 @@ def _startup_warnings(config: Any) -> list[str]:
 
 
 class Command(BaseCommand):
-    help = "Train a reward model, or a policy with DPO, SimPO, ORPO, PPO or RLOO, in this process."
+    help = "Train a reward model, or a policy with DPO, SimPO, ORPO, KTO, PPO or RLOO, in this process."
 
     def add_arguments(self, parser: CommandParser) -> None:
         from training.recipes.config import KINDS  # the recipes package loads torch: not at import
@@ -72,6 +74,10 @@ class Command(BaseCommand):
         parser.add_argument("--kind", choices=KINDS, required=True)
         # Required unless --list-options (checked in handle, so listing needs only --kind).
         parser.add_argument("--data", help="JSONL: preference pairs or prompts (required)")
+        parser.add_argument(
+            "--unpaired-file",
+            help="kto: JSONL of {prompt, completion, label} rows to train on instead of --data's pairs",
+        )
         parser.add_argument("--model", help="registry name or model folder (required)")
         parser.add_argument("--output", help="run folder, created (required)")
         parser.add_argument("--batch-size", type=int, help="pairs or prompts per optimiser step")
@@ -82,7 +88,9 @@ class Command(BaseCommand):
         parser.add_argument("--learning-rate", type=float)
         parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
         parser.add_argument("--reward-model", help="ppo/rloo: registry name or folder")
-        parser.add_argument("--ref-model", help="dpo/ppo/rloo: reference model (default: --model)")
+        parser.add_argument(
+            "--ref-model", help="dpo/kto/ppo/rloo: reference model (default: --model)"
+        )
         parser.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
         parser.add_argument(
             "--set",
@@ -120,6 +128,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"{name:24} {default!r:>14}  {help_text}")
             return
 
+        if options["unpaired_file"] and options["kind"] != "kto":
+            raise CommandError("--unpaired-file: only with --kind kto")
+        if options["unpaired_file"] and not options["data"]:
+            options["data"] = options["unpaired_file"]  # the recipe reads the unpaired file only
         missing = [f"--{name}" for name in ("data", "model", "output") if not options[name]]
         if missing:
             raise CommandError(
@@ -149,8 +161,12 @@ class Command(BaseCommand):
         for option in ("reward_model", "ref_model"):
             if options[option]:
                 values[option] = _model_folder(options[option])
-        if options["kind"] == "dpo":
+        if options["kind"] in ("dpo", "kto"):
             values["reference_cache_dir"] = reference_cache_dir()
+        if options["unpaired_file"]:
+            if not Path(options["unpaired_file"]).is_file():
+                raise CommandError(f"--unpaired-file: no such file {options['unpaired_file']}")
+            values["unpaired_data"] = options["unpaired_file"]
         values.update(_parse_setting(text) for text in options["set"])
         if not Path(values["data"]).is_file():
             raise CommandError(f"--data: no such file {values['data']}")
