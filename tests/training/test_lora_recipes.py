@@ -208,6 +208,8 @@ def test_resuming_a_lora_checkpoint_without_lora_is_refused(dirs, tmp_path):
     _train("dpo", dirs, tmp_path, StopAfter(1), max_steps=3)
     with pytest.raises(ValueError, match="is a LoRA checkpoint but lora_rank is 0"):
         _train("dpo", dirs, tmp_path, max_steps=3, lora_rank=0)
+    with pytest.raises(ValueError, match="holds rank-4 adapters but lora_rank is 8"):
+        _train("dpo", dirs, tmp_path, max_steps=3, lora_rank=8)
 
 
 # --- the reference without a second copy ---------------------------------------------------------
@@ -317,3 +319,44 @@ def test_generating_from_a_lora_policy(dirs, tmp_path):
     )
     assert [g.text for g in adapters] == [g.text for g in merged]
     assert all(g.n_tokens > 0 for g in adapters)
+
+
+def test_an_encoder_reward_model_trains_lora_unpadded_and_scores_like_peft(
+    tiny_bert_dir, pairs_file, tmp_path
+):
+    """A BERT-family reward model (MiniLM's shape; adapters on peft's ``all-linear``) with LoRA
+    still trains unpadded (``packed``), its classifier trained in full beside the adapters; the
+    adapter folder scores (prompt, response) as plain peft on the base does, padded."""
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification
+
+    from training.recipes.data import load_preference_pairs
+    from training.recipes.models import load_tokenizer
+    from training.recipes.scoring import RewardScorer, load_sequence_classifier
+
+    result = train_reward_model(
+        _rm_config(tiny_bert_dir, pairs_file, tmp_path, epochs=2, lora_rank=RANK)
+    )
+    assert result.summary["packed"] is True
+    adapters = load_file(f"{result.final_model_dir}/adapter_model.safetensors")
+    assert any("classifier" in name and "lora_" not in name for name in adapters)
+    tokenizer = load_tokenizer(result.final_model_dir)
+    pairs = load_preference_pairs(pairs_file)[:3]
+    base = AutoModelForSequenceClassification.from_pretrained(str(tiny_bert_dir), num_labels=1)
+    plain = PeftModel.from_pretrained(base, result.final_model_dir).eval()
+    batch = tokenizer(
+        [p.prompt[0][1] for p in pairs],
+        [p.chosen for p in pairs],
+        padding=True,
+        return_tensors="pt",
+    )
+    with torch.no_grad():
+        expected = plain(**batch).logits[:, 0]
+    model = load_sequence_classifier(
+        result.final_model_dir, device=torch.device("cpu"), tokenizer=tokenizer
+    ).eval()
+    scorer = RewardScorer(model, tokenizer, max_length=64, prompt_budget=32)
+    assert scorer.encoder_packed
+    with torch.no_grad():
+        got = scorer.score([scorer.encode(p.prompt, p.chosen) for p in pairs])
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)

@@ -9,6 +9,7 @@ adapter folder (a LoRA run's checkpoint or final model) as its base with the ada
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import torch
 
 from training.recipes.data import token_limit
 from training.recipes.lora import (
+    ADAPTER_CONFIG,
     BaseModelView,
     LoraTask,
     adapter_base,
@@ -129,6 +131,13 @@ def require_same_lora(path: str | Path, config: Any) -> bool:
             f"{path} is a full-weights checkpoint but lora_rank is {config.lora_rank}: resume "
             f"with lora_rank 0, or start a new run"
         )
+    if adapters:
+        saved = json.loads((Path(path) / ADAPTER_CONFIG).read_text()).get("r")
+        if saved != config.lora_rank:
+            raise ValueError(
+                f"{path} holds rank-{saved} adapters but lora_rank is {config.lora_rank}: resume "
+                f"with the run's LoRA settings"
+            )
     return adapters
 
 
