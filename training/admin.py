@@ -79,6 +79,14 @@ SECTIONS: tuple[tuple[str, bool, str, str], ...] = (
         "perturb_instructions",
     ),
     (
+        "LoRA",
+        False,
+        "Train low-rank adapters instead of every weight (lora_rank > 0; 0 trains every weight): "
+        "far less optimiser memory, the same reference model without a second copy. The final "
+        "model is an adapter folder; merge_lora also saves merged weights.",
+        "lora_rank lora_alpha lora_dropout lora_target_modules merge_lora",
+    ),
+    (
         "Precision and hardware",
         False,
         "Where and how the maths runs. flash-attn is used by packed batches on CUDA when its "

@@ -136,6 +136,18 @@ class TrainingRun(models.Model):
             return 0
         return min(100, round(100 * self.step / self.total_steps))
 
+    @property
+    def lora_label(self) -> str:
+        """The run's LoRA in a few words, e.g. ``LoRA r=16 alpha=32`` (``, merged`` when
+        merge_lora), for a run that trains adapters; "" for one that trains every weight."""
+        config = self.config or {}
+        rank = config.get("lora_rank") or 0
+        if not rank:
+            return ""
+        alpha = config.get("lora_alpha", 32.0)
+        merged = ", merged" if config.get("merge_lora") else ""
+        return f"LoRA r={rank} alpha={alpha:g}{merged}"
+
 
 class Checkpoint(models.Model):
     """A saved state of a run: weights loadable with transformers, plus what is needed to resume."""

@@ -126,6 +126,42 @@ def test_each_kind_saves_and_launches_with_the_defaults_of_every_preset(
     assert len(sent) == len(PRESETS)
 
 
+def test_a_lora_run_saves_its_adapter_settings_and_shows_them_on_the_run_pages(
+    engineer_page, world
+):
+    """On the DPO form, the closed "LoRA" section opens and takes rank 16, alpha 32, two target
+    layers (one a line) and merge_lora; the draft's config holds them (the defaults, rank 0, are
+    saved by the test above), and the runs list and the run's page say "LoRA r=16 alpha=32,
+    merged". A rank of -1 is refused on the field, nothing saved."""
+    page, _ = engineer_page
+    page.goto(f"/admin/training/trainingrun/add/?kind=dpo&snapshot={world['snapshot'].pk}")
+    rank = page.locator("#id_cfg__lora_rank")
+    expect(rank).to_have_value("0")
+    expect(rank).to_be_hidden()  # the section starts closed
+    page.locator("summary", has_text="LoRA").click()
+    page.fill("#id_name", "dpo lora")
+    page.fill("#id_cfg__lora_rank", "-1")
+    page.get_by_role("button", name="Save and continue editing").click()
+    expect(page.locator("#content-main")).to_contain_text("must be >= 0")
+    assert not TrainingRun.objects.filter(name="dpo lora").exists()
+
+    expect(rank).to_be_visible()  # a section with an error is shown open (no summary to click)
+    page.fill("#id_cfg__lora_rank", "16")
+    page.fill("#id_cfg__lora_target_modules", "q_proj\nv_proj")
+    page.check("#id_cfg__merge_lora")
+    page.get_by_role("button", name="Save and continue editing").click()
+    expect(page.locator("ul.messagelist")).to_contain_text("was added successfully")
+    run = TrainingRun.objects.get(name="dpo lora")
+    assert run.config["lora_rank"] == 16 and run.config["merge_lora"] is True
+    assert run.config["lora_target_modules"] == ["q_proj", "v_proj"]
+    page.goto("/monitoring/runs/")
+    expect(page.locator(f'tr[data-run="{run.pk}"] [data-testid="run-lora"]')).to_have_text(
+        "LoRA r=16 alpha=32, merged"
+    )
+    page.goto(f"/monitoring/runs/{run.pk}/")
+    expect(page.get_by_test_id("run-lora")).to_have_text("LoRA r=16 alpha=32, merged")
+
+
 def test_choosing_another_kind_reloads_the_form(engineer_page, world):
     """On the DPO form, choosing "Reward model" reloads the page with the reward model's settings
     (beta gone, eval_fraction there, its own learning rate), keeping the snapshot."""

@@ -236,9 +236,10 @@ def test_fieldsets_by_concern_common_ones_open(ml_engineer):
     response = logged_in(ml_engineer).get(f"{ADD}?kind=ppo")
     fieldsets = {fs.name: fs for fs in response.context["adminform"]}
     assert list(fieldsets)[1:] == [
-        "Data", "Optimisation", "Algorithm", "Model", "Generation", "Precision and hardware",
-        "Checkpoints and evaluation",
+        "Data", "Optimisation", "Algorithm", "Model", "Generation", "LoRA",
+        "Precision and hardware", "Checkpoints and evaluation",
     ]  # fmt: skip
+    assert "collapse" in fieldsets["LoRA"].classes
     assert "collapse" not in fieldsets["Optimisation"].classes
     assert "collapse" in fieldsets["Generation"].classes
     shown = {

@@ -9,7 +9,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
 from training.algorithms import dpo_loss, sequence_logprobs
-from training.lora import (
+from training.recipes.lora import (
     ALL_LINEAR,
     LoraSettings,
     adapter_disabled,

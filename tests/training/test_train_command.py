@@ -49,6 +49,35 @@ def test_train_prints_steps_and_a_summary(kind, tiny_llama_dir, pairs_file, tmp_
     assert (tmp_path / "run" / "final" / "config.json").is_file()
 
 
+def test_lora_flags_train_adapters_and_merge(tiny_llama_dir, pairs_file, tmp_path, settings):
+    """--lora-rank 4 --lora-alpha 8 --lora-target-modules q_proj,v_proj --merge-lora: the saved
+    config has them, final/ is a peft adapter folder on those layers and final/merged/ a model."""
+    settings.VAR_DIR = tmp_path / "var"
+    out = tmp_path / "run"
+    rows = _run(
+        "--kind", "dpo", "--data", str(pairs_file), "--model", str(tiny_llama_dir),
+        "--batch-size", "4", "--max-length", "128", "--max-steps", "1", "--output", str(out),
+        "--set", "device=cpu", "--lora-rank", "4", "--lora-alpha", "8",
+        "--lora-target-modules", "q_proj, v_proj", "--merge-lora",
+    )  # fmt: skip
+    assert rows[-1]["status"] == "completed"
+    saved = json.loads((out / "config.json").read_text())
+    assert (saved["lora_rank"], saved["lora_alpha"], saved["merge_lora"]) == (4, 8.0, True)
+    assert saved["lora_target_modules"] == ["q_proj", "v_proj"]
+    adapter = json.loads((out / "final" / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"]) == (4, 8.0)
+    assert sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
+    assert (out / "final" / "merged" / "model.safetensors").is_file()
+
+
+def test_lora_flag_errors_name_the_field(tiny_llama_dir, pairs_file, tmp_path):
+    with pytest.raises(CommandError, match="merge_lora: needs lora_rank > 0"):
+        _run(
+            "--kind", "dpo", "--data", str(pairs_file), "--model", str(tiny_llama_dir),
+            "--output", str(tmp_path), "--merge-lora",
+        )  # fmt: skip
+
+
 def test_unknown_model_name_is_a_command_error(pairs_file, tmp_path):
     with pytest.raises(CommandError, match="no model called"):
         _run(

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.recipes.lora import LoraSettings
+
 KINDS = ("rm", "dpo", "simpo", "orpo", "kto", "ppo", "rloo")
 # training.algorithms.DPO_LOSS_TYPES, repeated so that validating a config never imports torch (the
 # admin validates run settings in the web process); a test checks the two agree.
@@ -100,6 +102,21 @@ class TrainingConfig:
     checkpoint_every: int = _f(100, "save a checkpoint every this many steps (0: only at the end)")
     keep_checkpoints: int = _f(5, "keep the newest this many checkpoints")
     resume: bool = _f(True, "continue from the newest checkpoint in output_dir when there is one")
+    lora_rank: int = _f(
+        0, "LoRA rank r: train low-rank adapters instead of every weight (0: off, full training)"
+    )
+    lora_alpha: float = _f(32.0, "LoRA scale: the update is (lora_alpha / lora_rank) * B A")
+    lora_dropout: float = _f(
+        0.05, "dropout on the LoRA branch's input (0 anyway while disable_dropout is on)"
+    )
+    lora_target_modules: tuple[str, ...] | None = _f(
+        None,
+        "names of the linear layers LoRA adapts (None: every attention and MLP projection of the "
+        "model's architecture, or 'all-linear' for an unlisted one)",
+    )
+    merge_lora: bool = _f(
+        False, "also save the final model with the adapters merged in, under final/merged/"
+    )
 
     kind: str = dataclasses.field(default="", init=False, metadata={"help": "recipe name"})
 
@@ -142,6 +159,45 @@ class TrainingConfig:
             raise _invalid("checkpoint_every", f"must be >= 0, got {self.checkpoint_every}")
         if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
             raise _invalid("device", f"'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+        self._check_lora()
+
+    def _check_lora(self) -> None:
+        """The LoRA settings (``lora.LoraSettings``'s rules, named by field); read only with
+        ``lora_rank`` > 0, except ``merge_lora``, which needs adapters to merge."""
+        if self.lora_rank < 0:
+            raise _invalid("lora_rank", f"must be >= 0 (0: off), got {self.lora_rank}")
+        if not self.lora_rank:
+            if self.merge_lora:
+                raise _invalid("merge_lora", "needs lora_rank > 0 (there are no adapters)")
+            return
+        if self.lora_alpha <= 0:
+            raise _invalid("lora_alpha", f"must be > 0, got {self.lora_alpha}")
+        if not 0 <= self.lora_dropout < 1:
+            raise _invalid("lora_dropout", f"must be in [0, 1), got {self.lora_dropout}")
+        if self.lora_target_modules is not None:
+            names = self.lora_target_modules
+            if (
+                isinstance(names, str)
+                or not names
+                or not all(isinstance(n, str) and n.strip() for n in names)
+            ):
+                raise _invalid(
+                    "lora_target_modules",
+                    f"a list of module names such as q_proj, v_proj (or None), got {names!r}",
+                )
+            self.lora_target_modules = tuple(n.strip() for n in names)
+
+    @property
+    def lora(self) -> LoraSettings | None:
+        """The run's LoRA settings, or None when it trains every weight (``lora_rank`` 0)."""
+        if not self.lora_rank:
+            return None
+        return LoraSettings(
+            rank=self.lora_rank,
+            alpha=self.lora_alpha,
+            dropout=self.lora_dropout,
+            target_modules=self.lora_target_modules,
+        )
 
     @property
     def prompt_budget(self) -> int:
@@ -393,6 +449,11 @@ class OnlineRLConfig(TrainingConfig):
             raise _invalid("top_p", f"must be in (0, 1], got {self.top_p}")
         if self.kl_coef < 0:
             raise _invalid("kl_coef", f"must be >= 0, got {self.kl_coef}")
+        if self.lora_rank and self.deepspeed != "none":
+            raise _invalid(
+                "deepspeed",
+                "not with LoRA (lora_rank > 0): the adapters are small enough for plain AdamW",
+            )
         if self.reward_range is not None:
             self.reward_range = _number_pair("reward_range", self.reward_range)
             if not self.reward_range[0] < self.reward_range[1]:

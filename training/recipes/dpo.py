@@ -4,6 +4,9 @@ Per optimiser step: for each micro-batch, chosen and rejected sequences go throu
 packed forward (no padding; logits only at completion positions), the DPO loss is summed over pairs
 and divided by the step's pair count (so gradient accumulation is exact), then one clipped AdamW step.
 
+With LoRA (``lora_rank`` > 0) and no ``ref_model``, the reference is the policy with its adapters
+switched off (``lora.BaseModelView``): the base weights, never a second copy, even when resuming.
+
 The reference model never changes, so its log-probabilities are computed once and cached on disk
 under a key made of the data file's hash, the reference weights' hash, the tokenisation and the
 precision. Only the pairs this run trains on are computed (``max_steps`` x ``batch_size``, or the
@@ -49,10 +52,8 @@ from training.recipes.loop import (
     optimizer_step,
     train_pair_recipe,
 )
-from training.recipes.models import (
-    load_causal_lm,
-    model_fingerprint,
-)
+from training.recipes.lora import is_lora_model
+from training.recipes.models import model_fingerprint, reference_model
 from training.recipes.pair_policy import (
     METRIC_SUMS,
     PairTokens,
@@ -360,10 +361,13 @@ def fill_reference(
     if todo and run.ranks.main:
         ref_model = (
             policy
-            if same_model
-            else load_causal_lm(
-                reference_path, device=run.device, packing=config.packing, trainable=False
-            )[0]
+            if same_model and not is_lora_model(policy)
+            else reference_model(
+                config.ref_model or (None if is_lora_model(policy) else config.model),
+                policy,
+                device=run.device,
+                packing=config.packing,
+            )
         )
         run.callback.on_phase(phase=REFERENCE_PHASE, done=0, total=len(todo))
         compute_reference_logps(

@@ -51,13 +51,16 @@ class ChatGenerator:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from training.recipes.lora import load_trained
+
         self._torch = torch
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), padding_side="left")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+        # A LoRA run's adapter folder loads as its base with the adapters merged in.
+        self.model = load_trained(AutoModelForCausalLM, model_dir, dtype=dtype)
         self.model.to(self.device).eval()
 
     def generate(

@@ -30,6 +30,7 @@ from training.recipes.distributed import (
     barrier,
     setup_distributed,
 )
+from training.recipes.lora import is_lora_model, lora_merge, trainable_parameters
 from training.recipes.runtime import (
     Throughput,
     TrainResult,
@@ -301,23 +302,28 @@ def finish_run(
     summary: dict[str, Any],
     extra_files: Mapping[str, Any] | None = None,
 ) -> TrainResult:
-    """Save the final model (completed runs only, rank 0) and the summary; tell the callbacks."""
-    final_dir = None
+    """Save the final model (completed runs only, rank 0) and the summary; tell the callbacks.
+
+    With LoRA, ``final/`` holds the adapters (peft's format, on the base ``config.model``) and,
+    when ``merge_lora``, ``final/merged/`` the full weights with the adapters merged in."""
+    final_dir = merged_dir = None
+    lora = is_lora_model(model)
+    if lora:
+        summary = {**summary, "lora_trainable_parameters": trainable_parameters(model)[0]}
     if status == "completed" and not run.ranks.main:
         final_dir = str(run.output_dir / "final")
     elif status == "completed":
         final = run.output_dir / "final"
-        final.mkdir(exist_ok=True)
-        save_pretrained(model, final)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(final))
-        for name, payload in (extra_files or {}).items():
-            (final / name).write_text(json.dumps(payload, indent=2))
+        save_model_folder(final, model, tokenizer, extra_files)
         final_dir = str(final)
+        if lora and run.config.merge_lora:  # last use of the model: merged in place
+            save_model_folder(final / "merged", lora_merge(model), tokenizer, extra_files)
+            merged_dir = str(final / "merged")
     summary = {
         "steps": step,
         "final_model_dir": final_dir,
         "world_size": run.ranks.world,
+        **({"merged_model_dir": merged_dir} if lora else {}),
         **summary,
     }
     if run.ranks.main:
@@ -336,3 +342,16 @@ def finish_run(
         final_model_dir=final_dir,
         summary=summary,
     )
+
+
+def save_model_folder(
+    folder: Path, model: Any, tokenizer: Any, extra_files: Mapping[str, Any] | None = None
+) -> None:
+    """``model`` (full weights, or a LoRA model's adapters), its tokenizer and ``extra_files``
+    (name -> JSON payload) in ``folder``, created if needed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_pretrained(model, folder)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(folder))
+    for name, payload in (extra_files or {}).items():
+        (folder / name).write_text(json.dumps(payload, indent=2))

@@ -31,7 +31,8 @@ from training.algorithms import (
 from training.recipes.config import ConfigError, OnlineRLConfig
 from training.recipes.data import ChatEncoder, FitLog, Messages, chunks, load_prompt_clusters
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
-from training.recipes.models import input_limit, load_causal_lm, load_policy, load_tokenizer
+from training.recipes.lora import is_lora_model
+from training.recipes.models import input_limit, load_policy, load_tokenizer, reference_model
 from training.recipes.packing import TokenizedSequence
 from training.recipes.runtime import autocast, rng_state, set_rng_state
 from training.recipes.scoring import (
@@ -61,8 +62,9 @@ class OnlineModels:
 def load_online_models(
     config: OnlineRLConfig, *, device: torch.device, resume_from: Any = None
 ) -> OnlineModels:
-    """Policy (from ``resume_from`` when resuming), reference (``ref_model`` or the starting policy)
-    and reward model, on ``device``; only the policy is trainable."""
+    """Policy (from ``resume_from`` when resuming), reference (``ref_model`` or the starting policy;
+    with LoRA, the policy with its adapters off) and reward model, on ``device``; only the policy
+    (its adapters, with LoRA) is trainable."""
     tokenizer = load_tokenizer(config.model, padding_side="left")
     encoder = ChatEncoder(
         tokenizer,
@@ -71,8 +73,11 @@ def load_online_models(
         fit=FitLog("prompts"),
     )
     policy, packed = load_policy(resume_from or config.model, config, device)
-    reference, _ = load_causal_lm(
-        config.ref_model or config.model, device=device, packing=config.packing, trainable=False
+    reference = reference_model(
+        config.ref_model or (None if is_lora_model(policy) else config.model),
+        policy,
+        device=device,
+        packing=config.packing,
     )
     reward_tokenizer = load_tokenizer(config.reward_model)
     reward_model = (

@@ -517,12 +517,21 @@ def plain_output_weight(model: torch.nn.Module) -> Tensor | None:
     return head.weight if plain else None
 
 
+def decoder_stack(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder without its output layer (transformers' ``base_model``, e.g. LlamaModel) of a
+    causal LM, of one wrapped in LoRA adapters (a peft model's own ``base_model`` is the adapter
+    holder, not the decoder), or of a ``lora.BaseModelView`` (which runs it adapters-off)."""
+    if hasattr(model, "get_base_model"):  # peft.PeftModel
+        model = model.get_base_model()
+    return model.base_model  # type: ignore[return-value]
+
+
 def last_hidden_states(model: torch.nn.Module, batch: SequenceBatch) -> Tensor:
     """The decoder's final hidden states, flattened to [N, H] (packed) or [S * L, H] (padded)."""
     kwargs = batch.model_kwargs()
     if not can_share_prompts(model):  # flash-attn reads cu_seq_lens; the grid layout is ours
         kwargs.pop("concord_layout", None)
-    output = model.base_model(**kwargs, use_cache=False)
+    output = decoder_stack(model)(**kwargs, use_cache=False)
     hidden = output.last_hidden_state
     return hidden.reshape(-1, hidden.shape[-1])
 
@@ -576,8 +585,9 @@ def supports_encoder_packing(model: torch.nn.Module) -> bool:
     linear layers then run on the real tokens only, and attention on per-row grids with the padded
     keys masked (the unpadding of Zeng et al. 2022, "Boosting distributed training performance of
     the unpadded BERT model", done with stock transformers modules)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA
     return (
-        type(model).__name__ in PACKABLE_ENCODERS
+        type(inner).__name__ in PACKABLE_ENCODERS
         and getattr(model.config, "_attn_implementation", None) == VARLEN_ATTENTION
         and not getattr(model.config, "is_decoder", False)
         and not getattr(model.config, "add_cross_attention", False)

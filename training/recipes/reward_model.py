@@ -56,6 +56,8 @@ from training.recipes.models import (
     disable_dropout,
     enable_activation_checkpointing,
     load_tokenizer,
+    require_same_lora,
+    with_lora,
 )
 from training.recipes.runtime import (
     Throughput,
@@ -323,12 +325,16 @@ def load_reward_model(run: Run, config: RewardModelConfig) -> tuple[Any, Any, Re
     """Tokenizer, sequence classifier (from the checkpoint when resuming) in training mode, and
     the scorer that fits and scores pairs for it."""
     tokenizer = load_tokenizer(config.model)
+    path = run.resume_from or config.model
+    resuming_adapters = require_same_lora(path, config)
     model = load_sequence_classifier(
-        run.resume_from or config.model,
+        config.model if resuming_adapters else path,
         device=run.device,
         tokenizer=tokenizer,
         packing=config.packing,  # decoders with a chat template, and BERT-family encoders
     )
+    adapters = Path(path) if resuming_adapters else None
+    model = with_lora(model, config, adapters=adapters, task="sequence_classification")
     if config.gradient_checkpointing:
         enable_activation_checkpointing(model)
     if config.disable_dropout:

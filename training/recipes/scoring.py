@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from training.recipes.data import ChatEncoder, FitLog, Messages, fit_prompt, token_limit
+from training.recipes.lora import load_trained
 from training.recipes.packing import (
     VARLEN_ATTENTION,
     TokenizedSequence,
@@ -43,20 +44,24 @@ def load_sequence_classifier(
     path: str | Path, *, device: torch.device, tokenizer: Any, packing: bool = True
 ) -> Any:
     """A 1-label AutoModelForSequenceClassification in float32 (a new head when ``path`` holds a
-    base model), with the tokenizer's pad id so padded batches find each row's last token."""
+    base model), with the tokenizer's pad id so padded batches find each row's last token. A LoRA
+    run's adapter folder loads as its base with the adapters and trained head merged in."""
     from transformers import AutoModelForSequenceClassification
 
     kwargs: dict[str, Any] = {"num_labels": 1, "dtype": torch.float32}
     model = None
     if packing:
         try:
-            model = AutoModelForSequenceClassification.from_pretrained(
-                str(path), attn_implementation=packed_attention_for("cpu"), **kwargs
+            model = load_trained(
+                AutoModelForSequenceClassification,
+                path,
+                attn_implementation=packed_attention_for("cpu"),
+                **kwargs,
             )
         except (ValueError, ImportError):
             model = None
     if model is None:
-        model = AutoModelForSequenceClassification.from_pretrained(str(path), **kwargs)
+        model = load_trained(AutoModelForSequenceClassification, path, **kwargs)
     model.config.pad_token_id = tokenizer.pad_token_id
     model.config.use_cache = False
     return model.to(device)
@@ -162,6 +167,7 @@ class RewardScorer:
             tokenizer, max_length=self.max_length, prompt_budget=self.prompt_budget, fit=self.fit
         )
         head = getattr(model, "score", None)
+        head = getattr(head, "original_module", head)  # LoRA: the head trained beside adapters
         self.packed = (
             self.chat
             and supports_packing(model)

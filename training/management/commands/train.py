@@ -93,6 +93,18 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
         parser.add_argument(
+            "--lora-rank", type=int, help="train LoRA adapters of this rank (0, the default: off)"
+        )
+        parser.add_argument("--lora-alpha", type=float, help="LoRA scale alpha (default 32)")
+        parser.add_argument("--lora-dropout", type=float, help="LoRA dropout (default 0.05)")
+        parser.add_argument(
+            "--lora-target-modules",
+            help="comma-separated layer names, e.g. q_proj,v_proj (default: by architecture)",
+        )
+        parser.add_argument(
+            "--merge-lora", action="store_true", help="also save merged weights in final/merged/"
+        )
+        parser.add_argument(
             "--set",
             action="append",
             default=[],
@@ -153,11 +165,20 @@ class Command(BaseCommand):
             ("epochs", "epochs"),
             ("max_steps", "max_steps"),
             ("learning_rate", "learning_rate"),
+            ("lora_rank", "lora_rank"),
+            ("lora_alpha", "lora_alpha"),
+            ("lora_dropout", "lora_dropout"),
         ):
             if options[option] is not None:
                 values[field] = options[option]
         if options["bf16"]:
             values["bf16"] = True
+        if options["merge_lora"]:
+            values["merge_lora"] = True
+        if options["lora_target_modules"]:
+            values["lora_target_modules"] = [
+                name.strip() for name in options["lora_target_modules"].split(",") if name.strip()
+            ]
         for option in ("reward_model", "ref_model"):
             if options[option]:
                 values[option] = _model_folder(options[option])

@@ -5,6 +5,11 @@ adapter switched off (DPO's reference pass without a second copy of the model in
 Worker code: peft and torch are imported inside the functions, so the web process can read
 ``LoraSettings`` and ``LORA_TARGET_MODULES`` (for forms and run configs) without loading torch.
 Models are ``transformers`` ``PreTrainedModel``s; wrapped ones are ``peft.PeftModel``s.
+
+An adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) names its base model's
+folder (``base_model_name_or_path``, written absolute by ``lora_wrap``); ``load_trained`` loads
+either kind of folder as a plain transformers model, so whatever reads a trained run's output (a
+reference model, a reward model, a generator) reads a LoRA run's as well.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ LORA_TARGET_MODULES: dict[str, tuple[str, ...]] = {
 }
 # peft's own name for "every linear layer but the output head", for architectures not listed above.
 ALL_LINEAR = "all-linear"
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 @dataclass(frozen=True)
@@ -60,12 +66,56 @@ def target_modules_for(model_type: str) -> tuple[str, ...] | str:
     return LORA_TARGET_MODULES.get(model_type, ALL_LINEAR)
 
 
-def lora_wrap(model: Any, settings: LoraSettings, *, task: LoraTask = "causal_lm") -> Any:
+def is_adapter_folder(path: str | Path) -> bool:
+    """True when ``path`` holds LoRA adapters (peft's ``adapter_config.json``), not a full model."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def adapter_base(folder: str | Path) -> Path:
+    """The base model folder the adapters in ``folder`` were trained on (itself a model folder, or
+    an adapter folder to merge first); ValueError when it is not on this machine."""
+    import json
+
+    base = json.loads((Path(folder) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base or not Path(base).is_dir():
+        raise ValueError(
+            f"{folder}: the LoRA adapters' base model {base!r} is not a folder on this machine "
+            f"(set base_model_name_or_path in {ADAPTER_CONFIG})"
+        )
+    return Path(base)
+
+
+def weights_folder(path: str | Path) -> Path:
+    """The folder whose ``config.json`` describes the model in ``path``: ``path`` itself, or for
+    an adapter folder its base's (adapters change no shape, position table or vocabulary)."""
+    path = Path(path)
+    return weights_folder(adapter_base(path)) if is_adapter_folder(path) else path
+
+
+def load_trained(auto_class: Any, path: str | Path, **kwargs: Any) -> Any:
+    """``auto_class.from_pretrained(path, **kwargs)`` for a model folder; for an adapter folder,
+    its base loaded the same way (recursively) with the adapters merged in: a plain transformers
+    model either way (for a reward model, the score head trained beside the adapters included)."""
+    path = Path(path)
+    if not is_adapter_folder(path):
+        return auto_class.from_pretrained(str(path), **kwargs)
+    base = load_trained(auto_class, adapter_base(path), **kwargs)
+    return lora_merge(lora_load(base, path))
+
+
+def lora_wrap(
+    model: Any,
+    settings: LoraSettings,
+    *,
+    task: LoraTask = "causal_lm",
+    base_path: str | Path | None = None,
+) -> Any:
     """Freeze ``model`` and add trainable LoRA adapters; returns the ``PeftModel``.
 
     For ``"sequence_classification"`` (a reward model) the new score head is trained in full too
     (peft's ``modules_to_save``), since it starts from random. A target name that matches no module
-    of the model is a ValueError from peft, before anything is trained.
+    of the model is a ValueError from peft, before anything is trained. ``base_path``: the folder
+    ``model`` was loaded from, recorded absolute in the saved adapters (``adapter_base``).
     """
     from peft import LoraConfig, TaskType, get_peft_model
 
@@ -80,7 +130,12 @@ def lora_wrap(model: Any, settings: LoraSettings, *, task: LoraTask = "causal_lm
         target_modules=list(targets) if isinstance(targets, tuple) else targets,
         bias="none",
     )
-    return get_peft_model(model, config)
+    if base_path is not None:
+        config.base_model_name_or_path = str(Path(base_path).absolute())
+    wrapped = get_peft_model(model, config)
+    if base_path is not None:
+        wrapped.peft_config["default"].base_model_name_or_path = config.base_model_name_or_path
+    return wrapped
 
 
 def _require_peft(model: Any) -> None:
@@ -137,3 +192,62 @@ def adapter_disabled(model: Any) -> Iterator[Any]:
     _require_peft(model)
     with model.disable_adapter():
         yield model
+
+
+def is_lora_model(model: Any) -> bool:
+    """True for a model wrapped by ``lora_wrap`` or ``lora_load`` (without importing peft)."""
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+class BaseModelView:
+    """The base model of a LoRA-wrapped ``model``, the same weights in memory: every forward (and
+    ``generate``, and the decoder stack as ``base_model``) runs with the adapters bypassed.
+
+    This is what DPO's, PPO's and RLOO's reference is with LoRA: the starting policy without a
+    second copy of its weights. Everything else (``config``, ``parameters``, the output layer,
+    ``training``) is the wrapped model's. Use it without gradients, as references are.
+    """
+
+    def __init__(self, model: Any) -> None:
+        _require_peft(model)
+        self.model = model
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with adapter_disabled(self.model):
+            return self.model(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        with adapter_disabled(self.model):
+            return self.model.generate(*args, **kwargs)
+
+    @property
+    def base_model(self) -> Any:
+        """The decoder stack (transformers' ``base_model``, e.g. LlamaModel), adapters off."""
+        decoder = self.model.get_base_model().base_model
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with adapter_disabled(self.model):
+                return decoder(*args, **kwargs)
+
+        return run
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    @property
+    def training(self) -> bool:
+        return self.model.training
+
+    def train(self, mode: bool = True) -> BaseModelView:
+        self.model.train(mode)
+        return self
+
+    def eval(self) -> BaseModelView:
+        return self.train(False)
+
+    def parameters(self) -> Any:
+        return self.model.parameters()
+
+    def get_output_embeddings(self) -> Any:
+        return self.model.get_output_embeddings()
