@@ -65,7 +65,13 @@ from training.recipes.loop import (
     optimizer_step,
     train_pair_recipe,
 )
-from training.recipes.models import load_causal_lm, load_policy, load_tokenizer, model_fingerprint
+from training.recipes.lora import is_lora_model
+from training.recipes.models import (
+    load_policy,
+    load_tokenizer,
+    model_fingerprint,
+    reference_model,
+)
 from training.recipes.pair_policy import forward_sequences
 from training.recipes.runtime import (
     Throughput,
@@ -188,12 +194,17 @@ def fill_kto_reference(
         fill_first_step=fill_first_step, first_step_at_reference=at_reference,
     )  # fmt: skip
     if work and run.ranks.main:
+        # With LoRA and no ref_model the reference is the policy with its adapters off (no second
+        # copy of the weights), before or after a resume.
         ref_model = (
             policy
-            if config.ref_model is None and run.resume_from is None
-            else load_causal_lm(
-                reference_path, device=run.device, packing=config.packing, trainable=False
-            )[0]
+            if config.ref_model is None and run.resume_from is None and not is_lora_model(policy)
+            else reference_model(
+                config.ref_model or (None if is_lora_model(policy) else config.model),
+                policy,
+                device=run.device,
+                packing=config.packing,
+            )
         )
         compute_kto_reference(
             ref_model, data, work, reference, run=run, packed=packed, pad_token_id=pad_token_id
