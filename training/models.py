@@ -46,6 +46,7 @@ class TrainingRun(models.Model):
         ORPO = "orpo", "ORPO"
         PPO = "ppo", "PPO"
         RLOO = "rloo", "RLOO"
+        GRPO = "grpo", "GRPO"
 
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
@@ -66,7 +67,10 @@ class TrainingRun(models.Model):
         DatasetSnapshot,
         on_delete=models.PROTECT,
         related_name="runs",
-        help_text="Preference pairs (rm, dpo, simpo, orpo) or the prompts to roll out on (ppo, rloo).",
+        help_text=(
+            "Preference pairs (rm, dpo, simpo, orpo) or the prompts to roll out on "
+            "(ppo, rloo, grpo)."
+        ),
     )
     reward_model_run = models.ForeignKey(
         "self",
@@ -74,7 +78,10 @@ class TrainingRun(models.Model):
         blank=True,
         on_delete=models.PROTECT,
         related_name="policy_runs",
-        help_text="PPO / RLOO: a succeeded reward-model run whose model scores the rollouts.",
+        help_text=(
+            "PPO / RLOO (required), GRPO (optional beside verifiable rewards): a succeeded "
+            "reward-model run whose model scores the rollouts."
+        ),
     )
     config = models.JSONField(
         default=dict, blank=True, help_text="Settings that differ from the recipe's defaults."
