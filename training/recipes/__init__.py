@@ -16,6 +16,7 @@ from training.recipes.callbacks import CallbackList, JsonLinesReporter, Training
 from training.recipes.config import (
     ConfigError,
     DPOConfig,
+    GRPOConfig,
     ORPOConfig,
     PPOConfig,
     RewardModelConfig,
@@ -29,6 +30,7 @@ from training.recipes.config import (
 
 if TYPE_CHECKING:
     from training.recipes.dpo import train_dpo
+    from training.recipes.grpo import train_grpo
     from training.recipes.ppo import train_ppo
     from training.recipes.reference_free import train_orpo, train_simpo
     from training.recipes.reward_model import train_reward_model
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 # name -> module that defines it (imported on first access: these need torch).
 _LAZY = {
     "train_dpo": "training.recipes.dpo",
+    "train_grpo": "training.recipes.grpo",
     "train_ppo": "training.recipes.ppo",
     "train_simpo": "training.recipes.reference_free",
     "train_orpo": "training.recipes.reference_free",
@@ -53,6 +56,7 @@ _RECIPES = {
     "orpo": "train_orpo",
     "ppo": "train_ppo",
     "rloo": "train_rloo",
+    "grpo": "train_grpo",
     "rm": "train_reward_model",
 }
 
@@ -83,6 +87,7 @@ __all__ = [
     "CallbackList",
     "ConfigError",
     "DPOConfig",
+    "GRPOConfig",
     "JsonLinesReporter",
     "ORPOConfig",
     "PPOConfig",
@@ -98,6 +103,7 @@ __all__ = [
     "reward_scores",
     "run_training",
     "train_dpo",
+    "train_grpo",
     "train_orpo",
     "train_ppo",
     "train_reward_model",
