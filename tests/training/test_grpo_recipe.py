@@ -145,3 +145,26 @@ def test_cancel_and_resume_is_exact(tiny_llama_dir, prompts_file, tmp_path, loss
         assert torch.equal(a[name], b[name]), name
     rows = _metrics(tmp_path / "a")
     assert {"clip_fraction", "clip_fraction_high", "entropy", "grad_norm"} <= rows[-1].keys()
+
+
+def test_a_reward_registered_in_a_user_module(tiny_llama_dir, prompts_file, tmp_path):
+    """``reward_modules`` names the module holding a user's ``@register`` function: it is
+    imported before the rewards are looked up, and the reward is logged like a built-in one; a
+    module that does not exist is a ConfigError naming the field."""
+    train_grpo(
+        grpo_config(
+            tiny_llama_dir, prompts_file, tmp_path / "a", max_steps=1,
+            reward_modules=("tests.helpers.custom_rewards",),
+            rewards=('mentions_concord {"bonus": 2.0}', "length_penalty"),
+        )
+    )  # fmt: skip
+    (row,) = _metrics(tmp_path / "a")
+    assert 0.0 <= row["reward/mentions_concord_mean"] <= 2.0  # a share of samples x bonus 2
+    with pytest.raises(ConfigError) as caught:
+        train_grpo(
+            grpo_config(
+                tiny_llama_dir, prompts_file, tmp_path / "b",
+                reward_modules=("no_such_module_here",), rewards=("format",),
+            )
+        )  # fmt: skip
+    assert caught.value.field == "reward_modules"

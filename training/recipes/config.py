@@ -533,6 +533,11 @@ class GRPOConfig(OnlineRLConfig):
     reward_weights: tuple[float, ...] = _f(
         (), "weight of each verifiable reward, in order (empty: 1.0 each)"
     )
+    reward_modules: tuple[str, ...] = _f(
+        (),
+        "Python modules imported before the rewards are looked up, one per line: where your own "
+        "@rewards.register functions live (e.g. myproject.rewards)",
+    )
     reward_model_weight: float = _f(
         1.0, "weight of the reward model's score in the total (when there is a reward model)"
     )
@@ -547,6 +552,8 @@ class GRPOConfig(OnlineRLConfig):
     def __post_init__(self) -> None:
         self.rewards = tuple(self.rewards) if not isinstance(self.rewards, str) else (self.rewards,)
         self.reward_weights = tuple(self.reward_weights)
+        modules = self.reward_modules
+        self.reward_modules = (modules,) if isinstance(modules, str) else tuple(modules)
         super().__post_init__()
         self.kind = "grpo"
         if self.group_size < 2:
@@ -561,6 +568,9 @@ class GRPOConfig(OnlineRLConfig):
             raise _invalid(
                 "dynamic_sampling_rounds", f"must be >= 0, got {self.dynamic_sampling_rounds}"
             )
+        bad = [m for m in self.reward_modules if not all(p.isidentifier() for p in m.split("."))]
+        if bad:
+            raise _invalid("reward_modules", f"dotted Python module names, got {bad}")
         if self.kl_controller != "fixed" and self.kl_coef == 0:
             raise _invalid("kl_controller", "'fixed' when kl_coef is 0 (no reference is loaded)")
 

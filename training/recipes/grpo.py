@@ -20,6 +20,7 @@ resumed run draws the same ones.
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from dataclasses import dataclass, field
 
@@ -93,7 +94,12 @@ class GRPORewards:
 def grpo_rewards(config: GRPOConfig) -> GRPORewards:
     """The run's verifiable rewards, checked against the registry and against the data (a reward
     that needs each prompt's answer, on data without one) before any model loads: ConfigError
-    naming ``rewards`` otherwise."""
+    naming ``rewards`` otherwise. ``reward_modules`` are imported first (they register theirs)."""
+    for module in config.reward_modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(f"reward_modules: {error}", field="reward_modules") from None
     components = [
         RewardComponent(spec.name, spec.options, spec.label) for spec in config.reward_specs()
     ]
