@@ -36,6 +36,11 @@ class DatasetSnapshot(models.Model):
         return self.export.n_pairs
 
 
+# Kinds that score with a reward-model run: PPO and RLOO need one, GRPO may use one.
+REWARD_MODEL_KINDS = ("ppo", "rloo", "grpo")
+REWARD_MODEL_REQUIRED = ("ppo", "rloo")
+
+
 class TrainingRun(models.Model):
     """One training job: what to train, on what, with which validated configuration."""
 
@@ -127,7 +132,7 @@ class TrainingRun(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=1, gpus__lte=64), name="run_gpus_range"),
             models.CheckConstraint(
-                condition=Q(kind__in=["ppo", "rloo"]) | Q(reward_model_run__isnull=True),
+                condition=Q(kind__in=REWARD_MODEL_KINDS) | Q(reward_model_run__isnull=True),
                 name="run_reward_model_only_for_rl",
             ),
         ]
