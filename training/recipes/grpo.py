@@ -231,7 +231,6 @@ def grpo_step(
         with warnings.catch_warnings():  # a step with every group dropped made no optimiser step
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
             state.scheduler.step()
-    n = len(draw.rollouts)
     metrics, n_all, tokens = rollout_metrics(
         draw.rollouts,
         scores=draw.scored.total,
@@ -250,7 +249,6 @@ def grpo_step(
             "groups_flat": draw.groups_flat,
             "groups_dropped": int((~draw.keep).sum()) / config.group_size,
             "sampling_rounds": draw.rounds,
-            "samples": n,
         },
         run.ranks,
         run.device,
@@ -324,17 +322,20 @@ def policy_updates(
         )
         state.updates.backward(loss)
         figures["grad_norm"] = state.updates.step()
+        kept = float(mask.sum())  # the clip fractions are means over kept tokens: weigh by them
         reduced = all_reduce_sum(
-            {k: float(stats[k]) * float(mask.sum()) for k in clip}, run.ranks, run.device
+            {
+                "tokens": kept,
+                "loss": float(loss.detach()),
+                **{k: float(stats[k]) * kept for k in clip},
+            },
+            run.ranks,
+            run.device,
         )
-        tokens = all_reduce_sum({"t": float(mask.sum())}, run.ranks, run.device)["t"]
         for key in clip:
-            clip[key] += reduced[key] / max(tokens, 1.0) / config.updates_per_batch
-        if update == 0:
-            figures["loss"] = all_reduce_sum({"loss": float(loss.detach())}, run.ranks, run.device)[
-                "loss"
-            ]
-            figures["ratio_mean"] = float(stats["ratio_mean"])
+            clip[key] += reduced[key] / max(reduced["tokens"], 1.0) / config.updates_per_batch
+        if update == 0:  # the loss on the samples as drawn (each rank's share, summed)
+            figures["loss"], figures["ratio_mean"] = reduced["loss"], float(stats["ratio_mean"])
     return {**figures, **clip, **per_sample}
 
 
