@@ -19,6 +19,7 @@ formula on the same ids).
 
     .venv/bin/python bench/bench_grpo_vs_trl.py [--prompts 16] [--g 4] [--new-tokens 32]
         [--steps 1] [--precision fp32|bf16] [--rounds 2] [--skip-trl] [--check]
+        [--trl-accumulation N]
 """
 
 from __future__ import annotations
@@ -110,12 +111,15 @@ def _trl_trainer(args: argparse.Namespace, output_dir: str, max_steps: int):
     dataset = Dataset.from_list([{"prompt": as_messages(r["prompt"])} for r in rows])
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    # --trl-accumulation N: TRL's own way to fit memory, the same optimiser step (prompts x G
+    # samples, generated in one batch) in N forward/backward passes of prompts x G / N.
+    passes = args.trl_accumulation
     config = GRPOConfig(
         output_dir=output_dir,
-        per_device_train_batch_size=args.prompts * args.g,
+        per_device_train_batch_size=args.prompts * args.g // passes,
         num_generations=args.g,
-        steps_per_generation=1,
-        gradient_accumulation_steps=1,
+        steps_per_generation=passes,
+        gradient_accumulation_steps=passes,
         max_completion_length=args.new_tokens,
         max_steps=max_steps,
         learning_rate=LEARNING_RATE,
@@ -219,7 +223,7 @@ def _child(side: str, args: argparse.Namespace) -> dict:
     return run_worker(
         __file__, side, args.precision, "--data", args.data, "--work", args.work,
         "--prompts", str(args.prompts), "--g", str(args.g), "--new-tokens", str(args.new_tokens),
-        "--steps", str(args.steps),
+        "--steps", str(args.steps), "--trl-accumulation", str(args.trl_accumulation),
     )  # fmt: skip
 
 
@@ -232,6 +236,10 @@ def main() -> None:
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument(
+        "--trl-accumulation", type=int, default=1,
+        help="TRL: split each step's samples into this many gradient-accumulation passes",
+    )  # fmt: skip
     parser.add_argument("--check", action="store_true", help="check both compute the same")
     parser.add_argument("--keep", action="store_true", help="keep the work folder under var/")
     parser.add_argument("--worker", choices=("ours", "trl", "check"), help=argparse.SUPPRESS)
@@ -254,6 +262,7 @@ def main() -> None:
         "samples_per_prompt": args.g,
         "max_new_tokens": args.new_tokens,
         "precision": args.precision,
+        "trl_accumulation": args.trl_accumulation,
         "cpu_flags": cpu_flags(),
         "load_average_at_start": os.getloadavg(),
     }

@@ -2,6 +2,9 @@
 recipe's dataclass (grouped by concern, filled from a preset), saved and launched through the
 services (audited); the actions Launch, Cancel, Resume and Clone; the dataset snapshots.
 
+Long module: the form typed from the dataclasses, the kind picker, the presets and the run
+actions share the same few helpers; split them when a second admin needs the typed fields.
+
 URLs (all under /admin/training/trainingrun/):
 - ``add/``: the kind picker (one link per kind and preset).
 - ``add/?kind=ppo&preset=gpu&snapshot=3``: the form for that kind, filled from the preset, with the
