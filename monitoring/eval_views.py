@@ -43,7 +43,7 @@ class PolicyCheckpointField(forms.ModelChoiceField):
 class RoundForm(forms.Form):
     checkpoint = PolicyCheckpointField(
         label="Checkpoint to evaluate",
-        help_text="A checkpoint of a policy run (DPO, PPO or RLOO); reward models cannot be judged.",
+        help_text="A checkpoint of a policy run (any kind but the reward model, which cannot be judged).",
     )
     project = forms.ModelChoiceField(
         queryset=Project.objects.order_by("name"),

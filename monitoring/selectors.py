@@ -33,13 +33,17 @@ PREFERRED = (
 METRIC_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("evaluation", "Evaluation", (r"^eval[/_]", r"^plain/eval")),
     ("loss", "Loss and optimiser", (r"loss$", r"^grad_norm$", r"^learning_rate$", r"^epoch$")),
-    ("rewards", "Rewards", (r"^rewards?/", r"^accuracy$", r"^logps/", r"score", r"margin")),
+    (
+        "rewards",
+        "Rewards",
+        (r"^rewards?/", r"^accuracy$", r"^logps/", r"score", r"margin", r"^dynamic/"),
+    ),
     (
         "policy",
         "KL and policy",
         (
             r"kl",
-            r"clip_fraction$",
+            r"clip_fraction",
             r"^entropy$",
             r"^ratio",
             r"_rate$",
@@ -62,7 +66,7 @@ HIGHER_IS_BETTER = (
 )  # fmt: skip
 
 # Shares between 0 and 1: their charts never show an axis above 1.
-UNIT_INTERVAL = (r"accuracy$", r"(eos|repetition)_rate$", r"fraction$")
+UNIT_INTERVAL = (r"accuracy$", r"(eos|repetition)_rate$", r"fraction$", r"clip_fraction_")
 
 # Each kind's headline numbers in the runs list: (metric, label), the first present of each list.
 HEADLINES: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
@@ -73,6 +77,7 @@ HEADLINES: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
     "kto": ((("rewards/margin",), "margin"), (("kl_estimate",), "KL estimate")),
     "ppo": ((("reward/score_mean",), "reward"), (("kl",), "KL")),
     "rloo": ((("reward/score_mean",), "reward"), (("kl",), "KL")),
+    "grpo": ((("reward/score_mean",), "reward"), (("kl",), "KL")),
 }
 
 

@@ -81,7 +81,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "groups": selectors.groups_order(),
         # DPO, PPO and RLOO train a policy that human-eval rounds can judge; a reward model not.
         "is_policy_run": run.kind != TrainingRun.Kind.RM,
-        "keeps_samples": run.kind in (TrainingRun.Kind.PPO, TrainingRun.Kind.RLOO),
+        "keeps_samples": run.kind
+        in (TrainingRun.Kind.PPO, TrainingRun.Kind.RLOO, TrainingRun.Kind.GRPO),
         "finished": run.status in TrainingRun.FINISHED,
         "may_decide": has_role(request.user, REVIEWER),
     }

@@ -2,6 +2,9 @@
 recipe's dataclass (grouped by concern, filled from a preset), saved and launched through the
 services (audited); the actions Launch, Cancel, Resume and Clone; the dataset snapshots.
 
+Long module: the form typed from the dataclasses, the kind picker, the presets and the run
+actions share the same few helpers; split them when a second admin needs the typed fields.
+
 URLs (all under /admin/training/trainingrun/):
 - ``add/``: the kind picker (one link per kind and preset).
 - ``add/?kind=ppo&preset=gpu&snapshot=3``: the form for that kind, filled from the preset, with the
@@ -30,7 +33,14 @@ from annotation.models import DatasetExport
 from common.errors import ConcordError
 from common.model_registry import registered_models
 from training import services
-from training.models import Checkpoint, DatasetSnapshot, RunEvent, TrainingRun
+from training.models import (
+    REWARD_MODEL_KINDS,
+    REWARD_MODEL_REQUIRED,
+    Checkpoint,
+    DatasetSnapshot,
+    RunEvent,
+    TrainingRun,
+)
 
 # training.recipes (pure, torch-free, but a "torch package" for tests/test_architecture.py) is
 # imported inside the functions that need it, as web code must.
@@ -63,7 +73,10 @@ SECTIONS: tuple[tuple[str, bool, str, str], ...] = (
         "cluster_conditioning rloo_k samples_per_prompt double_sample_variance ppo_epochs "
         "minibatch_size gamma lam clip_ratio value_clip vf_coef entropy_coef whiten_advantages "
         "target_kl_stop kl_controller kl_coef kl_target kl_horizon kl_linear_start kl_linear_end "
-        "kl_estimator reward_range length_penalty_coef length_penalty_base missing_eos_penalty",
+        "kl_estimator reward_range length_penalty_coef length_penalty_base missing_eos_penalty "
+        "group_size scale_rewards loss_normalisation clip_low clip_high updates_per_batch "
+        "dynamic_sampling dynamic_sampling_rounds rewards reward_weights reward_model_weight "
+        "reward_modules",
     ),
     (
         "Model",
@@ -158,12 +171,13 @@ class ConfigTupleField(forms.CharField):
 def config_form_field(spec: Any) -> forms.Field:
     """The form field of one dataclass field (a training.recipes.config.FieldSpec): its type's
     widget, its help, its default named."""
-    default = _value_text(spec.default)
+    default = _value_text(spec.default) or "none"
     empty = " Leave empty for None." if spec.optional else ""
+    any_length = spec.type is tuple and spec.length is None  # empty: no items, a valid value
     common: dict[str, Any] = {
         "label": spec.name,
         "help_text": f"{spec.help}. Default: {default}.{empty}",
-        "required": not spec.optional,
+        "required": not spec.optional and not any_length,
     }
     if spec.type is bool:
         return forms.BooleanField(**{**common, "required": False})
@@ -186,6 +200,33 @@ class RewardModelChoiceField(forms.ModelChoiceField):
         if isinstance(accuracy, int | float):
             return f"{run.name} · {run.get_kind_display()} #{run.pk} · eval accuracy {accuracy:.3f}"
         return f"{run.name} · {run.get_kind_display()} #{run.pk} · no eval accuracy"
+
+
+def reward_model_field(kind: str, run: TrainingRun) -> RewardModelChoiceField:
+    """The reward-model select of an RL kind: required for PPO and RLOO; for GRPO optional and,
+    on a new run, the newest succeeded reward model chosen, so the form saves at its defaults
+    (leave it empty to score with the verifiable rewards alone)."""
+    queryset = TrainingRun.objects.filter(
+        kind=TrainingRun.Kind.RM, status=TrainingRun.Status.SUCCEEDED
+    ).order_by("-finished_at", "-pk")
+    required = kind in REWARD_MODEL_REQUIRED
+    initial = run.reward_model_run_id
+    if not required and run.pk is None:
+        newest = queryset.first()
+        initial = newest.pk if newest is not None else None
+    help_text = "A succeeded reward-model run; its final model scores the rollouts."
+    if not required:
+        help_text += (
+            " Optional for GRPO: empty, the verifiable rewards (Algorithm: rewards) score alone;"
+            " both, their weighted sum (reward_model_weight)."
+        )
+    return RewardModelChoiceField(
+        queryset=queryset,
+        label="Reward model",
+        help_text=help_text,
+        initial=initial,
+        required=required,
+    )
 
 
 class TrainingRunForm(forms.ModelForm):
@@ -226,15 +267,8 @@ class TrainingRunForm(forms.ModelForm):
         if "gpus" in self.fields:
             self.fields["gpus"].label = "GPUs"
         if "reward_model_run" in self.fields:
-            if kind in ("ppo", "rloo"):
-                self.fields["reward_model_run"] = RewardModelChoiceField(
-                    queryset=TrainingRun.objects.filter(
-                        kind=TrainingRun.Kind.RM, status=TrainingRun.Status.SUCCEEDED
-                    ).order_by("-finished_at", "-pk"),
-                    label="Reward model",
-                    help_text="A succeeded reward-model run; its final model scores the rollouts.",
-                    initial=self.instance.reward_model_run_id,
-                )
+            if kind in REWARD_MODEL_KINDS:
+                self.fields["reward_model_run"] = reward_model_field(kind, self.instance)
             else:
                 del self.fields["reward_model_run"]
         current = dict(self.instance.config) if self.instance.pk else dict(preset or {})
@@ -421,7 +455,9 @@ class TrainingRunAdmin(admin.ModelAdmin):
     def get_fieldsets(self, request: HttpRequest, obj: TrainingRun | None = None):
         kind = self._kind(request, obj)
         names = [spec.name for spec in _specs(kind)]
-        run_fields = [f for f in RUN_FIELDS if f != "reward_model_run" or kind in ("ppo", "rloo")]
+        run_fields = [
+            f for f in RUN_FIELDS if f != "reward_model_run" or kind in REWARD_MODEL_KINDS
+        ]
         fieldsets: list[tuple[str | None, dict[str, Any]]] = [(None, {"fields": run_fields})]
         placed = {name for *_, members in SECTIONS for name in members.split()}
         for title, is_open, help_text, members in SECTIONS:

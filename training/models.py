@@ -36,6 +36,11 @@ class DatasetSnapshot(models.Model):
         return self.export.n_pairs
 
 
+# Kinds that score with a reward-model run: PPO and RLOO need one, GRPO may use one.
+REWARD_MODEL_KINDS = ("ppo", "rloo", "grpo")
+REWARD_MODEL_REQUIRED = ("ppo", "rloo")
+
+
 class TrainingRun(models.Model):
     """One training job: what to train, on what, with which validated configuration."""
 
@@ -47,6 +52,7 @@ class TrainingRun(models.Model):
         KTO = "kto", "KTO"
         PPO = "ppo", "PPO"
         RLOO = "rloo", "RLOO"
+        GRPO = "grpo", "GRPO"
 
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
@@ -67,7 +73,10 @@ class TrainingRun(models.Model):
         DatasetSnapshot,
         on_delete=models.PROTECT,
         related_name="runs",
-        help_text="Preference pairs (rm, dpo, simpo, orpo) or the prompts to roll out on (ppo, rloo).",
+        help_text=(
+            "Preference pairs (rm, dpo, simpo, orpo, kto) or the prompts to roll out on "
+            "(ppo, rloo, grpo)."
+        ),
     )
     reward_model_run = models.ForeignKey(
         "self",
@@ -75,7 +84,10 @@ class TrainingRun(models.Model):
         blank=True,
         on_delete=models.PROTECT,
         related_name="policy_runs",
-        help_text="PPO / RLOO: a succeeded reward-model run whose model scores the rollouts.",
+        help_text=(
+            "PPO / RLOO (required), GRPO (optional beside verifiable rewards): a succeeded "
+            "reward-model run whose model scores the rollouts."
+        ),
     )
     config = models.JSONField(
         default=dict, blank=True, help_text="Settings that differ from the recipe's defaults."
@@ -121,7 +133,7 @@ class TrainingRun(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=1, gpus__lte=64), name="run_gpus_range"),
             models.CheckConstraint(
-                condition=Q(kind__in=["ppo", "rloo"]) | Q(reward_model_run__isnull=True),
+                condition=Q(kind__in=REWARD_MODEL_KINDS) | Q(reward_model_run__isnull=True),
                 name="run_reward_model_only_for_rl",
             ),
         ]

@@ -25,7 +25,15 @@ from annotation.models import DatasetExport
 from common.errors import ConcordError, ModelUnavailableError
 from common.jobs import task_send
 from common.model_registry import model_get, model_path
-from training.models import Checkpoint, DatasetSnapshot, MetricPoint, RunEvent, TrainingRun
+from training.models import (
+    REWARD_MODEL_KINDS,
+    REWARD_MODEL_REQUIRED,
+    Checkpoint,
+    DatasetSnapshot,
+    MetricPoint,
+    RunEvent,
+    TrainingRun,
+)
 
 # Config fields Concord fills in itself (from the run's base model, snapshot and folder).
 MANAGED_FIELDS = (
@@ -136,15 +144,17 @@ def run_config_validate(
 
 
 def run_models_check(*, kind: str, base_model: str, reward_model_run: TrainingRun | None) -> None:
-    """The base model exists in the registry; PPO/RLOO have a succeeded reward-model run."""
+    """The base model exists in the registry; PPO/RLOO have a succeeded reward-model run, GRPO
+    may have one (its verifiable rewards may score alone)."""
     model_get(base_model)  # unknown names raise with the list of known ones
-    if kind in ("ppo", "rloo"):
-        if reward_model_run is None:
-            raise RunError(f"a {kind.upper()} run needs a succeeded reward-model run")
-        if reward_model_run.kind != "rm" or reward_model_run.status != Status.SUCCEEDED:
-            raise RunError("the reward model must be a succeeded reward-model (rm) run")
-    elif reward_model_run is not None:
-        raise RunError("only PPO and RLOO runs take a reward model")
+    if kind in REWARD_MODEL_REQUIRED and reward_model_run is None:
+        raise RunError(f"a {kind.upper()} run needs a succeeded reward-model run")
+    if reward_model_run is None:
+        return
+    if kind not in REWARD_MODEL_KINDS:
+        raise RunError("only PPO, RLOO and GRPO runs take a reward model")
+    if reward_model_run.kind != "rm" or reward_model_run.status != Status.SUCCEEDED:
+        raise RunError("the reward model must be a succeeded reward-model (rm) run")
 
 
 @transaction.atomic

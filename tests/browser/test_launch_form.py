@@ -1,5 +1,5 @@
 """The launch form in a real browser, as a new ML engineer uses it: for each kind (rm, dpo, simpo,
-orpo, kto, ppo, rloo) and each preset, open the form from the kind picker, keep every default, save,
+orpo, kto, ppo, rloo, grpo) and each preset, open the form from the kind picker, keep every default, save,
 then "Save and launch"; the run is queued on the gpu queue. Then the kind switch (the select reloads
 the form) and a post whose kind differs from the form's (refused). Every page is checked for
 Content-Security-Policy violations and page errors.
@@ -81,14 +81,15 @@ def engineer_page(page: Page, world) -> Iterator[tuple[Page, list[str]]]:
     assert problems == []
 
 
-@pytest.mark.parametrize("kind", ["rm", "dpo", "simpo", "orpo", "kto", "ppo", "rloo"])
+@pytest.mark.parametrize("kind", ["rm", "dpo", "simpo", "orpo", "kto", "ppo", "rloo", "grpo"])
 def test_each_kind_saves_and_launches_with_the_defaults_of_every_preset(
     kind, engineer_page, world, sent
 ):
     """From the snapshot admin's "Train on this export" link, the kind picker, then each preset's
-    form: keep every default (name, and for PPO / RLOO the reward model, chosen), "Save and continue
-    editing" gives a draft holding the preset's values; "Save and launch" queues it, one task
-    ``training.tasks.run_training_task`` on the gpu queue, audited created then launched."""
+    form: keep every default (name, and for PPO / RLOO the reward model, chosen; GRPO's comes
+    chosen), "Save and continue editing" gives a draft holding the preset's values; "Save and
+    launch" queues it, one task ``training.tasks.run_training_task`` on the gpu queue, audited
+    created then launched."""
     page, _ = engineer_page
     snapshot, reward = world["snapshot"], world["reward"]
     for preset in PRESETS:
@@ -113,7 +114,7 @@ def test_each_kind_saves_and_launches_with_the_defaults_of_every_preset(
         assert (run.kind, run.status) == (kind, "draft")
         for name, value in preset.for_kind(kind).items():
             assert run.config[name] == value, (preset.name, name)
-        assert run.reward_model_run_id == (reward.pk if kind in ("ppo", "rloo") else None)
+        assert run.reward_model_run_id == (reward.pk if kind in ("ppo", "rloo", "grpo") else None)
 
         page.get_by_test_id("save-and-launch").click()
         expect(page.locator("ul.messagelist")).to_contain_text(

@@ -59,11 +59,12 @@ def _fixed_sampler():
 
 @contextlib.contextmanager
 def fixed_rollouts() -> Iterator[None]:
-    """Inside: PPO and RLOO sample fixed responses (a fresh prompt counter each time)."""
+    """Inside: PPO, RLOO and GRPO sample fixed responses (a fresh prompt counter each time)."""
     sample = _fixed_sampler()
     with (
         mock.patch("training.recipes.ppo.sample_rollouts", sample),
         mock.patch("training.recipes.rloo.sample_rollouts", sample),
+        mock.patch("training.recipes.grpo.sample_rollouts", sample),
         mock.patch("training.recipes.online.sample_rollouts", sample),
     ):
         yield

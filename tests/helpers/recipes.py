@@ -1,7 +1,7 @@
 """Recipe helpers shared by the training tests: a callback that asks to stop after a step (cancel,
-then resume), the settings of a quick run on the tiny model, and a tiny RLOO config."""
+then resume), the settings of a quick run on the tiny model, a tiny RLOO config and a tiny GRPO config."""
 
-from training.recipes import RLOOConfig, TrainingCallback
+from training.recipes import GRPOConfig, RLOOConfig, TrainingCallback
 
 
 class StopAfter(TrainingCallback):
@@ -50,3 +50,26 @@ def tiny_pair_values(model_dir, data_file, output_dir, **overrides) -> dict:
         "device": "cpu",
     }
     return {**values, **overrides}
+
+
+def grpo_config(policy, prompts, output_dir, **overrides) -> GRPOConfig:
+    """A 2-step GRPO config on CPU (batch 2, G = 4, 6 new tokens) for the tiny model, scored by a
+    verifiable length reward (no reward model) and without a reference (kl_coef 0)."""
+    values = {
+        "model": str(policy),
+        "data": str(prompts),
+        "output_dir": str(output_dir),
+        "rewards": ('length_penalty {"target": 12}',),
+        "batch_size": 2,
+        "group_size": 4,
+        "max_new_tokens": 6,
+        "max_length": 128,
+        "learning_rate": 1e-3,
+        "kl_coef": 0.0,
+        "checkpoint_every": 0,
+        "eval_prompts": 0,
+        "device": "cpu",
+        "max_steps": 2,
+    }
+    values.update(overrides)
+    return GRPOConfig(**values)

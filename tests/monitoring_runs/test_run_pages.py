@@ -194,3 +194,21 @@ def test_compare_puts_differing_settings_first(make_run, ml_engineer):
 def test_compare_explains_bad_input(ml_engineer, runs, status, message):
     response = logged_in(ml_engineer).get(reverse("monitoring:runs-compare"), {"runs": runs})
     assert response.status_code == status and message in response.content.decode()
+
+
+def test_a_grpo_run_page_groups_its_metrics_and_shows_the_stopping_panel(make_run, ml_engineer):
+    """A GRPO run: its headline is the reward and the KL, each reward component charts with the
+    rewards, the dynamic-sampling counts too, the clip fractions (low, high) with the policy and
+    as shares; the page shows its samples and the stopping panel."""
+    metrics = {"loss": 0.1, "kl": 0.02, "reward/score_mean": 0.4, "reward/exact_mean": 0.5,
+               "dynamic/groups_dropped": 1.0, "clip_fraction_high": 0.1}  # fmt: skip
+    run = make_run(kind="grpo", metrics={1: metrics})
+    meta = selectors.metric_meta(metrics)
+    assert (
+        meta["reward/exact_mean"]["group"] == meta["dynamic/groups_dropped"]["group"] == "rewards"
+    )
+    assert meta["clip_fraction_high"]["group"] == "policy"
+    assert meta["clip_fraction_high"]["unit_interval"] is True
+    assert [label for *_, label in selectors.HEADLINES["grpo"]] == ["reward", "KL"]
+    page = logged_in(ml_engineer).get(f"/monitoring/runs/{run.pk}/").content.decode()
+    assert 'data-testid="stopping-panel"' in page and 'data-testid="samples"' in page

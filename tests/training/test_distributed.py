@@ -1,4 +1,4 @@
-"""Data parallelism: DPO, SimPO, ORPO, KTO, PPO and RLOO on two CPU processes (torchrun, Gloo) reach the
+"""Data parallelism: DPO, SimPO, ORPO, KTO, PPO, RLOO and GRPO on two CPU processes (torchrun, Gloo) reach the
 weights one process does."""
 
 import json
@@ -103,7 +103,7 @@ def test_two_ranks_run_ppo_and_rloo_like_one_process(
 
     from tests.helpers.fixed_rollouts import fixed_rollouts
     from tests.helpers.tiny_models import tiny_llama
-    from training.recipes import PPOConfig, RLOOConfig, run_training
+    from training.recipes import GRPOConfig, PPOConfig, RLOOConfig, run_training
 
     reward = tiny_llama(tmp_path / "rm", tiny_tokenizer_dir, seed=1, for_classification=True)
     common = _online_values(tiny_llama_dir, reward, prompts_file)
@@ -114,6 +114,12 @@ def test_two_ranks_run_ppo_and_rloo_like_one_process(
             double_sample_variance=5e-6, **common,
         ),
         "rloo": lambda out: RLOOConfig(output_dir=str(out), batch_size=4, rloo_k=2, **common),
+        # GRPO: the k3 KL term, a verifiable reward beside the reward model, token-level loss
+        # (the divisor is every rank's tokens) and "batch" std scaling (every rank's rewards).
+        "grpo": lambda out: GRPOConfig(
+            output_dir=str(out), batch_size=4, group_size=2, kl_coef=0.04, updates_per_batch=2,
+            scale_rewards="batch", rewards=('length_penalty {"target": 12}',), **common,
+        ),
     }  # fmt: skip
     plan = []
     for kind, make in configs.items():
@@ -153,7 +159,7 @@ def test_two_ranks_resume_ppo_and_rloo_exactly(
     from safetensors.torch import load_file
 
     from tests.helpers.tiny_models import tiny_llama
-    from training.recipes import PPOConfig, RLOOConfig
+    from training.recipes import GRPOConfig, PPOConfig, RLOOConfig
 
     reward = tiny_llama(tmp_path / "rm", tiny_tokenizer_dir, seed=1, for_classification=True)
     common = {**_online_values(tiny_llama_dir, reward, prompts_file), "max_steps": 2}
@@ -164,6 +170,10 @@ def test_two_ranks_resume_ppo_and_rloo_exactly(
             anchor_fraction=0.25, perturb_fraction=0.25, **common,
         ),
         "rloo": lambda out: RLOOConfig(output_dir=str(out), batch_size=4, rloo_k=2, **common),
+        "grpo": lambda out: GRPOConfig(
+            output_dir=str(out), batch_size=4, group_size=2, kl_coef=0.04, dynamic_sampling=True,
+            rewards=('length_penalty {"target": 12}',), **common,
+        ),
     }  # fmt: skip
     plan = []
     for kind, make in configs.items():

@@ -22,7 +22,7 @@ PATHS = {"model": "/m", "data": "/d.jsonl", "output_dir": "/o"}
 
 
 def _paths(kind: str) -> dict[str, str]:
-    return {**PATHS, "reward_model": "/rm"} if kind in ("ppo", "rloo") else dict(PATHS)
+    return {**PATHS, "reward_model": "/rm"} if kind in ("ppo", "rloo", "grpo") else dict(PATHS)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -69,6 +69,15 @@ def test_field_types_from_the_annotations():
         ("ppo", {"anchor_fraction": 0.7, "perturb_fraction": 0.7}, "perturb_fraction"),
         ("rloo", {"kl_controller": "pid"}, "kl_controller"),
         ("rloo", {"rloo_k": 1}, "rloo_k"),
+        ("grpo", {"group_size": 1}, "group_size"),
+        ("grpo", {"loss_normalisation": "mean"}, "loss_normalisation"),
+        ("grpo", {"scale_rewards": "std"}, "scale_rewards"),
+        ("grpo", {"clip_low": 1.5}, "clip_low"),
+        ("grpo", {"rewards": ("length_penalty {target: 60}",)}, "rewards"),
+        ("grpo", {"rewards": ("bad name",)}, "rewards"),
+        ("grpo", {"rewards": ("a", "a")}, "rewards"),
+        ("grpo", {"rewards": ("a", "b"), "reward_weights": (1.0,)}, "reward_weights"),
+        ("grpo", {"reward_model_weight": 0.0}, "reward_weights"),
     ],
 )
 def test_errors_carry_their_field(kind, values, field):
@@ -119,3 +128,27 @@ def test_presets_by_name():
     with pytest.raises(ConfigError) as caught:
         preset_get("tpu")
     assert caught.value.field == "preset"
+
+
+def test_grpo_needs_a_reward_model_or_a_verifiable_reward():
+    """No reward model and no verifiable reward: refused under ``rewards``. Verifiable rewards
+    alone are enough, parsed with their labels and options, 1.0 each by default; with kl_coef 0
+    the recipe needs no reference model."""
+    from training.recipes.config import GRPOConfig
+
+    with pytest.raises(ConfigError) as caught:
+        GRPOConfig(**PATHS)
+    assert caught.value.field == "rewards"
+    config = GRPOConfig(
+        **PATHS,
+        rewards=['short=length_penalty {"target": 30}', "exact_answer"],
+        kl_coef=0.0,
+    )
+    assert [(s.key, s.name, s.options) for s in config.reward_specs()] == [
+        ("short", "length_penalty", {"target": 30}),
+        ("exact_answer", "exact_answer", {}),
+    ]
+    assert config.verifiable_weights() == [1.0, 1.0]
+    assert config.needs_reference is False
+    assert GRPOConfig(**PATHS, reward_model="/rm").needs_reference is True
+    assert config_from_dict(config.to_dict()) == config

@@ -342,3 +342,40 @@ def test_run_update_changes_drafts_only(snapshot):
     TrainingRun.objects.filter(pk=run.pk).update(status="failed")
     with pytest.raises(services.RunError, match="only a draft can be changed"):
         services.run_update(run=run, user=None, config={"beta": 0.5}, **fields)
+
+
+def test_grpo_preselects_the_newest_reward_model_and_takes_verifiable_rewards_alone(
+    ml_engineer, snapshot, reward_run
+):
+    """GRPO's reward model is optional: a new form has the newest succeeded one chosen (so it saves
+    at its defaults); emptied, with a verifiable reward typed in, the run saves without one and
+    stores the reward's line; emptied with no reward, the error stands under ``rewards``."""
+    client = logged_in(ml_engineer)
+    url = f"{ADD}?kind=grpo&snapshot={snapshot.pk}"
+    form = _page_form(client, url)
+    assert form["reward_model_run"].value() == reward_run.pk
+    assert form.fields["reward_model_run"].required is False
+    data = {**_browser_data(form), "name": "rules only", "reward_model_run": ""}
+    response = client.post(url, data)
+    assert response.context["adminform"].form.errors[CONFIG_PREFIX + "rewards"] == [
+        "rewards: name a verifiable reward or choose a reward model"
+    ]
+    data[CONFIG_PREFIX + "rewards"] = 'length_penalty {"target": 60}\nformat'
+    data[CONFIG_PREFIX + "reward_weights"] = "1.0\n0.5"
+    assert client.post(url, data).status_code == 302
+    run = TrainingRun.objects.get(name="rules only")
+    assert run.reward_model_run is None
+    assert run.config["rewards"] == ['length_penalty {"target": 60}', "format"]
+    assert run.config["reward_weights"] == [1.0, 0.5]
+
+
+def test_grpo_without_any_reward_model_run_shows_an_error_not_a_crash(ml_engineer, snapshot):
+    """No succeeded reward model anywhere and no verifiable reward: the unchanged GRPO form comes
+    back with the error under ``rewards`` (a 200, not a 500) and saves nothing."""
+    client = logged_in(ml_engineer)
+    url = f"{ADD}?kind=grpo&snapshot={snapshot.pk}"
+    data = {**_browser_data(_page_form(client, url)), "name": "nothing scores"}
+    response = client.post(url, data)
+    assert response.status_code == 200
+    assert CONFIG_PREFIX + "rewards" in response.context["adminform"].form.errors
+    assert not TrainingRun.objects.exists()

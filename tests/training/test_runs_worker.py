@@ -57,6 +57,22 @@ def test_admin_launch_runs_to_the_end_on_the_worker(kind, snapshot, worker, ml_e
     assert run.worker and run.worker.split(":")[1] != str(os.getpid())
 
 
+def test_a_grpo_run_with_verifiable_rewards_runs_on_the_worker(snapshot, worker):
+    """GRPO scored by a verifiable reward alone (no reward-model run, no reference at kl_coef 0)
+    runs on the worker from the snapshot's prompts: every step logs its reward component, and
+    the checkpoints come at their interval."""
+    config = {"group_size": 2, "max_new_tokens": 4, "kl_coef": 0.0, "eval_prompts": 0,
+              "rewards": ['length_penalty {"target": 20}'], "max_steps": 4}  # fmt: skip
+    run = _run(snapshot, "grpo", **config)
+    services.run_launch(run=run, user=None)
+    wait_for_run(run, lambda r: r.status in TrainingRun.FINISHED)
+    assert run.status == "succeeded", run.error
+    assert run.step == run.total_steps == 4
+    assert MetricPoint.objects.filter(run=run, name="reward/length_penalty_mean").count() == 4
+    assert list(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [2, 4]
+    assert run.summary["reference_model"] is False
+
+
 def test_cancel_reaches_the_running_loop_within_seconds(snapshot, worker):
     run = _run(snapshot, max_steps=100_000, checkpoint_every=0)
     services.run_launch(run=run, user=None)

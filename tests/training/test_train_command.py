@@ -223,3 +223,35 @@ def test_train_kto_errors_are_command_errors(tiny_llama_dir, pairs_file, tmp_pat
         _run("--kind", "dpo", "--data", str(pairs_file), "--unpaired-file", str(bad))
     with pytest.raises(CommandError, match="--unpaired-file: no such file"):
         _run(*_kto_args(tiny_llama_dir, tmp_path, "--unpaired-file", str(tmp_path / "no.jsonl")))
+
+
+def test_train_grpo_with_verifiable_rewards(tiny_llama_dir, prompts_file, tmp_path):
+    """``--kind grpo`` with two ``--reward`` lines and their weights, no reward model: step lines
+    with each component's mean, then a summary in samples per second (no reference at kl_coef 0)."""
+    rows = _run(
+        "--kind", "grpo", "--data", str(prompts_file), "--model", str(tiny_llama_dir),
+        "--output", str(tmp_path / "run"), "--batch-size", "2", "--max-steps", "2",
+        "--reward", 'length_penalty {"target": 20}', "--reward", "long=length_penalty",
+        "--reward-weight", "1", "--reward-weight", "0.5",
+        "--set", "group_size=2", "--set", "max_new_tokens=4", "--set", "kl_coef=0",
+        "--set", "eval_prompts=0", "--set", "device=cpu",
+    )  # fmt: skip
+    steps, summary = rows[:-1], rows[-1]
+    assert [row["step"] for row in steps] == [1, 2]
+    for row in steps:
+        total = row["reward/length_penalty_mean"] + 0.5 * row["reward/long_mean"]
+        assert row["reward/score_mean"] == pytest.approx(total)
+    assert summary["status"] == "completed" and summary["samples_per_second"] > 0
+    assert summary["reference_model"] is False
+
+
+def test_train_grpo_refuses_an_unknown_reward_and_rewards_for_other_kinds(
+    tiny_llama_dir, prompts_file, pairs_file, tmp_path
+):
+    """An unregistered reward name is a command error listing the known ones; --reward with
+    another kind is refused."""
+    common = ["--model", str(tiny_llama_dir), "--output", str(tmp_path / "run")]
+    with pytest.raises(CommandError, match="unknown reward 'nope'; known rewards: exact_answer"):
+        _run("--kind", "grpo", "--data", str(prompts_file), "--reward", "nope", *common)
+    with pytest.raises(CommandError, match="only with --kind grpo"):
+        _run("--kind", "dpo", "--data", str(pairs_file), "--reward", "format", *common)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from training.recipes import ConfigError, PPOConfig, RLOOConfig
+from training.recipes import ConfigError, GRPOConfig, PPOConfig, RLOOConfig
 from training.recipes.config import ZERO_STAGES
 from training.recipes.zero import (
     ZERO_PRESETS,
@@ -63,6 +63,27 @@ def test_rloo_batch_fields_follow_the_recipe():
     assert values["optimizer"]["params"]["lr"] == 3e-6
     assert values["optimizer"]["params"]["weight_decay"] == 0.01
     assert values["optimizer"]["params"]["torch_adam"] is True  # states on the GPU
+
+
+def test_grpo_batch_fields_follow_the_groups(tmp_path):
+    """GRPO steps on B x G = 4 x 8 = 32 samples (one backward per rank per update): on 4 GPUs each
+    runs 8 in one pass; the offload preset keeps the optimiser states in pinned CPU memory with
+    DeepSpeed's CPU Adam; the JSON written for the launcher is the same dict. kl_coef 0 changes
+    nothing here (the reference is not trained)."""
+    config = GRPOConfig(
+        **COMMON, deepspeed="zero2_offload", batch_size=4, group_size=8, bf16=True, kl_coef=0.0,
+    )  # fmt: skip
+    values = zero_config(config, world_size=4)
+    assert values["train_micro_batch_size_per_gpu"] == 8
+    assert values["gradient_accumulation_steps"] == 1
+    assert values["train_batch_size"] == 32
+    assert values["zero_optimization"]["stage"] == 2
+    assert values["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert values["optimizer"]["params"]["torch_adam"] is False
+    written = write_zero_config(config, tmp_path / "ds.json", world_size=4)
+    assert json.loads(written.read_text()) == values
+    with pytest.raises(ConfigError, match="not supported by the PPO/RLOO/GRPO loops"):
+        require_zero_available(GRPOConfig(**COMMON, deepspeed="zero3"), "cuda")
 
 
 def test_ppo_batch_fields_follow_the_minibatch():

@@ -16,6 +16,7 @@ from training.recipes.callbacks import CallbackList, JsonLinesReporter, Training
 from training.recipes.config import (
     ConfigError,
     DPOConfig,
+    GRPOConfig,
     KTOConfig,
     ORPOConfig,
     PPOConfig,
@@ -30,6 +31,7 @@ from training.recipes.config import (
 
 if TYPE_CHECKING:
     from training.recipes.dpo import train_dpo
+    from training.recipes.grpo import train_grpo
     from training.recipes.kto import train_kto
     from training.recipes.ppo import train_ppo
     from training.recipes.reference_free import train_orpo, train_simpo
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "train_dpo": "training.recipes.dpo",
     "train_kto": "training.recipes.kto",
+    "train_grpo": "training.recipes.grpo",
     "train_ppo": "training.recipes.ppo",
     "train_simpo": "training.recipes.reference_free",
     "train_orpo": "training.recipes.reference_free",
@@ -57,6 +60,7 @@ _RECIPES = {
     "kto": "train_kto",
     "ppo": "train_ppo",
     "rloo": "train_rloo",
+    "grpo": "train_grpo",
     "rm": "train_reward_model",
 }
 
@@ -87,6 +91,7 @@ __all__ = [
     "CallbackList",
     "ConfigError",
     "DPOConfig",
+    "GRPOConfig",
     "JsonLinesReporter",
     "KTOConfig",
     "ORPOConfig",
@@ -103,6 +108,7 @@ __all__ = [
     "reward_scores",
     "run_training",
     "train_dpo",
+    "train_grpo",
     "train_kto",
     "train_orpo",
     "train_ppo",

@@ -3,12 +3,17 @@
 Defaults are PIPELINE.md's. ``__post_init__`` rejects impossible values naming the field. The resolved
 configuration is written as ``config.json`` in the run's output folder, so a run can be repeated
 exactly (``config_from_dict(json.load(...))``).
+
+Long module: one dataclass per kind beside the shared fields and the form descriptions, so that a
+kind's settings, defaults and checks read in one place (split when a kind's checks grow their own
+helpers).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,12 +22,15 @@ from typing import Any
 
 from training.recipes.lora import LoraSettings
 
-KINDS = ("rm", "dpo", "simpo", "orpo", "kto", "ppo", "rloo")
+KINDS = ("rm", "dpo", "simpo", "orpo", "kto", "ppo", "rloo", "grpo")
 # training.algorithms.DPO_LOSS_TYPES, repeated so that validating a config never imports torch (the
 # admin validates run settings in the web process); a test checks the two agree.
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 # training.recipes.zero.ZERO_PRESETS' names, repeated for the same reason (checked by a test).
 ZERO_STAGES = ("none", "zero2", "zero2_offload", "zero3", "zero3_offload")
+# training.algorithms.grpo's ADVANTAGE_SCALES and GRPO_LOSS_NORMS, repeated for the same reason.
+GRPO_SCALES = ("group", "batch", "none")
+GRPO_LOSS_NORMS = ("token", "sequence", "constant")
 
 
 def _f(default: Any, help: str, *, choices: tuple[str, ...] = (), **kwargs: Any) -> Any:
@@ -66,7 +74,7 @@ class TrainingConfig:
         "", "local Hugging Face folder of the base model (policy, or reward-model base)"
     )
     data: str = _f(
-        "", "JSONL file: preference pairs (rm, dpo, simpo, orpo, kto) or prompts (ppo, rloo)"
+        "", "JSONL file: preference pairs (rm, dpo, simpo, orpo, kto) or prompts (ppo, rloo, grpo)"
     )
     output_dir: str = _f("", "run folder: config.json, metrics.jsonl, checkpoints/, final/")
     seed: int = _f(0, "seed for data order, initialisation and sampling")
@@ -74,8 +82,8 @@ class TrainingConfig:
     max_steps: int | None = _f(None, "stop after this many optimiser steps (None: run all epochs)")
     batch_size: int = _f(
         8,
-        "pairs (rm, dpo, simpo, orpo), labelled completions (kto) or prompts (ppo, rloo) per "
-        "optimiser step",
+        "pairs (rm, dpo, simpo, orpo), labelled completions (kto) or prompts (ppo, rloo, grpo) "
+        "per optimiser step",
     )
     micro_batch_size: int | None = _f(
         None, "rows per forward pass; batch_size / micro_batch_size = gradient accumulation steps"
@@ -435,8 +443,7 @@ class OnlineRLConfig(TrainingConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.reward_model:
-            raise _invalid("reward_model", "required")
+        self.check_reward_sources()
         if self.eval_prompts < 0:
             raise _invalid("eval_prompts", f"must be >= 0, got {self.eval_prompts}")
         if self.eval_every < 1:
@@ -458,6 +465,17 @@ class OnlineRLConfig(TrainingConfig):
             self.reward_range = _number_pair("reward_range", self.reward_range)
             if not self.reward_range[0] < self.reward_range[1]:
                 raise _invalid("reward_range", f"need low < high, got {self.reward_range}")
+
+    def check_reward_sources(self) -> None:
+        """PPO and RLOO score with a reward model; GRPO may score with verifiable rewards."""
+        if not self.reward_model:
+            raise _invalid("reward_model", "required")
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the recipe reads the reference model (PPO and RLOO always do: their KL goes
+        into the reward, and their eval round compares against it)."""
+        return True
 
 
 @dataclass
@@ -555,6 +573,175 @@ class PPOConfig(OnlineRLConfig):
         self.perturb_instructions = tuple(self.perturb_instructions)
 
 
+@dataclass(frozen=True)
+class RewardSpec:
+    """One verifiable reward of a GRPO run, parsed from its line ``[label=]name [JSON options]``:
+    ``length_penalty {"target": 60}``, ``short=length_penalty {"target": 30}``, ``exact_answer``.
+    The name is checked against the registry (``training.algorithms.rewards``) when the recipe
+    starts: the registry needs the torch package, which the web process does not load."""
+
+    name: str
+    options: dict[str, Any]
+    label: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+def parse_reward_spec(line: str) -> RewardSpec:
+    """``[label=]name [JSON object]`` -> RewardSpec; ConfigError (field ``rewards``) naming the line
+    otherwise."""
+    head, _, options_text = line.strip().partition(" ")
+    label, _, name = head.rpartition("=")
+    words = [w for w in (label, name) if w]
+    if not name or not all(w.replace("_", "").isalnum() for w in words):
+        raise _invalid(
+            "rewards",
+            f"'[label=]name [JSON options]' with names of letters, digits and underscores, "
+            f"got {line!r}",
+        )
+    options: Any = {}
+    if options_text.strip():
+        try:
+            options = json.loads(options_text)
+        except json.JSONDecodeError as error:
+            raise _invalid("rewards", f"options of {line!r} are not JSON ({error.msg})") from None
+        if not isinstance(options, dict):
+            raise _invalid("rewards", f"options of {line!r} must be a JSON object {{...}}")
+    return RewardSpec(name=name, options=options, label=label or None)
+
+
+@dataclass
+class GRPOConfig(OnlineRLConfig):
+    """GRPO: G samples per prompt, advantages relative to the group, clipped ratio with a k3 KL."""
+
+    reward_model: str = _f(
+        "",
+        "reward model folder (AutoModelForSequenceClassification, 1 label); optional for GRPO "
+        "when verifiable rewards score the samples",
+    )
+    batch_size: int = _f(4, "prompts per optimiser step (each sampled group_size times)")
+    group_size: int = _f(8, "samples per prompt G (>= 2); advantages are relative to the group")
+    scale_rewards: str = _f(
+        "group",
+        "divide the centred rewards by the group's std ('group', GRPO), the batch's ('batch') or "
+        "not at all ('none', Dr. GRPO)",
+        choices=GRPO_SCALES,
+    )
+    loss_normalisation: str = _f(
+        "token",
+        "'token': mean over every completion token of the batch (DAPO); 'sequence': mean per "
+        "sequence, then over sequences (GRPO paper); 'constant': sum / (samples x max_new_tokens)",
+        choices=GRPO_LOSS_NORMS,
+    )
+    clip_low: float = _f(0.2, "lower clip epsilon of the ratio: clip(rho, 1 - clip_low, ...)")
+    clip_high: float | None = _f(
+        None, "upper clip epsilon (DAPO's clip-higher: 0.28); None: the same as clip_low"
+    )
+    updates_per_batch: int = _f(
+        1,
+        "optimiser updates on each batch of samples (TRL's num_iterations); above 1 the ratio "
+        "leaves 1 and the clip acts",
+    )
+    kl_coef: float = _f(
+        0.04, "weight of the k3 KL to the reference in the loss; 0: no reference model is loaded"
+    )
+    kl_estimator: str = _f("k3", "GRPO's KL term is k3 (Schulman 2020)", choices=("k3",))
+    dynamic_sampling: bool = _f(
+        False,
+        "drop the groups whose rewards are all equal (no signal) and sample fresh prompts in "
+        "their place (DAPO)",
+    )
+    dynamic_sampling_rounds: int = _f(
+        3, "at most this many rounds of fresh prompts per step; what stays flat is dropped"
+    )
+    rewards: tuple[str, ...] = _f(
+        (),
+        "verifiable rewards, one per line: [label=]name [JSON options], e.g. "
+        'length_penalty {"target": 60}; built in: exact_answer, regex_match, format, '
+        "length_penalty",
+    )
+    reward_weights: tuple[float, ...] = _f(
+        (), "weight of each verifiable reward, in order (empty: 1.0 each)"
+    )
+    reward_modules: tuple[str, ...] = _f(
+        (),
+        "Python modules imported before the rewards are looked up, one per line: where your own "
+        "@rewards.register functions live (e.g. myproject.rewards)",
+    )
+    reward_model_weight: float = _f(
+        1.0, "weight of the reward model's score in the total (when there is a reward model)"
+    )
+    reward_range: tuple[float, float] | None = _f(
+        None,
+        "min-max normalise the reward model's scores into this range, fitted on the first batch "
+        "(None: off; group advantages are already centred and scaled)",
+    )
+    length_penalty_coef: float = _f(0.0, "reward -= coef * max(0, length - base) (0: off)")
+    missing_eos_penalty: float = _f(0.0, "subtracted from responses that never emit EOS (0: off)")
+
+    def __post_init__(self) -> None:
+        self.rewards = tuple(self.rewards) if not isinstance(self.rewards, str) else (self.rewards,)
+        self.reward_weights = tuple(self.reward_weights)
+        modules = self.reward_modules
+        self.reward_modules = (modules,) if isinstance(modules, str) else tuple(modules)
+        super().__post_init__()
+        self.kind = "grpo"
+        if self.group_size < 2:
+            raise _invalid("group_size", f"must be >= 2, got {self.group_size}")
+        if not 0 < self.clip_low < 1:
+            raise _invalid("clip_low", f"must be in (0, 1), got {self.clip_low}")
+        if self.clip_high is not None and self.clip_high <= 0:
+            raise _invalid("clip_high", f"must be > 0 or None, got {self.clip_high}")
+        if self.updates_per_batch < 1:
+            raise _invalid("updates_per_batch", f"must be >= 1, got {self.updates_per_batch}")
+        if self.dynamic_sampling_rounds < 0:
+            raise _invalid(
+                "dynamic_sampling_rounds", f"must be >= 0, got {self.dynamic_sampling_rounds}"
+            )
+        bad = [m for m in self.reward_modules if not all(p.isidentifier() for p in m.split("."))]
+        if bad:
+            raise _invalid("reward_modules", f"dotted Python module names, got {bad}")
+        if self.kl_controller != "fixed" and self.kl_coef == 0:
+            raise _invalid("kl_controller", "'fixed' when kl_coef is 0 (no reference is loaded)")
+
+    def check_reward_sources(self) -> None:
+        """A reward model, verifiable rewards, or both; the rewards' lines parse; one weight each."""
+        specs = self.reward_specs()
+        if not self.reward_model and not specs:
+            raise _invalid("rewards", "name a verifiable reward or choose a reward model")
+        keys = [spec.key for spec in specs]
+        twice = sorted({key for key in keys if keys.count(key) > 1})
+        if twice:
+            raise _invalid("rewards", f"{twice} appear twice; give each a distinct label=")
+        if self.reward_weights and len(self.reward_weights) != len(specs):
+            raise _invalid(
+                "reward_weights",
+                f"one weight per reward: {len(specs)} rewards, {len(self.reward_weights)} weights",
+            )
+        weights = [float(w) for w in self.reward_weights]
+        if not all(math.isfinite(w) for w in [*weights, self.reward_model_weight]):
+            raise _invalid("reward_weights", "weights must be finite numbers")
+        if not any(self.verifiable_weights()) and not (
+            self.reward_model and self.reward_model_weight
+        ):
+            raise _invalid("reward_weights", "every weight is 0: the reward would carry no signal")
+
+    def reward_specs(self) -> list[RewardSpec]:
+        """The verifiable rewards, parsed (blank lines skipped)."""
+        return [parse_reward_spec(line) for line in self.rewards if line.strip()]
+
+    def verifiable_weights(self) -> list[float]:
+        """One weight per verifiable reward (1.0 each when none are set)."""
+        return [float(w) for w in self.reward_weights] or [1.0] * len(self.reward_specs())
+
+    @property
+    def needs_reference(self) -> bool:
+        """GRPO reads the reference only for its KL term."""
+        return self.kl_coef > 0
+
+
 CONFIG_CLASSES: dict[str, type[TrainingConfig]] = {
     "rm": RewardModelConfig,
     "dpo": DPOConfig,
@@ -563,6 +750,7 @@ CONFIG_CLASSES: dict[str, type[TrainingConfig]] = {
     "kto": KTOConfig,
     "ppo": PPOConfig,
     "rloo": RLOOConfig,
+    "grpo": GRPOConfig,
 }
 
 

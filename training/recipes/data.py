@@ -13,7 +13,9 @@ A Concord export's pairs rows also carry ``comparison_id``, ``chosen_side`` ("a"
 annotator-aware reward model (``judgements_file_for``).
 
 ``prompt`` is a string or a list of chat messages; responses are strings (or a one-message list).
-Prompt rows (PPO, RLOO) need only ``prompt``. A bad line raises ``DataError`` naming its number.
+Prompt rows (PPO, RLOO, GRPO) need only ``prompt``; for GRPO's verifiable rewards a row may carry the
+prompt's reference ``answer`` (or ``metadata.answer``). A bad line raises ``DataError`` naming its
+number.
 """
 
 from __future__ import annotations
@@ -239,6 +241,31 @@ def load_prompt_clusters(path: str | Path) -> dict[Messages, str]:
         cluster = row.get("cluster")
         if cluster is not None:
             found[_messages(row.get("prompt"), f"{path.name} line {n}")] = str(cluster)
+    return found
+
+
+def load_prompt_answers(path: str | Path) -> dict[Messages, str]:
+    """Each prompt's reference answer where its row gives one, in ``answer`` or ``metadata.answer``
+    (a number is read as its text: GSM8K's "72"); prompts without one are absent. Two rows of the
+    same prompt with different answers are a DataError."""
+    path = Path(path)
+    found: dict[Messages, str] = {}
+    for n, row in read_jsonl(path):
+        metadata = row.get("metadata")
+        answer = row.get("answer")
+        if answer is None and isinstance(metadata, dict):
+            answer = metadata.get("answer")
+        if answer is None:
+            continue
+        where = f"{path.name} line {n}"
+        if isinstance(answer, bool) or not isinstance(answer, str | int | float):
+            raise DataError(f"{where}: answer must be a text or a number, got {answer!r}")
+        prompt = _messages(row.get("prompt"), where)
+        if found.get(prompt, str(answer)) != str(answer):
+            raise DataError(
+                f"{where}: the prompt's answer {answer!r} differs from an earlier row's"
+            )
+        found[prompt] = str(answer)
     return found
 
 

@@ -1,6 +1,6 @@
-"""What PPO and RLOO share: loading the policy, reference and reward model; sampling responses with
-the chat template, EOS handling, reward-model scoring, reward shaping, the KL controller named in the
-config; the held-out evaluation; and the per-rollout statistics, reduced across ranks.
+"""What PPO, RLOO and GRPO share: loading the policy, reference and reward model; sampling responses
+with the chat template, EOS handling, reward-model scoring, reward shaping, the KL controller named in
+the config; the held-out evaluation; and the per-rollout statistics, reduced across ranks.
 
 Shapes: R rollouts (prompts x samples), T response tokens.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,22 +49,24 @@ EVAL_SPLIT_SEED = 20_240_601
 @dataclass
 class OnlineModels:
     """What an online recipe loads: the trainable policy (``packed``: packed batches work with it),
-    the frozen reference, and the frozen reward model behind ``scorer``."""
+    the frozen reference (None when the config needs none: GRPO with kl_coef 0), and the frozen
+    reward model behind ``scorer`` (None when GRPO scores with verifiable rewards alone)."""
 
     tokenizer: Any  # the policy's, left padding for generation
     encoder: ChatEncoder
     policy: Any
     packed: bool
-    reference: Any
-    scorer: RewardScorer
+    reference: Any | None
+    scorer: RewardScorer | None
 
 
 def load_online_models(
     config: OnlineRLConfig, *, device: torch.device, resume_from: Any = None
 ) -> OnlineModels:
     """Policy (from ``resume_from`` when resuming), reference (``ref_model`` or the starting policy;
-    with LoRA, the policy with its adapters off) and reward model, on ``device``; only the policy
-    (its adapters, with LoRA) is trainable."""
+    only when ``config.needs_reference``; with LoRA, the policy with its adapters off) and reward
+    model (when ``config.reward_model`` names one), on ``device``; only the policy (its adapters,
+    with LoRA) is trainable."""
     tokenizer = load_tokenizer(config.model, padding_side="left")
     encoder = ChatEncoder(
         tokenizer,
@@ -73,12 +75,21 @@ def load_online_models(
         fit=FitLog("prompts"),
     )
     policy, packed = load_policy(resume_from or config.model, config, device)
-    reference = reference_model(
-        config.ref_model or (None if is_lora_model(policy) else config.model),
-        policy,
-        device=device,
-        packing=config.packing,
-    )
+    reference = None
+    if config.needs_reference:
+        reference = reference_model(
+            config.ref_model or (None if is_lora_model(policy) else config.model),
+            policy,
+            device=device,
+            packing=config.packing,
+        )
+    scorer = load_reward_scorer(config, device) if config.reward_model else None
+    return OnlineModels(tokenizer, encoder, policy, packed, reference, scorer)
+
+
+def load_reward_scorer(config: OnlineRLConfig, device: torch.device) -> RewardScorer:
+    """The frozen reward model of ``config.reward_model`` behind a scorer, conditioned on the
+    prompts' clusters when it was trained per cluster."""
     reward_tokenizer = load_tokenizer(config.reward_model)
     reward_model = (
         load_sequence_classifier(
@@ -105,7 +116,7 @@ def load_online_models(
         scorer.condition_on(
             conditioning.to(device).requires_grad_(False), load_prompt_clusters(config.data)
         )
-    return OnlineModels(tokenizer, encoder, policy, packed, reference, scorer)
+    return scorer
 
 
 def policy_limit(config: OnlineRLConfig, tokenizer: Any) -> int:
@@ -404,11 +415,13 @@ def evaluate_policy(
     *,
     ranks: Ranks,
     device: torch.device,
+    score: Callable[[list[Rollout]], torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """Greedy responses of the policy to the held-out ``prompts`` (each rank answers its block),
     scored by the reward model: eval_reward_mean and eval_reward_std (raw scores: the training
     normaliser clamps to its range, which would flatten the curve the plateau rule reads), mean
-    response length and EOS rate. Draws no randomness, so training continues exactly as without it."""
+    response length and EOS rate. ``score(rollouts) -> [R]`` replaces the reward model (GRPO's
+    verifiable rewards). Draws no randomness, so training continues exactly as without it."""
     rows: list[tuple[float, float, float]] = []
     with _rng_untouched(device):
         for part in chunks(ranks.block(prompts), config.batch_size):
@@ -421,7 +434,10 @@ def evaluate_policy(
                     max_new_tokens=config.max_new_tokens,
                     greedy=True,
                 )
-                scores = score_rollouts(models.scorer, rollouts, batch_size=len(rollouts))
+                if score is not None:
+                    scores = score(rollouts)
+                else:
+                    scores = score_rollouts(models.scorer, rollouts, batch_size=len(rollouts))
             rows += [
                 (float(s), float(len(r.response_ids)), float(r.finished))
                 for s, r in zip(scores.tolist(), rollouts, strict=True)

@@ -1,7 +1,7 @@
-"""The run around PPO's and RLOO's steps: set-up (models, held-out prompts, sampler, updates, KL
-controller, restore), the step loop with held-out evaluation and samples, checkpoints that keep the
+"""The run around PPO's, RLOO's and GRPO's steps: set-up (models, held-out prompts, sampler, updates,
+KL controller, restore), the step loop with held-out evaluation and samples, checkpoints that keep the
 KL controller, the normaliser and every rank's RNG, and the summary. The steps themselves are in
-``ppo.py`` and ``rloo.py``."""
+``ppo.py``, ``rloo.py`` and ``grpo.py``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from training.recipes.online import (
     restore_rank_rng,
     split_eval_prompts,
 )
+from training.recipes.packing import build_batch, can_share_prompts, completion_token_logprobs
 from training.recipes.runtime import (
     Throughput,
     TrainResult,
@@ -46,8 +47,9 @@ from training.recipes.zero import require_zero_available
 class OnlineState:
     """What an online run holds between steps: the models, the training and held-out prompts,
     the updates (plain or DeepSpeed) of the policy and ``extra_modules`` (PPO's value head), the
-    schedule, the KL controller, the reward normaliser (fitted on the first scores) and where the
-    run starts."""
+    schedule, the KL controller, the reward normaliser (fitted on the first scores), where the
+    run starts, and ``eval_score`` (how held-out answers are scored when not by the reward model
+    alone: GRPO's total reward)."""
 
     run: Run
     config: OnlineRLConfig
@@ -62,6 +64,7 @@ class OnlineState:
     kl_controller: KLController
     normalizer: RewardNormalizer | None
     extra_modules: dict[str, nn.Module] | None
+    eval_score: Callable[[list[Any]], torch.Tensor] | None = None
 
     def samples_due(self, step: int) -> bool:
         """Whether ``step`` shows its rollouts (every ``eval_every`` steps and the last)."""
@@ -77,7 +80,21 @@ class OnlineState:
             self.config,
             ranks=self.run.ranks,
             device=self.run.device,
+            score=self.eval_score,
         )
+
+    def token_logprobs(self, model: Any, sequences: list[Any]) -> tuple[torch.Tensor, Any]:
+        """Per-token completion log-probs [M] of ``sequences`` (TokenizedSequence) under ``model``
+        at the sampling temperature, and the batch (SequenceBatch) they were laid out in."""
+        batch = build_batch(
+            sequences,
+            packed=self.models.packed,
+            pad_token_id=self.models.tokenizer.pad_token_id,
+            device=self.run.device,
+            share_prompts=self.models.packed and can_share_prompts(model),
+        )
+        logps = completion_token_logprobs(model, batch, temperature=self.config.temperature)
+        return logps, batch
 
     def count(
         self, throughput: Throughput, metrics: dict[str, float], rollouts: int, tokens: int
@@ -176,11 +193,12 @@ def online_summary(state: OnlineState, end: LoopEnd, kind: str) -> dict[str, Any
         "tokens_per_second": throughput.per_second(throughput.tokens),
         "kl_coef": state.kl_controller.value,
         **models.encoder.fit.summary(),
-        **models.scorer.fit.summary(),
+        **(models.scorer.fit.summary() if models.scorer is not None else {}),
         "packed": models.packed,
         "bf16": state.config.bf16,
         "peak_memory_bytes": peak_memory_bytes(state.run.device),
-        "reward_clusters": models.scorer.conditioned_clusters(),
+        "reward_clusters": models.scorer.conditioned_clusters() if models.scorer else 0,
+        "reference_model": models.reference is not None,
     }
 
 

@@ -65,6 +65,13 @@ PRESETS: tuple[Preset, ...] = (
                 "eval_prompts": 4,
                 "eval_every": 10,
             },
+            "grpo": {
+                "batch_size": 2,
+                "group_size": 4,
+                "max_new_tokens": 32,
+                "eval_prompts": 4,
+                "eval_every": 10,
+            },
         },
     ),
     Preset(
@@ -97,6 +104,7 @@ PRESETS: tuple[Preset, ...] = (
             "kto": {"batch_size": 32, "micro_batch_size": 8},
             "ppo": {"batch_size": 16, "minibatch_size": 8, "micro_batch_size": 8},
             "rloo": {"batch_size": 8, "micro_batch_size": 4},
+            "grpo": {"batch_size": 8, "micro_batch_size": 4},
         },
     ),
 )

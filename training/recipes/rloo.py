@@ -15,8 +15,6 @@ The normaliser is fitted on every rank's first scores, and the KL controller see
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from training.algorithms import kl_estimate, rloo_advantages, segment_sum
@@ -26,7 +24,6 @@ from training.recipes.distributed import all_reduce_sum
 from training.recipes.loop import Position, StepOutcome, start_run
 from training.recipes.online import rollout_metrics, sample_rollouts, score_rollouts, shape_rewards
 from training.recipes.online_run import OnlineState, fitted_normalizer, run_online, setup_online
-from training.recipes.packing import build_batch, can_share_prompts, completion_token_logprobs
 from training.recipes.runtime import Throughput, TrainResult, autocast
 from training.recipes.samples import rollout_samples
 
@@ -62,9 +59,9 @@ def rloo_step(state: OnlineState, at: Position, throughput: Throughput) -> StepO
         n = len(rollouts)
         sequences = [r.sequence() for r in rollouts]
         with torch.no_grad(), autocast(device, config.bf16):
-            ref_logps, _ = _token_logprobs(models.reference, sequences, state)
+            ref_logps, _ = state.token_logprobs(models.reference, sequences)
         with autocast(device, config.bf16):
-            logps, batch = _token_logprobs(models.policy, sequences, state)
+            logps, batch = state.token_logprobs(models.policy, sequences)
         kl_tokens = kl_estimate(logps.detach(), ref_logps, config.kl_estimator)  # type: ignore[arg-type]
         kl = segment_sum(kl_tokens, batch.segment_ids, n)
         rewards = shaped - state.kl_controller.value * kl
@@ -107,17 +104,3 @@ def rloo_step(state: OnlineState, at: Position, throughput: Throughput) -> StepO
         },
         samples=samples,
     )
-
-
-def _token_logprobs(model: Any, sequences: list, state: OnlineState) -> tuple[torch.Tensor, Any]:
-    """Per-token completion log-probs [M] of ``sequences`` under ``model`` at the sampling
-    temperature, and the batch they were laid out in."""
-    batch = build_batch(
-        sequences,
-        packed=state.models.packed,
-        pad_token_id=state.models.tokenizer.pad_token_id,
-        device=state.run.device,
-        share_prompts=state.models.packed and can_share_prompts(model),
-    )
-    logps = completion_token_logprobs(model, batch, temperature=state.config.temperature)
-    return logps, batch

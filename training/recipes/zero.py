@@ -30,7 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.recipes.config import ConfigError, OnlineRLConfig, PPOConfig, RLOOConfig
+from training.recipes.config import (
+    ConfigError,
+    GRPOConfig,
+    OnlineRLConfig,
+    PPOConfig,
+    RLOOConfig,
+)
 
 BUCKET_ELEMENTS = 500_000_000  # ZeRO-2 all-gather / reduce buckets, DeepSpeed's documented default
 
@@ -54,6 +60,8 @@ def rows_per_optimizer_step(config: OnlineRLConfig) -> int:
     """Sequences whose gradients make one optimiser step, over every rank."""
     if isinstance(config, RLOOConfig):
         return config.batch_size * config.rloo_k
+    if isinstance(config, GRPOConfig):
+        return config.batch_size * config.group_size
     if isinstance(config, PPOConfig):
         return config.minibatch_size
     return config.batch_size
@@ -155,7 +163,7 @@ def require_zero_available(config: OnlineRLConfig, device_type: str) -> None:
         return
     if ZERO_PRESETS[config.deepspeed].stage == 3:
         raise ConfigError(
-            f"deepspeed: {config.deepspeed!r} is not supported by the PPO/RLOO loops yet (ZeRO-3 "
+            f"deepspeed: {config.deepspeed!r} is not supported by the PPO/RLOO/GRPO loops yet (ZeRO-3 "
             "partitions the parameters: every rank would have to generate in lockstep, and the "
             "log-probability path reads the output layer's weight directly); use 'zero2' or "
             "'zero2_offload' (zero_config still writes ZeRO-3 configurations)"

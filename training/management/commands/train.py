@@ -1,8 +1,10 @@
-"""python manage.py train --kind {rm,dpo,simpo,orpo,kto,ppo,rloo} --data FILE.jsonl --model NAME_OR_DIR ...
+"""python manage.py train --kind {rm,dpo,simpo,orpo,kto,ppo,rloo,grpo} --data FILE.jsonl
+--model NAME_OR_DIR ...
 
 Other options: --output DIR (required), the settings below and --set KEY=VALUE. KTO trains on the
 pairs of --data split into desirable and undesirable examples, or on ``--unpaired-file FILE.jsonl``
-(TRL's unpaired format; --data may then be left out).
+(TRL's unpaired format; --data may then be left out). GRPO takes its verifiable rewards as
+``--reward 'NAME [JSON options]'`` (repeatable) with ``--reward-weight W``.
 
 Runs one training job in this process (debugging, scripts, benchmarks): one JSON line per logged
 step on stdout, then a JSON summary with pairs (or samples) and tokens per second. Ctrl-C stops after
@@ -55,7 +57,7 @@ def _parse_setting(text: str) -> tuple[str, Any]:
 
 def _startup_warnings(config: Any) -> list[str]:
     """Settings that will run but obviously waste the run, said before it starts."""
-    if config.kind not in ("ppo", "rloo"):
+    if config.kind not in ("ppo", "rloo", "grpo"):
         return []
     from training.recipes.models import load_tokenizer
     from training.recipes.online import eos_budget_warning, reference_answer_lengths
@@ -66,7 +68,10 @@ def _startup_warnings(config: Any) -> list[str]:
 
 
 class Command(BaseCommand):
-    help = "Train a reward model, or a policy with DPO, SimPO, ORPO, KTO, PPO or RLOO, in this process."
+    help = (
+        "Train a reward model, or a policy with DPO, SimPO, ORPO, KTO, PPO, RLOO or GRPO, in "
+        "this process."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         from training.recipes.config import KINDS  # the recipes package loads torch: not at import
@@ -87,9 +92,23 @@ class Command(BaseCommand):
         parser.add_argument("--max-steps", type=int)
         parser.add_argument("--learning-rate", type=float)
         parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
-        parser.add_argument("--reward-model", help="ppo/rloo: registry name or folder")
+        parser.add_argument("--reward-model", help="ppo/rloo/grpo: registry name or folder")
         parser.add_argument(
-            "--ref-model", help="dpo/kto/ppo/rloo: reference model (default: --model)"
+            "--ref-model", help="dpo/kto/ppo/rloo/grpo: reference model (default: --model)"
+        )
+        parser.add_argument(
+            "--reward",
+            action="append",
+            default=[],
+            metavar="'[LABEL=]NAME [JSON]'",
+            help="grpo: a verifiable reward, e.g. --reward 'length_penalty {\"target\": 60}'",
+        )
+        parser.add_argument(
+            "--reward-weight",
+            action="append",
+            type=float,
+            default=[],
+            help="grpo: the weight of each --reward, in order (default 1.0 each)",
         )
         parser.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
         parser.add_argument(
@@ -188,6 +207,11 @@ class Command(BaseCommand):
             if not Path(options["unpaired_file"]).is_file():
                 raise CommandError(f"--unpaired-file: no such file {options['unpaired_file']}")
             values["unpaired_data"] = options["unpaired_file"]
+        if options["reward"] or options["reward_weight"]:
+            if options["kind"] != "grpo":
+                raise CommandError("--reward and --reward-weight: only with --kind grpo")
+            values["rewards"] = tuple(options["reward"])
+            values["reward_weights"] = tuple(options["reward_weight"])
         values.update(_parse_setting(text) for text in options["set"])
         if not Path(values["data"]).is_file():
             raise CommandError(f"--data: no such file {values['data']}")
