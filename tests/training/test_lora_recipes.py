@@ -11,15 +11,18 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers.recipes import StopAfter, rloo_config, tiny_pair_values
+from tests.helpers.recipes import StopAfter, grpo_config, rloo_config, tiny_pair_values
 from training.recipes import (
     ConfigError,
     DPOConfig,
+    KTOConfig,
     ORPOConfig,
     PPOConfig,
     RewardModelConfig,
     SimPOConfig,
     train_dpo,
+    train_grpo,
+    train_kto,
     train_reward_model,
 )
 from training.recipes.lora import BaseModelView, is_adapter_folder
@@ -71,16 +74,20 @@ def _train(kind, dirs, output_dir, callback=None, **overrides):
     overrides = {"lora_rank": RANK, "max_steps": 2, **overrides}
     if kind == "rm":
         return train_reward_model(_rm_config(reward, pairs, output_dir, **overrides), callback)
-    if kind in ("dpo", "simpo", "orpo"):
+    if kind in ("dpo", "simpo", "orpo", "kto"):
         cls, train = {
             "dpo": (DPOConfig, train_dpo),
             "simpo": (SimPOConfig, train_simpo),
             "orpo": (ORPOConfig, train_orpo),
+            "kto": (KTOConfig, train_kto),
         }[kind]
         overrides.setdefault("batch_size", 2)
         return train(cls(**tiny_pair_values(llama, pairs, output_dir, **overrides)), callback)
     if kind == "rloo":
         return train_rloo(rloo_config(llama, reward, prompts, output_dir, **overrides), callback)
+    if kind == "grpo":  # with the k3 KL term, so the adapters-off reference is used
+        overrides.setdefault("kl_coef", 0.04)
+        return train_grpo(grpo_config(llama, prompts, output_dir, **overrides), callback)
     return train_ppo(_ppo_config(llama, reward, prompts, output_dir, **overrides), callback)
 
 
@@ -143,7 +150,7 @@ def test_lora_with_deepspeed_is_refused(tmp_path):
 # --- every kind ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["rm", "dpo", "simpo", "orpo", "ppo", "rloo"])
+@pytest.mark.parametrize("kind", ["rm", "dpo", "simpo", "orpo", "kto", "ppo", "rloo", "grpo"])
 def test_every_kind_trains_adapters_only_and_saves_them_loadable_and_mergeable(
     kind, dirs, tmp_path
 ):
@@ -180,7 +187,7 @@ def test_every_kind_trains_adapters_only_and_saves_them_loadable_and_mergeable(
     assert not torch.allclose(_logits(merged), _logits(_base_of(kind, dirs)))
 
 
-@pytest.mark.parametrize("kind", ["dpo", "rm", "rloo"])
+@pytest.mark.parametrize("kind", ["dpo", "rm", "rloo", "kto", "grpo"])
 def test_cancel_then_resume_with_lora_is_exact(kind, dirs, tmp_path):
     """3 steps straight, or cancelled after step 1 and resumed from its adapter checkpoint: the same
     final adapters to the bit (adapters, optimiser, schedule, RNG and data position came back). For
