@@ -166,7 +166,7 @@ def test_each_kind_and_preset_saves_its_unchanged_form_with_every_value(
     run = TrainingRun.objects.get(name=f"{kind} {preset}")
     assert (run.kind, run.status, run.created_by) == (kind, "draft", ml_engineer)
     expected = _defaults(kind, preset)
-    if kind == "dpo":  # None means Concord's shared cache, and the run stores which folder
+    if kind in ("dpo", "kto"):  # None: Concord's shared cache, and the run stores which folder
         expected["reference_cache_dir"] = run.config["reference_cache_dir"]
         assert expected["reference_cache_dir"].endswith("cache/reference-logps")
     assert run.config == expected
