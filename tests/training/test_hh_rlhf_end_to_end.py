@@ -1,7 +1,8 @@
 """Real data end to end (issue 22): the Anthropic HH-RLHF harmless pairs (multi-turn conversations)
-imported, exported, and trained on with every kind at the defaults for a few steps, from the CLI and
-through a Celery worker, to completion. Needs the packaged models, PostgreSQL, Redis and the shared
-data (../shared/data beside the repository, or CONCORD_SHARED_DATA); skips without any of them.
+imported, exported, and trained on with every kind (rm, dpo, simpo, orpo, ppo, rloo) at the defaults
+for a few steps, from the CLI and through a Celery worker, to completion. Needs the packaged models,
+PostgreSQL, Redis and the shared data (../shared/data beside the repository, or
+CONCORD_SHARED_DATA); skips without any of them.
 
 Only the step count, the batch sizes and the held-out evaluation size are set; the rest, max_length
 512 and max_new_tokens 128 included, are the defaults, so long conversations meet MiniLM's 512
@@ -31,7 +32,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.services,
     pytest.mark.django_db(transaction=True),
-    # Each test trains four kinds: an hour each (the suite's 600 s is per ordinary test).
+    # Each test trains six kinds: an hour each (the suite's 600 s is per ordinary test).
     pytest.mark.timeout(3600),
     # Tens of minutes of CPU (PPO and RLOO sample 128 tokens at the defaults): asked for, not in the
     # default run. `CONCORD_E2E=1 make test PYTEST_ARGS=tests/training/test_hh_rlhf_end_to_end.py`
@@ -47,6 +48,8 @@ STEPS = 2
 SETTINGS = {
     "rm": {"max_steps": STEPS, "batch_size": 4},
     "dpo": {"max_steps": STEPS, "batch_size": 2},
+    "simpo": {"max_steps": STEPS, "batch_size": 2},
+    "orpo": {"max_steps": STEPS, "batch_size": 2},
     "ppo": {"max_steps": STEPS, "batch_size": 2, "minibatch_size": 2, "eval_prompts": 2},
     "rloo": {"max_steps": STEPS, "batch_size": 2, "eval_prompts": 2},
 }
@@ -84,26 +87,31 @@ def _cli(kind: str, data: Path, output: Path, reward_model: Path | None = None) 
 
 
 def test_every_kind_trains_on_hh_rlhf_from_the_cli(hh_export, tmp_path):
-    """RM on MiniLM, then DPO, PPO and RLOO on SmolLM2 with that reward model: every run completes;
-    the online runs fit the long conversations to MiniLM's 512 positions and say how many."""
+    """RM on MiniLM, then DPO, SimPO, ORPO, PPO and RLOO on SmolLM2 (the online two with that reward
+    model): every run completes; SimPO and ORPO load no reference model; the online runs fit the
+    long conversations to MiniLM's 512 positions and say how many."""
     data = Path(hh_export.folder) / "pairs.jsonl"
     rm = _cli("rm", data, tmp_path / "rm")
     assert rm["pairs"] == HH_PAIRS and "pairs_truncated" in rm
     dpo = _cli("dpo", data, tmp_path / "dpo")
     assert dpo["reference_pairs_computed"] <= STEPS * SETTINGS["dpo"]["batch_size"]
+    for kind in ("simpo", "orpo"):
+        summary = _cli(kind, data, tmp_path / kind)
+        assert summary["reference_model"] is None and "pairs_truncated" in summary
+        assert summary["pairs_trained"] == STEPS * SETTINGS[kind]["batch_size"]
     for kind in ("ppo", "rloo"):
         summary = _cli(kind, data, tmp_path / kind, reward_model=tmp_path / "rm" / "final")
         assert summary["samples_truncated"] >= 0 and summary["samples_dropped"] == 0
 
 
 def test_every_kind_trains_on_hh_rlhf_through_the_worker(hh_export, stack):  # noqa: F811
-    """The same four runs launched as the admin launches them, on a real Celery worker."""
+    """The same six runs launched as the admin launches them, on a real Celery worker."""
     snapshot = services.snapshot_for(export=hh_export)
     worker = Worker(stack)
     worker.start()
     try:
         runs = {}
-        for kind in ("rm", "dpo", "ppo", "rloo"):
+        for kind in ("rm", "dpo", "simpo", "orpo", "ppo", "rloo"):
             run = services.run_create(
                 name=f"hh {kind}",
                 kind=kind,
@@ -119,4 +127,7 @@ def test_every_kind_trains_on_hh_rlhf_through_the_worker(hh_export, stack):  # n
     finally:
         worker.stop()
     assert runs["dpo"].summary["reference_pairs_computed"] <= STEPS * 2
+    for kind in ("simpo", "orpo"):
+        assert runs[kind].summary["reference_model"] is None
+        assert runs[kind].summary["pairs_trained"] == STEPS * 2
     assert "samples_truncated" in runs["rloo"].summary

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from training.algorithms import segment_sum, selected_logprobs
+from training.recipes.row_gather import RowGather, gather_rows
 
 VARLEN_ATTENTION = "concord_varlen"
 
@@ -62,20 +64,32 @@ class PackedLayout:
     output_index: Tensor  # [N] slot of each position's output, grids flattened and concatenated
     shared: bool  # rows hold prompts whose outputs other rows provide (prompt sharing)
 
+    @cached_property
+    def _grid_gathers(self) -> tuple[RowGather, ...]:
+        """Each grid's gather over the packed row plus its zero row (which gets no gradient); made
+        once per batch, used by every layer's queries, keys and values."""
+        return tuple(
+            RowGather(grid.gather, self.n_tokens + 1, constant_from=self.n_tokens)
+            for grid in self.grids
+        )
+
+    @cached_property
+    def _output_gather(self) -> RowGather:
+        slots = sum(grid.rows * grid.width for grid in self.grids)
+        return RowGather(self.output_index, slots)
+
     def to_grids(self, x: Tensor) -> list[Tensor]:
         """x [N, heads, D] -> one [rows, heads, width, D] per grid, padding slots zero."""
         padded = torch.cat([x, x.new_zeros(1, *x.shape[1:])])
         return [
-            padded.index_select(0, grid.gather)
-            .view(grid.rows, grid.width, *x.shape[1:])
-            .transpose(1, 2)
-            for grid in self.grids
+            gather_rows(padded, gather).view(grid.rows, grid.width, *x.shape[1:]).transpose(1, 2)
+            for grid, gather in zip(self.grids, self._grid_gathers, strict=True)
         ]
 
     def from_grids(self, outputs: Sequence[Tensor]) -> Tensor:
         """One [rows, heads, width, D] per grid -> [N, heads, D] in packed order."""
         flat = [out.transpose(1, 2).reshape(-1, out.shape[1], out.shape[-1]) for out in outputs]
-        return (flat[0] if len(flat) == 1 else torch.cat(flat)).index_select(0, self.output_index)
+        return gather_rows(flat[0] if len(flat) == 1 else torch.cat(flat), self._output_gather)
 
 
 def _grid_attention(
