@@ -83,8 +83,8 @@ def test_kl_coef_zero_loads_no_reference(tiny_llama_dir, prompts_file, tmp_path,
     from training.recipes import online
 
     loads = []
-    real = online.load_causal_lm
-    monkeypatch.setattr(online, "load_causal_lm", lambda *a, **k: loads.append(a) or real(*a, **k))
+    real = online.reference_model
+    monkeypatch.setattr(online, "reference_model", lambda *a, **k: loads.append(a) or real(*a, **k))
     no_ref = train_grpo(grpo_config(tiny_llama_dir, prompts_file, tmp_path / "a", max_steps=1))
     assert loads == [] and no_ref.summary["reference_model"] is False
     with_ref = train_grpo(grpo_config(tiny_llama_dir, prompts_file, tmp_path / "b", kl_coef=0.04))

@@ -129,7 +129,7 @@ def test_training_without_data_model_or_output_is_a_command_error(pairs_file):
     ("preset", "message"),
     [
         ("zero2", "deepspeed: 'zero2' cannot be used: it runs on CUDA"),
-        ("zero3", "deepspeed: 'zero3' is not supported by the PPO/RLOO loops yet"),
+        ("zero3", "deepspeed: 'zero3' is not supported by the PPO/RLOO/GRPO loops yet"),
     ],
 )
 def test_deepspeed_that_cannot_run_is_a_clear_error(
