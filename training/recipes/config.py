@@ -324,9 +324,11 @@ class ORPOConfig(TrainingConfig):
 
 @dataclass
 class KTOConfig(TrainingConfig):
-    """KTO (Ethayarajh et al. 2024): completions labelled desirable or undesirable, no pairs needed,
-    against a frozen reference (the starting policy by default) and a reference point estimated
-    from mismatched (prompt, another prompt's completion) pairs of each batch.
+    """KTO (Ethayarajh et al. 2024): single completions labelled desirable or undesirable.
+
+    No pairs needed: each example is weighed against a frozen reference (the starting policy by
+    default) and a reference point estimated from mismatched (prompt, another prompt's completion)
+    pairs of each batch.
 
     Data: by default each preference pair of ``data`` gives two examples, its chosen answer
     (desirable) and its rejected one (undesirable); ``unpaired_data`` trains on a JSONL file in
