@@ -106,6 +106,7 @@ class RoundForm(forms.Form):
     baseline_endpoint_url = forms.CharField(
         required=False,
         max_length=500,
+        label="Baseline endpoint URL",
         help_text="Endpoint: another server's base URL for the baseline, if not the same one.",
     )
     api_key_env = forms.CharField(
