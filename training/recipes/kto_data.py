@@ -30,15 +30,14 @@ from training.recipes.data import (
     ChatEncoder,
     DataError,
     EpochSampler,
-    FitLog,
     Messages,
     chunks,
     file_sha256,
     load_preference_pairs,
     read_jsonl,
 )
-from training.recipes.models import input_limit
 from training.recipes.packing import TokenizedSequence
+from training.recipes.pair_policy import policy_encoder
 
 MismatchedKey = tuple[int, int]  # (index of the example giving the prompt, ... the completion)
 
@@ -130,18 +129,7 @@ def fit_kto_examples(config: KTOConfig, tokenizer: object) -> KTOSequences:
             f"{data_file(config).name}: {len(examples)} example; KTO needs at least 2 (the KL "
             "estimate pairs each prompt with another example's completion)"
         )
-    limit = min(
-        input_limit(config.model, max_length=config.max_length, tokenizer=tokenizer),
-        input_limit(Path(config.ref_model or config.model), max_length=config.max_length),
-    )
-    encoder = ChatEncoder(
-        tokenizer,
-        max_length=limit,
-        prompt_budget=min(config.prompt_budget, limit // 2),
-        prompt_cap=config.max_prompt_length,
-        fit=FitLog("examples"),
-    )
-    return KTOSequences(encoder, examples)
+    return KTOSequences(policy_encoder(config, tokenizer, unit="examples"), examples)
 
 
 def mismatched_keys(sampler: EpochSampler, epoch: int, batch_index: int) -> list[MismatchedKey]:

@@ -95,22 +95,30 @@ def pair_metric_sums(
     }
 
 
-def fit_dpo_pairs(config: TrainingConfig, tokenizer: Any) -> tuple[ChatEncoder, list[PairTokens]]:
-    """The data file's pairs fitted to the policy's and the reference's limits (see the module
-    docstring; a config without ``ref_model``, e.g. SimPO's, has no reference but the policy);
-    raises ValueError when none is left."""
+def policy_encoder(config: TrainingConfig, tokenizer: Any, *, unit: str) -> ChatEncoder:
+    """The chat encoder of an offline policy recipe (DPO's family, KTO): sequences fit both the
+    policy's and the reference's position limits (a config without ``ref_model`` has no reference
+    but the policy), the prompt takes at most half of them, and ``unit`` names what the fit log
+    counts ("pairs", "examples")."""
     reference = getattr(config, "ref_model", None)
     limit = min(
         input_limit(config.model, max_length=config.max_length, tokenizer=tokenizer),
         input_limit(Path(reference or config.model), max_length=config.max_length),
     )
-    encoder = ChatEncoder(
+    return ChatEncoder(
         tokenizer,
         max_length=limit,
         prompt_budget=min(config.prompt_budget, limit // 2),
         prompt_cap=config.max_prompt_length,
-        fit=FitLog("pairs"),
+        fit=FitLog(unit),
     )
+
+
+def fit_dpo_pairs(config: TrainingConfig, tokenizer: Any) -> tuple[ChatEncoder, list[PairTokens]]:
+    """The data file's pairs fitted to the policy's and the reference's limits (see the module
+    docstring; a config without ``ref_model``, e.g. SimPO's, has no reference but the policy);
+    raises ValueError when none is left."""
+    encoder = policy_encoder(config, tokenizer, unit="pairs")
     fitted = [
         encoder.encode_pair(p.prompt, p.chosen, p.rejected)
         for p in load_preference_pairs(config.data)
