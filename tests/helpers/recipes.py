@@ -1,7 +1,7 @@
 """Recipe helpers shared by the training tests: a callback that asks to stop after a step (cancel,
-then resume), the settings of a quick run on the tiny model, a tiny RLOO config and a tiny GRPO config."""
+then resume), the settings of a quick run on the tiny model, and tiny PPO, RLOO and GRPO configs."""
 
-from training.recipes import GRPOConfig, RLOOConfig, TrainingCallback
+from training.recipes import GRPOConfig, PPOConfig, RLOOConfig, TrainingCallback
 
 
 class StopAfter(TrainingCallback):
@@ -15,6 +15,31 @@ class StopAfter(TrainingCallback):
 
     def should_stop(self) -> bool:
         return self.step >= self.stop_at
+
+
+def ppo_config(policy, reward, prompts, output_dir, **overrides) -> PPOConfig:
+    """A 2-step PPO config on CPU (batch 4 in minibatches of 2, 2 PPO epochs, 6 new tokens, a
+    16-unit value head, a quarter each of anchor and perturbed rollouts) for the tiny models."""
+    values = {
+        "model": str(policy),
+        "reward_model": str(reward),
+        "data": str(prompts),
+        "output_dir": str(output_dir),
+        "batch_size": 4,
+        "minibatch_size": 2,
+        "ppo_epochs": 2,
+        "max_new_tokens": 6,
+        "max_length": 128,
+        "learning_rate": 1e-4,
+        "checkpoint_every": 0,
+        "device": "cpu",
+        "max_steps": 2,
+        "anchor_fraction": 0.25,
+        "perturb_fraction": 0.25,
+        "value_hidden": 16,
+    }
+    values.update(overrides)
+    return PPOConfig(**values)
 
 
 def rloo_config(policy, reward, prompts, output_dir, **overrides) -> RLOOConfig:

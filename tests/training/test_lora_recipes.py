@@ -11,7 +11,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers.recipes import StopAfter, grpo_config, rloo_config, tiny_pair_values
+from tests.helpers.recipes import (
+    StopAfter,
+    grpo_config,
+    ppo_config,
+    rloo_config,
+    tiny_pair_values,
+)
 from training.recipes import (
     ConfigError,
     DPOConfig,
@@ -50,22 +56,15 @@ def _rm_config(model_dir, pairs_file, output_dir, **overrides) -> RewardModelCon
 
 
 def _ppo_config(policy, reward, prompts, output_dir, **overrides) -> PPOConfig:
+    """The shared tiny PPO config at one PPO epoch, learning rate 1e-3 and PPOConfig's default
+    rollout shares."""
     values = {
-        "model": str(policy),
-        "reward_model": str(reward),
-        "data": str(prompts),
-        "output_dir": str(output_dir),
-        "batch_size": 4,
-        "minibatch_size": 2,
         "ppo_epochs": 1,
-        "max_new_tokens": 6,
-        "max_length": 128,
         "learning_rate": 1e-3,
-        "checkpoint_every": 0,
-        "device": "cpu",
-        "value_hidden": 16,
+        "anchor_fraction": 0.2,
+        "perturb_fraction": 0.1,
     }
-    return PPOConfig(**{**values, **overrides})
+    return ppo_config(policy, reward, prompts, output_dir, **{**values, **overrides})
 
 
 def _train(kind, dirs, output_dir, callback=None, **overrides):

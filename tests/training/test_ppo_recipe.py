@@ -4,36 +4,15 @@ import json
 
 import torch
 
-from training.recipes import PPOConfig
+from tests.helpers.recipes import ppo_config
 from training.recipes.ppo import assign_rollout_sources, train_ppo
 
 
-def _config(policy, reward, prompts, output_dir, **overrides) -> PPOConfig:
-    values = {
-        "model": str(policy),
-        "reward_model": str(reward),
-        "data": str(prompts),
-        "output_dir": str(output_dir),
-        "batch_size": 4,
-        "minibatch_size": 2,
-        "ppo_epochs": 2,
-        "max_new_tokens": 6,
-        "max_length": 128,
-        "learning_rate": 1e-4,
-        "checkpoint_every": 0,
-        "device": "cpu",
-        "max_steps": 2,
-        "anchor_fraction": 0.25,
-        "perturb_fraction": 0.25,
-        "value_hidden": 16,
-    }
-    values.update(overrides)
-    return PPOConfig(**values)
-
-
-def test_rollout_shares_follow_the_config():
+def test_rollout_shares_follow_theppo_config():
     """10 prompts at 70/20/10: 2 anchor (SFT reference), 1 perturbed, 7 from the policy."""
-    config = _config("m", "r", "d", "o", batch_size=10, anchor_fraction=0.2, perturb_fraction=0.1)
+    config = ppo_config(
+        "m", "r", "d", "o", batch_size=10, anchor_fraction=0.2, perturb_fraction=0.1
+    )
     sources = assign_rollout_sources(10, config)
     assert sources.count("anchor") == 2 and sources.count("perturb") == 1
     assert sources.count("policy") == 7
@@ -47,7 +26,7 @@ def test_ppo_steps_log_the_monitored_metrics_and_change_the_policy(
     metrics of PIPELINE.md's alert table, and the held-out evaluation at the last step."""
     from safetensors.torch import load_file
 
-    result = train_ppo(_config(tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path))
+    result = train_ppo(ppo_config(tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path))
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert result.status == "completed" and [r["step"] for r in rows] == [1, 2]
     for key in ("kl", "reward/score_std", "clip_fraction", "entropy", "value_loss", "approx_kl"):
@@ -67,11 +46,11 @@ def test_ppo_cancel_and_resume_is_exact(tiny_llama_dir, tiny_reward_dir, prompts
     from tests.helpers.recipes import StopAfter
 
     straight = train_ppo(
-        _config(
+        ppo_config(
             tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "a", kl_controller="adaptive"
         )
     )
-    config = _config(
+    config = ppo_config(
         tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "b", kl_controller="adaptive"
     )
     assert train_ppo(config, StopAfter(1)).status == "cancelled"
