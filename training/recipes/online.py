@@ -34,6 +34,7 @@ from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
 from training.recipes.lora import is_lora_model
 from training.recipes.models import input_limit, load_policy, load_tokenizer, reference_model
 from training.recipes.packing import TokenizedSequence
+from training.recipes.prefill import shared_prompt_cache
 from training.recipes.runtime import autocast, rng_state, set_rng_state
 from training.recipes.scoring import (
     ClusterConditioning,
@@ -221,8 +222,9 @@ def sample_rollouts(
     ``greedy``: the most likely token at each step instead (no randomness drawn).
 
     Prompts are rendered with the chat template and left-padded so generation starts right after
-    each; everything after a response's first EOS is dropped, and ``finished`` records whether the
-    response emitted EOS at all (PIPELINE.md: mask after the first EOS, penalise when missing).
+    each, a prompt held by several rows running once (``prefill.shared_prompt_cache``); everything
+    after a response's first EOS is dropped, and ``finished`` records whether the response emitted
+    EOS at all (PIPELINE.md: mask after the first EOS, penalise when missing).
     """
     device = next(model.parameters()).device
     encoded = [encoder.encode_prompt(p) for p in prompts]
@@ -243,6 +245,7 @@ def sample_rollouts(
     output = model.generate(
         input_ids=input_ids.to(device),
         attention_mask=attention.to(device),
+        **shared_prompt_cache(model, input_ids, attention),
         **sampling,
         max_new_tokens=max_new_tokens,
         pad_token_id=pad,
