@@ -1,5 +1,6 @@
 """Real data end to end (issue 22): the Anthropic HH-RLHF harmless pairs (multi-turn conversations)
-imported, exported, and trained on with every kind (rm, dpo, simpo, orpo, ppo, rloo) at the defaults
+imported, exported, and trained on with every kind (rm, dpo, simpo, orpo, kto, ppo, rloo, grpo) at
+the defaults
 for a few steps, from the CLI and through a Celery worker, to completion. Needs the packaged models,
 PostgreSQL, Redis and the shared data (../shared/data beside the repository, or
 CONCORD_SHARED_DATA); skips without any of them.
@@ -32,7 +33,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.services,
     pytest.mark.django_db(transaction=True),
-    # Each test trains six kinds: an hour each (the suite's 600 s is per ordinary test).
+    # Each test trains eight kinds: an hour each (the suite's 600 s is per ordinary test).
     pytest.mark.timeout(3600),
     # Tens of minutes of CPU (PPO and RLOO sample 128 tokens at the defaults): asked for, not in the
     # default run. `CONCORD_E2E=1 make test PYTEST_ARGS=tests/training/test_hh_rlhf_end_to_end.py`
@@ -50,9 +51,12 @@ SETTINGS = {
     "dpo": {"max_steps": STEPS, "batch_size": 2},
     "simpo": {"max_steps": STEPS, "batch_size": 2},
     "orpo": {"max_steps": STEPS, "batch_size": 2},
+    "kto": {"max_steps": STEPS, "batch_size": 2},
     "ppo": {"max_steps": STEPS, "batch_size": 2, "minibatch_size": 2, "eval_prompts": 2},
     "rloo": {"max_steps": STEPS, "batch_size": 2, "eval_prompts": 2},
+    "grpo": {"max_steps": STEPS, "batch_size": 2, "eval_prompts": 2},
 }
+ONLINE = ("ppo", "rloo", "grpo")  # scored by the reward model trained first
 BASE_MODEL = {"rm": "all-minilm-l6-v2", "dpo": "smollm2-135m-instruct"}
 
 
@@ -87,9 +91,10 @@ def _cli(kind: str, data: Path, output: Path, reward_model: Path | None = None) 
 
 
 def test_every_kind_trains_on_hh_rlhf_from_the_cli(hh_export, tmp_path):
-    """RM on MiniLM, then DPO, SimPO, ORPO, PPO and RLOO on SmolLM2 (the online two with that reward
-    model): every run completes; SimPO and ORPO load no reference model; the online runs fit the
-    long conversations to MiniLM's 512 positions and say how many."""
+    """RM on MiniLM, then DPO, SimPO, ORPO, KTO, PPO, RLOO and GRPO on SmolLM2 (the online three
+    with that reward model): every run completes; SimPO and ORPO load no reference model; KTO splits
+    each pair into one desirable and one undesirable example; the online runs fit the long
+    conversations to MiniLM's 512 positions and say how many."""
     data = Path(hh_export.folder) / "pairs.jsonl"
     rm = _cli("rm", data, tmp_path / "rm")
     assert rm["pairs"] == HH_PAIRS and "pairs_truncated" in rm
@@ -99,26 +104,29 @@ def test_every_kind_trains_on_hh_rlhf_from_the_cli(hh_export, tmp_path):
         summary = _cli(kind, data, tmp_path / kind)
         assert summary["reference_model"] is None and "pairs_truncated" in summary
         assert summary["pairs_trained"] == STEPS * SETTINGS[kind]["batch_size"]
-    for kind in ("ppo", "rloo"):
+    kto = _cli("kto", data, tmp_path / "kto")
+    assert kto["desirable_examples"] == kto["undesirable_examples"] == kto["examples"] // 2
+    assert kto["examples_trained"] == STEPS * SETTINGS["kto"]["batch_size"]
+    for kind in ONLINE:
         summary = _cli(kind, data, tmp_path / kind, reward_model=tmp_path / "rm" / "final")
         assert summary["samples_truncated"] >= 0 and summary["samples_dropped"] == 0
 
 
 def test_every_kind_trains_on_hh_rlhf_through_the_worker(hh_export, stack):  # noqa: F811
-    """The same six runs launched as the admin launches them, on a real Celery worker."""
+    """The same eight runs launched as the admin launches them, on a real Celery worker."""
     snapshot = services.snapshot_for(export=hh_export)
     worker = Worker(stack)
     worker.start()
     try:
         runs = {}
-        for kind in ("rm", "dpo", "simpo", "orpo", "ppo", "rloo"):
+        for kind in ("rm", "dpo", "simpo", "orpo", "kto", *ONLINE):
             run = services.run_create(
                 name=f"hh {kind}",
                 kind=kind,
                 base_model=BASE_MODEL.get(kind, "smollm2-135m-instruct"),
                 snapshot=snapshot,
                 config=SETTINGS[kind],
-                reward_model_run=runs["rm"] if kind in ("ppo", "rloo") else None,
+                reward_model_run=runs["rm"] if kind in ONLINE else None,
             )
             services.run_launch(run=run, user=None)
             runs[kind] = _wait(run, lambda r: r.status in TrainingRun.FINISHED, timeout=1800)
@@ -130,4 +138,6 @@ def test_every_kind_trains_on_hh_rlhf_through_the_worker(hh_export, stack):  # n
     for kind in ("simpo", "orpo"):
         assert runs[kind].summary["reference_model"] is None
         assert runs[kind].summary["pairs_trained"] == STEPS * 2
-    assert "samples_truncated" in runs["rloo"].summary
+    assert runs["kto"].summary["examples_trained"] == STEPS * 2
+    for kind in ONLINE:
+        assert "samples_truncated" in runs[kind].summary
