@@ -21,7 +21,10 @@ from torch import Tensor
 
 
 def _forward_parameters(model: Any) -> Any:
-    """The parameters of the forward under any peft wrapper."""
+    """The parameters of the transformers model's forward under any wrapper: a peft model, or
+    ``lora.BaseModelView`` (the adapters-off view, which holds the peft model as ``model``)."""
+    while not hasattr(type(model), "forward") and hasattr(model, "model"):
+        model = model.model
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return inspect.signature(type(base).forward).parameters
 
