@@ -463,10 +463,34 @@ class OnlineRLConfig(TrainingConfig):
                 "deepspeed",
                 "not with LoRA (lora_rank > 0): the adapters are small enough for plain AdamW",
             )
+        self.check_update_passes()
         if self.reward_range is not None:
             self.reward_range = _number_pair("reward_range", self.reward_range)
             if not self.reward_range[0] < self.reward_range[1]:
                 raise _invalid("reward_range", f"need low < high, got {self.reward_range}")
+
+    def check_update_passes(self) -> None:
+        """RLOO and GRPO split each rank's prompts into passes of ``micro_batch_size`` prompts
+        (with all their samples) and add up the gradients; a DeepSpeed engine takes one backward
+        per optimiser step, so there the whole batch is one pass. PPO's pass is its minibatch."""
+        micro = self.micro_batch_size
+        if isinstance(self, PPOConfig):
+            if micro is not None and micro != self.minibatch_size:
+                raise _invalid(
+                    "micro_batch_size",
+                    f"PPO runs each minibatch in one forward pass: set minibatch_size (rollouts "
+                    f"per optimiser step, now {self.minibatch_size}) instead, and leave "
+                    f"micro_batch_size empty or equal to it",
+                )
+            return
+        if micro is None or micro == self.batch_size:
+            return
+        if self.deepspeed != "none":
+            raise _invalid(
+                "micro_batch_size",
+                f"leave it empty with deepspeed {self.deepspeed!r}: a ZeRO run takes each rank's "
+                "whole batch in one pass",
+            )
 
     def check_reward_sources(self) -> None:
         """PPO and RLOO score with a reward model; GRPO may score with verifiable rewards."""

@@ -40,6 +40,7 @@ from training.recipes.online import (
     sample_rollouts,
     score_rollouts,
     shape_rewards,
+    update_passes,
 )
 from training.recipes.online_run import OnlineState, fitted_normalizer, run_online, setup_online
 from training.recipes.runtime import Throughput, TrainResult, autocast
@@ -217,17 +218,13 @@ def grpo_step(
 ) -> StepOutcome:
     """One GRPO step on the prompts of the sampler's batch at ``at`` (this rank's block): sample G
     each (dynamic sampling when on), group advantages, ``updates_per_batch`` clipped updates."""
-    config, run, models = state.config, state.run, state.models
+    config, run = state.config, state.run
     index = state.sampler.batch(at.epoch, at.batch_index)
     with throughput.timing():
         draw = draw_groups(state, rewards, [state.prompts[i] for i in run.ranks.block(index)], at)
         advantages = advantages_for(state, draw.scored.total).to(run.device)
         sequences = [r.sequence() for r in draw.rollouts]
-        ref_logps = None
-        if models.reference is not None:
-            with torch.no_grad(), autocast(run.device, config.bf16):
-                ref_logps, _ = state.token_logprobs(models.reference, sequences)
-        update = policy_updates(state, sequences, advantages, draw.keep.to(run.device), ref_logps)
+        update = policy_updates(state, sequences, advantages, draw.keep.to(run.device))
         with warnings.catch_warnings():  # a step with every group dropped made no optimiser step
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
             state.scheduler.step()
@@ -275,75 +272,91 @@ def grpo_step(
 
 
 def policy_updates(
-    state: OnlineState,
-    sequences: list,
-    advantages: torch.Tensor,
-    keep: torch.Tensor,
-    ref_logps: torch.Tensor | None,
+    state: OnlineState, sequences: list, advantages: torch.Tensor, keep: torch.Tensor
 ) -> dict:
     """``updates_per_batch`` optimiser updates of ``grpo_loss`` on this rank's R samples (those in
-    ``keep`` [R]); the loss divisor is every rank's. Returns the logged figures (the first update's
-    loss and ratio statistics, the last's gradient norm, clip fractions averaged over updates) and,
-    per sample [R], the summed k3 KL to the reference (``kl``) and -log pi (``negative_logp``)."""
+    ``keep`` [R]), each update in passes of ``micro_batch_size`` prompts (``online.update_passes``)
+    whose gradients add up; the loss divisor is every rank's. Returns the logged figures (the first
+    update's loss and ratio statistics, the last's gradient norm, clip fractions averaged over
+    updates) and, per sample [R], the summed k3 KL to the reference (``kl``, zero without one) and
+    -log pi (``negative_logp``)."""
     config, models, run = state.config, state.models, state.run
-    old = denominator = ref = None
+    passes = update_passes(len(sequences), config.group_size, config.micro_batch_size)
+    lengths = torch.tensor([len(s.input_ids) - s.scored_from for s in sequences], device=run.device)
+    denominator = loss_divisor(state, lengths, keep)
+    old: list[torch.Tensor] = []  # per pass: the sampling policy's log-probs [r, T], update 0's
+    ref: list[torch.Tensor | None] = []
+    per_sample = {
+        "kl": torch.zeros(len(sequences), device=run.device),
+        "negative_logp": torch.zeros(len(sequences), device=run.device),
+    }
     figures: dict[str, float] = {"loss": 0.0, "ratio_mean": 1.0, "grad_norm": 0.0}
     clip = {"clip_fraction": 0.0, "clip_fraction_low": 0.0, "clip_fraction_high": 0.0}
     for update in range(config.updates_per_batch):
-        with autocast(run.device, config.bf16):
-            logps, batch = state.token_logprobs(models.policy, sequences)
-        padded, mask = batch.to_padded(logps)
-        mask = mask & keep[:, None]
-        if old is None:
-            old = padded.detach()
-            ref = None if ref_logps is None else batch.to_padded(ref_logps)[0]
-            denominator = loss_divisor(state, mask)
-            kl_tokens = (
-                torch.zeros_like(logps) if ref_logps is None else kl_k3(logps.detach(), ref_logps)
+        sums = dict.fromkeys(("tokens", "loss", "ratio", *clip), 0.0)
+        for index, part in enumerate(passes):
+            chunk = sequences[part]
+            if update == 0:
+                ref_logps = None
+                if models.reference is not None:
+                    with torch.no_grad(), autocast(run.device, config.bf16):
+                        ref_logps, _ = state.token_logprobs(models.reference, chunk)
+            with torch.set_grad_enabled(denominator > 0), autocast(run.device, config.bf16):
+                logps, batch = state.token_logprobs(models.policy, chunk)
+            padded, mask = batch.to_padded(logps)
+            mask = mask & keep[part, None]
+            if update == 0:
+                old.append(padded.detach())
+                ref.append(None if ref_logps is None else batch.to_padded(ref_logps)[0])
+                if ref_logps is not None:
+                    kl_tokens = kl_k3(logps.detach(), ref_logps)
+                    per_sample["kl"][part] = segment_sum(kl_tokens, batch.segment_ids, len(chunk))
+                per_sample["negative_logp"][part] = -segment_sum(
+                    logps.detach(), batch.segment_ids, len(chunk)
+                )
+            if denominator == 0:
+                continue  # every group of every rank was flat and dropped: nothing to learn
+            loss, stats = grpo_loss(
+                padded,
+                old[index],
+                advantages[part],
+                mask,
+                eps_low=config.clip_low,
+                eps_high=config.clip_high,
+                ref_logprobs=ref[index],
+                kl_coef=config.kl_coef if ref[index] is not None else 0.0,
+                loss_norm=config.loss_normalisation,  # type: ignore[arg-type]
+                max_len=config.max_new_tokens,
+                denominator=denominator,
             )
-            per_sample = {
-                "kl": segment_sum(kl_tokens, batch.segment_ids, len(sequences)),
-                "negative_logp": -segment_sum(logps.detach(), batch.segment_ids, len(sequences)),
-            }
+            state.updates.backward(loss)
+            kept = float(mask.sum())  # stats are means over kept tokens: weigh by them
+            sums["tokens"] += kept
+            sums["loss"] += float(loss.detach())
+            sums["ratio"] += float(stats["ratio_mean"]) * kept
+            for key in clip:
+                sums[key] += float(stats[key]) * kept
         if denominator == 0:
-            break  # every group of every rank was flat and dropped: nothing to learn from
-        loss, stats = grpo_loss(
-            padded,
-            old,
-            advantages,
-            mask,
-            eps_low=config.clip_low,
-            eps_high=config.clip_high,
-            ref_logprobs=ref,
-            kl_coef=config.kl_coef if ref is not None else 0.0,
-            loss_norm=config.loss_normalisation,  # type: ignore[arg-type]
-            max_len=config.max_new_tokens,
-            denominator=denominator,
-        )
-        state.updates.backward(loss)
+            break
         figures["grad_norm"] = state.updates.step()
-        kept = float(mask.sum())  # the clip fractions are means over kept tokens: weigh by them
         reduced = all_reduce_sum(
-            {
-                "tokens": kept,
-                "loss": float(loss.detach()),
-                **{k: float(stats[k]) * kept for k in clip},
-            },
-            run.ranks,
-            run.device,
+            {k: sums[k] for k in ("tokens", "loss", *clip)}, run.ranks, run.device
         )
         for key in clip:
             clip[key] += reduced[key] / max(reduced["tokens"], 1.0) / config.updates_per_batch
         if update == 0:  # the loss on the samples as drawn (each rank's share, summed)
-            figures["loss"], figures["ratio_mean"] = reduced["loss"], float(stats["ratio_mean"])
+            figures["loss"] = reduced["loss"]
+            figures["ratio_mean"] = sums["ratio"] / sums["tokens"] if sums["tokens"] else 1.0
     return {**figures, **clip, **per_sample}
 
 
-def loss_divisor(state: OnlineState, mask: torch.Tensor) -> float:
-    """The global divisor of the loss normalisation: kept completion tokens ("token"), kept
-    sequences ("sequence") or kept sequences x max_new_tokens ("constant"), over every rank."""
-    kept_sequences = float(mask.any(dim=1).sum())
-    local = float(mask.sum()) if state.config.loss_normalisation == "token" else kept_sequences
+def loss_divisor(state: OnlineState, lengths: torch.Tensor, keep: torch.Tensor) -> float:
+    """The global divisor of the loss normalisation, from this rank's completion ``lengths`` [R]
+    and ``keep`` [R]: kept completion tokens ("token"), kept non-empty sequences ("sequence") or
+    kept sequences x max_new_tokens ("constant"), over every rank."""
+    kept = keep & (lengths > 0)
+    token = state.config.loss_normalisation == "token"
+    local = float(lengths[kept].sum()) if token else float(kept.sum())
     total = all_reduce_sum({"n": local}, state.run.ranks, state.run.device)["n"]
     if state.config.loss_normalisation == "constant":
         total *= state.config.max_new_tokens

@@ -381,6 +381,18 @@ def require_prompts_per_rank(n_prompts: int, batch_size: int, ranks: Ranks) -> N
         )
 
 
+def update_passes(n_samples: int, per_prompt: int, micro_batch_size: int | None) -> list[slice]:
+    """The forward passes of one update over a rank's ``n_samples`` samples (prompt after prompt,
+    ``per_prompt`` each): ``micro_batch_size`` prompts with all their samples per pass, so a
+    prompt's samples stay together (their prompt runs once and their group is whole); None: one
+    pass. The passes' gradients add up to the one-pass gradient (each pass's loss is its share
+    of the whole batch's)."""
+    if micro_batch_size is None:
+        return [slice(0, n_samples)]
+    width = micro_batch_size * per_prompt
+    return [slice(i, min(i + width, n_samples)) for i in range(0, n_samples, width)]
+
+
 def gather_scores(scores: torch.Tensor, ranks: Ranks, device: torch.device) -> torch.Tensor:
     """Every rank's raw scores [R_r], concatenated in rank order (for the normaliser's fit)."""
     return all_gather_rows(scores.float().to(device), ranks).cpu()
