@@ -19,7 +19,12 @@ formula on the same ids).
 
     .venv/bin/python bench/bench_grpo_vs_trl.py [--prompts 16] [--g 4] [--new-tokens 32]
         [--steps 1] [--precision fp32|bf16] [--rounds 2] [--skip-trl] [--check]
-        [--trl-accumulation N]
+        [--passes N]
+
+``--passes N`` splits each step's update into N forward/backward passes on both sides, the same
+optimiser step (all prompts x G samples generated in one batch first): ours with
+``micro_batch_size`` = prompts / N, TRL with N gradient-accumulation steps. It is how each tool fits
+a large step into memory (TRL's single 64-sample pass of 128 tokens was killed above 17 GB).
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ def _ours_config(args: argparse.Namespace, output_dir: str):
         resume=False,
         device="cpu",
         eval_prompts=0,  # TRL trains on every prompt and evaluates nothing
+        micro_batch_size=args.prompts // args.passes if args.passes > 1 else None,
     )
 
 
@@ -111,9 +117,9 @@ def _trl_trainer(args: argparse.Namespace, output_dir: str, max_steps: int):
     dataset = Dataset.from_list([{"prompt": as_messages(r["prompt"])} for r in rows])
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    # --trl-accumulation N: TRL's own way to fit memory, the same optimiser step (prompts x G
-    # samples, generated in one batch) in N forward/backward passes of prompts x G / N.
-    passes = args.trl_accumulation
+    # --passes N: the same optimiser step (prompts x G samples, generated in one batch) in N
+    # forward/backward passes of prompts x G / N.
+    passes = args.passes
     config = GRPOConfig(
         output_dir=output_dir,
         per_device_train_batch_size=args.prompts * args.g // passes,
@@ -223,7 +229,7 @@ def _child(side: str, args: argparse.Namespace) -> dict:
     return run_worker(
         __file__, side, args.precision, "--data", args.data, "--work", args.work,
         "--prompts", str(args.prompts), "--g", str(args.g), "--new-tokens", str(args.new_tokens),
-        "--steps", str(args.steps), "--trl-accumulation", str(args.trl_accumulation),
+        "--steps", str(args.steps), "--passes", str(args.passes),
     )  # fmt: skip
 
 
@@ -237,8 +243,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument(
-        "--trl-accumulation", type=int, default=1,
-        help="TRL: split each step's samples into this many gradient-accumulation passes",
+        "--passes", type=int, default=1,
+        help="both sides: each step's update in this many forward/backward passes",
     )  # fmt: skip
     parser.add_argument("--check", action="store_true", help="check both compute the same")
     parser.add_argument("--keep", action="store_true", help="keep the work folder under var/")
@@ -246,6 +252,8 @@ def main() -> None:
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.passes < 1 or args.prompts % args.passes:
+        parser.error(f"--passes must divide --prompts {args.prompts}, got {args.passes}")
 
     if args.worker:
         work = {"ours": run_ours, "trl": run_trl, "check": check_same_computation}[args.worker]
@@ -262,7 +270,7 @@ def main() -> None:
         "samples_per_prompt": args.g,
         "max_new_tokens": args.new_tokens,
         "precision": args.precision,
-        "trl_accumulation": args.trl_accumulation,
+        "passes": args.passes,
         "cpu_flags": cpu_flags(),
         "load_average_at_start": os.getloadavg(),
     }
