@@ -5,10 +5,15 @@ Two files per export, in a folder named by their combined SHA-256:
 - ``pairs.jsonl``: one row per comparison with a consensus preference:
   ``{"prompt", "chosen", "rejected", "margin", "consensus", "n_judgements", "agreement",
   "comparison_id", "chosen_side", "cluster", "external_id", "model_chosen", "model_rejected",
-  "tie"}``. ``prompt`` is the text, or the conversation as messages; ``chosen_side`` says which of
-  the comparison's responses (a or b) won, so the raw rows below can be read relative to ``chosen``
-  (the annotator-aware reward model joins them by ``comparison_id``); ``cluster`` is the prompt's
-  cluster (None before clustering), for cluster-balanced batches and domain conditioning.
+  "tie"}``, plus ``"answer"`` when the prompt has a reference answer. ``prompt`` is the text, or
+  the conversation as messages; ``chosen_side`` says which of the comparison's responses (a or b)
+  won, so the raw rows below can be read relative to ``chosen`` (the annotator-aware reward model
+  joins them by ``comparison_id``); ``cluster`` is the prompt's cluster (None before clustering),
+  for cluster-balanced batches and domain conditioning; ``answer`` is the prompt's reference answer
+  as text (``Prompt.metadata["answer"]``, set on import), which GRPO's answer-checking rewards
+  read. A row whose prompt has none has no ``answer`` key, so an export without answers is byte
+  for byte what it was before answers existed (same hash); the Parquet export (below) always has
+  the column, null there.
 - ``judgements.jsonl``: the raw per-annotator rows (choice, strength, shown side, time).
 
 Consensus rule "dawid_skene": the verdict with the highest posterior under a model of each
@@ -49,7 +54,15 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from annotation.agreement import CHOICES, side_margin, top_choice
-from annotation.models import MAX_STRENGTH, Choice, Comparison, DatasetExport, Judgement, Project
+from annotation.models import (
+    MAX_STRENGTH,
+    Choice,
+    Comparison,
+    DatasetExport,
+    Judgement,
+    Project,
+    Prompt,
+)
 from annotation.selectors.adjudication import adjudicated_choices, judgements_per_version
 from common.roles import human_judgements
 
@@ -114,6 +127,20 @@ def _sha256_files(*paths: Path) -> str:
 
 def _dump(row: dict) -> str:
     return json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def prompt_answer(prompt: Prompt) -> str | None:
+    """The prompt's reference answer as text (``metadata["answer"]``; a number as its text) or None.
+    ValueError naming the prompt when the stored value is neither a text nor a number."""
+    metadata = prompt.metadata if isinstance(prompt.metadata, dict) else {}
+    answer = metadata.get("answer")
+    if answer is None:
+        return None
+    if isinstance(answer, bool) or not isinstance(answer, str | int | float):
+        raise ValueError(
+            f"prompt {prompt.pk}: metadata.answer must be a text or a number, got {answer!r}"
+        )
+    return str(answer)
 
 
 def dawid_skene_consensus(posterior: dict[str, float]) -> PairConsensus:
@@ -207,9 +234,11 @@ def _write_files(
             a, b = comparison.response_a, comparison.response_b
             chosen, rejected = (b, a) if consensus.choice == Choice.B else (a, b)
             prompt = comparison.prompt
+            answer = prompt_answer(prompt)
             pairs.write(
                 _dump(
                     {
+                        **({"answer": answer} if answer is not None else {}),
                         "prompt": prompt.messages if prompt.messages else prompt.text,
                         "chosen": chosen.text,
                         "rejected": rejected.text,
@@ -317,7 +346,7 @@ HF_SPLITS = ("train", "test")
 HF_BATCH_ROWS = 1000
 HF_EXTRA_COLUMNS = (
     "margin", "agreement", "n_judgements", "tie", "chosen_side", "consensus", "comparison_id",
-    "cluster", "external_id", "model_chosen", "model_rejected",
+    "cluster", "external_id", "model_chosen", "model_rejected", "answer",
 )  # fmt: skip
 SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
                    (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"))  # fmt: skip
@@ -373,7 +402,7 @@ def _hf_schema(conversational: bool):
             ("n_judgements", pa.int64()), ("tie", pa.bool_()), ("chosen_side", pa.string()),
             ("consensus", pa.string()), ("comparison_id", pa.int64()), ("cluster", pa.int64()),
             ("external_id", pa.string()), ("model_chosen", pa.string()),
-            ("model_rejected", pa.string()),
+            ("model_rejected", pa.string()), ("answer", pa.string()),
         ]
     )  # fmt: skip
 
@@ -505,7 +534,8 @@ def _dataset_card(
         "`agreement` (share of judgements matching the consensus, or its posterior), "
         "`n_judgements`, `tie`, `chosen_side` (which of the comparison's responses won), "
         "`consensus`, `comparison_id`, `cluster` (prompt cluster, null before clustering), "
-        "`external_id`, `model_chosen`, `model_rejected`.",
+        "`external_id`, `model_chosen`, `model_rejected`, `answer` (the prompt's reference "
+        "answer for answer-checking rewards such as GRPO's `exact_answer`, null when it has none).",
         "",
     ]
     return yaml + "\n" + "\n".join(body)
