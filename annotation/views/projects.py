@@ -14,12 +14,11 @@ from annotation.selectors import projects as selectors
 from annotation.selectors.agreement import agreement_alerts
 from annotation.services.exporting import (
     CONSENSUS_RULES,
-    HF_FORMAT,
     JUDGEMENTS_FILE,
     PAIRS_FILE,
     dataset_export,
-    hf_export_archive,
 )
+from annotation.services.hf_export import HF_FORMAT, hf_export_archive
 from annotation.services.import_jobs import import_job_create, import_job_progress
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_required
