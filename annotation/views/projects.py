@@ -92,12 +92,16 @@ def export_create(request: HttpRequest, slug: str) -> HttpResponse:
     consensus = request.POST.get("consensus", "majority")
     if consensus not in CONSENSUS_RULES:
         consensus = "majority"
-    export = dataset_export(
-        project=project,
-        keep_ties=request.POST.get("keep_ties") == "on",
-        consensus=consensus,
-        created_by=request.user,
-    )
+    try:
+        export = dataset_export(
+            project=project,
+            keep_ties=request.POST.get("keep_ties") == "on",
+            consensus=consensus,
+            created_by=request.user,
+        )
+    except ValueError as exc:  # the project's stored data cannot be exported (named in exc)
+        messages.error(request, f"No export: {exc}")
+        return redirect("annotation:project-manage", slug=project.slug)
     messages.success(request, f"Export {export.sha256[:12]}: {export.n_pairs} pairs.")
     return redirect("annotation:project-manage", slug=project.slug)
 

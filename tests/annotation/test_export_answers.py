@@ -152,3 +152,26 @@ def test_an_unusable_stored_answer_stops_the_export_and_writes_nothing(tmp_path)
         dataset_export(project=project)
     assert not DatasetExport.objects.exists()
     assert [p.name for p in (tmp_path / "exports" / "maths").iterdir()] == []
+
+
+def test_lead_page_and_api_report_an_unusable_stored_answer(tmp_path, ml_engineer):
+    """The same bad stored answer through the lead's page (a message, back to the page) and the
+    API (400 naming the prompt): no export either way."""
+    from django.urls import reverse
+
+    from tests.conftest import logged_in
+
+    call_command("import_comparisons", str(_maths_file(tmp_path)), "--project", "maths")
+    prompt = Prompt.objects.get(text="Name a colour.")
+    prompt.metadata = {"answer": True}
+    prompt.save(update_fields=["metadata"])
+    prompt.project.members.add(ml_engineer)
+    client = logged_in(ml_engineer)
+    page = client.post(reverse("annotation:export-create", args=["maths"]), follow=True)
+    assert f"No export: prompt {prompt.pk}: metadata.answer must be a text" in page.content.decode()
+    api = client.post(
+        reverse("api-export-create", args=["maths"]), {}, content_type="application/json"
+    )
+    assert api.status_code == 400
+    assert f"prompt {prompt.pk}: metadata.answer" in api.json()["detail"][0]
+    assert not DatasetExport.objects.exists()
