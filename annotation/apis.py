@@ -143,5 +143,8 @@ class ExportCreateApi(APIView):
         project = get_object_or_404(Project, slug=slug)
         data = self.Input(data=request.data)
         data.is_valid(raise_exception=True)
-        export = dataset_export(project=project, created_by=request.user, **data.validated_data)
+        try:
+            export = dataset_export(project=project, created_by=request.user, **data.validated_data)
+        except ValueError as exc:  # the project's stored data cannot be exported (named in exc)
+            raise ValidationError({"detail": [str(exc)]}) from exc
         return Response(self.Output(export).data, status=status.HTTP_201_CREATED)

@@ -10,12 +10,16 @@ Accepted rows::
      "id": "...", "gold": "a" | "b" | "tie",
      "judgements": [{"annotator": "name", "choice": "a" | "b" | "tie", "strength": 1,
                      "rationale": "...", "shown_left": "a" | "b", "elapsed_ms": 1234}],
-     "metadata": {...}}
+     "answer": "reference answer" | number, "metadata": {..., "answer": ...}}
 
 or TRL style ``{"prompt", "chosen", "rejected"}`` (chosen becomes response A, recorded in metadata).
 Files in other public formats are turned into these rows by ``annotation.formats``. A row's identity
 is its ``id`` when it has one, else its content with the model names (``comparison_hash``); empty and
 whitespace-only responses are answers like any other.
+
+``answer`` (top level, or ``metadata.answer``) is the prompt's reference answer, for GRPO's
+answer-checking rewards: a non-empty text or a number (kept as its text, "42"); both given must agree.
+It belongs to the prompt (``Prompt.metadata["answer"]``), not to the comparison.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ class ImportedComparison:
     gold: str
     judgements: tuple[ImportedJudgement, ...]
     metadata: dict[str, Any] = field(default_factory=dict)
+    answer: str | None = None  # the prompt's reference answer (text), when the row gives one
 
     @property
     def prompt_hash(self) -> str:
@@ -179,6 +184,29 @@ def _parse_prompt(row: _Row) -> tuple[str, list[dict[str, str]] | None]:
     return "", None
 
 
+def _parse_answer(row: _Row, metadata: dict[str, Any]) -> str | None:
+    """The prompt's reference answer from ``answer`` or ``metadata.answer`` (null: none), as text;
+    a number becomes its text (``str(42)`` = "42", as GRPO's loader reads it)."""
+    found: list[tuple[str, str]] = []
+    for name, value in (
+        ("answer", row.data.get("answer")),
+        ("metadata.answer", metadata.get("answer")),
+    ):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            row.fail(name, f"must be a text or a number, not {type(value).__name__}")
+            return None
+        if not str(value).strip():
+            row.fail(name, "must not be empty")
+            return None
+        found.append((name, str(value)))
+    if len({text for _, text in found}) > 1:
+        row.fail("answer", f"{found[0][1]!r} differs from metadata.answer {found[1][1]!r}")
+        return None
+    return found[0][1] if found else None
+
+
 def _parse_judgements(row: _Row) -> tuple[ImportedJudgement, ...]:
     raw = row.data.get("judgements", [])
     if not isinstance(raw, list):
@@ -254,6 +282,7 @@ def parse_record(
     if not isinstance(metadata, dict):
         row.fail("metadata", "must be an object")
         metadata = {}
+    answer = _parse_answer(row, metadata)
     if "chosen" in data or "rejected" in data:  # TRL style: chosen is A, rejected is B
         response_a = row.text("chosen", required=True, allow_empty=True)
         response_b = row.text("rejected", required=True, allow_empty=True)
@@ -293,4 +322,5 @@ def parse_record(
         gold=gold,
         judgements=judgements,
         metadata=metadata,
+        answer=answer,
     )

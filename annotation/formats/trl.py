@@ -4,7 +4,8 @@ Standard: ``{"prompt": "text", "chosen": "text", "rejected": "text"}``. Conversa
 a list of turns ending with the user's, ``chosen``/``rejected`` lists holding the assistant's reply.
 Implicit prompt: no ``prompt``, ``chosen``/``rejected`` whole conversations that share every turn
 before the last assistant reply. Chosen becomes response A (``metadata.trl_preferred = "a"``); with
-``--label-as NAME`` the preference is also recorded as NAME's judgement.
+``--label-as NAME`` the preference is also recorded as NAME's judgement. ``id``, ``model_a``,
+``model_b``, ``gold``, ``answer`` (the prompt's reference answer) and ``metadata`` pass through.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from annotation.formats.base import ReadOptions, RowError, message_list, split_f
 
 NAME = "trl"
 EXAMPLE = "python manage.py import_comparisons prefs.jsonl --format trl --project demo"
-PASSTHROUGH = ("id", "model_a", "model_b", "gold", "metadata")
+PASSTHROUGH = ("id", "model_a", "model_b", "gold", "answer", "metadata")
 
 
 def matches(record: dict[str, Any]) -> bool:

@@ -5,10 +5,15 @@ Two files per export, in a folder named by their combined SHA-256:
 - ``pairs.jsonl``: one row per comparison with a consensus preference:
   ``{"prompt", "chosen", "rejected", "margin", "consensus", "n_judgements", "agreement",
   "comparison_id", "chosen_side", "cluster", "external_id", "model_chosen", "model_rejected",
-  "tie"}``. ``prompt`` is the text, or the conversation as messages; ``chosen_side`` says which of
-  the comparison's responses (a or b) won, so the raw rows below can be read relative to ``chosen``
-  (the annotator-aware reward model joins them by ``comparison_id``); ``cluster`` is the prompt's
-  cluster (None before clustering), for cluster-balanced batches and domain conditioning.
+  "tie"}``, plus ``"answer"`` when the prompt has a reference answer. ``prompt`` is the text, or
+  the conversation as messages; ``chosen_side`` says which of the comparison's responses (a or b)
+  won, so the raw rows below can be read relative to ``chosen`` (the annotator-aware reward model
+  joins them by ``comparison_id``); ``cluster`` is the prompt's cluster (None before clustering),
+  for cluster-balanced batches and domain conditioning; ``answer`` is the prompt's reference answer
+  as text (``Prompt.metadata["answer"]``, set on import), which GRPO's answer-checking rewards
+  read. A row whose prompt has none has no ``answer`` key, so an export without answers is byte
+  for byte what it was before answers existed (same hash); the Parquet export
+  (annotation.services.hf_export) always has the column, null there.
 - ``judgements.jsonl``: the raw per-annotator rows (choice, strength, shown side, time).
 
 Consensus rule "dawid_skene": the verdict with the highest posterior under a model of each
@@ -30,13 +35,13 @@ for a vote for the chosen response, -1 for the rejected one, 0 for tie or both b
 both the strength and the unanimity of the preference, and feeds the reward model's margin term.
 
 An export with the same content as an earlier one is that earlier one (same hash, same row).
+The Hugging Face dataset layout of an export is annotation.services.hf_export.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
 import tempfile
 from collections import Counter
@@ -49,7 +54,15 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from annotation.agreement import CHOICES, side_margin, top_choice
-from annotation.models import MAX_STRENGTH, Choice, Comparison, DatasetExport, Judgement, Project
+from annotation.models import (
+    MAX_STRENGTH,
+    Choice,
+    Comparison,
+    DatasetExport,
+    Judgement,
+    Project,
+    Prompt,
+)
 from annotation.selectors.adjudication import adjudicated_choices, judgements_per_version
 from common.roles import human_judgements
 
@@ -114,6 +127,20 @@ def _sha256_files(*paths: Path) -> str:
 
 def _dump(row: dict) -> str:
     return json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def prompt_answer(prompt: Prompt) -> str | None:
+    """The prompt's reference answer as text (``metadata["answer"]``; a number as its text) or None.
+    ValueError naming the prompt when the stored value is neither a text nor a number."""
+    metadata = prompt.metadata if isinstance(prompt.metadata, dict) else {}
+    answer = metadata.get("answer")
+    if answer is None:
+        return None
+    if isinstance(answer, bool) or not isinstance(answer, str | int | float):
+        raise ValueError(
+            f"prompt {prompt.pk}: metadata.answer must be a text or a number, got {answer!r}"
+        )
+    return str(answer)
 
 
 def dawid_skene_consensus(posterior: dict[str, float]) -> PairConsensus:
@@ -207,9 +234,11 @@ def _write_files(
             a, b = comparison.response_a, comparison.response_b
             chosen, rejected = (b, a) if consensus.choice == Choice.B else (a, b)
             prompt = comparison.prompt
+            answer = prompt_answer(prompt)
             pairs.write(
                 _dump(
                     {
+                        **({"answer": answer} if answer is not None else {}),
                         "prompt": prompt.messages if prompt.messages else prompt.text,
                         "chosen": chosen.text,
                         "rejected": rejected.text,
@@ -309,292 +338,3 @@ def export_copy(export: DatasetExport, out: Path) -> tuple[Path, Path]:
     shutil.copyfile(folder / PAIRS_FILE, out)
     shutil.copyfile(folder / JUDGEMENTS_FILE, raw_out)
     return out, raw_out
-
-
-# --- Hugging Face dataset layout ------------------------------------------------------------------
-HF_FORMAT = "hf"
-HF_SPLITS = ("train", "test")
-HF_BATCH_ROWS = 1000
-HF_EXTRA_COLUMNS = (
-    "margin", "agreement", "n_judgements", "tie", "chosen_side", "consensus", "comparison_id",
-    "cluster", "external_id", "model_chosen", "model_rejected",
-)  # fmt: skip
-SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
-                   (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"))  # fmt: skip
-
-
-@dataclass(frozen=True)
-class HfExport:
-    """Where an HF-format export was written and how many rows each split holds."""
-
-    folder: Path
-    rows: dict[str, int]
-    conversational: bool
-
-
-def _prompt_key(prompt: object) -> str:
-    return hashlib.sha256(
-        json.dumps(prompt, sort_keys=True, ensure_ascii=False).encode("utf-8")
-    ).hexdigest()
-
-
-def prompts_for_test_split(prompts: dict[str, object], *, test_fraction: float) -> set[str]:
-    """The prompt keys that go to the test split: in each cluster, the round(fraction x n)
-    prompts with the smallest keys (a SHA-256, so the choice is deterministic but unrelated to
-    content), and at least one when the cluster has two or more prompts and the fraction is > 0.
-
-    ``prompts``: {prompt key: cluster (None: unclustered, one stratum)}. A prompt is in one split
-    only, so every comparison on it follows it (no prompt in both).
-    """
-    if not 0 <= test_fraction < 1:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
-    strata: dict[object, list[str]] = {}
-    for key, cluster in prompts.items():
-        strata.setdefault(cluster, []).append(key)
-    chosen: set[str] = set()
-    for keys in strata.values():
-        keys.sort()
-        n_test = round(test_fraction * len(keys))
-        if test_fraction > 0 and len(keys) >= 2:
-            n_test = max(1, n_test)
-        chosen.update(keys[: min(n_test, len(keys) - 1)])
-    return chosen
-
-
-def _hf_schema(conversational: bool):
-    import pyarrow as pa
-
-    message = pa.struct([("role", pa.string()), ("content", pa.string())])
-    text = pa.list_(message) if conversational else pa.string()
-    return pa.schema(
-        [
-            ("prompt", text), ("chosen", text), ("rejected", text),
-            ("margin", pa.float64()), ("agreement", pa.float64()),
-            ("n_judgements", pa.int64()), ("tie", pa.bool_()), ("chosen_side", pa.string()),
-            ("consensus", pa.string()), ("comparison_id", pa.int64()), ("cluster", pa.int64()),
-            ("external_id", pa.string()), ("model_chosen", pa.string()),
-            ("model_rejected", pa.string()),
-        ]
-    )  # fmt: skip
-
-
-def _hf_row(pair: dict, conversational: bool) -> dict:
-    """One pairs.jsonl row as a TRL DPO row: standard (texts) or conversational (message lists)."""
-    row = {name: pair.get(name) for name in HF_EXTRA_COLUMNS}
-    if conversational:
-        prompt = pair["prompt"]
-        if isinstance(prompt, str):
-            prompt = [{"role": "user", "content": prompt}]
-        row["prompt"] = [{"role": t["role"], "content": t["content"]} for t in prompt]
-        row["chosen"] = [{"role": "assistant", "content": pair["chosen"]}]
-        row["rejected"] = [{"role": "assistant", "content": pair["rejected"]}]
-    else:
-        row.update(prompt=pair["prompt"], chosen=pair["chosen"], rejected=pair["rejected"])
-    return row
-
-
-def _size_category(n: int) -> str:
-    return next((label for limit, label in SIZE_CATEGORIES if n < limit), "n>10M")
-
-
-def _figure(value: float) -> str:
-    return f"{value:.3f}" if value is not None and math.isfinite(value) else "undefined"
-
-
-def _agreement_lines(project: Project) -> list[str]:
-    """The project's agreement coefficients with 95% bootstrap intervals, and Cohen's kappa per
-    pair of annotators, as card lines. (Read from the report itself: agreement_summary's
-    ``intervals`` fails on an undefined bound.)"""
-    from annotation import agreement
-    from annotation.services.agreement import project_agreement
-
-    if not human_judgements(Judgement.objects.filter(comparison__project=project)).exists():
-        return ["- No judgements: no agreement figures."]
-    result = project_agreement(project=project, n_boot=500)
-    report, names = result.report, result.data.annotator_names
-    lines = []
-    for name in agreement.COEFFICIENTS:
-        figure = report.coefficients[name]
-        interval = ""
-        if all(v is not None and math.isfinite(v) for v in (figure.low, figure.high)):
-            interval = f" (95% bootstrap interval {figure.low:.3f} to {figure.high:.3f})"
-        lines.append(f"- {name.replace('_', ' ')}: {_figure(figure.estimate)}{interval}")
-    pairs = report.pairs
-    for first, second, kappa, n in zip(
-        pairs.first, pairs.second, pairs.kappa, pairs.n, strict=True
-    ):
-        lines.append(
-            f"- Cohen's kappa, {names[first]} and {names[second]}: {_figure(float(kappa))} "
-            f"over {int(n)} comparisons"
-        )
-    return lines
-
-
-def _dataset_card(
-    *, export: DatasetExport, rows: dict[str, int], conversational: bool, license: str,
-    test_fraction: float,
-) -> str:  # fmt: skip
-    project = export.project
-    n_annotators = (
-        human_judgements(Judgement.objects.filter(comparison__project=project))
-        .values("annotator")
-        .distinct()
-        .count()
-    )
-    guidelines = (
-        f"`{hashlib.sha256(project.guidelines.encode('utf-8')).hexdigest()[:12]}` (first 12 hex "
-        "digits of the SHA-256 of the guidelines text annotators saw)"
-        if project.guidelines.strip()
-        else "none (the project has no guidelines text)"
-    )
-    options = export.options
-    rule = options.get("consensus", "majority")
-    total = sum(rows.values())
-    yaml = "\n".join(
-        [
-            "---",
-            f"license: {license}",
-            f"pretty_name: {json.dumps(project.name)}",
-            "size_categories:",
-            f"- {_size_category(total)}",
-            "tags:",
-            "- preference",
-            "- dpo",
-            "- rlhf",
-            "- concord",
-            "configs:",
-            "- config_name: default",
-            "  data_files:",
-            *(f"  - split: {s}\n    path: data/{s}-*.parquet" for s in HF_SPLITS if rows[s]),
-            "---",
-        ]
-    )
-    layout = (
-        "conversational (`prompt` a list of {role, content} turns; `chosen` and `rejected` the "
-        "assistant's reply as a one-turn list)"
-        if conversational
-        else "standard (`prompt`, `chosen` and `rejected` are texts)"
-    )
-    body = [
-        f"# {project.name}",
-        "",
-        f"Pairwise human preferences exported from Concord project `{project.slug}`, in TRL's "
-        f"preference format, {layout}: `DPOTrainer` and `RewardTrainer` read the rows as they are.",
-        "",
-        "## Contents",
-        f"- Rows: {rows['train']} in `train`, {rows['test']} in `test` ({total} in all); the "
-        f"split is by prompt (no prompt in both), stratified by prompt cluster, {test_fraction:.0%} "
-        "of each cluster's prompts to `test`, chosen by the SHA-256 of the prompt.",
-        f"- Judgements: {export.n_judgements} by {n_annotators} annotators; overlap "
-        f"{project.overlap} annotators per comparison (the project's target).",
-        f"- Consensus rule: {rule} (see `consensus`, `agreement` and `margin` per row); ties "
-        f"{'kept (margin 0, `tie` true)' if options.get('keep_ties') else 'dropped'} "
-        f"({export.n_ties_dropped} dropped); at least {options.get('min_judgements', 1)} "
-        "judgement(s) per pair.",
-        f"- Guidelines version: {guidelines}.",
-        f"- Export hash: `{export.sha256}` (SHA-256 of the export's pairs.jsonl and "
-        "judgements.jsonl; a training run names it).",
-        f"- Licence: {license}.",
-        "",
-        "## Agreement",
-        "Over the project's judgements when this card was written:",
-        *_agreement_lines(project),
-        "",
-        "## Columns",
-        "`prompt`, `chosen`, `rejected`; `margin` (signed strength of the consensus, -1 to 1), "
-        "`agreement` (share of judgements matching the consensus, or its posterior), "
-        "`n_judgements`, `tie`, `chosen_side` (which of the comparison's responses won), "
-        "`consensus`, `comparison_id`, `cluster` (prompt cluster, null before clustering), "
-        "`external_id`, `model_chosen`, `model_rejected`.",
-        "",
-    ]
-    return yaml + "\n" + "\n".join(body)
-
-
-def hf_export_write(
-    *, export: DatasetExport, out: Path, test_fraction: float = 0.1, license: str = "other"
-) -> HfExport:
-    """Write ``export`` as a Hugging Face dataset folder: ``data/train-00000-of-00001.parquet``,
-    ``data/test-00000-of-00001.parquet`` and a dataset card ``README.md`` (YAML metadata: licence,
-    size, configs and splits; then a plain summary). ``datasets.load_dataset(str(out))`` loads it.
-
-    Reads the export's frozen pairs.jsonl twice (prompts and clusters, then rows), writing Parquet
-    in batches of HF_BATCH_ROWS: memory holds one key per prompt, never the rows.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    if not license or any(c.isspace() for c in license):
-        raise ValueError(
-            f"license must be one SPDX-style identifier (e.g. cc-by-4.0), got {license!r}"
-        )
-    pairs_path = Path(export.folder) / PAIRS_FILE
-    prompts: dict[str, object] = {}
-    conversational = False
-    with pairs_path.open(encoding="utf-8") as handle:
-        for line in handle:
-            pair = json.loads(line)
-            prompts[_prompt_key(pair["prompt"])] = pair.get("cluster")
-            conversational = conversational or not isinstance(pair["prompt"], str)
-    test_keys = prompts_for_test_split(prompts, test_fraction=test_fraction)
-    data = out / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    for stale in data.glob("*.parquet"):
-        stale.unlink()
-    schema = _hf_schema(conversational)
-    rows = dict.fromkeys(HF_SPLITS, 0)
-    writers = {s: pq.ParquetWriter(data / f"{s}-00000-of-00001.parquet", schema) for s in HF_SPLITS}
-    batches: dict[str, list[dict]] = {s: [] for s in HF_SPLITS}
-
-    def flush(split: str) -> None:
-        if batches[split]:
-            writers[split].write_table(pa.Table.from_pylist(batches[split], schema=schema))
-            batches[split] = []
-
-    try:
-        with pairs_path.open(encoding="utf-8") as handle:
-            for line in handle:
-                pair = json.loads(line)
-                split = "test" if _prompt_key(pair["prompt"]) in test_keys else "train"
-                batches[split].append(_hf_row(pair, conversational))
-                rows[split] += 1
-                if len(batches[split]) >= HF_BATCH_ROWS:
-                    flush(split)
-        for split in HF_SPLITS:
-            flush(split)
-    finally:
-        for writer in writers.values():
-            writer.close()
-    for split in HF_SPLITS:
-        if not rows[split]:  # an empty split is left out of the card's configs and the folder
-            (data / f"{split}-00000-of-00001.parquet").unlink()
-    card = _dataset_card(
-        export=export, rows=rows, conversational=conversational, license=license,
-        test_fraction=test_fraction,
-    )  # fmt: skip
-    (out / "README.md").write_text(card, encoding="utf-8")
-    return HfExport(folder=out, rows=rows, conversational=conversational)
-
-
-HF_ARCHIVE = "hf.zip"
-
-
-def hf_export_archive(*, export: DatasetExport, license: str = "other") -> Path:
-    """The export as a zipped Hugging Face dataset folder (built once, kept beside the export's
-    files): unzip it and ``datasets.load_dataset(folder)``. Written under a temporary name and
-    renamed, so a reader never sees half an archive."""
-    import zipfile
-
-    folder = Path(export.folder)
-    archive = folder / HF_ARCHIVE
-    if archive.exists():
-        return archive
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".hf-") as scratch:
-        built = hf_export_write(export=export, out=Path(scratch) / "dataset", license=license)
-        partial = Path(scratch) / HF_ARCHIVE
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as out:
-            for path in sorted(built.folder.rglob("*")):
-                if path.is_file():
-                    out.write(path, path.relative_to(built.folder))
-        partial.replace(archive)
-    return archive

@@ -195,11 +195,52 @@ def _json_default(value: object) -> str:
     return str(value)
 
 
-def _validate(source: Source, options: ImportOptions, progress: Progress | None) -> _Plan:
+def _stored_answers(project: Project, reads: list[_Read]) -> dict[str, str]:
+    """{prompt hash: reference answer} of the project's stored prompts that the rows of ``reads``
+    give an answer for (one query per chunk of rows)."""
+    hashes = {i.row.prompt_hash for i in reads if i.row is not None and i.row.answer is not None}
+    if not hashes:
+        return {}
+    stored = Prompt.objects.filter(project=project, content_hash__in=hashes)
+    return {
+        content_hash: str(metadata["answer"])
+        for content_hash, metadata in stored.values_list("content_hash", "metadata")
+        if isinstance(metadata, dict) and metadata.get("answer") is not None
+    }
+
+
+def _answer_errors(
+    item: _Read, answers: dict[str, tuple[int, str]], stored: dict[str, str]
+) -> list[LineError]:
+    """A row's answer against the answer an earlier row of the file (``answers``: prompt hash ->
+    (line, answer)) or the project (``stored``) gives the same prompt: one prompt, one answer."""
+    row = item.row
+    if row is None or row.answer is None:
+        return []
+    earlier = answers.get(row.prompt_hash)
+    if earlier is not None and earlier[1] != row.answer:
+        message = (
+            f"{row.answer!r} differs from the answer {earlier[1]!r} given to the same prompt on "
+            f"{item.unit} {earlier[0]}"
+        )
+        return [LineError(item.number, "answer", message, item.unit)]
+    if stored.get(row.prompt_hash, row.answer) != row.answer:
+        message = (
+            f"{row.answer!r} differs from the answer {stored[row.prompt_hash]!r} the project "
+            "already has for this prompt"
+        )
+        return [LineError(item.number, "answer", message, item.unit)]
+    return []
+
+
+def _validate(
+    source: Source, options: ImportOptions, progress: Progress | None, project: Project
+) -> _Plan:
     """Pass 1: every record read and checked; duplicates within the file checked.
 
     A comparison (one key: its id, or its content without one) may span several rows; each of its
-    annotators judges it once, and rows with one id must show the same content. Raises
+    annotators judges it once, and rows with one id must show the same content. A prompt has one
+    reference answer: rows (and the project's stored prompt) that give it two are an error. Raises
     ImportValidationError listing the errors unless ``skip_invalid`` (then the bad rows go to the
     rejects file beside ``source``).
     """
@@ -209,67 +250,73 @@ def _validate(source: Source, options: ImportOptions, progress: Progress | None)
     n_errors = 0
     # key -> (first line, content hash, {annotator: (choice, strength)})
     seen: dict[str, tuple[int, str, dict[str, tuple[str, int]]]] = {}
+    answers: dict[str, tuple[int, str]] = {}  # prompt hash -> (first line, answer)
     rejects = None
     if options.skip_invalid and isinstance(source, Path):
         plan.rejects_path = str(source.with_name(source.name + REJECTS_SUFFIX))
         rejects = open(plan.rejects_path + ".part", "w", encoding="utf-8")  # noqa: SIM115
     try:
-        for item in _source_reads(source, plan, options):
-            plan.rows += 1
-            row_errors = list(item.errors)
-            repeats: list[str] = []
-            if item.row is not None:
-                row = item.row
-                first = seen.get(row.comparison_hash)
-                verdicts = {j.annotator: (j.choice, j.strength) for j in row.judgements}
-                if first is not None:
-                    if first[1] != row.content_key:
-                        row_errors.append(
-                            LineError(
-                                item.number,
-                                "id",
-                                f"id {row.external_id!r} is also on {item.unit} {first[0]} with "
-                                "a different prompt, responses or models",
-                                item.unit,
+        reads = _source_reads(source, plan, options)
+        while chunk := list(islice(reads, CHUNK_ROWS)):
+            stored = _stored_answers(project, chunk)
+            for item in chunk:
+                plan.rows += 1
+                row_errors = [*item.errors, *_answer_errors(item, answers, stored)]
+                repeats: list[str] = []
+                if item.row is not None:
+                    row = item.row
+                    first = seen.get(row.comparison_hash)
+                    verdicts = {j.annotator: (j.choice, j.strength) for j in row.judgements}
+                    if first is not None:
+                        if first[1] != row.content_key:
+                            row_errors.append(
+                                LineError(
+                                    item.number,
+                                    "id",
+                                    f"id {row.external_id!r} is also on {item.unit} {first[0]} with "
+                                    "a different prompt, responses or models",
+                                    item.unit,
+                                )
                             )
-                        )
-                    for name in sorted(verdicts.keys() & first[2].keys()):
-                        if count_once and verdicts[name] == first[2][name]:
-                            repeats.append(name)
-                            continue
-                        row_errors.append(
-                            LineError(
-                                item.number,
-                                "judgements",
-                                f"{name!r} already judged this comparison on {item.unit} "
-                                f"{first[0]}",
-                                item.unit,
+                        for name in sorted(verdicts.keys() & first[2].keys()):
+                            if count_once and verdicts[name] == first[2][name]:
+                                repeats.append(name)
+                                continue
+                            row_errors.append(
+                                LineError(
+                                    item.number,
+                                    "judgements",
+                                    f"{name!r} already judged this comparison on {item.unit} "
+                                    f"{first[0]}",
+                                    item.unit,
+                                )
                             )
+                if row_errors:
+                    n_errors += len(row_errors)
+                    errors.extend(row_errors[: max(0, MAX_ERRORS_KEPT - len(errors))])
+                    plan.rejected.add(item.number)
+                    if rejects is not None:
+                        reasons = [{"field": e.field, "message": e.message} for e in row_errors]
+                        rejects.write(
+                            json.dumps(
+                                {item.unit: item.number, "errors": reasons, "record": item.raw},
+                                ensure_ascii=False,
+                                default=_json_default,
+                            )
+                            + "\n"
                         )
-            if row_errors:
-                n_errors += len(row_errors)
-                errors.extend(row_errors[: max(0, MAX_ERRORS_KEPT - len(errors))])
-                plan.rejected.add(item.number)
-                if rejects is not None:
-                    reasons = [{"field": e.field, "message": e.message} for e in row_errors]
-                    rejects.write(
-                        json.dumps(
-                            {item.unit: item.number, "errors": reasons, "record": item.raw},
-                            ensure_ascii=False,
-                            default=_json_default,
-                        )
-                        + "\n"
-                    )
-            else:
-                row = item.row
-                plan.empty_responses += row.empty_responses
-                plan.repeats.update((item.number, name) for name in repeats)
-                if first is None:
-                    seen[row.comparison_hash] = (item.number, row.content_key, verdicts)
                 else:
-                    first[2].update(verdicts)
-            if progress is not None and plan.rows % CHUNK_ROWS == 0:
-                progress("validating", plan.rows, None)
+                    row = item.row
+                    plan.empty_responses += row.empty_responses
+                    plan.repeats.update((item.number, name) for name in repeats)
+                    if row.answer is not None:
+                        answers.setdefault(row.prompt_hash, (item.number, row.answer))
+                    if first is None:
+                        seen[row.comparison_hash] = (item.number, row.content_key, verdicts)
+                    else:
+                        first[2].update(verdicts)
+                if progress is not None and plan.rows % CHUNK_ROWS == 0:
+                    progress("validating", plan.rows, None)
     except BaseException:
         if rejects is not None:
             rejects.close()
@@ -292,12 +339,24 @@ class _Counts:
     annotators_created: int = 0
 
 
-def _prompts_for(project: Project, rows: list[ImportedComparison]) -> dict[str, Prompt]:
+def _prompts_for(
+    project: Project, rows: list[ImportedComparison], answers: dict[str, tuple[int, str]]
+) -> dict[str, Prompt]:
+    """The rows' prompts, created when missing; ``answers`` (prompt hash -> (line, answer)) go to
+    ``Prompt.metadata["answer"]``, filling in a stored prompt that has none. A stored prompt with
+    another answer (written by a concurrent import since pass 1) is an ImportValidationError, which
+    rolls the whole import back."""
     wanted = {row.prompt_hash: row for row in rows}
     existing = Prompt.objects.filter(project=project, content_hash__in=wanted)
     found = {prompt.content_hash: prompt for prompt in existing}
     missing = [
-        Prompt(project=project, content_hash=h, text=row.prompt_text, messages=row.messages)
+        Prompt(
+            project=project,
+            content_hash=h,
+            text=row.prompt_text,
+            messages=row.messages,
+            metadata={"answer": answers[h][1]} if h in answers else {},
+        )
         for h, row in wanted.items()
         if h not in found
     ]
@@ -307,6 +366,20 @@ def _prompts_for(project: Project, rows: list[ImportedComparison]) -> dict[str, 
             p.content_hash: p
             for p in Prompt.objects.filter(project=project, content_hash__in=wanted)
         }
+    filled = []
+    for h, (line, answer) in answers.items():
+        prompt = found[h]
+        metadata = prompt.metadata if isinstance(prompt.metadata, dict) else {}
+        stored = metadata.get("answer")
+        if stored is None:
+            prompt.metadata = {**metadata, "answer": answer}
+            filled.append(prompt)
+        elif str(stored) != answer:
+            message = (
+                f"{answer!r} differs from the answer {stored!r} the project has for this prompt"
+            )
+            raise ImportValidationError([LineError(line, "answer", message)])
+    Prompt.objects.bulk_update(filled, ["metadata"])
     return found
 
 
@@ -365,6 +438,8 @@ def _annotators_for(
 
 
 def _write_chunk(project: Project, rows: list[ImportedComparison], counts: _Counts) -> None:
+    # A prompt's answer may come on any of its rows (pass 1 checked they agree).
+    answers = {r.prompt_hash: (r.line, r.answer) for r in rows if r.answer is not None}
     # Rows of one comparison inside the chunk are merged (pass 1 checked their judgements).
     merged: dict[str, ImportedComparison] = {}
     for row in rows:
@@ -375,7 +450,7 @@ def _write_chunk(project: Project, rows: list[ImportedComparison], counts: _Coun
             )
         merged[row.comparison_hash] = row
     rows = list(merged.values())
-    prompts = _prompts_for(project, rows)
+    prompts = _prompts_for(project, rows, answers)
     responses = _responses_for(rows, prompts)
 
     existing = {
@@ -478,7 +553,7 @@ def comparisons_import(
     Judgements already present (same comparison and annotator) are kept as they are.
     """
     options = options or ImportOptions()
-    plan = _validate(lines, options, progress)
+    plan = _validate(lines, options, progress, project)
     counts = _Counts()
     done = 0
     with transaction.atomic():

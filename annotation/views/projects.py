@@ -14,12 +14,11 @@ from annotation.selectors import projects as selectors
 from annotation.selectors.agreement import agreement_alerts
 from annotation.services.exporting import (
     CONSENSUS_RULES,
-    HF_FORMAT,
     JUDGEMENTS_FILE,
     PAIRS_FILE,
     dataset_export,
-    hf_export_archive,
 )
+from annotation.services.hf_export import HF_FORMAT, hf_export_archive
 from annotation.services.import_jobs import import_job_create, import_job_progress
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_required
@@ -93,12 +92,16 @@ def export_create(request: HttpRequest, slug: str) -> HttpResponse:
     consensus = request.POST.get("consensus", "majority")
     if consensus not in CONSENSUS_RULES:
         consensus = "majority"
-    export = dataset_export(
-        project=project,
-        keep_ties=request.POST.get("keep_ties") == "on",
-        consensus=consensus,
-        created_by=request.user,
-    )
+    try:
+        export = dataset_export(
+            project=project,
+            keep_ties=request.POST.get("keep_ties") == "on",
+            consensus=consensus,
+            created_by=request.user,
+        )
+    except ValueError as exc:  # the project's stored data cannot be exported (named in exc)
+        messages.error(request, f"No export: {exc}")
+        return redirect("annotation:project-manage", slug=project.slug)
     messages.success(request, f"Export {export.sha256[:12]}: {export.n_pairs} pairs.")
     return redirect("annotation:project-manage", slug=project.slug)
 

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from annotation.models import Prompt
-from annotation.services.exporting import prompts_for_test_split
+from annotation.services.hf_export import prompts_for_test_split
 from annotation.services.importing import comparisons_import, project_get_or_create
 
 pytestmark = pytest.mark.django_db

@@ -1,6 +1,7 @@
 """JSONL import: every bad line and field named, nothing written on error, re-import idempotent."""
 
 import json
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -8,7 +9,11 @@ from django.core.management import CommandError, call_command
 
 from annotation.models import Comparison, Judgement, Project, Prompt, Response
 from annotation.parsing import ImportValidationError, content_hash, parse_row
-from annotation.services.importing import comparisons_import, project_get_or_create
+from annotation.services.importing import (
+    ImportOptions,
+    comparisons_import,
+    project_get_or_create,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -271,3 +276,104 @@ def test_zip_archive_is_refused_by_the_command_path(tmp_path, project):
     with pytest.raises(ValueError, match=r"rows\.jsonl is a zip archive"):
         comparisons_import(project=project, lines=path)
     assert not Comparison.objects.exists()
+
+
+def _answer(prompt_text: str = "Why is the sky blue?"):
+    return Prompt.objects.get(text=prompt_text).metadata.get("answer")
+
+
+@pytest.mark.parametrize(
+    ("fields", "stored"),
+    [
+        ({"answer": "Rayleigh"}, "Rayleigh"),
+        ({"metadata": {"answer": "Rayleigh", "source": "quiz"}}, "Rayleigh"),
+        ({"answer": 42}, "42"),  # a number is kept as its text, as GRPO's loader reads it
+        ({"answer": "42", "metadata": {"answer": 42}}, "42"),  # both, agreeing
+        ({"metadata": {"answer": None}}, None),  # null is no answer
+        ({}, None),
+    ],
+)
+def test_row_answer_lands_in_the_prompts_metadata(project, fields, stored):
+    """A row's ``answer`` (or ``metadata.answer``) is its prompt's reference answer, stored as text in
+    ``Prompt.metadata["answer"]``; the comparison keeps the row's metadata as before."""
+    comparisons_import(project=project, lines=[_line(**fields)])
+    assert _answer() == stored
+    assert Comparison.objects.get().metadata == fields.get("metadata", {})
+
+
+def test_answer_given_on_a_later_row_of_the_prompt_fills_it_in(project):
+    """Two comparisons of one prompt, the answer on the second only (in the same chunk, and on a
+    re-import of a file that now has it): the prompt gets it; nothing else changes."""
+    comparisons_import(project=project, lines=[_line(), _line(response_b="Dust.", answer="light")])
+    assert _answer() == "light"
+    other = project_get_or_create(slug="sky-2")[0]
+    comparisons_import(project=other, lines=[_line()])
+    result = comparisons_import(project=other, lines=[_line(answer="light")])
+    assert (result.comparisons_created, result.comparisons_existing) == (0, 1)
+    assert Prompt.objects.get(project=other).metadata == {"answer": "light"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"answer": ["4", "four"]}, "answer", "must be a text or a number, not list"),
+        ({"answer": True}, "answer", "must be a text or a number, not bool"),
+        ({"metadata": {"answer": {"x": 1}}}, "metadata.answer", "not dict"),
+        ({"answer": "  "}, "answer", "must not be empty"),
+        (
+            {"answer": "4", "metadata": {"answer": "5"}},
+            "answer",
+            "'4' differs from metadata.answer",
+        ),
+    ],
+)
+def test_bad_answer_names_the_field_and_imports_nothing(project, fields, field, message):
+    with pytest.raises(ImportValidationError) as caught:
+        comparisons_import(project=project, lines=[_line(), _line(response_b="Dust.", **fields)])
+    (error,) = caught.value.errors
+    assert (error.line, error.field) == (2, field)
+    assert message in error.message
+    assert not Prompt.objects.exists() and not Comparison.objects.exists()
+
+
+def test_two_answers_for_one_prompt_in_a_file_are_an_error(project):
+    """One prompt, one answer: a later row giving it another is refused with both lines named."""
+    lines = [_line(answer="light"), _line(response_b="Dust.", answer="dust")]
+    with pytest.raises(ImportValidationError) as caught:
+        comparisons_import(project=project, lines=lines)
+    (error,) = caught.value.errors
+    assert (error.line, error.field) == (2, "answer")
+    assert "'dust' differs from the answer 'light' given to the same prompt on line 1" in str(error)
+    assert not Prompt.objects.exists()
+
+
+def test_an_answer_other_than_the_stored_one_is_an_error_and_changes_nothing(project):
+    comparisons_import(project=project, lines=[_line(answer="light")])
+    with pytest.raises(ImportValidationError, match="the project already has for this prompt"):
+        comparisons_import(
+            project=project, lines=[_line(response_b="Dust.", answer="dust"), _line(prompt="Hi")]
+        )
+    assert _answer() == "light"
+    assert Comparison.objects.count() == 1 and Prompt.objects.count() == 1
+
+
+def test_skip_invalid_sets_aside_a_conflicting_answer(tmp_path, project):
+    """With skip_invalid the row that contradicts the prompt's answer is rejected, the rest imported."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text(
+        "\n".join([_line(answer="light"), _line(response_b="Dust.", answer="dust")]) + "\n"
+    )
+    result = comparisons_import(
+        project=project, lines=path, options=ImportOptions(skip_invalid=True)
+    )
+    assert (result.rows_rejected, result.comparisons_created) == (1, 1)
+    assert _answer() == "light"
+    (rejected,) = [json.loads(x) for x in Path(result.rejects_path).read_text().splitlines()]
+    assert rejected["errors"][0]["field"] == "answer"
+
+
+def test_trl_rows_carry_their_answer(tmp_path, project):
+    path = tmp_path / "prefs.jsonl"
+    path.write_text(json.dumps({"prompt": "2+2?", "chosen": "4", "rejected": "5", "answer": 4}))
+    comparisons_import(project=project, lines=path, options=ImportOptions(format="trl"))
+    assert _answer("2+2?") == "4"

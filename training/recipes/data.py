@@ -7,8 +7,9 @@ Preference rows (one JSON object a line) take either form:
   ``judgements`` (majority of "a"/"b" choices; ties and rows without a majority are skipped). Its
   per-annotator judgements also feed the annotator-aware reward model.
 
-A Concord export's pairs rows also carry ``comparison_id``, ``chosen_side`` ("a" | "b") and
-``cluster``; its raw per-annotator rows (``judgements.jsonl`` beside ``pairs.jsonl``, or
+A Concord export's pairs rows also carry ``comparison_id``, ``chosen_side`` ("a" | "b"),
+``cluster`` and, for prompts imported with one, the reference ``answer`` (read by
+``load_prompt_answers``); its raw per-annotator rows (``judgements.jsonl`` beside ``pairs.jsonl``, or
 ``NAME.judgements.jsonl`` beside ``NAME.jsonl``) are joined to the pairs by ``comparison_id`` for the
 annotator-aware reward model (``judgements_file_for``).
 

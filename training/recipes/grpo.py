@@ -117,12 +117,14 @@ def grpo_rewards(config: GRPOConfig) -> GRPORewards:
             answers=[rewards.answers.get(p) for p in prompts],
         )
     except ValueError as error:
-        hint = ""
-        if len(rewards.answers) < len(prompts):
-            hint = (
-                f" ({len(prompts) - len(rewards.answers)} of the data's {len(prompts)} prompts "
-                "have no 'answer' field)"
-            )
+        # Distinct prompts: an export has one row per comparison, so a prompt can recur.
+        distinct = set(prompts)
+        unanswered = len(distinct - rewards.answers.keys())
+        hint = (
+            f" ({unanswered} of the data's {len(distinct)} prompts have no 'answer' field)"
+            if unanswered
+            else ""
+        )
         raise ConfigError(f"rewards: {error}{hint}", field="rewards") from None
     return rewards
 

@@ -11,8 +11,8 @@ from annotation.services.exporting import (
     FALLBACK_RULES,
     dataset_export,
     export_copy,
-    hf_export_write,
 )
+from annotation.services.hf_export import hf_export_write
 
 
 def _out_path(out: Path | None, *, export: DatasetExport, format: str) -> Path:
