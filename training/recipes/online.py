@@ -36,6 +36,7 @@ from training.recipes.models import input_limit, load_policy, load_tokenizer, re
 from training.recipes.packing import TokenizedSequence
 from training.recipes.prefill import shared_prompt_cache
 from training.recipes.runtime import autocast, rng_state, set_rng_state
+from training.recipes.sampling import InverseCdfSampler
 from training.recipes.scoring import (
     ClusterConditioning,
     RewardScorer,
@@ -237,11 +238,11 @@ def sample_rollouts(
         attention[row, width - len(ids) :] = 1
     was_training = model.training
     model.eval()
-    sampling = (
-        {"do_sample": False}
-        if greedy
-        else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
-    )
+    # Sampled rows are drawn by inverse CDF inside a logits processor and decoded "greedily"
+    # (sampling.InverseCdfSampler: the same distribution, without multinomial's per-token draws).
+    sampling: dict[str, Any] = {"do_sample": False}
+    if not greedy:
+        sampling["logits_processor"] = [InverseCdfSampler(temperature=temperature, top_p=top_p)]
     output = model.generate(
         input_ids=input_ids.to(device),
         attention_mask=attention.to(device),
