@@ -189,6 +189,31 @@ def test_bad_unpaired_files_are_refused_naming_the_line(lines, message, tiny_lla
     assert not (tmp_path / "run" / "final").exists()
 
 
+def test_conversational_unpaired_rows_keep_their_turns(tiny_llama_dir, tmp_path):
+    """TRL's conversational format: a prompt of several messages and a one-message completion (or
+    chosen/rejected) read as those turns and that text, mixed with plain rows; a message without
+    content is refused naming the line."""
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+             {"role": "user", "content": "and now?"}]  # fmt: skip
+    rows = [
+        {"prompt": turns, "completion": [{"role": "assistant", "content": "now"}], "label": True},
+        {"prompt": turns, "chosen": [{"role": "assistant", "content": "yes"}], "rejected": "no"},
+        {"prompt": "plain", "completion": "text", "label": False},
+    ]
+    path = write_jsonl(tmp_path / "unpaired.jsonl", rows)
+    examples = load_kto_examples(_config(tiny_llama_dir, path, tmp_path, unpaired_data=str(path)))
+    conversation = tuple((m["role"], m["content"]) for m in turns)
+    assert [(e.prompt, e.completion, e.desirable) for e in examples] == [
+        (conversation, "now", True),
+        (conversation, "yes", True),
+        (conversation, "no", False),
+        ((("user", "plain"),), "text", False),
+    ]
+    path.write_text(json.dumps({"prompt": [{"role": "user"}], "completion": "c", "label": True}))
+    with pytest.raises(DataError, match=r"unpaired\.jsonl line 1: prompt must be"):
+        load_kto_examples(_config(tiny_llama_dir, path, tmp_path, unpaired_data=str(path)))
+
+
 def test_a_missing_unpaired_file_is_named(tiny_llama_dir, pairs_file, tmp_path):
     config = _config(
         tiny_llama_dir, pairs_file, tmp_path / "run", unpaired_data=str(tmp_path / "no.jsonl")

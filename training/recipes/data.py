@@ -53,7 +53,9 @@ class PreferencePair:
     cluster: str | None = None  # the prompt's cluster (export rows), for domain conditioning
 
 
-def _messages(value: Any, where: str) -> Messages:
+def row_messages(value: Any, where: str) -> Messages:
+    """A row's prompt: text (one user turn) or a list of {role, content} messages; DataError
+    naming ``where`` otherwise."""
     if isinstance(value, str):
         return (("user", value),)
     if (
@@ -70,7 +72,8 @@ def _messages(value: Any, where: str) -> Messages:
     raise DataError(f"{where}: prompt must be a string or a list of {{role, content}} messages")
 
 
-def _response(value: Any, where: str, name: str) -> str:
+def row_response(value: Any, where: str, name: str) -> str:
+    """A row's answer ``name``: text or a one-message list (TRL's conversational format)."""
     if isinstance(value, str):
         return value
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
@@ -183,10 +186,10 @@ def load_judged_pairs(
         where = f"{path.name} line {number}"
         if "prompt" not in row:
             raise DataError(f"{where}: missing 'prompt'")
-        prompt = _messages(row["prompt"], where)
+        prompt = row_messages(row["prompt"], where)
         if "chosen" in row or "rejected" in row:
-            chosen = _response(row.get("chosen"), where, "chosen")
-            rejected = _response(row.get("rejected"), where, "rejected")
+            chosen = row_response(row.get("chosen"), where, "chosen")
+            rejected = row_response(row.get("rejected"), where, "rejected")
             side = row.get("chosen_side")
             if side is not None and side not in ("a", "b"):
                 raise DataError(f"{where}: chosen_side must be 'a' or 'b', got {side!r}")
@@ -198,8 +201,8 @@ def load_judged_pairs(
                 raise DataError(f"{where}: gold must be 'a', 'b' or 'tie', got {winner!r}")
             if winner not in ("a", "b"):
                 continue
-            a = _response(row["response_a"], where, "response_a")
-            b = _response(row["response_b"], where, "response_b")
+            a = row_response(row["response_a"], where, "response_a")
+            b = row_response(row["response_b"], where, "response_b")
             chosen, rejected = (a, b) if winner == "a" else (b, a)
             votes.extend(_votes(row, winner, len(pairs)))
         else:
@@ -227,7 +230,9 @@ def load_preference_pairs(path: str | Path) -> list[PreferencePair]:
 def load_prompts(path: str | Path) -> list[Messages]:
     """The ``prompt`` of every row, in file order."""
     path = Path(path)
-    prompts = [_messages(row.get("prompt"), f"{path.name} line {n}") for n, row in read_jsonl(path)]
+    prompts = [
+        row_messages(row.get("prompt"), f"{path.name} line {n}") for n, row in read_jsonl(path)
+    ]
     if not prompts:
         raise DataError(f"{path.name}: no prompts")
     return prompts
@@ -241,7 +246,7 @@ def load_prompt_clusters(path: str | Path) -> dict[Messages, str]:
     for n, row in read_jsonl(path):
         cluster = row.get("cluster")
         if cluster is not None:
-            found[_messages(row.get("prompt"), f"{path.name} line {n}")] = str(cluster)
+            found[row_messages(row.get("prompt"), f"{path.name} line {n}")] = str(cluster)
     return found
 
 
@@ -261,7 +266,7 @@ def load_prompt_answers(path: str | Path) -> dict[Messages, str]:
         where = f"{path.name} line {n}"
         if isinstance(answer, bool) or not isinstance(answer, str | int | float):
             raise DataError(f"{where}: answer must be a text or a number, got {answer!r}")
-        prompt = _messages(row.get("prompt"), where)
+        prompt = row_messages(row.get("prompt"), where)
         if found.get(prompt, str(answer)) != str(answer):
             raise DataError(
                 f"{where}: the prompt's answer {answer!r} differs from an earlier row's"

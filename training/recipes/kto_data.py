@@ -5,8 +5,9 @@ Examples: each preference pair of ``data`` gives its chosen answer as a desirabl
 rejected one as an undesirable example (TRL's ``maybe_unpair_preference_dataset``); or, with
 ``unpaired_data``, each row of a JSONL file {"prompt", "completion", "label"} is one example (rows
 {"prompt", "chosen", "rejected"} may be mixed in and are split the same way;
-``training.algorithms.unpaired.unpaired_examples`` reads them). Prompts of the unpaired format are
-text: the user turn, rendered with the chat template like every other prompt.
+``training.algorithms.unpaired.unpaired_examples`` reads them). A prompt is text (the user turn) or,
+in TRL's conversational format, a list of {role, content} messages, and answers may be one-message
+lists; prompts are rendered with the chat template like every other prompt.
 
 Mismatched sequences: in a step's batch of examples [e_0 .. e_{B-1}] the KL estimate reads
 (prompt of e_k, completion of e_{k-1}), e_0 taking e_{B-1}'s completion (TRL's pairing, so the
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,6 +37,8 @@ from training.recipes.data import (
     file_sha256,
     load_preference_pairs,
     read_jsonl,
+    row_messages,
+    row_response,
 )
 from training.recipes.packing import TokenizedSequence
 from training.recipes.pair_policy import policy_encoder
@@ -73,15 +77,36 @@ def load_kto_examples(config: KTOConfig) -> list[KTOExample]:
         raise DataError(f"unpaired_data: no such file {path}")
     examples = []
     for number, row in read_jsonl(path):
+        row, conversation = _text_fields(row, f"{path.name} line {number}")
         try:
             read = unpaired_examples([row])
         except ValueError as error:  # "row 1: ..." (one row at a time): name the file's line
             problem = str(error).removeprefix("row 1: ")
             raise DataError(f"{path.name} line {number}: {problem}") from error
-        examples.extend(KTOExample((("user", e.prompt),), e.completion, e.desirable) for e in read)
+        examples.extend(
+            KTOExample(conversation or (("user", e.prompt),), e.completion, e.desirable)
+            for e in read
+        )
     if not examples:
         raise DataError(f"{path.name}: no rows: KTO needs labelled completions")
     return examples
+
+
+def _text_fields(row: Any, where: str) -> tuple[Any, Messages | None]:
+    """TRL's conversational unpaired rows as text for ``unpaired_examples``: a prompt given as a
+    list of {role, content} messages is returned apart (the row keeps a text stand-in), answers
+    given as one-message lists become their text. Other rows pass unchanged (None)."""
+    if not isinstance(row, dict):
+        return row, None
+    row = dict(row)
+    for key in ("completion", "chosen", "rejected"):
+        if isinstance(row.get(key), list):
+            row[key] = row_response(row[key], where, key)
+    if not isinstance(row.get("prompt"), list):
+        return row, None
+    conversation = row_messages(row["prompt"], where)
+    row["prompt"] = conversation[-1][1] or "(conversation)"
+    return row, conversation
 
 
 def kto_weights(config: KTOConfig, examples: list[KTOExample]) -> tuple[float, float]:
