@@ -44,11 +44,17 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _storable_text(value: object) -> str:
+    """``value`` as text PostgreSQL can store, cut at SAMPLE_TEXT_MAX_CHARS: NUL becomes U+FFFD."""
+    return str(value).replace("\x00", "\ufffd")[:SAMPLE_TEXT_MAX_CHARS]
+
+
 def samples_record(*, run_id: int, step: int, samples: Sequence[Mapping[str, Any]]) -> int:
     """Store the generations kept at ``step`` (a step recorded again, after a resume, replaces its
     samples); returns how many were stored.
 
-    Each sample: ``prompt`` and ``response`` (text, cut at SAMPLE_TEXT_MAX_CHARS), ``reward``
+    Each sample: ``prompt`` and ``response`` (text, cut at SAMPLE_TEXT_MAX_CHARS; a NUL character,
+    which a model may sample and PostgreSQL text cannot hold, is stored as U+FFFD), ``reward``
     (float or None), and any other numeric entries as per-sample figures (non-finite ones dropped).
     At most SAMPLES_PER_STEP_MAX are kept.
     """
@@ -67,8 +73,8 @@ def samples_record(*, run_id: int, step: int, samples: Sequence[Mapping[str, Any
                 run_id=run_id,
                 step=step,
                 position=position,
-                prompt=str(sample["prompt"])[:SAMPLE_TEXT_MAX_CHARS],
-                response=str(sample["response"])[:SAMPLE_TEXT_MAX_CHARS],
+                prompt=_storable_text(sample["prompt"]),
+                response=_storable_text(sample["response"]),
                 reward=_number(sample.get("reward")),
                 figures=figures,
             )

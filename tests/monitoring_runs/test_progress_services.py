@@ -32,6 +32,17 @@ def test_samples_are_stored_in_order_and_a_repeated_step_replaces_them(make_run)
     assert list(RunSample.objects.filter(run=run).values_list("prompt", flat=True)) == ["p3"]
 
 
+def test_a_sampled_nul_character_is_stored_as_a_replacement_character(make_run):
+    """A model can sample the token for byte 0; PostgreSQL text cannot hold NUL, and the run
+    failed there. It is stored as U+FFFD and the run goes on."""
+    run = make_run(kind="rloo")
+    progress_services.samples_record(
+        run_id=run.pk, step=5, samples=[{"prompt": "p\x00", "response": "a\x00b", "reward": 1.0}]
+    )
+    sample = RunSample.objects.get(run=run)
+    assert (sample.prompt, sample.response) == ("p\ufffd", "a\ufffdb")
+
+
 def test_a_sample_without_text_is_refused_and_nothing_is_written(make_run):
     run = make_run(kind="ppo")
     with pytest.raises(ValueError, match=r"samples\[1\]"):
