@@ -146,3 +146,39 @@ def test_votes_and_verdict_are_told_in_the_sides_on_screen(fast_hasher, page: Pa
             break
     assert seen == {"Alpha", "Bravo"}
     expect(page.get_by_test_id("queue-votes")).to_have_text(f"2 to 1, tie {X} 1")
+
+
+FLAG_MENU_SCREENSHOT = "/tmp/concord-flag-menu.png"  # noqa: S108 - for humans to look at, never asserted on
+
+
+def test_the_flag_menu_opens_over_the_page_without_moving_it(fast_hasher, page: Page) -> None:
+    """F opens the flag menu on top of the page: the skip button, the "Change my last judgement"
+    link and the history below keep their place (to the pixel), and the menu's Flag button is the
+    topmost thing where it is drawn. Before the fix the open menu grew the row under the buttons,
+    which pushed the history down and moved the other links to the row's new middle."""
+    project = ProjectFactory(
+        slug="flag-overlay", overlap=1, gold_every=0, repeat_every=0, strength_scale=1
+    )
+    _pair(project, 0)
+    annotator = UserFactory(username="fran", role="Annotator")
+    project.members.add(annotator)
+    _log_in(page, "fran")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto("/annotation/p/flag-overlay/label/")
+    expect(page.locator("#verdict")).to_have_attribute("data-pending", "0")
+    others = {
+        "skip": page.locator("#skip button"),
+        "change": page.locator(".after > a"),
+        "history": page.get_by_test_id("history"),
+    }
+    before = {name: locator.bounding_box() for name, locator in others.items()}
+    page.keyboard.press("f")
+    expect(page.get_by_test_id("flag-menu")).to_have_attribute("open", "")
+    flag_button = page.locator("#flag button[type=submit]")
+    expect(flag_button).to_be_visible()
+    page.screenshot(path=FLAG_MENU_SCREENSHOT, full_page=True)
+    assert {name: locator.bounding_box() for name, locator in others.items()} == before
+    assert flag_button.evaluate(
+        "b => { const r = b.getBoundingClientRect();"
+        " return b.contains(document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2)); }"
+    )
