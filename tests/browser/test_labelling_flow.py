@@ -320,3 +320,23 @@ def test_arrow_keys_pick_a_side_and_4_marks_both_bad(fast_hasher, page: Page) ->
     }
     assert stored == expected
     expect(page.get_by_test_id("done")).to_be_visible()
+
+
+def test_the_change_screen_lists_only_the_keys_that_work_there(fast_hasher, page: Page) -> None:
+    """The labelling screen's key line offers S (skip) and F (flag); the change screen has no pair
+    to skip or flag (S and F do nothing there), so its key line lists neither, and keeps the keys
+    that do work there (Enter, R, Z, H)."""
+    setup = make_project(n_pairs=2)
+    _open(page, setup, setup.annotator.username)
+    keys = page.locator("p.keys")
+    expect(keys).to_contain_text("S skip")
+    expect(keys).to_contain_text("F flag the pair")
+    _submit(page, "1")
+    with page.expect_navigation():
+        page.keyboard.press("z")
+    expect(page.locator("p.editing")).to_be_visible()
+    expect(keys).not_to_contain_text("skip")
+    expect(keys).not_to_contain_text("flag")
+    expect(keys).to_contain_text(
+        "Enter submit, R reason box (Esc leaves it), Z change my last judgement, H history."
+    )
