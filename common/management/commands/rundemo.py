@@ -54,13 +54,15 @@ def answers(host: str, port: int) -> bool:
 def worker_commands(schedule: Path) -> dict[str, list[str]]:
     """The demo's two workers by name (``default``, ``gpu``): one process each, a queue each.
 
-    The gpu worker takes one task at a time in a fresh process (training and generation free their
-    memory when done); the default worker also runs the periodic reaper (``--beat``, its state in
-    ``schedule``). Each has its own node name, so the broker keeps their control queues apart; the
-    filesystem broker hands a message of a queue to the one worker that consumes that queue.
+    Each takes one task at a time in a fresh process, so a task's memory (a model, a parsed upload)
+    is freed when it ends (forking the next one costs a fraction of a second); the default worker
+    also runs the periodic reaper (``--beat``, its state in ``schedule``). Each has its own node
+    name, so the broker keeps their control queues apart. The filesystem broker stores a message as
+    a file named after its queue and a worker takes (renames away) only its own queue's files, so
+    the two never take each other's messages.
     """
     common = [sys.executable, "-m", "celery", "-A", "config", "worker", "--concurrency", "1",
-              "--prefetch-multiplier", "1", "--loglevel", "INFO",
+              "--max-tasks-per-child", "1", "--prefetch-multiplier", "1", "--loglevel", "INFO",
               # No broadcast chatter between the two: the demo uses no remote control.
               "--without-gossip", "--without-mingle"]  # fmt: skip
     return {
@@ -70,7 +72,6 @@ def worker_commands(schedule: Path) -> dict[str, list[str]]:
         ],
         "gpu": [
             *common, "--hostname", "gpu@%h", "--queues", settings.CONCORD_GPU_QUEUE,
-            "--max-tasks-per-child", "1",
         ],
     }  # fmt: skip
 
