@@ -6,6 +6,7 @@ import pytest
 from annotation.models import ClusteringRun, ImportJob
 from common.job_selectors import job_queue_place, job_waiting_text
 from monitoring.models import Judge
+from tests.conftest import logged_in
 from tests.factories import ProjectFactory, UserFactory, snapshot_of_pairs
 from training.models import TrainingRun
 
@@ -114,3 +115,23 @@ def test_a_long_queue_names_three_jobs_and_counts_the_rest(snapshot):
 @pytest.mark.parametrize("status", ["draft", "running", "succeeded"])
 def test_a_job_that_is_not_queued_has_no_line(snapshot, status):
     assert job_waiting_text(job=_run(snapshot, status)) == ""
+
+
+def test_the_clustering_and_judges_pages_show_the_line(snapshot, ml_engineer):
+    """A queued clustering run's page names the import being written ahead of it (default
+    queue); the judges list names the training run ahead of a queued local-model judge (gpu)."""
+    project = snapshot.export.project
+    importing = _import(project, status="importing")
+    ClusteringRun.objects.create(project=project, status="queued", model_name="m")
+    running = _run(snapshot, "running")
+    _judge(project, "local", "local_llm")
+    client = logged_in(ml_engineer)
+    clusters = client.get(f"/annotation/p/{project.slug}/clusters/").content.decode()
+    assert (
+        f"Queued: waiting behind import #{importing.pk} (importing) on the default queue."
+        in clusters
+    )
+    judges = client.get(f"/monitoring/projects/{project.slug}/judges/").content.decode()
+    assert (
+        f"Queued: waiting behind training run #{running.pk} (running) on the gpu queue." in judges
+    )
