@@ -90,6 +90,9 @@ def wilson_interval(successes: float, n: int, *, confidence: float = 0.95) -> In
     return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n)
 
 
+# Prefixes ``win_rate_over_time`` computes at once (memory PREFIX_BLOCK x items).
+PREFIX_BLOCK = 256
+
 # Fewer human-rated items than this and a win rate rests on too few items to read as precise: the
 # pages say so beside it (the interval is valid, but a handful of items say little about the rest).
 MIN_RATED_ITEMS = 30
@@ -213,8 +216,8 @@ def win_rate_over_time(
 ) -> list[dict[str, float]]:
     """The win rate and its interval (``win_rate``) after each outcome past the first ``known``
     (outcomes known before any rating: identical-answer items' ties), in order:
-    [{n (outcomes after the known ones), items, estimate, low, high}]. Vectorised over the N
-    prefixes: memory N x G."""
+    [{n (outcomes after the known ones), items, estimate, low, high}]. Vectorised over blocks of
+    ``PREFIX_BLOCK`` prefixes: memory PREFIX_BLOCK x G for G items."""
     x = _outcomes(outcomes)
     if item_ids is None:
         item_ids = np.arange(x.size)
@@ -226,13 +229,27 @@ def win_rate_over_time(
     if x.size == known:
         return []
     _, codes = np.unique(ids, return_inverse=True)
-    onehot = np.zeros((x.size, codes.max() + 1))
-    onehot[np.arange(x.size), codes] = 1.0
-    sums = np.cumsum(onehot * x[:, None], axis=0)[known:]
-    counts = np.cumsum(onehot, axis=0)[known:]
-    means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    batch = win_rate_batch(
-        means, n_outcomes=np.arange(known + 1, x.size + 1), confidence=confidence
+    n_items = int(codes.max()) + 1
+    # Running per-item sums and counts before the first reported prefix.
+    sums = np.bincount(codes[:known], weights=x[:known], minlength=n_items)
+    counts = np.bincount(codes[:known], minlength=n_items).astype(float)
+    parts = []
+    for start in range(known, x.size, PREFIX_BLOCK):
+        stop = min(start + PREFIX_BLOCK, x.size)
+        rows = np.arange(stop - start)
+        step_sums = np.zeros((stop - start, n_items))
+        step_sums[rows, codes[start:stop]] = x[start:stop]
+        step_counts = np.zeros((stop - start, n_items))
+        step_counts[rows, codes[start:stop]] = 1.0
+        block_sums = sums + np.cumsum(step_sums, axis=0)
+        block_counts = counts + np.cumsum(step_counts, axis=0)
+        sums, counts = block_sums[-1], block_counts[-1]
+        means = np.where(block_counts > 0, block_sums / np.maximum(block_counts, 1), np.nan)
+        parts.append(
+            win_rate_batch(means, n_outcomes=np.arange(start + 1, stop + 1), confidence=confidence)
+        )
+    batch = WinRateBatch(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in WinRateBatch.__dataclass_fields__)
     )
     return [
         {"n": k + 1, "items": int(batch.n_items[k]), "estimate": float(batch.estimate[k]),

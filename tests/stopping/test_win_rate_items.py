@@ -168,3 +168,21 @@ def test_without_human_ratings_the_usefulness_line_says_so():
         "no human rating yet, so no human interval (needs a mean of at least 4.2 with 3 reviewers "
         "per item)"
     )
+
+
+def test_the_interval_over_time_does_not_depend_on_its_block_size(monkeypatch):
+    """The prefixes are computed in blocks to bound memory: blocks of 2 give the same 9 points as
+    one block, and the last point is ``win_rate`` on every outcome."""
+    outcomes = [0.5, 1, 0, 1, 0.5, 1, 1, 0, 1, 0.5]
+    items = [7, 1, 2, 1, 3, 2, 3, 1, 4, 4]
+    whole = stopping.win_rate_over_time(outcomes, items, known=1)
+    monkeypatch.setattr(stopping, "PREFIX_BLOCK", 2)
+    blocked = stopping.win_rate_over_time(outcomes, items, known=1)
+    assert [(r["n"], r["items"]) for r in blocked] == [(r["n"], r["items"]) for r in whole]
+    for key in ("estimate", "low", "high"):
+        assert [r[key] for r in blocked] == pytest.approx([r[key] for r in whole])
+    last = stopping.win_rate(outcomes, items)
+    assert (whole[-1]["estimate"], whole[-1]["low"], whole[-1]["high"], whole[-1]["items"]) == (
+        pytest.approx(last.estimate), pytest.approx(last.low), pytest.approx(last.high), last.n,
+    )  # fmt: skip
+    assert len(whole) == 9
