@@ -121,19 +121,23 @@ def round_win_rate_over_time(round_: EvalRound) -> list[dict[str, float]]:
 
 
 def completed_item_outcomes(round_: EvalRound, judgements: list[EvalJudgement]) -> list[float]:
-    """One outcome per item for the e-process: the mean of its ratings, in the order items got
-    their last rating. While the round is open only items with all ``reviewers_per_item`` ratings
-    count (a mean must not change after the e-process bet on it); once closed, every rated item."""
-    closed = round_.status == EvalRound.Status.CLOSED
+    """One outcome per item for the e-process: the mean of its ratings, items in the order they got
+    their ``reviewers_per_item``-th rating (a mean must not change after the e-process bet on it).
+    Once the round is closed the items it closed without all their ratings follow, in the order of
+    their last rating, so the closed round's sequence extends the one shown while it was open."""
     by_item: dict[int, list[float]] = defaultdict(list)
-    order: list[int] = []
-    for j in judgements:
+    complete: list[int] = []
+    last_rating: dict[int, int] = {}
+    for k, j in enumerate(judgements):
         by_item[j.assignment.item_id].append(j.outcome)
-        if closed or len(by_item[j.assignment.item_id]) == round_.reviewers_per_item:
-            order.append(j.assignment.item_id)
-    last = {item_id: k for k, item_id in enumerate(order)}  # an item's last completion counts
-    done = sorted(last, key=last.__getitem__)
-    return [float(np.mean(by_item[item_id])) for item_id in done]
+        last_rating[j.assignment.item_id] = k
+        if len(by_item[j.assignment.item_id]) == round_.reviewers_per_item:
+            complete.append(j.assignment.item_id)
+    order = list(complete)
+    if round_.status == EvalRound.Status.CLOSED:
+        done = set(complete)
+        order += sorted(set(by_item) - done, key=last_rating.__getitem__)
+    return [float(np.mean(by_item[item_id])) for item_id in order]
 
 
 def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:

@@ -146,3 +146,25 @@ def test_a_generating_round_says_it_is_generating_answers(run_with_checkpoints, 
     assert 'data-testid="generating"' in page and "Generating answers" in page
     assert 'data-testid="no-ratings"' not in page and "(0 tokens)" not in page
     assert page.count("The answers are being generated.") == 4
+
+
+def test_a_closed_rounds_eprocess_extends_what_the_open_round_showed(open_round, reviewers):
+    """Two reviewers per item: the first wins all 4 items for the checkpoint, the second rates 2
+    of them as losses, completing them (means 0.5 and 0.5, the e-process's first 2 steps while
+    open). Closed by hand, the 2 items with one rating (means 1.0) follow, in the order of their
+    last rating: [0.5, 0.5, 1.0, 1.0], the open round's sequence extended."""
+    EvalRound.objects.filter(pk=open_round.pk).update(reviewers_per_item=2)
+    open_round.refresh_from_db()
+    rate_drawn_items(open_round, reviewers[0], {p: ("a", 4) for p in range(4)})
+    for _ in range(2):
+        assignment = eval_services.eval_claim_next(reviewer=reviewers[1], round_=open_round)
+        side = "right" if assignment.shown_left == "checkpoint" else "left"
+        eval_services.eval_submit(
+            assignment=assignment, reviewer=reviewers[1], pick=side, usefulness=2
+        )
+    judgements = eval_selectors.round_judgements(open_round)
+    assert eval_selectors.completed_item_outcomes(open_round, judgements) == [0.5, 0.5]
+    eval_services.round_close(round_=open_round)
+    closed = eval_selectors.completed_item_outcomes(open_round, judgements)
+    assert closed == [0.5, 0.5, 1.0, 1.0]
+    assert eval_selectors.round_results(open_round, n_boot=50)["eprocess"].wealth.size == 4
