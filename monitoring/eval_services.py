@@ -131,6 +131,7 @@ def round_create(
             sampling=config,
             endpoint=endpoint,
             seed=seed,
+            answers_total=2 * len(prompt_ids),
             judge=judge,
             human_fraction=human_fraction,
             min_human_items=min_human_items,
@@ -174,11 +175,8 @@ def _held_out_prompt_ids(
         held_out = prompt_selectors.prompts_held_out(
             project=project, checkpoint=checkpoint, baseline_checkpoint=baseline_checkpoint
         )
-    except FileNotFoundError as exc:
-        raise EvalError(
-            f"the training data of run #{checkpoint.run_id} is missing ({exc.filename}): "
-            "which prompts it trained on cannot be told"
-        ) from exc
+    except prompt_selectors.TrainingDataMissing as exc:
+        raise EvalError(str(exc)) from exc
     if held_out.n_available == 0:
         raise EvalError(held_out.message())
     if size > held_out.n_available:

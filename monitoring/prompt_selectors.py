@@ -18,6 +18,7 @@ from pathlib import Path
 from annotation.models import Comparison, Project, Prompt
 from annotation.parsing import content_hash
 from annotation.services.exporting import PAIRS_FILE
+from common.errors import ConcordError
 from training.models import Checkpoint, TrainingRun
 
 
@@ -61,11 +62,20 @@ class HeldOut:
         )
 
 
+class TrainingDataMissing(ConcordError):
+    """A run's training file is gone: which prompts it trained on cannot be told."""
+
+
 def _trained_rows(run: TrainingRun) -> tuple[set[str], set[int]]:
     """(prompt content hashes, comparison ids) of the run's training file."""
     hashes: set[str] = set()
     comparisons: set[int] = set()
     path = Path(run.snapshot.export.folder) / PAIRS_FILE
+    if not path.is_file():
+        raise TrainingDataMissing(
+            f"The training data of run #{run.pk} is missing ({path}): which prompts it trained "
+            "on cannot be told."
+        )
     with path.open(encoding="utf-8") as rows:
         for line in rows:
             if not line.strip():
@@ -83,7 +93,7 @@ def prompts_held_out(
     """The project's prompts that neither ``checkpoint``'s run nor ``baseline_checkpoint``'s
     trained on (a baseline that saw a prompt in training would have an unfair advantage on it).
 
-    Raises FileNotFoundError when a run's training file is gone (then nobody can tell)."""
+    Raises TrainingDataMissing when a run's training file is gone (then nobody can tell)."""
     runs = [checkpoint.run]
     if baseline_checkpoint is not None and baseline_checkpoint.run_id != checkpoint.run_id:
         runs.append(baseline_checkpoint.run)
