@@ -5,6 +5,7 @@ came after its export. Asking for more prompts than are held out is refused with
 import json
 
 import pytest
+from django.urls import reverse
 
 from annotation.models import Prompt
 from annotation.services.exporting import dataset_export
@@ -12,6 +13,7 @@ from annotation.services.importing import comparisons_import, project_get_or_cre
 from monitoring import prompt_selectors
 from monitoring.eval_services import EvalError
 from monitoring.models import EvalRound
+from tests.conftest import logged_in
 from tests.helpers.tiny_models import PAIRS
 from tests.monitoring_eval.conftest import BASELINE, TRAINED_PAIRS, make_round
 from training import services
@@ -98,3 +100,18 @@ def test_a_baseline_checkpoints_training_prompts_are_left_out_too(run_with_check
     round_ = make_round(run, size=5, baseline_model="", baseline_checkpoint=baseline)
     assert _round_prompts(round_) == HELD_OUT - set(labelled)
     assert not _round_prompts(round_) & TRAINED
+
+
+def test_the_forms_question_is_answered_in_json(run_with_checkpoints, ml_engineer):
+    """The new-round form's question: 8 of 10 for step 4 and the eval project; without a
+    checkpoint, a 400 saying what to choose."""
+    client, url = logged_in(ml_engineer), reverse("monitoring:eval-available")
+    checkpoint = run_with_checkpoints.checkpoints.get(step=4)
+    answer = client.get(url, {"checkpoint": checkpoint.pk, "project": "eval"}).json()
+    assert (answer["available"], answer["total"]) == (8, 10)
+    assert answer["message"].startswith("8 of the 10 prompts of eval are held out")
+    refused = client.get(url, {"project": "eval"})
+    assert (refused.status_code, refused.json()) == (
+        400,
+        {"error": "choose a checkpoint and a project"},
+    )
