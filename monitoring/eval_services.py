@@ -31,7 +31,14 @@ from annotation.selectors.clustering import prompt_ids_held_out
 from common.errors import ConcordError
 from common.jobs import task_send
 from common.sides import stored_side
-from monitoring import eval_selectors, ppi_selectors, round_judge_services, stopping
+from common.text import storable_text
+from monitoring import (
+    eval_selectors,
+    ppi_selectors,
+    prompt_selectors,
+    round_judge_services,
+    stopping,
+)
 from monitoring.models import (
     EVAL_PAIR,
     EvalAssignment,
@@ -77,8 +84,11 @@ def round_create(
     enqueue: bool = True,
 ) -> EvalRound:
     """A round on ``size`` held-out prompts of ``project`` stratified by cluster (frozen now), its
-    items created empty; generation is queued after commit: on the gpu queue (in-process, the
-    default), or, when ``endpoint`` is given, on the default queue, through an OpenAI-compatible
+    items created empty. Held out: prompts neither the checkpoint's run nor the baseline
+    checkpoint's trained on (``prompt_selectors.prompts_held_out``); asking for more than there
+    are is refused with the number there are. Generation is queued after commit: on the gpu
+    queue (in-process, the default), or, when ``endpoint`` is given, on the default queue, through
+    an OpenAI-compatible
     server (``ENDPOINT_KEYS``: base_url, checkpoint_model, baseline_model, and optionally
     baseline_base_url when another server serves the baseline, api_key_env, max_concurrency,
     timeout_s).
@@ -106,9 +116,7 @@ def round_create(
     endpoint = dict(endpoint or {})
     if endpoint:
         _endpoint_configs(endpoint)  # reject a bad endpoint before anything is written
-    prompt_ids = prompt_ids_held_out(project=project, size=size, seed=seed)
-    if not prompt_ids:
-        raise EvalError(f"project {project.slug!r} has no prompts to evaluate on")
+    prompt_ids = _held_out_prompt_ids(project, checkpoint, baseline_checkpoint, size, seed)
     with transaction.atomic():
         round_ = EvalRound.objects.create(
             checkpoint=checkpoint,
@@ -123,6 +131,7 @@ def round_create(
             sampling=config,
             endpoint=endpoint,
             seed=seed,
+            answers_total=2 * len(prompt_ids),
             judge=judge,
             human_fraction=human_fraction,
             min_human_items=min_human_items,
@@ -151,6 +160,30 @@ def round_create(
                 else settings.CONCORD_GPU_QUEUE,
             )
     return round_
+
+
+def _held_out_prompt_ids(
+    project: Project,
+    checkpoint: Checkpoint,
+    baseline_checkpoint: Checkpoint | None,
+    size: int,
+    seed: int,
+) -> list[int]:
+    """``size`` prompts of the project neither model trained on, stratified by cluster, or
+    EvalError saying how many there are."""
+    try:
+        held_out = prompt_selectors.prompts_held_out(
+            project=project, checkpoint=checkpoint, baseline_checkpoint=baseline_checkpoint
+        )
+    except prompt_selectors.TrainingDataMissing as exc:
+        raise EvalError(str(exc)) from exc
+    if held_out.n_available == 0:
+        raise EvalError(held_out.message())
+    if size > held_out.n_available:
+        raise EvalError(f"{size} prompts asked for. {held_out.message()}")
+    return prompt_ids_held_out(
+        project=project, size=size, seed=seed, exclude=sorted(held_out.trained_ids)
+    )
 
 
 def _check_round_judge(
@@ -230,8 +263,10 @@ def _baseline_dir(round_: EvalRound) -> str:
 
 def round_generate(*, round_id: int) -> EvalRound:
     """Worker side: generate both models' responses and open the round, in-process with the chat
-    template (gpu queue) or through the round's endpoint (default queue). Idempotent: a round no
-    longer generating is left alone. A failure marks it failed."""
+    template (gpu queue) or through the round's endpoint (default queue), counting the answers
+    done (``answers_done`` of ``answers_total``) as it goes. Idempotent: a round no longer
+    generating is left alone. A failure marks it failed, and its judge's job, which waits for
+    the answers, failed too. Answers are stored with ``storable_text`` (a NUL becomes U+FFFD)."""
     round_ = EvalRound.objects.select_related(
         "checkpoint__run__reward_model_run", "baseline_checkpoint"
     ).get(pk=round_id)
@@ -241,6 +276,7 @@ def round_generate(*, round_id: int) -> EvalRound:
         items = list(round_.items.select_related("prompt").order_by("position"))
         conversations = [_conversation(item.prompt) for item in items]
         config = _sampling_config(round_.sampling)
+        EvalRound.objects.filter(pk=round_.pk).update(answers_done=0, answers_total=2 * len(items))
         if round_.endpoint:
             outputs = _generate_through_endpoint(round_, conversations, config)
         else:
@@ -248,8 +284,8 @@ def round_generate(*, round_id: int) -> EvalRound:
         for item, mine, theirs in zip(
             items, outputs["checkpoint"], outputs["baseline"], strict=True
         ):
-            item.checkpoint_text, item.checkpoint_tokens = mine.text, mine.n_tokens
-            item.baseline_text, item.baseline_tokens = theirs.text, theirs.n_tokens
+            item.checkpoint_text, item.checkpoint_tokens = storable_text(mine.text), mine.n_tokens
+            item.baseline_text, item.baseline_tokens = storable_text(theirs.text), theirs.n_tokens
         scores = _reward_scores_for(round_, conversations, [i.checkpoint_text for i in items])
         for item, score in zip(items, scores, strict=False):
             item.reward_score = score
@@ -262,9 +298,13 @@ def round_generate(*, round_id: int) -> EvalRound:
             EvalRound.objects.filter(pk=round_.pk).update(status=EvalRound.Status.OPEN)
     except Exception as exc:
         log.exception("generation of eval round %s failed", round_id)
-        EvalRound.objects.filter(pk=round_.pk).update(
-            status=EvalRound.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:5000]
-        )
+        with transaction.atomic():
+            EvalRound.objects.filter(pk=round_.pk).update(
+                status=EvalRound.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:5000]
+            )
+            EvalRound.objects.filter(pk=round_.pk, judge_status=JudgeStatus.WAITING).update(
+                judge_status=JudgeStatus.FAILED, judge_error=JUDGE_WITHOUT_ANSWERS
+            )
     else:
         _close_when_rated(round_id=round_.pk)  # every answer identical: nothing to rate
         if round_.judge_id:
@@ -278,16 +318,41 @@ def round_generate(*, round_id: int) -> EvalRound:
     return round_
 
 
+# The judge's error when the round it waits for could not generate its answers.
+JUDGE_WITHOUT_ANSWERS = (
+    "The round's answers could not be generated (see the round's error), so the judge had "
+    "nothing to rate. Create a new round once the cause is fixed."
+)
+
+
+def _answers_counter(round_: EvalRound, offset: int):
+    """A progress callback: ``done`` answers of one side (after ``offset`` of the sides before)."""
+
+    def count(done: int) -> None:
+        EvalRound.objects.filter(pk=round_.pk).update(answers_done=offset + done)
+
+    return count
+
+
 def _generate_in_process(round_: EvalRound, conversations, config) -> dict[str, list]:
     """Both sides' ``Generation``s with the models loaded here, one after the other."""
     from training.recipes.generation import ChatGenerator
 
     outputs = {}
-    for side, folder in (("checkpoint", round_.checkpoint.path), ("baseline", None)):
+    for k, (side, folder) in enumerate(
+        (("checkpoint", round_.checkpoint.path), ("baseline", None))
+    ):
         generator = ChatGenerator(folder or _baseline_dir(round_))
-        outputs[side] = generator.generate(conversations, config)
+        outputs[side] = generator.generate(
+            conversations, config, progress=_answers_counter(round_, k * len(conversations))
+        )
         del generator
     return outputs
+
+
+# Conversations sent to an endpoint between two progress counts (each chunk runs at the endpoint's
+# max_concurrency; an answer depends on its conversation alone, so chunking changes no answer).
+ENDPOINT_CHUNK = 32
 
 
 def _generate_through_endpoint(round_: EvalRound, conversations, config) -> dict[str, list]:
@@ -296,17 +361,21 @@ def _generate_through_endpoint(round_: EvalRound, conversations, config) -> dict
     OpenAI API and is not sent."""
     from training.recipes.chat_client import ChatClient
 
-    outputs = {}
-    for side, endpoint in zip(
-        ("checkpoint", "baseline"), _endpoint_configs(round_.endpoint), strict=True
+    outputs: dict[str, list] = {}
+    for k, (side, endpoint) in enumerate(
+        zip(("checkpoint", "baseline"), _endpoint_configs(round_.endpoint), strict=True)
     ):
-        outputs[side] = ChatClient(endpoint).completions(
-            conversations,
-            max_tokens=config.max_new_tokens,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            seed=config.seed,
-        )
+        client, count = ChatClient(endpoint), _answers_counter(round_, k * len(conversations))
+        outputs[side] = []
+        for start in range(0, len(conversations), ENDPOINT_CHUNK):
+            outputs[side] += client.completions(
+                conversations[start : start + ENDPOINT_CHUNK],
+                max_tokens=config.max_new_tokens,
+                temperature=config.temperature,
+                top_p=config.top_p,
+                seed=config.seed,
+            )
+            count(len(outputs[side]))
     return outputs
 
 

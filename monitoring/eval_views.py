@@ -12,7 +12,13 @@ from annotation.models import Project
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, role_required
 from common.sides import screen_order, screen_side
-from monitoring import eval_selectors, eval_services, ppi_selectors, round_judge_services
+from monitoring import (
+    eval_selectors,
+    eval_services,
+    ppi_selectors,
+    prompt_selectors,
+    round_judge_services,
+)
 from monitoring.eval_services import EvalError
 from monitoring.models import EVAL_PAIR, EvalAssignment, EvalRound, Judge, StopDecision
 from monitoring.ppi_selectors import DEFAULT_KAPPA_THRESHOLD
@@ -179,6 +185,34 @@ def rounds(request: HttpRequest) -> HttpResponse:
     return render(request, "monitoring/eval/rounds.html", context)
 
 
+@role_required(REVIEWER, ML_ENGINEER, hide=False)
+def round_prompts_available(request: HttpRequest) -> JsonResponse:
+    """How many prompts of ``?project=SLUG`` a round on ``?checkpoint=ID`` (and, optionally,
+    against ``?baseline_checkpoint=ID``) may use: those neither model trained on. The new-round
+    form asks as its choices change, caps its number of prompts and shows the message."""
+    ids = {name: request.GET.get(name, "") for name in ("checkpoint", "baseline_checkpoint")}
+    if not ids["checkpoint"].isdigit() or not request.GET.get("project"):
+        return JsonResponse({"error": "choose a checkpoint and a project"}, status=400)
+    checkpoint = get_object_or_404(Checkpoint.objects.select_related("run"), pk=ids["checkpoint"])
+    project = get_object_or_404(Project, slug=request.GET["project"])
+    baseline = None
+    if ids["baseline_checkpoint"].isdigit():
+        baseline = get_object_or_404(Checkpoint, pk=ids["baseline_checkpoint"])
+    try:
+        held_out = prompt_selectors.prompts_held_out(
+            project=project, checkpoint=checkpoint, baseline_checkpoint=baseline
+        )
+    except prompt_selectors.TrainingDataMissing as exc:
+        return JsonResponse({"available": None, "total": None, "message": str(exc)})
+    return JsonResponse(
+        {
+            "available": held_out.n_available,
+            "total": held_out.n_project,
+            "message": held_out.message(),
+        }
+    )
+
+
 @role_required(REVIEWER, hide=False)
 def rate(request: HttpRequest, round_id: int) -> HttpResponse:
     """The blind screen: the prompt, two unlabelled responses (sides counterbalanced), a pick,
@@ -263,8 +297,8 @@ def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
 
 @role_required(REVIEWER, ML_ENGINEER, hide=False)
 def round_progress(request: HttpRequest, round_id: int) -> JsonResponse:
-    """The round's status and win rate after each rating so far, and its judge's progress (the
-    results page polls this)."""
+    """The round's status, its answers generated so far, its win rate after each rating so far,
+    and its judge's progress (the results page polls this)."""
     round_ = get_object_or_404(EvalRound, pk=round_id)
     over_time = eval_selectors.round_win_rate_over_time(round_)
     judge = None
@@ -276,7 +310,14 @@ def round_progress(request: HttpRequest, round_id: int) -> JsonResponse:
             "total": round_.judge_total,
         }
     return JsonResponse(
-        {"status": round_.status, "n": len(over_time), "over_time": over_time, "judge": judge}
+        {
+            "status": round_.status,
+            "status_label": round_.get_status_display(),
+            "generation": {"done": round_.answers_done, "total": round_.answers_total},
+            "n": len(over_time),
+            "over_time": over_time,
+            "judge": judge,
+        }
     )
 
 

@@ -40,6 +40,7 @@ from common.errors import ConcordError
 from common.jobs import task_send
 from common.model_registry import model_get
 from common.roles import machine_account_mark
+from common.text import storable_text
 from monitoring.judging import DEFAULT_TEMPLATE, JudgingTemplate, Unparsed, asks_for_usefulness
 from monitoring.models import Judge, JudgeOutput
 from training.models import TrainingRun
@@ -299,9 +300,9 @@ def _save_answers(
             judge=judge,
             comparison_id=task.comparison_id,
             shown_first=task.shown_first,
-            raw=raw,
+            raw=storable_text(raw),  # a NUL the model wrote becomes U+FFFD
             verdict=verdict or "",
-            parse_error="" if verdict else (error or "no verdict"),
+            parse_error="" if verdict else storable_text(error or "no verdict"),
             usefulness=usefulness,
             score_diff=diff,
             seconds=seconds,

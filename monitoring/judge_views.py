@@ -18,12 +18,29 @@ from monitoring.judging import DEFAULT_TEMPLATE
 from monitoring.models import Judge
 from training.models import TrainingRun
 
+# The fields each kind of judge reads, besides its kind and name; the form holds only these.
+KIND_FIELDS = {
+    Judge.Kind.REWARD_MODEL: ("reward_run", "tie_band"),
+    Judge.Kind.LOCAL_LLM: ("model_name", "template", "max_new_tokens"),
+    Judge.Kind.OPENAI: (
+        "endpoint_url", "served_model", "api_key_env", "max_concurrency", "timeout_s", "template",
+        "max_new_tokens",
+    ),
+}  # fmt: skip
+
+
+def judge_kind_of(value: str) -> str:
+    """``value`` when it names a kind of judge, else the first kind (the form's default)."""
+    return value if value in Judge.Kind.values else Judge.Kind.values[0]
+
 
 class JudgeForm(forms.Form):
-    """A new judge version. The fields of the other kind are ignored."""
+    """A new judge version of one kind: its kind, its name and that kind's fields only (as the
+    training-run form, choosing another kind reloads the page with that kind's fields:
+    static/common/kind_reload.js)."""
 
-    name = forms.SlugField(max_length=60)
     kind = forms.ChoiceField(choices=Judge.Kind.choices)
+    name = forms.SlugField(max_length=60)
     reward_run = forms.ModelChoiceField(
         queryset=TrainingRun.objects.none(), required=False, label="Reward-model run"
     )
@@ -61,34 +78,45 @@ class JudgeForm(forms.Form):
         help_text="Per request; failed requests are retried with backoff.",
     )
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, kind: str, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        # Any project's reward model: one trained on other data is measured here on new pairs.
-        self.fields["reward_run"].queryset = TrainingRun.objects.filter(
-            kind=TrainingRun.Kind.RM, status=TrainingRun.Status.SUCCEEDED
-        ).order_by("-pk")
-        self.fields["model_name"].choices = [
-            (m.name, m.name) for m in registered_models() if m.ready and m.chat_template
-        ]
+        self.kind = judge_kind_of(kind)
+        kept = ("kind", "name", *KIND_FIELDS[self.kind])
+        for name in [name for name in self.fields if name not in kept]:
+            del self.fields[name]
+        self.fields["kind"].initial = self.kind
+        self.fields["kind"].widget.attrs["data-reload-kind"] = "1"
+        self.fields["kind"].help_text = "Choosing another kind reloads the form with its fields."
+        if "reward_run" in self.fields:
+            # Any project's reward model: one trained on other data is measured here on new pairs.
+            self.fields["reward_run"].queryset = TrainingRun.objects.filter(
+                kind=TrainingRun.Kind.RM, status=TrainingRun.Status.SUCCEEDED
+            ).order_by("-pk")
+        if "model_name" in self.fields:
+            self.fields["model_name"].choices = [
+                (m.name, m.name) for m in registered_models() if m.ready and m.chat_template
+            ]
 
     def judge_arguments(self) -> dict:
         """The cleaned form as ``judge_create``'s keyword arguments: an endpoint judge's model is
-        the served model's name; empty endpoint settings take their defaults."""
+        the served model's name; empty endpoint settings take their defaults; the fields the kind
+        does not read take ``judge_create``'s defaults."""
         data = dict(self.cleaned_data)
-        served = data.pop("served_model").strip()
         if data["kind"] == Judge.Kind.OPENAI:
-            data["model_name"] = served
-        data["max_concurrency"] = data["max_concurrency"] or 4
-        data["timeout_s"] = data["timeout_s"] or 60.0
+            data["model_name"] = data.pop("served_model").strip()
+            data["max_concurrency"] = data["max_concurrency"] or 4
+            data["timeout_s"] = data["timeout_s"] or 60.0
         return data
 
 
 @role_required(ML_ENGINEER)
 def judges(request: HttpRequest, slug: str) -> HttpResponse:
     """The project's judges and their jobs; POST creates the next version of a judge and
-    launches it (post/redirect/get); a bad form answers 400 with the reasons."""
+    launches it (post/redirect/get); a bad form answers 400 with the reasons. The form holds the
+    fields of one kind: the posted one, else ``?kind=`` (the kind select reloads with it)."""
     project = get_object_or_404(Project, slug=slug)
-    form = JudgeForm(request.POST or None)
+    kind = request.POST.get("kind") if request.method == "POST" else request.GET.get("kind", "")
+    form = JudgeForm(request.POST or None, kind=kind or "")
     status = 200
     if request.method == "POST":
         if form.is_valid():

@@ -99,6 +99,12 @@ class EvalRound(models.Model):
     seed = models.IntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.GENERATING)
     error = models.TextField(blank=True)
+    answers_done = models.PositiveIntegerField(
+        default=0, help_text="Answers generated so far (the checkpoint's, then the baseline's)."
+    )
+    answers_total = models.PositiveIntegerField(
+        default=0, help_text="Answers to generate: 2 x the round's items (0 before it starts)."
+    )
     judge = models.ForeignKey(
         "monitoring.Judge",
         null=True,

@@ -25,6 +25,7 @@ from django.db import transaction
 from annotation.models import Prompt
 from common.errors import ConcordError
 from common.jobs import task_send
+from common.text import storable_text
 from monitoring import judge_services
 from monitoring.models import EvalAssignment, EvalItem, EvalJudgeVerdict, EvalRound, Judge
 from monitoring.models import JudgeStatus as Status
@@ -184,7 +185,8 @@ def round_judge_answers_save(*, round_: EvalRound, answers: Sequence[RoundAnswer
     """Store the judge's answers on items of the round (an answer already stored for its item and
     order is kept, never rewritten) and count the job's progress. Bad input changes nothing: every
     item must be the round's, every order "checkpoint" or "baseline", a preference "a", "b", "tie"
-    or None, a usefulness 1-5 or None. Returns how many (item, order) answers the round now has."""
+    or None, a usefulness 1-5 or None. The raw answer is stored with ``storable_text`` (a NUL a
+    model wrote becomes U+FFFD). Returns how many (item, order) answers the round now has."""
     if round_.judge_id is None:
         raise RoundJudgeError(f"round {round_.pk} has no judge")
     own = set(EvalItem.objects.filter(round=round_).values_list("pk", flat=True))
@@ -205,9 +207,9 @@ def round_judge_answers_save(*, round_: EvalRound, answers: Sequence[RoundAnswer
             judge_id=round_.judge_id,
             shown_first=a.shown_first,
             preference=a.preference or "",
-            parse_error="" if a.preference else (a.parse_error or "no verdict")[:300],
+            parse_error="" if a.preference else storable_text(a.parse_error or "no verdict")[:300],
             usefulness=a.usefulness,
-            raw=a.raw,
+            raw=storable_text(a.raw),
             score_diff=a.score_diff,
             seconds=a.seconds,
         )

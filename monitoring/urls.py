@@ -13,6 +13,7 @@ urlpatterns = [
     path("runs/<int:run_id>/metrics.json", views.run_metrics, name="run-metrics"),
     path("runs/<int:run_id>/decision/", eval_views.run_decide, name="run-decide"),
     path("eval/", eval_views.rounds, name="eval-rounds"),
+    path("eval/available.json", eval_views.round_prompts_available, name="eval-available"),
     path("eval/<int:round_id>/", eval_views.round_detail, name="eval-round"),
     path("eval/<int:round_id>/rate/", eval_views.rate, name="eval-rate"),
     path("eval/<int:round_id>/progress.json", eval_views.round_progress, name="eval-progress"),

@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from common.text import storable_text  # noqa: E402
 from monitoring.stopping import text_repetition_rate  # noqa: E402
 from training.recipes.generation import ChatGenerator, Generation, SamplingConfig  # noqa: E402
 
@@ -135,6 +136,51 @@ def conversation(prompt: str | list[dict[str, str]]) -> list[dict[str, str]]:
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
 
 
+def write_comparisons(
+    rows: list[dict],
+    careful: list[Generation],
+    adventurous: list[Generation],
+    *,
+    out: Path,
+    judged: int,
+) -> None:
+    """Write one comparison per prompt row to ``out`` (JSONL, the import format): its careful and
+    adventurous answers in a seeded random order, cut back to their last whole sentence when they
+    ran out of budget, with simulated judgements on the first ``judged``. A NUL character the model
+    sampled is written as U+FFFD (``common.text.storable_text``): the import refuses NUL, which
+    PostgreSQL text cannot store."""
+    rng = random.Random(2026)
+    names = list(ANNOTATORS)
+    with out.open("w") as stream:
+        for index, row in enumerate(rows):
+            pair = [(careful[index], "t0.3"), (adventurous[index], "t1.0")]
+            rng.shuffle(pair)
+            (gen_a, tag_a), (gen_b, tag_b) = pair
+            text_a, cut_a = end_on_sentence(storable_text(gen_a.text), finished=gen_a.finished)
+            text_b, cut_b = end_on_sentence(storable_text(gen_b.text), finished=gen_b.finished)
+            metadata: dict[str, object] = {"category": row["category"]}
+            cut = [side for side, was_cut in (("a", cut_a), ("b", cut_b)) if was_cut]
+            if cut:  # ran out of budget: shown up to the last whole sentence
+                metadata["cut_at_sentence"] = cut
+            record: dict[str, object] = {
+                "id": row["id"],
+                "prompt": row["prompt"],
+                "response_a": text_a,
+                "response_b": text_b,
+                "model_a": f"{MODEL}@{tag_a}",
+                "model_b": f"{MODEL}@{tag_b}",
+                "metadata": metadata,
+            }
+            if index < judged:
+                judges = [names[(index + k) % len(names)] for k in range(3)]
+                careful_side = "a" if tag_a == "t0.3" else "b"
+                record["judgements"] = [
+                    simulated_judgement(n, gen_a, gen_b, careful_side, rng) for n in judges
+                ]
+                metadata["simulated_judgements"] = True
+            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=ROOT / "var/models" / MODEL)
@@ -157,36 +203,7 @@ def main() -> None:
     careful = generator.generate(conversations, CAREFUL)
     adventurous = generator.generate(conversations, ADVENTUROUS)
 
-    rng = random.Random(2026)
-    names = list(ANNOTATORS)
-    with args.out.open("w") as out:
-        for index, row in enumerate(rows):
-            pair = [(careful[index], "t0.3"), (adventurous[index], "t1.0")]
-            rng.shuffle(pair)
-            (gen_a, tag_a), (gen_b, tag_b) = pair
-            text_a, cut_a = end_on_sentence(gen_a.text, finished=gen_a.finished)
-            text_b, cut_b = end_on_sentence(gen_b.text, finished=gen_b.finished)
-            metadata: dict[str, object] = {"category": row["category"]}
-            cut = [side for side, was_cut in (("a", cut_a), ("b", cut_b)) if was_cut]
-            if cut:  # ran out of budget: shown up to the last whole sentence
-                metadata["cut_at_sentence"] = cut
-            record: dict[str, object] = {
-                "id": row["id"],
-                "prompt": row["prompt"],
-                "response_a": text_a,
-                "response_b": text_b,
-                "model_a": f"{MODEL}@{tag_a}",
-                "model_b": f"{MODEL}@{tag_b}",
-                "metadata": metadata,
-            }
-            if index < args.judged:
-                judges = [names[(index + k) % len(names)] for k in range(3)]
-                careful_side = "a" if tag_a == "t0.3" else "b"
-                record["judgements"] = [
-                    simulated_judgement(n, gen_a, gen_b, careful_side, rng) for n in judges
-                ]
-                metadata["simulated_judgements"] = True
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    write_comparisons(rows, careful, adventurous, out=args.out, judged=args.judged)
     print(f"wrote {len(rows)} comparisons to {args.out}")
 
 

@@ -24,6 +24,7 @@ PROJECT_PACKAGES = ("config", "common", "annotation", "training", "monitoring")
 PURE = (
     "common.ngrams",
     "common.sides",
+    "common.text",
     "annotation.agreement",
     "annotation.clustering",
     "annotation.formats",

@@ -374,7 +374,7 @@ class TrainingRunAdmin(admin.ModelAdmin):
     )  # fmt: skip
 
     class Media:
-        js = ("training/run_form.js",)
+        js = ("common/kind_reload.js",)
 
     # --- Kind first: the picker, then a form that holds one kind's settings -----------------------
 

@@ -13,6 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from common.text import storable_text
 from training.models import RunSample, TrainingRun
 
 SAMPLE_TEXT_MAX_CHARS = 4000  # a prompt or response longer than this is cut (the page is a glance)
@@ -45,8 +46,9 @@ def _number(value: Any) -> float | None:
 
 
 def _storable_text(value: object) -> str:
-    """``value`` as text PostgreSQL can store, cut at SAMPLE_TEXT_MAX_CHARS: NUL becomes U+FFFD."""
-    return str(value).replace("\x00", "\ufffd")[:SAMPLE_TEXT_MAX_CHARS]
+    """``value`` as text PostgreSQL can store (``common.text.storable_text``: NUL becomes U+FFFD),
+    cut at SAMPLE_TEXT_MAX_CHARS."""
+    return storable_text(value)[:SAMPLE_TEXT_MAX_CHARS]
 
 
 def samples_record(*, run_id: int, step: int, samples: Sequence[Mapping[str, Any]]) -> int:

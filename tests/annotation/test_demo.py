@@ -61,3 +61,37 @@ def test_demo_refuses_production(settings):
     with pytest.raises(ConcordError, match="cannot be loaded in production"):
         demo_load()
     assert not Project.objects.exists()
+
+
+def _generate_demo_script():
+    """scripts/generate_demo.py as a module (a script, not a package)."""
+    import importlib.util
+
+    from django.conf import settings
+
+    path = settings.BASE_DIR / "scripts" / "generate_demo.py"
+    spec = importlib.util.spec_from_file_location("generate_demo", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_generated_answer_with_a_nul_is_written_with_u_fffd_and_imports(tmp_path):
+    """The demo generator's answers "Use x\\x00y." (a NUL the model sampled) and "Fine.": the
+    file holds "Use x\\ufffdy.", and importing it into PostgreSQL stores that text (before: the
+    import refused the row, a NUL cannot be stored)."""
+    from annotation.services.importing import comparisons_import, project_get_or_create
+
+    script = _generate_demo_script()
+    careful = [script.Generation(text="Use x\x00y.", n_tokens=4, finished=True)]
+    adventurous = [script.Generation(text="Fine.", n_tokens=2, finished=True)]
+    row = {"id": "demo-nul", "category": "coding", "prompt": "Say something."}
+    out = tmp_path / "comparisons.jsonl"
+    script.write_comparisons([row], careful, adventurous, out=out, judged=0)
+    written = json.loads(out.read_text())
+    assert {written["response_a"], written["response_b"]} == {"Use x\ufffdy.", "Fine."}
+    project, _ = project_get_or_create(slug="demo-nul")
+    comparisons_import(project=project, lines=out)
+    comparison = Comparison.objects.get(project=project)
+    texts = {comparison.response_a.text, comparison.response_b.text}
+    assert texts == {"Use x\ufffdy.", "Fine."}

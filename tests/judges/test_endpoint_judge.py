@@ -173,3 +173,13 @@ def test_the_command_runs_an_endpoint_judge(judged_project, capsys):
             server.base_url, "--served-model", "smol", "--max-new-tokens", "16",
         )  # fmt: skip
     assert "served v1: succeeded, 12/12 answers" in capsys.readouterr().out
+
+
+def test_a_raw_answer_with_a_nul_is_stored_with_u_fffd(judged_project):
+    """The served model answers "[[A]]\\x00" (a NUL, which PostgreSQL text cannot hold): the job
+    succeeds and each raw answer is stored as "[[A]]\\ufffd" (before: the save failed the job)."""
+    with fake_chat_server(lambda body, headers: completion("[[A]]\x00")) as server:
+        judge = _run(endpoint_judge(judged_project, server))
+    assert judge.status == "succeeded", judge.error
+    raws = set(JudgeOutput.objects.filter(judge=judge).values_list("raw", flat=True))
+    assert raws == {"[[A]]\ufffd"}

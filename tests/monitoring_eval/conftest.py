@@ -1,5 +1,5 @@
-"""A run with two checkpoints (tiny Llamas), a baseline model in the registry, a project of 8 prompts,
-and three reviewers: enough for a round's whole life on CPU."""
+"""A run with two checkpoints (tiny Llamas), a baseline model in the registry, a project of 8 held-out
+prompts (and the 2 the run trained on), and three reviewers: enough for a round's whole life on CPU."""
 
 import json
 
@@ -18,6 +18,13 @@ from training.models import Checkpoint, TrainingRun
 
 BASELINE = "smollm2-135m-instruct"
 tiny_tokenizer_dir = tiny_models.tiny_tokenizer_dir  # the session fixture, shared
+# The run's training data: two labelled pairs of the project, exported before the PAIRS came.
+TRAINED_PAIRS = [
+    {"prompt": "Trained on: name a fruit.", "response_a": "Apple.", "response_b": "Rock.",
+     "judgements": [{"annotator": "tess", "choice": "a"}]},
+    {"prompt": "Trained on: name a month.", "response_a": "May.", "response_b": "Blue.",
+     "judgements": [{"annotator": "tess", "choice": "a"}]},
+]  # fmt: skip
 
 
 @pytest.fixture
@@ -31,14 +38,17 @@ def models_dir(tmp_path_factory, tiny_tokenizer_dir, settings):
 
 @pytest.fixture
 def run_with_checkpoints(db, tmp_path, settings, tiny_tokenizer_dir, models_dir):
-    """A running DPO run with checkpoints at steps 2 and 4 (different tiny weights)."""
+    """A running DPO run with checkpoints at steps 2 and 4 (different tiny weights). It trained
+    on TRAINED_PAIRS (labelled and exported first); the 8 PAIRS came into the project after the
+    export: held out, the prompts rounds draw from."""
     settings.EXPORT_DIR = tmp_path / "exports"
     settings.CONCORD_RUNS_DIR = tmp_path / "runs"
     settings.VAR_DIR = tmp_path
     project, _ = project_get_or_create(slug="eval")
+    comparisons_import(project=project, lines=[json.dumps(r) for r in TRAINED_PAIRS])
+    snapshot = services.snapshot_for(export=dataset_export(project=project))
     rows = [{"prompt": p, "response_a": c, "response_b": r} for p, c, r in PAIRS]
     comparisons_import(project=project, lines=[json.dumps(r) for r in rows])
-    snapshot = services.snapshot_for(export=dataset_export(project=project))
     run = services.run_create(
         name="tiny", kind="dpo", base_model=BASELINE, snapshot=snapshot,
         config={"max_steps": 4}, created_by=None,

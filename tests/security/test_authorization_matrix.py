@@ -163,6 +163,7 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "monitoring:run-metrics":         {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
     "monitoring:runs-compare":        {"get": (302, 404, 200, 200, 200), "post": (302, 404, 200, 200, 200)},
     "monitoring:eval-rounds":         {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
+    "monitoring:eval-available":      {"get": (302, 403, 400, 400, 400), "post": (302, 403, 400, 400, 400)},
     "monitoring:eval-round":          {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
     "monitoring:eval-progress":       {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
     "monitoring:eval-rate":           {"get": (302, 403, 200, 403, 200), "post": (302, 403, 404, 403, 404)},

@@ -148,6 +148,9 @@ def world_build(
         snapshot=snapshot_for(export=export), config={}, created_by=users["ml_engineer"],
     )  # fmt: skip
     checkpoint = Checkpoint.objects.create(run=run, step=4, path="/nonexistent/checkpoint")
+    # Two prompts that came after the export, unlabelled: held out of the run, a round draws them.
+    held_out = [json.loads(r) | {"judgements": []} for r in _rows("held", text, 2, rationale)]
+    comparisons_import(project=own, lines=[json.dumps(r) for r in held_out])
     eval_round = eval_services.round_create(
         checkpoint=checkpoint, project=own, size=2, created_by=users["ml_engineer"],
         baseline_model="smollm2-135m-instruct", enqueue=False,

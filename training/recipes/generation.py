@@ -6,7 +6,7 @@ model's own chat template and left-padded, so every row's generation starts righ
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,8 +69,10 @@ class ChatGenerator:
         config: SamplingConfig,
         *,
         batch_size: int = 8,
+        progress: Callable[[int], None] | None = None,
     ) -> list[Generation]:
-        """Generate one response per conversation, in order. Deterministic for a given seed."""
+        """Generate one response per conversation, in order. Deterministic for a given seed.
+        ``progress``, when given, is called after each batch with the responses done so far."""
         torch = self._torch
         torch.manual_seed(config.seed)
         eos_id = self.tokenizer.eos_token_id
@@ -105,4 +107,6 @@ class ChatGenerator:
                 kept = row[: row.index(eos_id)] if finished else row
                 text = self.tokenizer.decode(kept, skip_special_tokens=True).strip()
                 results.append(Generation(text=text, n_tokens=len(kept), finished=finished))
+            if progress is not None:
+                progress(len(results))
         return results

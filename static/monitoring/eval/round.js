@@ -1,7 +1,8 @@
 // A round's win rate after each rating (items with identical answers count from the start, one tie
 // each; the item is the unit), with its 95% band and the 0.5 line (plain SVG); while the round is
-// open the chart polls the round's
-// progress and redraws as ratings arrive; while the round's judge works it updates its progress.
+// open the chart polls the round's progress and redraws as ratings arrive; while the round's judge
+// works it updates its progress; while the responses are generated it counts the answers done, and
+// reloads the page once they are in.
 (function () {
   "use strict";
   const figure = document.getElementById("win-rate-chart");
@@ -51,6 +52,14 @@
       if (!response.ok) return;
       const body = await response.json();
       if (body.n !== shown.length) { shown = body.over_time; draw(shown); }
+      const answers = document.querySelector("[data-testid=answers-progress]");
+      if (answers && body.generation) answers.textContent = `answers ${body.generation.done} of ${body.generation.total}`;
+      if (figure.dataset.status === "generating" && body.status !== "generating") {
+        // The answers are in (or generation failed): show them, or the error.
+        clearInterval(timer);
+        window.location.reload();
+        return;
+      }
       if (body.judge) {
         const status = document.querySelector("[data-testid=judge-status]");
         const progress = document.querySelector("[data-testid=judge-progress]");

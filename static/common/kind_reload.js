@@ -1,11 +1,12 @@
-// Admin training-run form: choosing another kind reloads the add page with that kind's settings
-// (the snapshot and preset in the address are kept). Runs once the page is parsed: the admin loads
-// this script in <head>, before the select exists.
+// Forms whose kind decides their fields (the training-run admin form, the model-judge form): choosing
+// another kind in the select marked data-reload-kind reloads the page with ?kind=<value> (the other
+// parameters of the address are kept), and the server renders that kind's fields only. Runs once the
+// page is parsed: the admin loads this script in <head>, before the select exists.
 (function () {
   "use strict";
   function reloadOnKindChange() {
     const kind = document.querySelector("select[data-reload-kind]");
-    if (!kind || !/\/add\/$/.test(window.location.pathname)) return;
+    if (!kind) return;
     kind.addEventListener("change", function () {
       const url = new URL(window.location.href);
       url.searchParams.set("kind", kind.value);
