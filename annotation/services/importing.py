@@ -60,7 +60,8 @@ class ImportResult:
     ``format``/``container``: what the file was read as (what ``auto`` chose). ``rows_rejected``:
     rows left out under ``skip_invalid`` (listed in ``rejects_path``). ``empty_responses``: empty or
     whitespace-only responses among the rows read. ``repeated_votes``: a judge's vote repeated with
-    the same verdict (formats where that counts once).
+    the same verdict (formats where that counts once). ``scalars_as_text``: JSON numbers or booleans
+    of the imported rows read as their text (``ReadOptions.scalars_as_text``).
     """
 
     rows: int
@@ -75,6 +76,7 @@ class ImportResult:
     empty_responses: int = 0
     repeated_votes: int = 0
     rejects_path: str = ""
+    scalars_as_text: int = 0
 
     def summary(self) -> str:
         text = (
@@ -86,6 +88,13 @@ class ImportResult:
         )
         if self.repeated_votes:
             text += f"; {self.repeated_votes} repeated votes counted once"
+        if self.scalars_as_text:
+            values = (
+                "JSON number or boolean"
+                if self.scalars_as_text == 1
+                else "JSON numbers or booleans"
+            )
+            text += f"; {self.scalars_as_text} {values} imported as text"
         if self.rows_rejected or self.rejects_path:
             text += (
                 f"; {self.rows - self.rows_rejected} rows imported, {self.rows_rejected} rejected"
@@ -119,6 +128,7 @@ class _Read:
     row: ImportedComparison | None
     errors: list[LineError]
     raw: Any
+    as_text: int = 0  # values of the record read as their JSON text (ReadOptions.scalars_as_text)
 
 
 @dataclass(frozen=True)
@@ -145,7 +155,7 @@ def _file_read(path: Path, resolved: formats.Resolved, options: ImportOptions) -
     records = read_records(
         path, max_bytes=settings.CONCORD_IMPORT_MAX_BYTES, container=resolved.container
     )
-    for record, row, error in formats.converted(
+    for record, row, error, as_text in formats.converted(
         records, format=resolved.format, options=options.read
     ):
         if error is not None or row is None:
@@ -157,7 +167,7 @@ def _file_read(path: Path, resolved: formats.Resolved, options: ImportOptions) -
         if isinstance(parsed, list):
             yield _Read(record.number, record.unit, None, parsed, record.raw)
         else:
-            yield _Read(record.number, record.unit, parsed, [], record.raw)
+            yield _Read(record.number, record.unit, parsed, [], record.raw, as_text)
 
 
 @dataclass
@@ -170,6 +180,7 @@ class _Plan:
     rejected: set[int] = field(default_factory=set)
     repeats: set[tuple[int, str]] = field(default_factory=set)
     empty_responses: int = 0
+    scalars_as_text: int = 0
     rejects_path: str = ""
 
 
@@ -308,6 +319,7 @@ def _validate(
                 else:
                     row = item.row
                     plan.empty_responses += row.empty_responses
+                    plan.scalars_as_text += item.as_text
                     plan.repeats.update((item.number, name) for name in repeats)
                     if row.answer is not None:
                         answers.setdefault(row.prompt_hash, (item.number, row.answer))
@@ -580,6 +592,7 @@ def comparisons_import(
         empty_responses=plan.empty_responses,
         repeated_votes=len(plan.repeats),
         rejects_path=plan.rejects_path,
+        scalars_as_text=plan.scalars_as_text,
     )
 
 

@@ -1,0 +1,76 @@
+"""The project lead's pages in a real browser: what a lead reads on the upload form, the item
+browser, the settings page, and what an invited person reads on the invite and login pages."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from annotation.services.importing import project_get_or_create
+from common.roles import ML_ENGINEER
+from config.celery import app as celery_app
+from tests.factories import UserFactory
+from tests.helpers.browser import log_in
+
+# PandaLM's test set in small: the second row's response1 is JSON ``true`` (as in the real file).
+PANDA = [
+    {"idx": 0, "cmp_key": "a_b", "instruction": "Do it.", "input": "", "response1": "x",
+     "response2": "z", "annotator1": 1, "annotator2": 1, "annotator3": 0},
+    {"idx": 1, "cmp_key": "a_b", "instruction": "Again.", "input": "", "response1": True,
+     "response2": "y", "annotator1": 2, "annotator2": 2, "annotator3": 2},
+]  # fmt: skip
+CHECKBOX = "Import responses that are JSON numbers or booleans as their text"
+
+
+@pytest.fixture
+def eager_tasks(browser, live_server, settings, tmp_path) -> Iterator[None]:
+    """Queued tasks run in the request that queues them (the live server's thread), so an upload's
+    import is over when the page comes back. Requests ``browser`` first (no Chromium: skip)."""
+    settings.UPLOAD_DIR = tmp_path / "uploads"
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def lead(browser, live_server, settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    return UserFactory(username="lena", role=ML_ENGINEER)
+
+
+def _upload(page: Page, path, *, as_text: bool) -> None:
+    page.goto("/annotation/p/panda/manage/")
+    form = page.get_by_test_id("import-form")
+    form.locator("input[type=file]").set_input_files(str(path))
+    form.locator("select[name=format]").select_option("pandalm")
+    if as_text:
+        form.get_by_label(CHECKBOX).check()
+    form.get_by_role("button", name="Upload and import").click()
+    expect(page).to_have_url(re.compile(r"/annotation/p/panda/manage/$"))
+
+
+def test_upload_error_names_the_checkbox_and_the_summary_counts_values_read_as_text(
+    eager_tasks, lead, page: Page, tmp_path
+) -> None:
+    """A PandaLM file whose response1 is JSON ``true``, uploaded without the checkbox, fails on
+    item 2 with an error that names the checkbox beside the upload (a person on the page has no
+    command-line flag to pass); uploaded again with it ticked, it imports both rows and the summary
+    says that 1 value (the ``true``) was imported as text."""
+    project_get_or_create(slug="panda")
+    path = tmp_path / "testset.json"
+    path.write_text(json.dumps(PANDA), encoding="utf-8")
+    log_in(page, lead)
+
+    _upload(page, path, as_text=False)
+    result = page.get_by_test_id("import-jobs").locator("tbody tr").first.locator(".job-result")
+    expect(result).to_contain_text(f'(the checkbox "{CHECKBOX}" imports it as its JSON text)')
+    expect(result).not_to_contain_text("--scalars-as-text")
+
+    _upload(page, path, as_text=True)
+    result = page.get_by_test_id("import-jobs").locator("tbody tr").first.locator(".job-result")
+    expect(result).to_contain_text("2 comparisons created")
+    expect(result).to_contain_text("; 1 JSON number or boolean imported as text")
