@@ -175,7 +175,10 @@ class InviteAccept(PasswordResetConfirmView):
     def form_valid(self, form: Form) -> HttpResponse:
         if not form.user.has_usable_password():
             form.user.is_active = True
-        messages.success(self.request, "Password set. Log in with your username and it.")
+        messages.success(
+            self.request,
+            f"Password set. Log in with your username, {form.user.get_username()}, and it.",
+        )
         return super().form_valid(form)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Page, expect
 
+from annotation.services import projects as project_services
 from annotation.services.importing import project_get_or_create
 from common.roles import ML_ENGINEER
 from config.celery import app as celery_app
@@ -23,6 +24,7 @@ PANDA = [
     {"idx": 1, "cmp_key": "a_b", "instruction": "Again.", "input": "", "response1": True,
      "response2": "y", "annotator1": 2, "annotator2": 2, "annotator3": 2},
 ]  # fmt: skip
+NEW_PASSWORD = "a fresh long passphrase 7"
 CHECKBOX = "Import responses that are JSON numbers or booleans as their text"
 
 
@@ -74,3 +76,31 @@ def test_upload_error_names_the_checkbox_and_the_summary_counts_values_read_as_t
     result = page.get_by_test_id("import-jobs").locator("tbody tr").first.locator(".job-result")
     expect(result).to_contain_text("2 comparisons created")
     expect(result).to_contain_text("; 1 JSON number or boolean imported as text")
+
+
+def test_an_invited_person_reads_their_username_and_logs_in_with_their_email(
+    lead, page: Page
+) -> None:
+    """The lead adds ``nora.lee@example.org``: her account is named ``nora.lee`` (the email's local
+    part), which nobody told her. The invite page says "Your username is nora.lee"; after she sets a
+    password, logging in with her email typed in other case (``Nora.Lee@EXAMPLE.org``) lands her on
+    her Label page, showing ``nora.lee`` as the logged-in user."""
+    project, _ = project_get_or_create(slug="inv")
+    added = project_services.member_add(
+        project=project, actor=lead, identifier="nora.lee@example.org"
+    )
+    page.goto(added.invite)
+    expect(page.get_by_test_id("invite-username")).to_contain_text(
+        "Your username is nora.lee (you can also log in with your email, nora.lee@example.org)"
+    )
+    page.fill("#id_new_password1", NEW_PASSWORD)
+    page.fill("#id_new_password2", NEW_PASSWORD)
+    page.get_by_role("button", name="Set password").click()
+    expect(page).to_have_url(re.compile(r"/accounts/login/$"))
+    expect(page.locator(".messages")).to_contain_text("Log in with your username, nora.lee, and it")
+
+    page.fill("#id_username", "Nora.Lee@EXAMPLE.org")
+    page.fill("#id_password", NEW_PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(re.compile(r"/annotation/$"))
+    expect(page.get_by_test_id("username")).to_have_text("nora.lee")
