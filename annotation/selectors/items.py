@@ -64,7 +64,10 @@ COUNT_CAP = 1_000  # matching rows are counted up to here ("more than 1000": cou
 PROMPT_PREVIEW_CHARS = 140
 
 
-AGREEMENTS = ("unjudged", "single", "unanimous", "split")
+AGREEMENTS = ("unjudged", "single", "unanimous", "disagreement")
+# Older names of AGREEMENTS still accepted in a URL: "split" was "disagreement" before the word was
+# kept for the adjudication queue's "no majority".
+AGREEMENT_ALIASES = {"split": "disagreement"}
 ORIGINS = ("imported", "here")
 GOLD = ("yes", "no")
 # Sortable columns: name -> the annotation or field the keyset runs on.
@@ -128,7 +131,8 @@ class ItemFilters:
     """The browser's filters and sort, as the GET parameters of the items page carry them.
 
     q: search words; status: a STATUS_FILTERS key; cluster: a Prompt.cluster label; agreement: one
-    of AGREEMENTS (no judgement, one, several that all agree, several that differ); margin_min /
+    of AGREEMENTS (no judgement, one, several that all agree, several that differ; "split", its old
+    name, is read as "disagreement"); margin_min /
     margin_max: Dawid-Skene margin P(chosen) - P(rejected), 0..1, inclusive; gold: "yes"/"no";
     annotator: a username who judged it; model: a model name on either side, or "m1 vs m2" for the
     pair in either order; origin: "imported" (a judgement made outside the labelling screen) or
@@ -152,8 +156,11 @@ class ItemFilters:
     def from_params(cls, params: Mapping[str, str]) -> ItemFilters:
         """Filters from GET parameters; ConcordError naming the parameter for a bad value."""
 
-        def choice(name: str, allowed: tuple[str, ...] | list[str]) -> str:
+        def choice(
+            name: str, allowed: tuple[str, ...] | list[str], aliases: Mapping[str, str] = {}
+        ) -> str:
             value = params.get(name, "").strip()
+            value = aliases.get(value, value)
             if value and value not in allowed:
                 raise ConcordError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
             return value
@@ -174,7 +181,7 @@ class ItemFilters:
             q=params.get("q", "").strip()[:200],
             status=choice("status", list(STATUS_FILTERS)),
             cluster=number("cluster", int),
-            agreement=choice("agreement", AGREEMENTS),
+            agreement=choice("agreement", AGREEMENTS, AGREEMENT_ALIASES),
             margin_min=number("margin_min", float),
             margin_max=number("margin_max", float),
             gold=choice("gold", GOLD),
@@ -218,7 +225,7 @@ class ItemRow:
             return "unjudged"
         if self.n_judged == 1:
             return "single"
-        return "unanimous" if self.n_choices == 1 else "split"
+        return "unanimous" if self.n_choices == 1 else "disagreement"
 
 
 @dataclass(frozen=True)
@@ -338,8 +345,8 @@ def items_queryset(*, project: Project, filters: ItemFilters) -> QuerySet:
                 "unjudged": Q(n_judged=0),
                 "single": Q(n_judged=1),
                 "unanimous": Q(n_judged__gte=2, n_choices=1),
-                "split": Q(n_judged__gte=2, n_choices__gt=1),
-            }[filters.agreement]
+                "disagreement": Q(n_judged__gte=2, n_choices__gt=1),
+            }[AGREEMENT_ALIASES.get(filters.agreement, filters.agreement)]
         )
     if filters.margin_min is not None or filters.margin_max is not None:
         low = filters.margin_min if filters.margin_min is not None else 0.0

@@ -82,7 +82,18 @@ def test_agreement_filters(world):
     assert _ids(project, agreement="unjudged") == {ids["untouched"], ids["leased"]}
     assert _ids(project, agreement="single") == {ids["gold"]}
     assert _ids(project, agreement="unanimous") == {ids["unanimous"]}
-    assert _ids(project, agreement="split") == {ids["split"]}
+    assert _ids(project, agreement="disagreement") == {ids["split"]}
+
+
+def test_agreement_split_in_an_old_url_reads_as_disagreement(world):
+    """The item browser's "split" (judgements that differ) is now "disagreement" ("split" is the
+    adjudication queue's "no majority"); a URL saved with ``agreement=split`` still filters the
+    same comparisons, and its row reads "disagreement"."""
+    project, ids = world
+    filters = ItemFilters.from_params({"agreement": "split"})
+    assert filters.agreement == "disagreement"
+    page = items_page(project=project, filters=filters)
+    assert [(row.id, row.agreement) for row in page.rows] == [(ids["split"], "disagreement")]
 
 
 def test_gold_annotator_and_model_filters(world):

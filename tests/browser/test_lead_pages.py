@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from annotation.services import projects as project_services
-from annotation.services.importing import project_get_or_create
+from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import ML_ENGINEER
 from config.celery import app as celery_app
 from tests.factories import UserFactory
@@ -104,3 +104,32 @@ def test_an_invited_person_reads_their_username_and_logs_in_with_their_email(
     page.get_by_role("button", name="Log in").click()
     expect(page).to_have_url(re.compile(r"/annotation/$"))
     expect(page.get_by_test_id("username")).to_have_text("nora.lee")
+
+
+def test_item_browser_says_disagreement_and_reads_an_old_split_link(lead, page: Page) -> None:
+    """Two annotators who chose differently: the item browser's Agreement filter offers
+    "disagreement" (no "split": that word is the adjudication queue's "no majority"), and a link
+    saved with the old ``?agreement=split`` opens with "disagreement" chosen and lists that one
+    comparison, whose Agreement column reads "disagreement"."""
+    project, _ = project_get_or_create(slug="words")
+    votes = [{"annotator": "u1", "choice": "a"}, {"annotator": "u2", "choice": "b"}]
+    row = {
+        "prompt": "Best pasta?",
+        "response_a": "Boil it",
+        "response_b": "Bake it",
+        "judgements": votes,
+    }
+    same = {**row, "prompt": "Best rice?", "judgements": [{"annotator": "u1", "choice": "a"}]}
+    comparisons_import(project=project, lines=[json.dumps(row), json.dumps(same)])
+    log_in(page, lead)
+
+    page.goto("/annotation/p/words/items/?agreement=split")
+    choice = page.get_by_test_id("item-filters").locator("select[name=agreement]")
+    expect(choice.locator("option")).to_have_text(
+        ["any", "unjudged", "single", "unanimous", "disagreement"]
+    )
+    expect(choice).to_have_value("disagreement")
+    expect(page.get_by_test_id("item-counts")).to_contain_text("1 matching of 2 comparisons")
+    rows = page.get_by_test_id("items-table").locator("tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator("td").nth(5)).to_have_text("disagreement")
