@@ -9,7 +9,8 @@ Filters are independent ``Q`` builders: each status is one entry of ``STATUS_FIL
 a current verdict exists), agreement and origin are counts
 and ``Exists`` over judgements and assignments, the Dawid-Skene margin comes from the project's
 consensus (``annotation.services.items.item_consensus``). Search is PostgreSQL full-text search on
-the prompt and both responses, through the GIN indexes of migration 0006; a plain contains on SQLite.
+the prompt and both responses, through the GIN indexes of migration 0006; on SQLite the same syntax
+(phrases, ``or``, -word) over case-insensitive contains (``contains_search``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import operator
+import re
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import reduce
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -269,15 +274,59 @@ def _count_of(queryset: QuerySet, field_name: str, *, distinct: bool = False) ->
     return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
 
 
+_SEARCH_TOKEN = re.compile(r'(-?)"([^"]*)"?|(\S+)')
+
+
+def websearch_terms(words: str) -> list[list[tuple[bool, str]]]:
+    """``words`` in PostgreSQL's websearch syntax, parsed: a list of alternatives (``or`` between
+    them), each a list of (negated, text) terms that must all hold; a text is a word or a quoted
+    phrase (its inner spaces collapsed). ``-`` before a word or phrase negates it; ``or`` binds
+    looser than the implicit "and", as in ``websearch_to_tsquery``: ``a b or -c`` is
+    ``[[(False, "a"), (False, "b")], [(True, "c")]]``. Punctuation around a word is dropped."""
+    alternatives: list[list[tuple[bool, str]]] = [[]]
+    for match in _SEARCH_TOKEN.finditer(words):
+        sign, phrase, word = match.groups()
+        if word is not None:
+            if word.lower() == "or":
+                alternatives.append([])
+                continue
+            negated, text = word.startswith("-"), word.lstrip("-").strip(string.punctuation)
+        else:
+            negated, text = bool(sign), " ".join(phrase.split())
+        if text:
+            alternatives[-1].append((negated, text))
+    return [terms for terms in alternatives if terms]
+
+
+def contains_search(words: str) -> Q:
+    """The websearch syntax of ``words`` (``websearch_terms``) over case-insensitive contains, for
+    databases without PostgreSQL's full-text search (SQLite, the demo's): a comparison matches when
+    its prompt, or either response, satisfies one alternative on its own (as the full-text search
+    matches each text on its own). No stemming: ``noodle`` finds "noodles", ``sorting`` not "sort".
+    Nothing to search for (only ``or`` or punctuation) matches nothing."""
+    alternatives = websearch_terms(words)
+    if not alternatives:
+        return Q(pk__in=[])
+
+    def term(column: str, negated: bool, text: str) -> Q:
+        found = Q(**{f"{column}__icontains": text})
+        return ~found if negated else found
+
+    return reduce(
+        operator.or_,
+        (
+            reduce(operator.and_, (term(column, *t) for t in terms))
+            for column in ("prompt__text", "response_a__text", "response_b__text")
+            for terms in alternatives
+        ),
+    )
+
+
 def _search(project: Project, words: str) -> Q:
     """Comparisons whose prompt or either response matches ``words`` (websearch syntax: quoted
-    phrases, OR, -word on PostgreSQL; a case-insensitive contains elsewhere)."""
+    phrases, ``or``, -word): PostgreSQL's full-text search, ``contains_search`` elsewhere."""
     if connection.vendor != "postgresql":
-        return (
-            Q(prompt__text__icontains=words)
-            | Q(response_a__text__icontains=words)
-            | Q(response_b__text__icontains=words)
-        )
+        return contains_search(words)
     prompt_ids = Prompt.objects.filter(project=project).filter(
         FullTextMatch(F("text"), Value(words))
     )
