@@ -19,7 +19,9 @@ from django.urls import reverse_lazy
 from annotation.forms import MemberAddForm, ProjectForm
 from annotation.models import Project
 from annotation.selectors import members as project_selectors
+from annotation.selectors.adjudication import guidelines_versions
 from annotation.services import projects as project_services
+from annotation.services.adjudication import guidelines_diff
 from annotation.services.projects import ProjectError
 from common.roles import ML_ENGINEER, role_required
 
@@ -73,8 +75,35 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
         "project": project,
         "form": form,
         "events": project_selectors.project_events(project=project, page=request.GET.get("page")),
+        **_guidelines_comparison(project, request.GET.get("old"), request.GET.get("new")),
     }
     return render(request, "annotation/projects/settings.html", context)
+
+
+def _guidelines_comparison(project: Project, old: str | None, new: str | None) -> dict[str, Any]:
+    """The settings page's guidelines versions and the diff between versions ``old`` and ``new``
+    (numbers from the page's form; by default the one before the newest and the newest). A number
+    that names no version is an error on the page, and no diff is shown."""
+    versions = guidelines_versions(project=project)
+    by_number = {str(v.number): v for v in versions}
+    context: dict[str, Any] = {"versions": versions}
+    if old is None and new is None:
+        if len(versions) < 2:
+            return context
+        old, new = str(versions[-2].number), str(versions[-1].number)
+    missing = [name for name in (old, new) if name not in by_number]
+    if missing:
+        known = ", ".join(by_number) or "none yet"
+        context["diff_error"] = (
+            f"No guidelines version {missing[0]!r} to compare (versions: {known})."
+        )
+        return context
+    context |= {
+        "old": by_number[old],
+        "new": by_number[new],
+        "diff": guidelines_diff(by_number[old].text, by_number[new].text),
+    }
+    return context
 
 
 def _post_and_back(

@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from annotation.services import projects as project_services
+from annotation.services.adjudication import guidelines_update
 from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import ML_ENGINEER
 from config.celery import app as celery_app
@@ -133,3 +134,40 @@ def test_item_browser_says_disagreement_and_reads_an_old_split_link(lead, page: 
     rows = page.get_by_test_id("items-table").locator("tbody tr")
     expect(rows).to_have_count(1)
     expect(rows.first.locator("td").nth(5)).to_have_text("disagreement")
+
+
+def test_settings_page_lists_guidelines_versions_and_diffs_two_chosen(lead, page: Page) -> None:
+    """Guidelines saved three times are versions 1, 2 and 3, listed on the settings page (3 in
+    force). The page opens on the change from 2 to 3 (line "Ties are allowed." added); choosing 1
+    and 3 shows both later lines added and "Be kind." kept; a hand-typed version 9 is an error
+    naming the versions there are, with no diff."""
+    project, _ = project_get_or_create(slug="rules")
+    lines = ["Be kind.", "Prefer short answers.", "Ties are allowed."]
+    for n in (1, 2, 3):
+        guidelines_update(project=project, text="\n".join(lines[:n]), user=lead)
+    log_in(page, lead)
+
+    page.goto("/annotation/p/rules/settings/")
+    versions = page.get_by_test_id("guidelines-versions")
+    expect(versions.locator("tbody tr")).to_have_count(3)
+    expect(versions.locator("tbody tr").nth(2)).to_contain_text("3 (in force)")
+    diff = page.get_by_test_id("guidelines-diff")
+    expect(diff.locator("span")).to_have_text(
+        ["  Be kind.", "  Prefer short answers.", "+ Ties are allowed."]
+    )
+
+    compare = page.get_by_test_id("guidelines-compare")
+    compare.locator("select[name=old]").select_option("1")
+    compare.locator("select[name=new]").select_option("3")
+    compare.get_by_role("button", name="Compare").click()
+    expect(page).to_have_url(re.compile(r"\?old=1&new=3$"))
+    expect(diff.locator("span.diff-added")).to_have_text(
+        ["+ Prefer short answers.", "+ Ties are allowed."]
+    )
+    expect(diff.locator("span.diff-same")).to_have_text(["  Be kind."])
+
+    page.goto("/annotation/p/rules/settings/?old=9&new=3")
+    expect(page.get_by_test_id("guidelines-diff-error")).to_have_text(
+        "No guidelines version '9' to compare (versions: 1, 2, 3)."
+    )
+    expect(page.get_by_test_id("guidelines-diff")).to_have_count(0)
