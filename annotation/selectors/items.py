@@ -129,6 +129,13 @@ STATUS_FILTERS: dict[str, Callable[[Project, datetime], Q]] = {
     "complete": _status_complete,
     "adjudicated": _status_adjudicated,
 }
+# What the page shows for each status (the URL keeps the key).
+STATUS_LABELS = {
+    "open": "open",
+    "in_progress": "in progress",
+    "complete": "complete",
+    "adjudicated": "adjudicated",
+}
 
 
 @dataclass(frozen=True)
@@ -223,6 +230,11 @@ class ItemRow:
     cluster: int | None
     status: str
     sort_value: Any = field(repr=False, default=None)
+
+    @property
+    def status_label(self) -> str:
+        """The status in words ("in progress", not the URL's ``in_progress``)."""
+        return STATUS_LABELS[self.status]
 
     @property
     def agreement(self) -> str:

@@ -53,6 +53,11 @@ Source = Sequence[str] | Path
 """Concord JSONL lines, or the Path of a file in any format and container annotation.formats reads."""
 
 
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``n`` and the noun in the number it needs: "1 row", "2 rows", "0 rows"."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 @dataclass(frozen=True)
 class ImportResult:
     """Counts of one import: rows read, comparisons created or already present, and so on.
@@ -80,24 +85,24 @@ class ImportResult:
 
     def summary(self) -> str:
         text = (
-            f"{self.rows} rows: {self.comparisons_created} comparisons created, "
-            f"{self.comparisons_existing} already present; {self.judgements_created} judgements "
-            f"created, {self.judgements_existing} already present; "
-            f"{self.annotators_created} annotator accounts created; "
-            f"{self.empty_responses} empty responses"
+            f"{_count(self.rows, 'row')}: {_count(self.comparisons_created, 'comparison')} "
+            f"created, {self.comparisons_existing} already present; "
+            f"{_count(self.judgements_created, 'judgement')} created, "
+            f"{self.judgements_existing} already present; "
+            f"{_count(self.annotators_created, 'annotator account')} created; "
+            f"{_count(self.empty_responses, 'empty response')}"
         )
         if self.repeated_votes:
-            text += f"; {self.repeated_votes} repeated votes counted once"
+            text += f"; {_count(self.repeated_votes, 'repeated vote')} counted once"
         if self.scalars_as_text:
-            values = (
-                "JSON number or boolean"
-                if self.scalars_as_text == 1
-                else "JSON numbers or booleans"
+            values = _count(
+                self.scalars_as_text, "JSON number or boolean", "JSON numbers or booleans"
             )
-            text += f"; {self.scalars_as_text} {values} imported as text"
+            text += f"; {values} imported as text"
         if self.rows_rejected or self.rejects_path:
             text += (
-                f"; {self.rows - self.rows_rejected} rows imported, {self.rows_rejected} rejected"
+                f"; {_count(self.rows - self.rows_rejected, 'row')} imported, "
+                f"{self.rows_rejected} rejected"
                 + (f" (listed in {self.rejects_path})" if self.rejects_path else "")
             )
         return f"{self.format} ({self.container}): {text}"

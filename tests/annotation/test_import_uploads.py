@@ -57,7 +57,7 @@ def test_page_upload_of_a_gzip_json_array_with_skip_invalid(
     assert rejects.parent == settings.UPLOAD_DIR  # beside the upload
     assert json.loads(rejects.read_text())["item"] == 2
     page = client.get(reverse("annotation:project-manage", args=["lead"])).content.decode()
-    assert "1 rows imported, 1 rejected" in page
+    assert "1 row imported, 1 rejected" in page
 
 
 def test_api_upload_with_format_and_scalars_as_text(

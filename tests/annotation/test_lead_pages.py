@@ -53,9 +53,9 @@ def test_upload_imports_and_keeps_the_file(
     assert Comparison.objects.filter(project=project).count() == 1
     assert list(settings.UPLOAD_DIR.iterdir())  # what the user sent is kept
     status = client.get(reverse("annotation:import-status", args=["lead", job.pk])).json()
-    assert status["status"] == "done" and "1 comparisons created" in status["summary"]
+    assert status["status"] == "done" and "1 comparison created" in status["summary"]
     page = client.get(reverse("annotation:project-manage", args=["lead"])).content.decode()
-    assert "rows.jsonl" in page and "1 comparisons created" in page
+    assert "rows.jsonl" in page and "1 comparison created" in page
 
 
 def test_bad_upload_lists_each_error_and_imports_nothing(

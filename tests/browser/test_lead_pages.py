@@ -171,3 +171,35 @@ def test_settings_page_lists_guidelines_versions_and_diffs_two_chosen(lead, page
         "No guidelines version '9' to compare (versions: 1, 2, 3)."
     )
     expect(page.get_by_test_id("guidelines-diff")).to_have_count(0)
+
+
+def test_lead_pages_show_words_not_raw_values(eager_tasks, lead, page: Page, tmp_path) -> None:
+    """One imported row with one judgement, in a project of overlap 2. The upload's summary counts
+    in the right number ("1 row: 1 comparison created, ... 1 annotator account created"); the item
+    browser's status reads "in progress" (filter and row), not the URL key squeezed to
+    "inprogress"; the item page says the side shown on the left was "not recorded" (an imported
+    judgement has none), not "UNKNOWN"."""
+    project_get_or_create(slug="words", overlap=2)
+    row = {"prompt": "Best pasta?", "response_a": "Boil it", "response_b": "Bake it",
+           "judgements": [{"annotator": "u1", "choice": "a"}]}  # fmt: skip
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    log_in(page, lead)
+
+    page.goto("/annotation/p/words/manage/")
+    form = page.get_by_test_id("import-form")
+    form.locator("input[type=file]").set_input_files(str(path))
+    form.get_by_role("button", name="Upload and import").click()
+    expect(page.get_by_test_id("import-jobs").locator(".job-result").first).to_have_text(
+        "concord (jsonl): 1 row: 1 comparison created, 0 already present; 1 judgement created, "
+        "0 already present; 1 annotator account created; 0 empty responses"
+    )
+
+    page.goto("/annotation/p/words/items/")
+    status = page.get_by_test_id("item-filters").locator("select[name=status] option")
+    expect(status).to_have_text(["any", "open", "in progress", "complete", "adjudicated"])
+    row_cells = page.get_by_test_id("items-table").locator("tbody tr").first.locator("td")
+    expect(row_cells.nth(3)).to_have_text("in progress")
+    row_cells.first.locator("a").click()
+    judgement = page.get_by_test_id("item-judgements").locator("tbody tr").first.locator("td")
+    expect(judgement.nth(3)).to_have_text("not recorded")
