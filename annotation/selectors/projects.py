@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
@@ -98,7 +99,8 @@ def member_project(*, user: AbstractBaseUser, slug: str) -> Project | None:
 
 
 def annotator_progress(*, project: Project) -> list[dict[str, object]]:
-    """Per annotator of the project: judgements, skips, median seconds per pair (lead's page)."""
+    """Per annotator of the project: judgements, skips, median milliseconds per pair (lead's page;
+    milliseconds as on the agreement dashboard and the item page, the median as numpy's)."""
     rows = []
     for member in human_judgements(project.members.all(), "pk").order_by("username"):
         judged = Judgement.objects.filter(comparison__project=project, annotator=member)
@@ -113,7 +115,7 @@ def annotator_progress(*, project: Project) -> list[dict[str, object]]:
                     annotator=member,
                     status=Assignment.Status.SKIPPED,
                 ).count(),
-                "median_seconds": round(times[len(times) // 2] / 1000, 1) if times else None,
+                "median_ms": statistics.median(times) if times else None,
             }
         )
     return rows

@@ -219,3 +219,20 @@ def test_batch_progress_counts_complete_pairs_per_batch(project):
     first, second = batch_progress(project=project)
     assert (first.number, first.comparisons, first.complete, first.judgements) == (1, 20, 3, 9)
     assert (second.comparisons, second.complete, second.judgements) == (5, 0, 1)
+
+
+def test_annotator_median_time_is_in_milliseconds_as_on_the_agreement_page(ml_engineer, project):
+    """ann judged four pairs in 1000, 2000, 4000 and 8000 ms: the lead's Annotators table shows the
+    median 3000 ms (the mean of the middle two, as the agreement dashboard's numpy median), in the
+    unit the agreement dashboard and the item page use, not "4.0 s"."""
+    from tests.factories import JudgementFactory, UserFactory
+    from tests.helpers.annotation_data import make_pair
+
+    ann = UserFactory(username="ann", role="Annotator")
+    project.members.add(ann)
+    for ms in (1000, 2000, 4000, 8000):
+        pair = make_pair(project, prompt=f"Question {ms}")
+        JudgementFactory(comparison=pair, annotator=ann, elapsed_ms=ms)
+    page = logged_in(ml_engineer).get(reverse("annotation:project-manage", args=["lead"]))
+    html = page.content.decode()
+    assert "<tr><td>ann</td><td>4</td><td>0</td><td>3000 ms</td><td>active</td></tr>" in html
