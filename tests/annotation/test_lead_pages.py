@@ -236,3 +236,19 @@ def test_annotator_median_time_is_in_milliseconds_as_on_the_agreement_page(ml_en
     page = logged_in(ml_engineer).get(reverse("annotation:project-manage", args=["lead"]))
     html = page.content.decode()
     assert "<tr><td>ann</td><td>4</td><td>0</td><td>3000 ms</td><td>active</td></tr>" in html
+
+
+def test_annotators_table_leaves_out_reviewer_members(ml_engineer, project):
+    """A project with annotator ``ann`` and reviewer ``rita`` as members: the lead page's
+    Annotators table has one row, ann's; a reviewer labels nothing there."""
+    from annotation.services.projects import member_add
+    from tests.factories import UserFactory
+
+    UserFactory(username="ann", role="Annotator")
+    UserFactory(username="rita", role="Reviewer")
+    member_add(project=project, actor=ml_engineer, identifier="ann", role="annotator")
+    member_add(project=project, actor=ml_engineer, identifier="rita", role="reviewer")
+    page = logged_in(ml_engineer).get(reverse("annotation:project-manage", args=["lead"]))
+    table = page.content.decode().split('data-testid="annotators"')[1].split("</table>")[0]
+    assert "<td>ann</td>" in table
+    assert "rita" not in table
