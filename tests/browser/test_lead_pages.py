@@ -203,3 +203,31 @@ def test_lead_pages_show_words_not_raw_values(eager_tasks, lead, page: Page, tmp
     row_cells.first.locator("a").click()
     judgement = page.get_by_test_id("item-judgements").locator("tbody tr").first.locator("td")
     expect(judgement.nth(3)).to_have_text("not recorded")
+
+
+SUBNAV = [
+    "Manage", "Items", "Prompt clusters", "Agreement dashboard", "Adjudication", "Judges",
+    "People", "Settings and audit log",
+]  # fmt: skip
+
+
+def test_every_lead_page_has_the_same_project_navigation(lead, page: Page) -> None:
+    """The lead's pages of a project (Manage, Items, Prompt clusters, Agreement dashboard, People,
+    Settings) each show the same project navigation, in the same order, with the page itself marked
+    as the current one; before, Manage had seven links, People and Settings four, Items only a link
+    back."""
+    project_get_or_create(slug="nav")
+    log_in(page, lead)
+    pages = {
+        "manage": "Manage",
+        "items": "Items",
+        "clusters": "Prompt clusters",
+        "agreement": "Agreement dashboard",
+        "members": "People",
+        "settings": "Settings and audit log",
+    }
+    for path, current in pages.items():
+        page.goto(f"/annotation/p/nav/{path}/")
+        nav = page.get_by_test_id("project-subnav")
+        expect(nav.get_by_role("link")).to_have_text(SUBNAV)
+        expect(nav.locator("a[aria-current=page]")).to_have_text([current])
