@@ -6,7 +6,9 @@ crash or an OOM kill would) and start it again, then start a worker and check th
 exactly once.
 
 The broker is a private redis-server on a free loopback port, so the machine's own Redis (which
-the test suites use) is never interrupted. Configurations:
+the test suites use) is never interrupted. The script always uses it, whatever the environment
+says: an exported ``CELERY_BROKER_URL`` (as for the test suite) would otherwise win over a
+configured broker in Celery, and the tasks would go to that Redis. Configurations:
 
 - ``none``: ``--save "" --appendonly no``, as this machine's Redis runs: nothing is on disk, so a
   restart empties every queue. Expected to FAIL; shown to make the point.
@@ -59,34 +61,79 @@ def _start_redis(port: int, folder: Path, config: str) -> subprocess.Popen:
     raise RuntimeError(f"redis-server on port {port} did not start; see {folder / 'redis.log'}")
 
 
+def private_broker_url(port: int) -> str:
+    """The URL of the script's own redis-server on ``port`` (database 0)."""
+    return f"redis://127.0.0.1:{port}/0"
+
+
+# Variables through which Celery or the settings would choose another broker or result store.
+_BROKER_VARIABLES = (
+    "CELERY_BROKER_URL",
+    "CELERY_BROKER_READ_URL",
+    "CELERY_BROKER_WRITE_URL",
+    "CELERY_RESULT_BACKEND",
+    "CACHE_URL",
+)
+
+
+def private_broker_env(url: str, **extra: str) -> dict[str, str]:
+    """The worker's environment: the bench environment with every broker, result and cache
+    variable set to the private broker ``url`` (Celery reads ``CELERY_BROKER_URL`` from the
+    environment before its configuration, so whatever was exported must be replaced)."""
+    env = stack.server_env(**extra)
+    for name in _BROKER_VARIABLES:
+        env.pop(name, None)
+    env["CELERY_BROKER_URL"] = url
+    env["CELERY_RESULT_BACKEND"] = url
+    return env
+
+
+def send_to_private_broker(url: str, queue: str, tokens: list[str], record: Path) -> int:
+    """Send one ``record_execution`` task per token to ``queue`` on the broker at ``url``, through a
+    connection opened on that URL (not the app's configured broker, which the environment can
+    override), and return how many messages the queue then holds."""
+    import redis
+    from celery import Celery
+
+    # The project's Celery settings (late ack, routes, serializers); no result store.
+    app = Celery("concord")
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.conf.result_backend = None
+    try:
+        with app.connection_for_write(url) as connection:
+            for token in tokens:
+                app.send_task(
+                    "bench.fault_tasks.record_execution",
+                    args=[token, str(record)],
+                    queue=queue,
+                    connection=connection,
+                    ignore_result=True,
+                )
+    finally:
+        app.close()
+    return redis.Redis.from_url(url).llen(queue)
+
+
 def _executions(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-def _trial(config: str, tasks: int, port: int) -> dict[str, object]:
+def broker_trial(config: str, tasks: int, port: int) -> dict[str, object]:
+    """One trial on a private redis-server on ``port`` started with ``config``: queue ``tasks``
+    tasks, SIGKILL and restart the broker, run a worker, count what ran. Returns the counts and
+    the verdict (PASS: every task queued, none lost, none run twice)."""
     import redis
-    from celery import Celery
 
     queue = f"fault-{uuid.uuid4().hex[:8]}"
-    url = f"redis://127.0.0.1:{port}/0"
+    url = private_broker_url(port)
     with tempfile.TemporaryDirectory() as tmp:
         folder, record = Path(tmp), Path(tmp) / "executions.txt"
         server = _start_redis(port, folder, config)
         worker = None
         worker_log = (folder / "worker.log").open("w")
         try:
-            # The project's Celery settings (late ack, routes, serializers) on the private broker.
-            app = Celery("concord")
-            app.config_from_object("django.conf:settings", namespace="CELERY")
-            app.conf.broker_url = url
-            app.conf.result_backend = None
             tokens = [f"task-{i}" for i in range(tasks)]
-            for token in tokens:
-                app.send_task(
-                    "bench.fault_tasks.record_execution", args=[token, str(record)], queue=queue
-                )
-            app.close()
-            queued = redis.Redis(port=port).llen(queue)
+            queued = send_to_private_broker(url, queue, tokens, record)
             server.kill()  # SIGKILL: no chance to save anything more
             server.wait()
             started = time.monotonic()
@@ -100,9 +147,8 @@ def _trial(config: str, tasks: int, port: int) -> dict[str, object]:
                 cwd=stack.ROOT,
                 stdout=worker_log,
                 stderr=subprocess.STDOUT,
-                env=stack.server_env(
-                    CELERY_BROKER_URL=url,
-                    PYTHONPATH=f"{stack.ROOT}{os.pathsep}{stack.ROOT / 'bench'}",
+                env=private_broker_env(
+                    url, PYTHONPATH=f"{stack.ROOT}{os.pathsep}{stack.ROOT / 'bench'}"
                 ),
             )  # fmt: skip
             deadline = time.monotonic() + (60 if after_restart else 15)
@@ -145,7 +191,7 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     sys.path.insert(0, str(stack.ROOT))
     port = stack.free_port()
-    results = [_trial(config, args.tasks, port) for config in args.configs]
+    results = [broker_trial(config, args.tasks, port) for config in args.configs]
     for result in results:
         expectation = "" if DURABLE[result["config"]] else " (expected: nothing on disk)"
         print(

@@ -6,11 +6,16 @@ lazily inside a function: it names the task. Every task is registered under its 
 ``annotation/tasks.py``), so the name is also where to find it; ``task_send`` imports it from there at
 send time. Sending the task object (not ``app.send_task``) keeps the routes of settings and the eager
 mode of tests.
+
+It also keeps the registry of job models (``JobKind``): which rows are jobs, which status values
+mean queued and running, and which queue each job goes to; ``common.job_selectors`` reads it to say
+what a queued job waits behind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
@@ -54,3 +59,40 @@ def task_send(
         transaction.on_commit(send)
     else:
         send()
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """A model whose rows are jobs on a Celery queue, as the "waits behind" line needs to know it.
+
+    Each app registers its job models (``job_kind_register``, from its AppConfig.ready), so common
+    reads them without importing any app. ``queued``: the status values of a job sent but not yet
+    started; ``running``: those of a job a worker is executing; ``queue_of(job)``: the name of the
+    queue its task is sent to (the same rule as the service that sends it).
+    """
+
+    model: str  # "app_label.ModelName"
+    noun: str  # how a page names one job, e.g. "training run" (-> "training run #12")
+    queued: tuple[str, ...]
+    running: tuple[str, ...]
+    queue_of: Callable[[Any], str]
+    status_field: str = "status"
+    # Related rows queue_of reads, fetched with the jobs (select_related).
+    related: tuple[str, ...] = ()
+
+
+_JOB_KINDS: list[JobKind] = []
+
+
+def job_kind_register(kind: JobKind) -> None:
+    """Add ``kind`` to the job kinds the "waits behind" selector looks through (once per model and
+    status field: a second registration replaces the first)."""
+    _JOB_KINDS[:] = [
+        k for k in _JOB_KINDS if (k.model, k.status_field) != (kind.model, kind.status_field)
+    ]
+    _JOB_KINDS.append(kind)
+
+
+def job_kinds() -> tuple[JobKind, ...]:
+    """The registered job kinds, in registration order."""
+    return tuple(_JOB_KINDS)

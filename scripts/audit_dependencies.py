@@ -9,18 +9,24 @@ Asks PyPI's vulnerability data first, then OSV's. Exit status:
   (it then reports every package "not found on PyPI", which is no audit at all). A CI machine that
   reaches only a package index cannot audit; that is said plainly, not passed off as a clean result.
 
-Any other failure of pip-audit fails the audit. Vulnerabilities accepted on purpose go in IGNORED with
-the reason.
+Any other failure of pip-audit fails the audit, and so does a package that pyproject.toml declares
+(the main dependencies and the `dev` and `serve` extras that `make venv` installs) but that is not in
+pip-audit's report: a declared package that was not installed here was not audited. Vulnerabilities
+accepted on purpose go in IGNORED with the reason.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+AUDITED_EXTRAS = ("dev", "serve")  # what `make venv` installs besides the main dependencies
 SERVICES = ("pypi", "osv")
 # {"GHSA-...": "why it does not apply here"}; passed to pip-audit as --ignore-vuln.
 IGNORED: dict[str, str] = {}
@@ -39,6 +45,23 @@ NETWORK_ERRORS = (
 
 class Unreachable(Exception):
     """The service could not be asked about any package (the message says why)."""
+
+
+def canonical_name(name: str) -> str:
+    """A distribution's name as PyPI compares them (PEP 503): crowd_kit, Crowd.Kit -> crowd-kit."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared_packages(pyproject: Path = PYPROJECT) -> set[str]:
+    """The canonical names of the main dependencies and of the AUDITED_EXTRAS in pyproject.toml."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    requirements = list(project["dependencies"])
+    for extra in AUDITED_EXTRAS:
+        requirements += project.get("optional-dependencies", {}).get(extra, [])
+    return {
+        canonical_name(re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", r).group(1))
+        for r in requirements
+    }
 
 
 def _audit(service: str) -> list[dict]:
@@ -83,7 +106,16 @@ def main() -> int:
             f"pip-audit ({service}): {len(audited)} packages audited, {len(skipped)} skipped, "
             f"{len(found)} known vulnerabilities"
         )
-        return 1 if found else 0
+        for dependency in skipped:
+            print(f"not audited: {dependency['name']}: {dependency['skip_reason']}")
+        missing = sorted(declared_packages() - {canonical_name(d["name"]) for d in dependencies})
+        if missing:
+            print(
+                "declared in pyproject.toml but not installed, so not audited: "
+                + ", ".join(missing)
+                + " (run `make venv`)"
+            )
+        return 1 if found or missing else 0
     print(
         "pip-audit: vulnerability service unreachable, packages NOT audited ("
         + "; ".join(failures)

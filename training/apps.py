@@ -1,6 +1,21 @@
 from django.apps import AppConfig
 
 
+def _gpu_queue(run: object) -> str:
+    from django.conf import settings
+
+    return settings.CONCORD_GPU_QUEUE
+
+
 class TrainingConfig(AppConfig):
     name = "training"
     verbose_name = "Training"
+
+    def ready(self) -> None:
+        from common.jobs import JobKind, job_kind_register
+
+        # services.run_launch sends every run to the gpu queue.
+        job_kind_register(
+            JobKind(model="training.TrainingRun", noun="training run", queued=("queued",),
+                    running=("running",), queue_of=_gpu_queue)
+        )  # fmt: skip

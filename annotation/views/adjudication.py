@@ -18,7 +18,17 @@ from annotation.selectors import adjudication as selectors
 from annotation.services import adjudication as services
 from annotation.views.labelling import _member_project, _wants_json
 from common.roles import ADJUDICATOR, ML_ENGINEER, role_required
-from common.sides import screen_order
+from common.sides import screen_order, screen_side
+
+# A verdict in the words of the screen (the pair as the adjudicator sees it), in this order.
+VERDICT_WORDS = {
+    "left": "Left better",
+    "right": "Right better",
+    "tie": "Tie",
+    "both_bad": "Both bad",
+}
+TIMES = "\N{MULTIPLICATION SIGN}"
+QUEUE_LISTED = 200  # the queue's table lists the first this many
 
 
 def _threshold(request: HttpRequest) -> float:
@@ -41,6 +51,37 @@ def _int_param(request: HttpRequest, name: str) -> int | None:
 def _queue_url(slug: str, threshold: float, **params: int) -> str:
     query = urlencode({"threshold": threshold, **params})
     return f"{reverse('annotation:adjudicate', args=[slug])}?{query}"
+
+
+def _on_screen(choice: str, shown_left: str) -> str:
+    """A stored verdict (a Choice value) in the words of the screen whose left response is
+    ``shown_left``: "Left better", "Right better", "Tie" or "Both bad"."""
+    pick = choice
+    if choice in SCREEN_PAIR:
+        pick = screen_side(choice, shown_left=shown_left, pair=SCREEN_PAIR)
+    return VERDICT_WORDS[pick]
+
+
+def _votes_on_screen(votes: dict[str, int], shown_left: str) -> list[tuple[str, int]]:
+    """The votes ({stored choice: n}) as (screen words, n): left first, then right, tie, both bad."""
+    words = {_on_screen(choice, shown_left): n for choice, n in votes.items()}
+    return [(word, words[word]) for word in VERDICT_WORDS.values() if word in words]
+
+
+def _votes_without_sides(votes: dict[str, int]) -> str:
+    """The votes of a pair not on screen, naming no side (the list must not tell which response
+    the adjudicator will see where): "2 to 1" for the two responses, the larger first, then ties
+    and "both bad" ("tie x 1", with a multiplication sign); "" for no votes."""
+    parts = []
+    a, b = (votes.get(side, 0) for side in SCREEN_PAIR)
+    if a or b:
+        parts.append(f"{max(a, b)} to {min(a, b)}")
+    parts += [
+        f"{VERDICT_WORDS[c].lower()} {TIMES} {votes[c]}"
+        for c in ("tie", "both_bad")
+        if votes.get(c)
+    ]
+    return ", ".join(parts)
 
 
 @role_required(ML_ENGINEER, ADJUDICATOR)
@@ -66,6 +107,7 @@ def adjudicate(request: HttpRequest, slug: str) -> HttpResponse:
     context: dict[str, object] = {
         "project": project,
         "queue": queue,
+        "queue_votes": [(e, _votes_without_sides(e.votes)) for e in queue[:QUEUE_LISTED]],
         "threshold": threshold,
         "reasons": {r: sum(r in e.reasons for e in queue) for r in selectors.QUEUE_REASONS},
         "entry": entry,
@@ -76,13 +118,17 @@ def adjudicate(request: HttpRequest, slug: str) -> HttpResponse:
         left, right = screen_order(
             shown_left, pair=SCREEN_PAIR, values=(comparison.response_a, comparison.response_b)
         )
+        current = selectors.adjudication_for(comparison)
+        history = selectors.adjudication_history(comparison)
         context |= {
             "shown_left": shown_left,
             "prompt": comparison.prompt,
             "left": left,
             "right": right,
-            "current": selectors.adjudication_for(comparison),
-            "history": selectors.adjudication_history(comparison),
+            "votes": _votes_on_screen(entry.votes, shown_left) if entry else [],
+            "current": current,
+            "current_words": _on_screen(current.choice, shown_left) if current else "",
+            "history": [(a, _on_screen(a.choice, shown_left)) for a in history],
             "flags": selectors.comparison_flags(comparison),
             "skip_url": _queue_url(slug, threshold, after=comparison.pk),
         }

@@ -1,7 +1,9 @@
 // The labelling screen. Keys: 1/2/3/4 or the arrows pick (Shift = the highest strength), Q/W/E set
-// the strength (slightly / clearly / much), Enter submits, R focuses the reason box (Esc leaves it),
-// Z brings back the last judgement, H opens the history, S skips, F opens the flag menu (1/2/3 pick the
-// reason, Enter flags, Esc closes; the pair stays on screen). Buttons work without this script.
+// the strength (slightly / clearly / much) before or after the pick (a pick without Shift keeps the
+// strength chosen; on the change screen, the judgement's stored one), Enter submits, R focuses the
+// reason box (Esc leaves it), Z brings back the last judgement, H opens the history, S skips, F opens
+// the flag menu (1/2/3 pick the reason, Enter flags, Esc closes; the pair stays on screen). Buttons
+// work without this script.
 //
 // Pair switches without a page load: the server reserves the next pair (its own lease) while the
 // current one is read, and sends its HTML; a submission swaps it in at once and sends the verdict in
@@ -255,7 +257,9 @@
     if (pick) {
       event.preventDefault();
       select(pick);
-      if (pick === "left" || pick === "right") setStrength(event.shiftKey ? maxStrength : 1);
+      // Only Shift changes the strength with a pick: a strength pressed first (or the stored one
+      // on the change screen) stays. A new pair starts at "slightly" (show()).
+      if (event.shiftKey && (pick === "left" || pick === "right")) setStrength(maxStrength);
       return;
     }
     const key = event.key.length === 1 ? event.key.toLowerCase() : event.key;

@@ -11,6 +11,8 @@
         .then(function (r) { return r.json(); })
         .then(function (job) {
           row.querySelector(".job-status").textContent = job.phase;
+          const waiting = row.querySelector(".waits-behind");
+          if (waiting && job.status !== "queued") waiting.hidden = true;  // a worker took it
           const bar = row.querySelector(".job-progress");
           bar.max = job.rows_total || Math.max(job.rows_done, 1);
           bar.value = job.rows_done || 0;

@@ -169,6 +169,8 @@
     state.querySelector("[data-testid=run-step]").textContent = data.step;
     state.querySelector("[data-testid=run-total]").textContent = data.total_steps || "?";
     state.querySelector("[data-testid=run-progress]").value = data.progress;
+    const waiting = document.querySelector("[data-testid=waits-behind]");
+    if (waiting && data.status !== "queued") waiting.hidden = true;  // a worker took it
     const phase = state.querySelector("[data-testid=run-phase]");
     phase.hidden = !data.phase;
     phase.textContent = data.phase ? data.phase.text : "";

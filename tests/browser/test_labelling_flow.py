@@ -144,6 +144,64 @@ def test_every_strength_key_and_the_reason_box_keys(fast_hasher, page: Page) -> 
     expect(page.get_by_test_id("done")).to_be_visible()
 
 
+def test_a_strength_pressed_before_the_pick_is_kept(fast_hasher, page: Page) -> None:
+    """The strength may come before the pick (README): E then 1 stores the left response "much"
+    (3), W then 2 the right one "clearly" (2), E then Shift+2 still "much" and Shift+1 then Q
+    "slightly" (the last key wins); the next pair starts at "slightly" again, so a lone 2 stores 1.
+    Before the fix a pick reset the strength to 1, so E then 1 stored "slightly"."""
+    setup = make_project(n_pairs=6)
+    _open(page, setup, setup.annotator.username)
+    plan = [
+        (["e", "1"], "left", 3),
+        (["w", "2"], "right", 2),
+        (["e", "Shift+2"], "right", 3),
+        (["Shift+1", "q"], "left", 1),
+        (["2"], "right", 1),
+    ]
+    expected = {}
+    for keys, pick, strength in plan:
+        comparison, left_side = on_screen(page, setup)
+        for key in keys:
+            page.keyboard.press(key)
+        expect(page.locator(f'input[name=strength][value="{strength}"]')).to_be_checked()
+        choice = {"left": left_side, "right": other_side(left_side)}[pick]
+        expected[comparison.pk] = (choice, strength)
+        switch_pair(page, lambda: page.keyboard.press("Enter"))
+
+    stored = {
+        j.comparison_id: (j.choice, j.strength)
+        for j in Judgement.objects.filter(annotator=setup.annotator)
+    }
+    assert stored == expected
+
+
+def test_a_new_pick_on_the_change_screen_keeps_the_stored_strength(fast_hasher, page: Page) -> None:
+    """2 E Enter stores the right response "much" (3); Z opens it on the change screen with "much"
+    checked; 1 picks the left response and "much" stays checked; Enter stores (left, 3). Then Z
+    again ("much" checked, as stored), W (clearly) before 2: (right, 2). Before the fix the new
+    pick reset the strength to "slightly", so the first change stored (left, 1)."""
+    setup = make_project(n_pairs=3)
+    _open(page, setup, setup.annotator.username)
+    comparison, left_side = on_screen(page, setup)
+    _submit(page, "2", "e")
+    changes = [(["1"], left_side, 3), (["w", "2"], other_side(left_side), 2)]
+    for keys, choice, strength in changes:
+        with page.expect_navigation():
+            page.keyboard.press("z")
+        expect(page.locator("p.editing")).to_be_visible()
+        assert on_screen(page, setup) == (comparison, left_side)
+        expect(page.locator('input[name=strength][value="3"]')).to_be_checked()
+        for key in keys:
+            page.keyboard.press(key)
+        expect(page.locator(f'input[name=strength][value="{strength}"]')).to_be_checked()
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+        expect(page.locator(".messages")).to_contain_text("Your judgement was changed.")
+        judgement = Judgement.objects.get(annotator=setup.annotator, comparison=comparison)
+        assert (judgement.choice, judgement.strength) == (choice, strength)
+        settled(page)
+
+
 def test_a_judgement_from_the_history_is_changed(fast_hasher, page: Page) -> None:
     """After three pairs, H opens the history (newest first, three entries); "Change" on the
     oldest re-opens that pair with its sides as shown; 2 E Enter stores "right, much" for it, the
@@ -262,3 +320,23 @@ def test_arrow_keys_pick_a_side_and_4_marks_both_bad(fast_hasher, page: Page) ->
     }
     assert stored == expected
     expect(page.get_by_test_id("done")).to_be_visible()
+
+
+def test_the_change_screen_lists_only_the_keys_that_work_there(fast_hasher, page: Page) -> None:
+    """The labelling screen's key line offers S (skip) and F (flag); the change screen has no pair
+    to skip or flag (S and F do nothing there), so its key line lists neither, and keeps the keys
+    that do work there (Enter, R, Z, H)."""
+    setup = make_project(n_pairs=2)
+    _open(page, setup, setup.annotator.username)
+    keys = page.locator("p.keys")
+    expect(keys).to_contain_text("S skip")
+    expect(keys).to_contain_text("F flag the pair")
+    _submit(page, "1")
+    with page.expect_navigation():
+        page.keyboard.press("z")
+    expect(page.locator("p.editing")).to_be_visible()
+    expect(keys).not_to_contain_text("skip")
+    expect(keys).not_to_contain_text("flag")
+    expect(keys).to_contain_text(
+        "Enter submit, R reason box (Esc leaves it), Z change my last judgement, H history."
+    )

@@ -48,6 +48,7 @@ class FakeChatServer:
     respond: Callable[[dict, dict], Reply]
     requests: list[dict] = field(default_factory=list)
     headers: list[dict] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)  # time.monotonic() of each request, seconds
     in_flight: int = 0
     most_in_flight: int = 0
     port: int = 0
@@ -74,6 +75,7 @@ def fake_chat_server(respond: Callable[[dict, dict], Reply]) -> Iterator[FakeCha
             with state.lock:
                 state.requests.append(body)
                 state.headers.append(headers)
+                state.arrivals.append(time.monotonic())
                 state.in_flight += 1
                 state.most_in_flight = max(state.most_in_flight, state.in_flight)
             try:

@@ -1,6 +1,8 @@
 """`make audit`'s pip-audit step: fails on a known vulnerability, says plainly when no vulnerability
-service could be reached (and only then passes without an audit), fails on any other error."""
+service could be reached (and only then passes without an audit), fails on any other error, and fails
+when a package pyproject.toml declares is missing from the report (not installed, so not audited)."""
 
+import importlib.metadata
 import importlib.util
 import json
 import subprocess
@@ -24,6 +26,15 @@ VULNERABLE = {
     "vulns": [{"id": "GHSA-xxxx", "fix_versions": ["5.0.1"], "aliases": [], "description": ""}],
 }
 OSV_DOWN = "requests.exceptions.ConnectionError: Max retries exceeded (NameResolutionError)"
+
+
+REAL_DECLARED_PACKAGES = audit.declared_packages  # reads the real pyproject.toml
+
+
+@pytest.fixture(autouse=True)
+def _declared_django_only(monkeypatch):
+    """The faked reports below hold django alone: the audit declares only django in these tests."""
+    monkeypatch.setattr(audit, "declared_packages", lambda: {"django"})
 
 
 def _fake_pip_audit(monkeypatch, answers: dict[str, list[dict] | str]):
@@ -74,3 +85,43 @@ def test_any_other_pip_audit_error_fails(monkeypatch):
     _fake_pip_audit(monkeypatch, {"pypi": "ResolutionImpossible: bad requirement", "osv": []})
     with pytest.raises(SystemExit, match="pip-audit failed"):
         audit.main()
+
+
+def test_a_declared_package_missing_from_the_report_fails_and_is_named(monkeypatch, capsys):
+    """openai is declared (the chat client needs it) but the report, i.e. the environment, lacks it:
+    it was not audited, and the audit says so and fails. A skipped package is listed with why."""
+    monkeypatch.setattr(audit, "declared_packages", lambda: {"django", "openai", "crowd-kit"})
+    crowd_kit = {"name": "crowd_kit", "skip_reason": "Dependency not found on PyPI"}
+    _fake_pip_audit(monkeypatch, {"pypi": [DJANGO_OK, crowd_kit], "osv": OSV_DOWN})
+    assert audit.main() == 1
+    out = capsys.readouterr().out
+    assert "declared in pyproject.toml but not installed, so not audited: openai" in out
+    assert "not audited: crowd_kit: Dependency not found on PyPI" in out
+
+
+def test_the_audit_covers_the_main_dependencies_and_the_dev_and_serve_extras():
+    """What `make venv` installs is what is audited: the main dependencies (openai among them), the
+    dev extra (the parity tests' crowd-kit and ppi-python), the serve extra; not the gpu or bench
+    extras, which `make venv` does not install."""
+    declared = REAL_DECLARED_PACKAGES()
+    assert {
+        "django",
+        "openai",
+        "crowd-kit",
+        "ppi-python",
+        "pip-audit",
+        "llama-cpp-python",
+    } <= declared
+    assert not {"deepspeed", "flash-attn", "trl"} & declared
+
+
+def test_every_declared_package_is_installed_here():
+    """This environment (and CI's, after `make venv`) has every declared package, so pip-audit's
+    report of it covers them all."""
+    missing = []
+    for name in sorted(REAL_DECLARED_PACKAGES()):
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    assert missing == []

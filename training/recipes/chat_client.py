@@ -1,4 +1,5 @@
-"""A client for OpenAI-compatible chat completion servers (stdlib only: no torch, no Django).
+"""A client for OpenAI-compatible chat completion servers, on the official ``openai`` package (no
+torch, no Django).
 
 vLLM, SGLang, llama.cpp's server, TGI and hosted APIs all answer ``POST {base_url}/chat/completions``
 with the same JSON. Eval rounds, HTTP judges and (optionally) PPO/RLOO evaluation generate through
@@ -7,40 +8,46 @@ engine on its GPUs.
 
 - ``EndpointConfig``: where and how: the base URL (ending in ``/v1``), the served model's name, the
   *name* of the environment variable that holds the API key (the key itself is never stored), the
-  per-request timeout, the retry policy and the cap on requests in flight.
+  per-attempt timeout, the number of retries and the cap on requests in flight.
 - ``ChatClient.generate(conversations, max_tokens=..., temperature=..., seed=...) -> list[str]``
-  sends one request per conversation, at most ``max_concurrency`` at a time (a thread pool), and
-  returns the answers in the conversations' order; ``completions`` returns them with their token
-  counts.
+  sends one request per conversation, at most ``max_concurrency`` at a time (a thread pool over one
+  ``openai.OpenAI`` client), and returns the answers in the conversations' order; ``completions``
+  returns them with their token counts.
 
-Retries: a connection error, a timeout, 429 and any 5xx are retried up to ``max_retries`` times. The
-k-th retry (k = 0, 1, ...) waits ``d_k = min(max_backoff_s, backoff_s * 2**k)`` seconds with "equal
-jitter", uniform in ``[d_k / 2, d_k]``, so clients that failed together do not retry together; when
-the server sends ``Retry-After`` (seconds or an HTTP date) the wait is that, capped at
-``max_backoff_s``. Any other answer (400, 401, 404, a body that is not a completion) is a mistake
-that retrying cannot fix: ``EndpointError`` at once, with the status and the server's message.
+What the ``openai`` package does (its documented policy, not ours): the transport (httpx), the
+timeouts, and the retries: a connection error, a timeout, 408, 409, 429 and any 5xx are retried up to
+``max_retries`` times; the k-th retry (k = 0, 1, ...) waits min(8, 0.5 * 2**k) seconds less up to 25 %
+of jitter, or what the server's ``Retry-After`` / ``retry-after-ms`` says when that is at most 120 s (a
+longer Retry-After is not waited for: the request fails at once). Any other answer (400, 401, 404)
+is a mistake that retrying cannot fix and fails at once.
+
+What this module adds on top: the key read from the variable the config names (and nothing else
+from the environment: ``OPENAI_API_KEY``, ``OPENAI_ORG_ID`` and ``OPENAI_PROJECT_ID`` are never
+sent to the endpoint), the concurrency cap, the answers in the order asked, and one error type:
+every failure is an ``EndpointError`` whose message names the URL, the HTTP status (if any), the
+server's words and the attempts made (the judge and eval-round pages show it as it is); the
+``openai`` exception is its ``__cause__`` for callers that want the typed error.
 """
 
 from __future__ import annotations
 
-import email.utils
-import json
 import os
-import random
 import re
-import threading
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:  # the package is imported when a client is made: configs stay light
+    import openai
 
 Message = dict[str, str]
 Conversation = Sequence[Message]
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-RETRIED_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+# Headers the openai package would fill from OPENAI_* variables of this process; an endpoint gets
+# only the key its config names.
+_AMBIENT_HEADERS = ("OpenAI-Organization", "OpenAI-Project")
 
 
 class EndpointError(Exception):
@@ -59,10 +66,8 @@ class EndpointConfig:
     base_url: str  # e.g. "http://127.0.0.1:8000/v1"; requests go to {base_url}/chat/completions
     model: str  # the served model's name, sent as "model"
     api_key_env: str = ""  # name of the environment variable holding the key; "" sends none
-    timeout_s: float = 60.0  # per request (connect + read), seconds
-    max_retries: int = 4  # retries after the first attempt (connection errors, 408, 429, 5xx)
-    backoff_s: float = 0.5  # the first retry's wait before jitter, seconds; doubles per retry
-    max_backoff_s: float = 30.0  # cap on one wait, Retry-After included, seconds
+    timeout_s: float = 60.0  # per attempt (connect, and each read or write), seconds
+    max_retries: int = 4  # retries after the first attempt (connection errors, 408, 409, 429, 5xx)
     max_concurrency: int = 4  # requests in flight at once
 
     def __post_init__(self) -> None:
@@ -82,8 +87,6 @@ class EndpointConfig:
             raise ValueError(f"timeout_s must be > 0 seconds, got {self.timeout_s}")
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
-        if self.backoff_s < 0 or self.max_backoff_s < 0:
-            raise ValueError("backoff_s and max_backoff_s must be >= 0 seconds")
         if self.max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
 
@@ -103,61 +106,45 @@ class Completion:
     finished: bool
 
 
-def backoff_delay(
-    attempt: int, *, backoff_s: float, max_backoff_s: float, rng: random.Random
-) -> float:
-    """The wait before retry ``attempt`` (0 for the first retry), seconds: uniform in
-    [d / 2, d] with d = min(max_backoff_s, backoff_s * 2**attempt)."""
-    ceiling = min(max_backoff_s, backoff_s * 2.0**attempt)
-    return ceiling / 2 + rng.uniform(0, ceiling / 2)
-
-
-def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
-    """A Retry-After header's wait in seconds (>= 0): an integer of seconds or an HTTP date;
-    None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 class ChatClient:
     """Sends chat completion requests to one endpoint; safe to share between threads.
 
     The API key is read from the environment once, here: a configured variable that is not set is
-    an error now, not a 401 on every request later. ``sleep`` and ``rng`` are injectable so tests
-    can check the waits without waiting.
+    an error now, not a 401 on every request later. ``environ`` replaces ``os.environ`` (tests).
     """
 
-    def __init__(
-        self,
-        config: EndpointConfig,
-        *,
-        environ: Mapping[str, str] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        rng: random.Random | None = None,
-    ) -> None:
+    def __init__(self, config: EndpointConfig, *, environ: Mapping[str, str] | None = None) -> None:
+        import openai
+
         self.config = config
         environ = os.environ if environ is None else environ
-        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        key = ""
         if config.api_key_env:
             key = environ.get(config.api_key_env, "")
             if not key:
                 raise EndpointError(
                     f"the API key's environment variable {config.api_key_env} is not set"
                 )
-            self._headers["Authorization"] = f"Bearer {key}"
-        self._sleep = sleep
-        self._rng = rng or random.Random()  # noqa: S311 jitter, not cryptography  # nosec B311
-        self._rng_lock = threading.Lock()
+        # Without a key no Authorization header is sent; the package insists on some key, so it
+        # gets a placeholder that the per-request header omission below keeps off the wire.
+        omitted = (*_AMBIENT_HEADERS, *(() if key else ("Authorization",)))
+        self._extra_headers: dict[str, Any] = {name: openai.omit for name in omitted}
+        self._openai = openai.OpenAI(
+            api_key=key or "no-key",
+            base_url=config.base_url.rstrip("/"),
+            timeout=config.timeout_s,
+            max_retries=config.max_retries,
+        )
+
+    def close(self) -> None:
+        """Close the connection pool (also done when the client is garbage-collected)."""
+        self._openai.close()
+
+    def __enter__(self) -> ChatClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def generate(
         self,
@@ -210,108 +197,76 @@ class ChatClient:
                     future.cancel()
                 raise
 
-    def complete(self, messages: Conversation, **options: object) -> Completion:
-        """One request (with retries): ``messages`` in, the first choice's answer out. ``options``
-        go into the request body as they are (max_tokens, temperature, seed, top_p...)."""
-        body = json.dumps({"model": self.config.model, "messages": list(messages), **options})
-        payload = self._post_with_retries(body.encode())
-        return _completion_from(payload, url=self.config.completions_url)
+    def complete(self, messages: Conversation, **options: Any) -> Completion:
+        """One request (the package retries it): ``messages`` in, the first choice's answer out.
+        ``options`` go into the request body as they are (max_tokens, temperature, seed, top_p...)."""
+        import openai
 
-    def _post_with_retries(self, body: bytes) -> dict:
-        config = self.config
-        url = config.completions_url
-        attempt = 0
-        while True:
-            try:
-                return self._post(body)
-            except _Retryable as failure:
-                if attempt >= config.max_retries:
-                    raise EndpointError(
-                        f"{url}: {failure.reason} (gave up after {attempt + 1} attempts)",
-                        status=failure.status,
-                    ) from None
-                if failure.retry_after is not None:
-                    wait = min(failure.retry_after, config.max_backoff_s)
-                else:
-                    with self._rng_lock:
-                        wait = backoff_delay(
-                            attempt,
-                            backoff_s=config.backoff_s,
-                            max_backoff_s=config.max_backoff_s,
-                            rng=self._rng,
-                        )
-                self._sleep(wait)
-                attempt += 1
-
-    def _post(self, body: bytes) -> dict:
-        """One attempt: the decoded JSON body of a 2xx answer; ``_Retryable`` for what a retry may
-        cure; ``EndpointError`` for the rest."""
         url = self.config.completions_url
-        # The scheme was checked in EndpointConfig: http or https only, never file: or custom.
-        request = urllib.request.Request(url, data=body, headers=self._headers, method="POST")  # noqa: S310
         try:
-            with urllib.request.urlopen(request, timeout=self.config.timeout_s) as answer:  # noqa: S310  # nosec B310
-                raw = answer.read()
-        except urllib.error.HTTPError as error:
-            status, detail = error.code, _error_detail(error)
-            if status in RETRIED_STATUSES:
-                raise _Retryable(
-                    f"HTTP {status}: {detail}",
-                    status=status,
-                    retry_after=retry_after_seconds(error.headers.get("Retry-After")),
-                ) from None
-            raise EndpointError(f"{url}: HTTP {status}: {detail}", status=status) from None
-        except TimeoutError as error:
-            raise _Retryable(f"no answer within {self.config.timeout_s:g} s ({error})") from None
-        except urllib.error.URLError as error:
-            if isinstance(error.reason, TimeoutError):
-                raise _Retryable(f"no answer within {self.config.timeout_s:g} s") from None
-            raise _Retryable(f"cannot connect: {error.reason}") from None
-        except (ConnectionError, OSError) as error:  # reset or refused while reading
-            raise _Retryable(f"connection failed: {error}") from None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise EndpointError(f"{url}: the answer is not JSON: {raw[:200]!r}") from None
+            answer = self._openai.chat.completions.create(
+                model=self.config.model,
+                messages=list(messages),  # type: ignore[arg-type]
+                extra_headers=self._extra_headers,
+                **options,
+            )
+        except openai.APIStatusError as exc:
+            raise EndpointError(
+                f"{url}: HTTP {exc.status_code}: {_server_words(exc.body, exc.response.text)}"
+                + _attempts(exc.response.request),
+                status=exc.status_code,
+            ) from exc
+        except openai.APITimeoutError as exc:  # before APIConnectionError: it is one
+            raise EndpointError(
+                f"{url}: no answer within {self.config.timeout_s:g} s" + _attempts(exc.request)
+            ) from exc
+        except openai.APIConnectionError as exc:
+            raise EndpointError(
+                f"{url}: cannot connect: {exc.__cause__ or exc}" + _attempts(exc.request)
+            ) from exc
+        except ValueError as exc:  # a 2xx whose body does not parse as JSON
+            raise EndpointError(f"{url}: the answer is not JSON ({exc})") from exc
+        except openai.OpenAIError as exc:
+            raise EndpointError(f"{url}: {exc}") from exc
+        return _completion_from(answer, url=url)
 
 
-class _Retryable(Exception):
-    def __init__(
-        self, reason: str, *, status: int | None = None, retry_after: float | None = None
-    ) -> None:
-        super().__init__(reason)
-        self.reason, self.status, self.retry_after = reason, status, retry_after
-
-
-def _error_detail(error: urllib.error.HTTPError) -> str:
-    """The server's message from an error body ({"error": {"message": ...}} or text), short."""
+def _attempts(request: Any) -> str:
+    """' (gave up after N attempts)' from the retry count the package stamps on each request;
+    '' for a request that was tried once."""
     try:
-        raw = error.read()[:2000].decode("utf-8", "replace")
-    except OSError:
-        return error.reason or "no body"
-    try:
-        payload = json.loads(raw)
-    except ValueError:
-        return raw.strip()[:300] or str(error.reason)
-    found = payload.get("error", payload) if isinstance(payload, dict) else payload
+        retries = int(request.headers.get("x-stainless-retry-count", "0"))
+    except (AttributeError, TypeError, ValueError):
+        return ""
+    return f" (gave up after {retries + 1} attempts)" if retries else ""
+
+
+def _server_words(body: object, text: str) -> str:
+    """The server's message from an error body ({"error": {"message": ...}}, which the package
+    has already unwrapped to its "error" member, or plain text), at most 300 characters."""
+    found = body
     if isinstance(found, dict):
         found = found.get("message", found)
+    if not found:
+        found = text.strip() or "no body"
     return str(found)[:300]
 
 
-def _completion_from(payload: object, *, url: str) -> Completion:
-    """The first choice of a chat completion body, or EndpointError naming what is missing."""
+def _completion_from(answer: openai.types.chat.ChatCompletion | object, *, url: str) -> Completion:
+    """The first choice of a chat completion, or EndpointError naming what is missing. The package
+    builds its objects without validation, so a body that is not a completion shows up here."""
     try:
-        choice = payload["choices"][0]  # type: ignore[index]
-        text = choice["message"]["content"]
-    except (KeyError, IndexError, TypeError):
+        choice = answer.choices[0]  # type: ignore[union-attr]
+        text = choice.message.content
+    except (AttributeError, IndexError, TypeError):
+        shown = answer.model_dump_json() if hasattr(answer, "model_dump_json") else repr(answer)
         raise EndpointError(
             f"{url}: the answer is not a chat completion (no choices[0].message.content): "
-            f"{json.dumps(payload)[:200]}"
+            f"{shown[:200]}"
         ) from None
-    usage = payload.get("usage") or {}  # type: ignore[union-attr]
+    usage = getattr(answer, "usage", None)
     return Completion(
         text=(text or "").strip(),
-        n_tokens=int(usage.get("completion_tokens") or 0),
-        finished=choice.get("finish_reason") == "stop",
+        n_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        finished=getattr(choice, "finish_reason", None) == "stop",
     )

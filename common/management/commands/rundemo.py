@@ -1,4 +1,6 @@
-"""python manage.py rundemo [--addr 127.0.0.1:8000]: the web server and a Celery worker together."""
+"""python manage.py rundemo [--addr 127.0.0.1:8000]: the web server and two Celery workers together,
+one on the default queue (imports, clustering, reports, endpoint judges; the periodic reaper) and one
+on the gpu queue (training, generation, local judges), so quick jobs never wait behind training."""
 
 from __future__ import annotations
 
@@ -8,11 +10,10 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-
-from config import queues
 
 # How long the web server may take to answer before the command gives up on it, in seconds.
 STARTUP_TIMEOUT_S = 60.0
@@ -50,10 +51,35 @@ def answers(host: str, port: int) -> bool:
         return False
 
 
+def worker_commands(schedule: Path) -> dict[str, list[str]]:
+    """The demo's two workers by name (``default``, ``gpu``): one process each, a queue each.
+
+    Each takes one task at a time in a fresh process, so a task's memory (a model, a parsed upload)
+    is freed when it ends (forking the next one costs a fraction of a second); the default worker
+    also runs the periodic reaper (``--beat``, its state in ``schedule``). Each has its own node
+    name, so the broker keeps their control queues apart. The filesystem broker stores a message as
+    a file named after its queue and a worker takes (renames away) only its own queue's files, so
+    the two never take each other's messages.
+    """
+    common = [sys.executable, "-m", "celery", "-A", "config", "worker", "--concurrency", "1",
+              "--max-tasks-per-child", "1", "--prefetch-multiplier", "1", "--loglevel", "INFO",
+              # No broadcast chatter between the two: the demo uses no remote control.
+              "--without-gossip", "--without-mingle"]  # fmt: skip
+    return {
+        "default": [
+            *common, "--hostname", "default@%h", "--queues", settings.CELERY_TASK_DEFAULT_QUEUE,
+            "--beat", "--schedule", str(schedule),
+        ],
+        "gpu": [
+            *common, "--hostname", "gpu@%h", "--queues", settings.CONCORD_GPU_QUEUE,
+        ],
+    }  # fmt: skip
+
+
 class Command(BaseCommand):
     help = (
-        "Serve Concord with a Celery worker on both queues (default and gpu) until Ctrl-C. "
-        "For the demo and local work; production runs gunicorn and workers separately."
+        "Serve Concord with two Celery workers, one on the default queue and one on the gpu queue, "
+        "until Ctrl-C. For the demo and local work; production runs gunicorn and workers separately."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -71,25 +97,24 @@ class Command(BaseCommand):
                 f"running). Stop it, or choose another port: make demo PORT={port + 1} "
                 f"(or python manage.py rundemo --addr {host}:{port + 1})."
             )
-        worker_cmd = [
-            sys.executable, "-m", "celery", "-A", "config", "worker",
-            "--queues", ",".join(queues.ALL), "--concurrency", "1",
-            # A fresh process per task: training and generation free their memory when done.
-            "--max-tasks-per-child", "1", "--loglevel", "INFO",
-            # The periodic reaper (dead training runs) runs in the same process for the demo.
-            "--beat", "--schedule", str(settings.VAR_DIR / "celerybeat-schedule"),
-        ]  # fmt: skip
         web_cmd = [sys.executable, "manage.py", "runserver", f"{host}:{port}", "--noreload"]
         cwd = str(settings.BASE_DIR)
-        # Own sessions: Ctrl-C reaches this command only, which stops both children in order
+        # Own sessions: Ctrl-C reaches this command only, which stops the children in order
         # (no tracebacks or "warm shutdown" banners from them).
-        worker = subprocess.Popen(worker_cmd, cwd=cwd, start_new_session=True)
+        children = {
+            f"{name} worker": subprocess.Popen(command, cwd=cwd, start_new_session=True)
+            for name, command in worker_commands(settings.VAR_DIR / "celerybeat-schedule").items()
+        }
         web = subprocess.Popen(web_cmd, cwd=cwd, start_new_session=True)
+        children = {"web server": web, **children}
         stop = False
 
         def request_stop(signum, frame) -> None:
             nonlocal stop
             stop = True
+
+        def all_alive() -> bool:
+            return all(process.poll() is None for process in children.values())
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
@@ -101,22 +126,23 @@ class Command(BaseCommand):
                 time.sleep(0.2)
             if not stop and web.poll() is None:
                 self.stdout.write(
-                    f"Concord is serving on http://{host}:{port}/ with a worker (Ctrl-C stops both)"
+                    f"Concord is serving on http://{host}:{port}/ with a default-queue worker and "
+                    "a gpu-queue worker (Ctrl-C stops all three)"
                 )
-            while not stop and web.poll() is None and worker.poll() is None:
+            while not stop and all_alive():
                 time.sleep(0.5)
         finally:
-            for process in (web, worker):
+            for process in children.values():
                 if process.poll() is None:
                     process.terminate()
-            for process in (web, worker):
+            for process in children.values():
                 try:
                     process.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
         if stop:
-            self.stdout.write("Stopped the web server and the worker.")
+            self.stdout.write("Stopped the web server and the two workers.")
             return
-        failed = [name for name, p in (("web server", web), ("worker", worker)) if p.returncode]
+        failed = [name for name, process in children.items() if process.returncode]
         raise CommandError(f"the {' and the '.join(failed or ['demo'])} stopped unexpectedly")

@@ -13,6 +13,8 @@
           if (!run.active) { window.location.reload(); return; }
           bar.value = run.progress;
           stage.textContent = run.stage;
+          const waiting = box.querySelector(".waits-behind");
+          if (waiting && run.status !== "queued") waiting.hidden = true;  // a worker took it
           window.setTimeout(poll, 1000);
         })
         .catch(function () { window.setTimeout(poll, 3000); });

@@ -177,3 +177,22 @@ def test_dashboard_static_files_are_served_from_static(project, lead, queued):
     assert "/static/annotation/agreement/agreement.js" in content
     assert "/static/annotation/agreement/agreement.css" in content
     assert "<script>" not in content and "http://" not in content.replace("http://www.w3.org", "")
+
+
+def test_the_fast_rule_without_timed_judgements_names_no_empty_threshold(tmp_path, lead, queued):
+    """Judgements imported without elapsed_ms: no median, so no "fast" threshold. The annotator
+    table's note says so in words instead of "judgements under  ms" (a blank where the number
+    was), and still states the rule (a quarter of the project's median)."""
+    rows = synthetic_rows(30)
+    for row in rows:
+        for judgement in row["judgements"]:
+            del judgement["elapsed_ms"]
+    import_file(write_jsonl(tmp_path / "untimed.jsonl", rows), "untimed")
+    project = Project.objects.get(slug="untimed")
+    assert agreement_report_refresh.apply(args=[project.pk]).get()["status"] == "done"
+    content = lead.get(reverse("annotation:agreement", args=[project.slug])).content.decode()
+    assert "under  ms" not in content
+    assert (
+        "Fast: judgements under a quarter of the project's median time (no judgement has a"
+        " recorded time yet)." in content
+    )
