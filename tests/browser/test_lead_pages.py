@@ -231,3 +231,26 @@ def test_every_lead_page_has_the_same_project_navigation(lead, page: Page) -> No
         nav = page.get_by_test_id("project-subnav")
         expect(nav.get_by_role("link")).to_have_text(SUBNAV)
         expect(nav.locator("a[aria-current=page]")).to_have_text([current])
+
+
+def test_remove_and_archive_buttons_look_destructive_not_primary(lead, page: Page) -> None:
+    """Remove (a member) and Archive project are drawn in red outline on white, unlike the filled
+    blue of a primary action such as Add or Save settings, so neither is pressed by habit."""
+    project, _ = project_get_or_create(slug="danger")
+    UserFactory(username="ann", role="Annotator")
+    project_services.member_add(project=project, actor=lead, identifier="ann")
+    log_in(page, lead)
+
+    red, white = "rgb(179, 38, 30)", "rgb(255, 255, 255)"
+    page.goto("/annotation/p/danger/members/")
+    remove = page.locator('tr[data-member="ann"]').get_by_role("button", name="Remove")
+    expect(remove).to_have_css("color", red)
+    expect(remove).to_have_css("background-color", white)
+    expect(page.get_by_role("button", name="Add")).not_to_have_css("background-color", white)
+
+    page.goto("/annotation/p/danger/settings/")
+    archive = page.get_by_role("button", name="Archive project")
+    expect(archive).to_have_css("color", red)
+    expect(archive).to_have_css("background-color", white)
+    save = page.get_by_role("button", name="Save settings")
+    expect(save).not_to_have_css("background-color", white)
