@@ -254,3 +254,29 @@ def test_remove_and_archive_buttons_look_destructive_not_primary(lead, page: Pag
     expect(archive).to_have_css("background-color", white)
     save = page.get_by_role("button", name="Save settings")
     expect(save).not_to_have_css("background-color", white)
+
+
+def test_overview_hints_lead_to_people_and_adjudication_not_the_admin(
+    browser, live_server, settings, page: Page
+) -> None:
+    """A superuser (every role) who is a member of no project: the overview's Label card says to
+    add themself on a project's People page and links that page (not the Django admin); an
+    Adjudicate card links the project's adjudication queue. The lead page of a project without
+    annotators points to its People page too."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    root = UserFactory(username="root", is_superuser=True, is_staff=True)
+    project_get_or_create(slug="hints", name="Hints")
+    log_in(page, root)
+
+    expect(page).to_have_url(re.compile(r"/monitoring/overview/$"))
+    hint = page.get_by_test_id("hub-label-hint")
+    expect(hint).to_contain_text("on a project's People page (Hints)")
+    expect(hint.get_by_role("link")).to_have_attribute("href", "/annotation/p/hints/members/")
+    expect(page.get_by_test_id("hub-label").locator("a[href^='/admin/']")).to_have_count(0)
+    adjudicate = page.get_by_test_id("hub-adjudication").get_by_role("link", name="Hints")
+    expect(adjudicate).to_have_attribute("href", "/annotation/p/hints/adjudicate/")
+
+    page.goto("/annotation/p/hints/manage/")
+    empty = page.get_by_test_id("no-annotators")
+    expect(empty).to_have_text("No annotators yet: add them on the People page.")
+    expect(empty.get_by_role("link")).to_have_attribute("href", "/annotation/p/hints/members/")
