@@ -26,6 +26,7 @@ from annotation.services.projects import ProjectError
 from common.roles import ML_ENGINEER, role_required
 
 T = TypeVar("T")
+INVITE_SESSION_KEY = "concord:invite-link"  # the invite link the People page shows once
 
 
 def _form_errors(form: Form, error: ProjectError) -> None:
@@ -152,13 +153,17 @@ def project_members(request: HttpRequest, slug: str) -> HttpResponse:
         "form": form,
         "members": project_selectors.project_members(project=project),
         "recent_days": project_selectors.RECENT_DAYS,
+        # Shown once, on the page the lead lands on after making it (not kept in the page's URL).
+        "invite": request.session.pop(INVITE_SESSION_KEY, None),
     }
     return render(request, "annotation/projects/members.html", context)
 
 
 def _show_invite(request: HttpRequest, username: str, path: str) -> None:
+    """Keep the invite link for the People page to show once, in a field with a Copy button."""
     link = request.build_absolute_uri(path)
-    messages.info(request, f"One-time invite link for {username} (send it to them): {link}")
+    request.session[INVITE_SESSION_KEY] = {"username": username, "link": link}
+    messages.info(request, f"One-time invite link for {username} made: copy it below and send it.")
 
 
 @role_required(ML_ENGINEER, methods=("POST",))

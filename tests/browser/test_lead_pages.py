@@ -280,3 +280,29 @@ def test_overview_hints_lead_to_people_and_adjudication_not_the_admin(
     empty = page.get_by_test_id("no-annotators")
     expect(empty).to_have_text("No annotators yet: add them on the People page.")
     expect(empty.get_by_role("link")).to_have_attribute("href", "/annotation/p/hints/members/")
+
+
+def test_invite_link_has_a_copy_button(lead, page: Page) -> None:
+    """Adding ``eve@example.org`` on the People page shows her one-time invite link in a field
+    with a Copy button (a script file: the Content-Security-Policy forbids inline ones); pressing
+    it puts exactly that link on the clipboard and says "Copied."; a reload no longer shows the
+    link (it is shown once). No CSP violation or page error on the way."""
+    project_get_or_create(slug="copy")
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    problems: list[str] = []
+    page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    log_in(page, lead)
+
+    page.goto("/annotation/p/copy/members/")
+    page.fill("#id_identifier", "eve@example.org")
+    page.get_by_role("button", name="Add").click()
+    link = page.get_by_test_id("invite-link")
+    expect(link).to_have_value(re.compile(r"^http://[^/]+/annotation/invite/[^/]+/[^/]+/$"))
+    page.get_by_test_id("copy-invite").click()
+    expect(page.get_by_test_id("copy-status")).to_have_text("Copied.")
+    assert page.evaluate("navigator.clipboard.readText()") == link.input_value()
+
+    page.reload()
+    expect(page.get_by_test_id("invite-link")).to_have_count(0)
+    assert problems == []
