@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from side_by_side import cpu_flags_present  # noqa: E402 - after the path and environment
 
 DATA_DIR = Path(os.environ.get("CONCORD_SHARED_DATA", ROOT.parent / "shared" / "data"))
 HH_FILE = DATA_DIR / "hh-rlhf_harmless-base_test.jsonl.gz"
@@ -77,15 +78,6 @@ def hh_pairs(limit: int) -> list[dict]:
             if len(rows) == limit:
                 break
     return rows
-
-
-def cpu_flags() -> list[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = set(re.search(r"^flags\s*:(.*)$", text, re.M).group(1).split())
-    return sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma"})
 
 
 def before_recipe(folder: Path) -> types.ModuleType:
@@ -169,7 +161,7 @@ def main() -> None:
         "data": HH_FILE.name,
         "model": "smollm2-135m-instruct",
         "precision": "bf16 autocast" if args.bf16 else "fp32",
-        "cpu_flags": cpu_flags(),
+        "cpu_flags": cpu_flags_present(),
         "torch_threads": torch.get_num_threads(),
     }
     print(json.dumps(report), flush=True)

@@ -32,13 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from bench_dpo_vs_trl import ROOT, _model_dir, _peak_rss_bytes, as_messages, run_worker
-from bench_train_rloo_vs_trl import write_prompts
+import side_by_side
 
 LEARNING_RATE = 1e-6
 TARGET_CHARACTERS = 60
@@ -50,20 +47,11 @@ def length_reward(completions: list, **_: object) -> list[float]:
     return [-abs(TARGET_CHARACTERS - len(text)) / TARGET_CHARACTERS for text in texts]
 
 
-def cpu_flags() -> dict[str, bool]:
-    """The CPU features that decide which precision is fast here."""
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    flags = set(next((line for line in text.splitlines() if line.startswith("flags")), "").split())
-    return {
-        name: name in flags for name in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    }
-
-
 def _ours_config(args: argparse.Namespace, output_dir: str):
     from training.recipes import GRPOConfig
 
     return GRPOConfig(
-        model=_model_dir(),
+        model=side_by_side.model_folder(),
         data=args.data,
         output_dir=output_dir,
         rewards=(f'length_penalty {{"target": {TARGET_CHARACTERS}}}',),
@@ -101,7 +89,7 @@ def run_ours(args: argparse.Namespace) -> dict:
         "train_seconds": summary["train_seconds"],
         "mean_response_length": sum(r["response_length"] for r in rows) / len(rows),
         "reward_mean": sum(r["reward/score_mean"] for r in rows) / len(rows),
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": side_by_side.peak_rss_bytes(),
     }
 
 
@@ -110,11 +98,10 @@ def _trl_trainer(args: argparse.Namespace, output_dir: str, max_steps: int):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
-    from trl_settings import TRL_CPU
 
-    model_dir = _model_dir()
+    model_dir = side_by_side.model_folder()
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines()]
-    dataset = Dataset.from_list([{"prompt": as_messages(r["prompt"])} for r in rows])
+    dataset = Dataset.from_list([{"prompt": side_by_side.as_messages(r["prompt"])} for r in rows])
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     # --passes N: the same optimiser step (prompts x G samples, generated in one batch) in N
@@ -138,7 +125,7 @@ def _trl_trainer(args: argparse.Namespace, output_dir: str, max_steps: int):
         top_p=1.0,
         top_k=0,
         bf16=args.precision == "bf16",
-        **TRL_CPU,
+        **side_by_side.TRL_CPU,
     )
     return GRPOTrainer(
         model=policy,
@@ -164,7 +151,7 @@ def run_trl(args: argparse.Namespace) -> dict:
         "train_seconds": seconds,
         "mean_response_length": sum(r["completions/mean_length"] for r in logs) / len(logs),
         "reward_mean": sum(r["reward"] for r in logs) / len(logs),
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": side_by_side.peak_rss_bytes(),
         "trl_version": trl.__version__,
     }
 
@@ -226,43 +213,16 @@ def check_same_computation(args: argparse.Namespace) -> dict:
 
 
 def _child(side: str, args: argparse.Namespace) -> dict:
-    return run_worker(
-        __file__, side, args.precision, "--data", args.data, "--work", args.work,
-        "--prompts", str(args.prompts), "--g", str(args.g), "--new-tokens", str(args.new_tokens),
-        "--steps", str(args.steps), "--passes", str(args.passes),
-    )  # fmt: skip
+    options = side_by_side.forwarded(
+        args, "precision", "data", "work", "prompts", "g", "new_tokens", "steps", "passes"
+    )
+    return side_by_side.run_worker(__file__, "--worker", side, *options)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
-    parser.add_argument("--g", type=int, default=4, help="samples per prompt")
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=1)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--skip-trl", action="store_true")
-    parser.add_argument(
-        "--passes", type=int, default=1,
-        help="both sides: each step's update in this many forward/backward passes",
-    )  # fmt: skip
-    parser.add_argument("--check", action="store_true", help="check both compute the same")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder under var/")
-    parser.add_argument("--worker", choices=("ours", "trl", "check"), help=argparse.SUPPRESS)
-    parser.add_argument("--data", help=argparse.SUPPRESS)
-    parser.add_argument("--work", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.passes < 1 or args.prompts % args.passes:
-        parser.error(f"--passes must divide --prompts {args.prompts}, got {args.passes}")
-
-    if args.worker:
-        work = {"ours": run_ours, "trl": run_trl, "check": check_same_computation}[args.worker]
-        print(json.dumps(work(args)))
-        return
-
-    work = Path(tempfile.mkdtemp(prefix="bench-grpo-", dir=ROOT / "var"))
+def bench(args: argparse.Namespace, work: Path) -> dict:
+    """Both sides alternated for ``args.rounds`` rounds; the report."""
     args.work, args.data = str(work), str(work / "prompts.jsonl")
-    n_prompts = write_prompts(Path(args.data), args.prompts * args.steps)
+    n_prompts = side_by_side.write_prompts(Path(args.data), args.prompts * args.steps)
     report: dict = {
         "benchmark": "grpo_vs_trl",
         "model": "smollm2-135m-instruct",
@@ -271,39 +231,39 @@ def main() -> None:
         "max_new_tokens": args.new_tokens,
         "precision": args.precision,
         "passes": args.passes,
-        "cpu_flags": cpu_flags(),
+        "cpu_flags": side_by_side.cpu_flags(),
         "load_average_at_start": os.getloadavg(),
     }
     if args.check:
         report["check"] = _child("check", args)
-    rounds: dict[str, list[dict]] = {"ours": [], "trl": []}
-    for _ in range(args.rounds):
-        rounds["ours"].append(_child("ours", args))
-        if not args.skip_trl:
-            rounds["trl"].append(_child("trl", args))
-    best = {
-        side: max(
-            (r for r in runs if "error" not in r),
-            key=lambda r: r["samples_per_second"],
-            default={},
-        )
-        for side, runs in rounds.items()
-    }
     report.update(
-        ours=best["ours"],
-        trl=best["trl"],
-        rounds={
-            side: [r.get("samples_per_second", r.get("error", "")[-300:]) for r in runs]
-            for side, runs in rounds.items()
-        },
+        side_by_side.run_sides(args, lambda side: _child(side, args), rate="samples_per_second"),
         load_average_at_end=os.getloadavg(),
     )
-    if best["ours"] and best["trl"]:
-        report["speedup"] = best["ours"]["samples_per_second"] / best["trl"]["samples_per_second"]
-        report["peak_rss_ratio"] = best["ours"]["peak_rss_bytes"] / best["trl"]["peak_rss_bytes"]
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(report, indent=2))
+    return report
+
+
+WORKERS = {"ours": run_ours, "trl": run_trl, "check": check_same_computation}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
+    parser.add_argument("--g", type=int, default=4, help="samples per prompt")
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument(
+        "--passes", type=int, default=1,
+        help="both sides: each step's update in this many forward/backward passes",
+    )  # fmt: skip
+    parser.add_argument("--check", action="store_true", help="check both compute the same")
+    args = side_by_side.parse_options(
+        parser, precision="fp32", precisions=("fp32", "bf16"), rounds=2, workers=WORKERS
+    )
+    if args.passes < 1 or args.prompts % args.passes:
+        parser.error(f"--passes must divide --prompts {args.prompts}, got {args.passes}")
+
+    side_by_side.run_script(args, name="grpo", workers=WORKERS, bench=bench)
 
 
 if __name__ == "__main__":

@@ -39,27 +39,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from bench_dpo_vs_trl import _model_dir, _peak_rss_bytes, as_messages, run_worker, write_pairs
+import side_by_side
 
-ROOT = Path(__file__).resolve().parent.parent
 LEARNING_RATE = 5e-7
 BETA = 0.1
 CHECK_EXAMPLES = 8
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-
-
-def cpu_flags() -> dict[str, bool]:
-    """Which of CPU_FLAGS /proc/cpuinfo lists (all False where it cannot be read)."""
-    try:
-        words = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        words = set()
-    return {flag: flag in words for flag in CPU_FLAGS}
 
 
 def write_unpaired(pairs_path: Path, path: Path) -> int:
@@ -100,7 +88,7 @@ def run_ours(args: argparse.Namespace) -> dict:
         def on_step(self, *, step: int, total_steps: int) -> None:  # the last one is kept
             self.seconds = time.process_time() - (self.start or 0.0)
 
-    model = _model_dir()
+    model = side_by_side.model_folder()
     cache_dir = Path(tempfile.mkdtemp(prefix=f"kto-cache-{args.precision}-", dir=args.work))
     results = {}
     for attempt in ("cold", "warm"):
@@ -145,7 +133,7 @@ def run_ours(args: argparse.Namespace) -> dict:
         "first_step_loss": cold["first_step_loss"],
         "logps_first_examples": reference.examples[:CHECK_EXAMPLES].tolist() if reference else None,
         "packed": cold["packed"],
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": side_by_side.peak_rss_bytes(),
         "torch_threads": torch.get_num_threads(),
     }
 
@@ -156,15 +144,14 @@ def run_trl(args: argparse.Namespace) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import KTOConfig, KTOTrainer
-    from trl_settings import TRL_CPU
 
     torch.set_num_threads(args.threads)
-    model_dir = _model_dir()
+    model_dir = side_by_side.model_folder()
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines()]
     dataset = Dataset.from_list(
         [
             {
-                "prompt": as_messages(r["prompt"]),
+                "prompt": side_by_side.as_messages(r["prompt"]),
                 "completion": [{"role": "assistant", "content": r["completion"]}],
                 "label": r["label"],
             }
@@ -183,7 +170,7 @@ def run_trl(args: argparse.Namespace) -> dict:
         desirable_weight=1.0,
         undesirable_weight=1.0,
         bf16=args.precision == "bf16",
-        **TRL_CPU,
+        **side_by_side.TRL_CPU,
     )
     trainer = KTOTrainer(
         model=model, args=config, train_dataset=dataset, processing_class=tokenizer
@@ -204,73 +191,24 @@ def run_trl(args: argparse.Namespace) -> dict:
         "first_step_loss": logged[0]["loss"] if logged else None,
         "tokens_trained": logged[-1].get("num_tokens") if logged else None,
         "logps_first_examples": logps.float().tolist(),
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": side_by_side.peak_rss_bytes(),
         "trl_version": trl.__version__,
         "torch_threads": torch.get_num_threads(),
     }
 
 
 def _child(side: str, precision: str, args: argparse.Namespace) -> dict:
-    return run_worker(
-        __file__, side, precision, "--data", args.data, "--work", args.work,
-        "--batch", str(args.batch), "--max-length", str(args.max_length),
-        "--threads", str(args.threads),
-    )  # fmt: skip
+    options = side_by_side.forwarded(args, "data", "work", "batch", "max_length", "threads")
+    return side_by_side.run_worker(__file__, "--worker", side, "--precision", precision, *options)
 
 
-def _compare(ours: dict, trl: dict) -> dict:
-    if not ours or not trl:
-        return {}
-    diffs = [
-        abs(a - b)
-        for a, b in zip(ours["logps_first_examples"], trl["logps_first_examples"], strict=True)
-    ]
-    return {
-        "speedup_cold_cache": ours["examples_per_second"] / trl["examples_per_second"],
-        "speedup_warm_cache": ours["warm_examples_per_second"] / trl["examples_per_second"],
-        "cpu_speedup_cold_cache": ours["examples_per_cpu_second"] / trl["examples_per_cpu_second"],
-        "cpu_speedup_warm_cache": (
-            ours["warm_examples_per_cpu_second"] / trl["examples_per_cpu_second"]
-        ),
-        "peak_rss_ratio": ours["peak_rss_bytes"] / trl["peak_rss_bytes"],
-        "first_step_loss_difference": abs(ours["first_step_loss"] - trl["first_step_loss"]),
-        "max_abs_logp_difference_first_examples": max(diffs),
-        "same_tokens_trained": ours["tokens_trained"] == trl["tokens_trained"],
-    }
-
-
-def _best(runs: list[dict]) -> dict:
-    """The round that did its work in the fewest CPU seconds, of those that succeeded."""
-    good = [r for r in runs if "error" not in r]
-    return max(good, key=lambda r: r["examples_per_cpu_second"]) if good else {}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=16)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--max-length", type=int, default=512)
-    parser.add_argument("--precision", choices=("fp32", "bf16", "both"), default="both")
-    parser.add_argument("--skip-trl", action="store_true")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder under var/")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating runs per side")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per side")
-    parser.add_argument("--worker", choices=("ours", "trl"), help=argparse.SUPPRESS)
-    parser.add_argument("--data", help=argparse.SUPPRESS)
-    parser.add_argument("--work", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-
-    if args.worker:
-        result = run_ours(args) if args.worker == "ours" else run_trl(args)
-        print(json.dumps(result))
-        return
-
-    work = Path(tempfile.mkdtemp(prefix="bench-kto-", dir=ROOT / "var"))
+def bench(args: argparse.Namespace, work: Path) -> dict:
+    """Both sides at each precision, alternated for ``args.rounds`` rounds; the report."""
     args.work = str(work)
-    n_pairs = write_pairs(work / "pairs.jsonl", args.pairs)
+    n_pairs = side_by_side.write_pairs(work / "pairs.jsonl", args.pairs)
     args.data = str(work / "unpaired.jsonl")
     n_examples = write_unpaired(work / "pairs.jsonl", Path(args.data))
-    precisions = ("fp32", "bf16") if args.precision == "both" else (args.precision,)
+    runs = side_by_side.precisions(args.precision)
     report: dict = {
         "benchmark": "kto_vs_trl",
         "model": "smollm2-135m-instruct",
@@ -280,31 +218,51 @@ def main() -> None:
         "max_length": args.max_length,
         "learning_rate": LEARNING_RATE,
         "cpu_count": os.cpu_count(),
-        "cpu_flags": cpu_flags(),
+        "cpu_flags": side_by_side.cpu_flags(),
         "torch_threads": args.threads,
         "load_average_at_start": os.getloadavg(),
     }
-    for precision in precisions:
-        rounds: dict[str, list[dict]] = {"ours": [], "trl": []}
-        for _ in range(args.rounds):  # alternate, so slow spells of a shared machine hit both
-            rounds["ours"].append(_child("ours", precision, args))
-            if not args.skip_trl:
-                rounds["trl"].append(_child("trl", precision, args))
-        ours, trl = _best(rounds["ours"]), _best(rounds["trl"])
+    for precision in runs:
         report[precision] = {
-            "ours": ours,
-            "trl": trl,
-            **_compare(ours, trl),
-            "rounds": {
-                side: [r.get("examples_per_second", r.get("error", "")[-300:]) for r in runs]
-                for side, runs in rounds.items()
-            },
+            **side_by_side.run_sides(
+                args,
+                lambda side, precision=precision: _child(side, precision, args),
+                rate="examples_per_second",
+                best_by="examples_per_cpu_second",  # the fewest CPU seconds for the work
+                ratios={
+                    "speedup_cold_cache": "examples_per_second",
+                    "speedup_warm_cache": ("warm_examples_per_second", "examples_per_second"),
+                    "cpu_speedup_cold_cache": "examples_per_cpu_second",
+                    "cpu_speedup_warm_cache": (
+                        "warm_examples_per_cpu_second",
+                        "examples_per_cpu_second",
+                    ),
+                    "peak_rss_ratio": "peak_rss_bytes",
+                },
+                differences={
+                    "first_step_loss_difference": "first_step_loss",
+                    "max_abs_logp_difference_first_examples": "logps_first_examples",
+                },
+                same={"same_tokens_trained": "tokens_trained"},
+            ),
             "load_average_after": os.getloadavg(),
         }
     report["load_average_at_end"] = os.getloadavg()
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(report, indent=2))
+    return report
+
+
+WORKERS = {"ours": run_ours, "trl": run_trl}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    side_by_side.add_pair_options(parser, pairs=16, batch=8, max_length=512)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per side")
+    args = side_by_side.parse_options(
+        parser, precision="both", precisions=("fp32", "bf16", "both"), rounds=2, workers=WORKERS
+    )
+
+    side_by_side.run_script(args, name="kto", workers=WORKERS, bench=bench)
 
 
 if __name__ == "__main__":

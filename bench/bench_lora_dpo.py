@@ -25,18 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import resource
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import side_by_side
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 FULL_LEARNING_RATE = 5e-7  # DPOConfig's default
 LORA_LEARNING_RATE = (
@@ -44,27 +38,16 @@ LORA_LEARNING_RATE = (
 )
 
 
-def cpu_flags() -> list[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    found = re.search(r"^flags\s*:(.*)$", text, re.M)
-    flags = set(found.group(1).split()) if found else set()
-    return sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma"})
-
-
 def run_side(args: argparse.Namespace) -> dict:
     """One side's run in this process: its summary's rates, memory and first loss."""
     import torch
-    from bench_dpo_vs_trl import _model_dir
 
     from training.recipes import DPOConfig, train_dpo
 
     lora = args.side == "lora"
     output = Path(tempfile.mkdtemp(prefix=f"lora-bench-{args.side}-", dir=args.work))
     config = DPOConfig(
-        model=_model_dir(),
+        model=side_by_side.model_folder(),
         data=args.data,
         output_dir=str(output),
         batch_size=args.batch,
@@ -94,7 +77,7 @@ def run_side(args: argparse.Namespace) -> dict:
         "train_seconds": summary["train_seconds"],
         "reference_seconds": summary["reference_seconds"],
         "first_step_loss": first["loss"],
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": side_by_side.peak_rss_bytes(),
         "torch_threads": torch.get_num_threads(),
     }
 
@@ -117,31 +100,34 @@ def main() -> None:
         print(json.dumps(run_side(args)))
         return
 
-    from bench_dpo_vs_trl import write_pairs
-
     work = Path(tempfile.mkdtemp(prefix="lora-bench-"))
-    data = work / "pairs.jsonl"
-    n_pairs = write_pairs(data, args.pairs)
-    rounds: dict[str, list[dict]] = {"full": [], "lora": []}
-    for _ in range(args.rounds):
-        for side in ("full", "lora"):
-            command = [
-                sys.executable, __file__, "--side", side, "--data", str(data), "--work", str(work),
-                "--batch", str(args.batch), "--steps", str(args.steps),
-                *(["--micro-batch", str(args.micro_batch)] if args.micro_batch else []),
-                "--max-length", str(args.max_length), "--rank", str(args.rank),
-                "--precision", args.precision,
-            ]  # fmt: skip
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
-            if done.returncode:
-                sys.stderr.write(done.stderr[-4000:])
-                raise SystemExit(f"{side} failed with exit status {done.returncode}")
-            row = json.loads(done.stdout.strip().splitlines()[-1])
-            row["load_average"] = os.getloadavg()
-            print(json.dumps(row), flush=True)
-            rounds[side].append(row)
-    best = {side: max(rows, key=lambda r: r["pairs_per_second"]) for side, rows in rounds.items()}
-    full, lora = best["full"], best["lora"]
+    args.data, args.work = str(work / "pairs.jsonl"), str(work)
+    n_pairs = side_by_side.write_pairs(Path(args.data), args.pairs)
+    options = side_by_side.forwarded(
+        args, "data", "work", "batch", "steps", "micro_batch", "max_length", "rank", "precision"
+    )
+
+    def run(side: str) -> dict:
+        row = side_by_side.run_worker(__file__, "--side", side, *options, error_chars=4000)
+        if "error" in row:
+            sys.stderr.write(row["error"])
+            raise SystemExit(f"{side} failed with exit status {row['exit_status']}")
+        row["load_average"] = os.getloadavg()
+        print(json.dumps(row), flush=True)
+        return row
+
+    rounds = side_by_side.alternate_rounds(run, rounds=args.rounds, sides=("full", "lora"))
+    full, lora = (
+        side_by_side.best_round(rounds[side], "pairs_per_second") for side in ("full", "lora")
+    )
+    ratios = side_by_side.compare(
+        lora,
+        full,
+        ratios={
+            "lora_over_full_pairs_per_second": "pairs_per_second",
+            "lora_over_full_train_pairs_per_second": "train_pairs_per_second",
+        },
+    )
     report = {
         "model": "SmolLM2-135M-Instruct",
         "pairs_in_file": n_pairs,
@@ -150,13 +136,11 @@ def main() -> None:
         "steps": args.steps,
         "max_length": args.max_length,
         "precision": args.precision,
-        "cpu_flags": cpu_flags(),
+        "cpu_flags": side_by_side.cpu_flags_present(),
         "load_average_at_end": os.getloadavg(),
         "full": full,
         "lora": lora,
-        "lora_over_full_pairs_per_second": lora["pairs_per_second"] / full["pairs_per_second"],
-        "lora_over_full_train_pairs_per_second": lora["train_pairs_per_second"]
-        / full["train_pairs_per_second"],
+        **ratios,
         "peak_rss_saved_bytes": full["peak_rss_bytes"] - lora["peak_rss_bytes"],
         "rounds": rounds,
     }

@@ -55,8 +55,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_dpo_first_step import HH_FILE, cpu_flags, hh_pairs
-from bench_dpo_vs_trl import ROOT, _model_dir, _peak_rss_bytes, run_worker, write_pairs
+import side_by_side
+from bench_dpo_first_step import HH_FILE, hh_pairs
 
 SEED = 0
 SIMPO = {"beta": 2.0, "gamma": 0.5, "learning_rate": 1e-6}  # ours' defaults; TRL's gamma too
@@ -71,7 +71,7 @@ def _config(algo: str, data: str, output_dir: str, args: argparse.Namespace, bf1
     from training.recipes.config import ORPOConfig, SimPOConfig
 
     common = {
-        "model": _model_dir(),
+        "model": side_by_side.model_folder(),
         "data": data,
         "output_dir": output_dir,
         "batch_size": args.batch,
@@ -101,7 +101,7 @@ def candidate_rows(limit: int, work: Path) -> tuple[str, list[dict]]:
     if HH_FILE.exists():
         return "hh-rlhf harmless-base test", hh_pairs(limit)
     demo = work / "demo.jsonl"
-    write_pairs(demo, limit)
+    side_by_side.write_pairs(demo, limit)
     return "demo comparisons", [json.loads(line) for line in demo.read_text().splitlines()]
 
 
@@ -113,7 +113,7 @@ def prepare_data(args: argparse.Namespace, work: Path) -> dict:
     from training.recipes.pair_policy import fit_dpo_pairs
 
     source, rows = candidate_rows(args.pairs * 20, work)
-    tokenizer = load_tokenizer(_model_dir())
+    tokenizer = load_tokenizer(side_by_side.model_folder())
     # Keep the pairs our encoder fits whole: neither tool then cuts anything.
     kept = []
     for row in rows:
@@ -187,7 +187,7 @@ def run_ours(args: argparse.Namespace) -> dict:
         "call_seconds": call_seconds,
         "packed": summary["packed"],
         "first_step": metrics[0],
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": side_by_side.peak_rss_bytes(),
         "torch_threads": torch.get_num_threads(),
     }
 
@@ -238,7 +238,6 @@ def _trl_trainer(args: argparse.Namespace):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.experimental.cpo import CPOConfig, CPOTrainer
     from trl.experimental.orpo import ORPOConfig, ORPOTrainer
-    from trl_settings import TRL_CPU
 
     def given_ids(self, feature: dict, model=None) -> dict:
         prompt = feature["prompt_ids"]
@@ -250,7 +249,7 @@ def _trl_trainer(args: argparse.Namespace):
             out[f"{side}_labels"] = [-100] * len(prompt) + ids[len(prompt) :]
         return out
 
-    model_dir = _model_dir()
+    model_dir = side_by_side.model_folder()
     rows = json.loads((Path(args.work) / "trl_rows.json").read_text())
     common = {
         "output_dir": str(Path(args.work) / f"trl-{args.algo}-{args.precision}"),
@@ -259,7 +258,7 @@ def _trl_trainer(args: argparse.Namespace):
         "num_train_epochs": 1,
         "bf16": args.precision == "bf16",
         "train_sampling_strategy": "sequential",
-        **TRL_CPU,
+        **side_by_side.TRL_CPU,
     }
     if args.algo == "simpo":
         base, config = (
@@ -322,7 +321,7 @@ def run_trl(args: argparse.Namespace) -> dict:
         "rejected_avg_logps": rejected.float().tolist(),
         "completion_tokens_first_batch": completion_tokens,
         "chosen_nll_first_batch": float(nll),
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": side_by_side.peak_rss_bytes(),
         "trl_version": trl.__version__,
         "torch_threads": torch.get_num_threads(),
     }
@@ -415,23 +414,11 @@ def failed(checks: dict) -> list[str]:
 
 
 def _child(side: str, algo: str, precision: str, args: argparse.Namespace, first: list) -> dict:
-    return run_worker(
-        __file__, side, precision, "--algo", algo, "--data", args.data, "--work", args.work,
-        "--batch", str(args.batch), "--max-length", str(args.max_length),
+    options = side_by_side.forwarded(args, "data", "work", "batch", "max_length")
+    return side_by_side.run_worker(
+        __file__, "--worker", side, "--precision", precision, "--algo", algo, *options,
         "--first-batch", json.dumps(first),
     )  # fmt: skip
-
-
-def _best(runs: list[dict]) -> dict:
-    good = [r for r in runs if "error" not in r]
-    return max(good, key=lambda r: r["pairs_per_second"]) if good else {}
-
-
-def _precisions(choice: str, flags: list[str]) -> tuple[str, ...]:
-    if choice == "auto":
-        bf16_hardware = {"avx512_bf16", "amx_bf16"} & set(flags)
-        return ("fp32", "bf16") if bf16_hardware else ("fp32",)
-    return ("fp32", "bf16") if choice == "both" else (choice,)
 
 
 def bench_algo(algo: str, args: argparse.Namespace, data: dict, precisions: tuple) -> dict:
@@ -440,22 +427,19 @@ def bench_algo(algo: str, args: argparse.Namespace, data: dict, precisions: tupl
         check = _child("check", algo, precision, args, data["first_batch"])
         if "error" in check:
             raise SystemExit(f"{algo} {precision}: the check forward failed:\n{check['error']}")
-        rounds: dict[str, list[dict]] = {"ours": [], "trl": []}
-        for _ in range(args.rounds):  # alternate, so slow spells of a shared machine hit both
-            rounds["ours"].append(_child("ours", algo, precision, args, data["first_batch"]))
-            if not args.skip_trl:
-                rounds["trl"].append(_child("trl", algo, precision, args, data["first_batch"]))
-            print(json.dumps({algo: precision, "load_average": os.getloadavg()}), file=sys.stderr)
-        ours, trl = _best(rounds["ours"]), _best(rounds["trl"])
-        entry = {"ours": ours, "trl": trl, "check_forward": check}
-        if ours and trl:
-            entry["speedup"] = ours["pairs_per_second"] / trl["pairs_per_second"]
-            entry["peak_rss_ratio"] = ours["peak_rss_bytes"] / trl["peak_rss_bytes"]
-        entry["checks"] = run_checks(algo, precision, data, check, ours, trl)
-        entry["rounds"] = {
-            side: [r.get("pairs_per_second", r.get("error", "")[-600:]) for r in runs]
-            for side, runs in rounds.items()
-        }
+        entry = side_by_side.run_sides(
+            args,
+            lambda side, precision=precision: _child(
+                side, algo, precision, args, data["first_batch"]
+            ),
+            rate="pairs_per_second",
+            error_chars=600,
+            after_round=lambda precision=precision: print(
+                json.dumps({algo: precision, "load_average": os.getloadavg()}), file=sys.stderr
+            ),
+        )
+        entry["check_forward"] = check
+        entry["checks"] = run_checks(algo, precision, data, check, entry["ours"], entry["trl"])
         report[precision] = entry
     done = {p: e for p, e in report.items() if e["ours"] and e["trl"]}
     if done:
@@ -471,31 +455,12 @@ def bench_algo(algo: str, args: argparse.Namespace, data: dict, precisions: tupl
     return report
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--algo", choices=("simpo", "orpo", "both"), default="both")
-    parser.add_argument("--pairs", type=int, default=32)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--max-length", type=int, default=256)
-    parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "both"), default="auto")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating runs per side")
-    parser.add_argument("--skip-trl", action="store_true")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder under var/")
-    parser.add_argument("--worker", choices=("ours", "trl", "check"), help=argparse.SUPPRESS)
-    parser.add_argument("--data", help=argparse.SUPPRESS)
-    parser.add_argument("--work", help=argparse.SUPPRESS)
-    parser.add_argument("--first-batch", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-
-    if args.worker:
-        run = {"ours": run_ours, "trl": run_trl, "check": run_check}[args.worker]
-        print(json.dumps(run(args)))
-        return
-
-    work = Path(tempfile.mkdtemp(prefix="bench-simpo-orpo-", dir=ROOT / "var"))
+def bench(args: argparse.Namespace, work: Path) -> dict:
+    """Each algorithm at each precision, both sides alternated for ``args.rounds`` rounds, and
+    the checks; the report (its ``failed_checks`` lists what did not agree)."""
     args.work = str(work)
     args.data = str(work / "pairs.jsonl")
-    flags = cpu_flags()
+    flags = side_by_side.cpu_flags_present()
     import torch  # after the workers' early return: the parent only reads its thread count
 
     report: dict = {
@@ -512,13 +477,13 @@ def main() -> None:
     }
     data = prepare_data(args, work)
     report["data"] = data
-    precisions = _precisions(args.precision, flags)
-    report["precisions"] = precisions
+    runs = side_by_side.precisions(args.precision, flags)
+    report["precisions"] = runs
     algos = ("simpo", "orpo") if args.algo == "both" else (args.algo,)
     problems = []
     for algo in algos:
-        report[algo] = bench_algo(algo, args, data, precisions)
-        for precision in precisions:
+        report[algo] = bench_algo(algo, args, data, runs)
+        for precision in runs:
             problems += [
                 f"{algo} {precision}: {name}" for name in failed(report[algo][precision]["checks"])
             ]
@@ -527,12 +492,30 @@ def main() -> None:
                     problems.append(f"{algo} {precision}: every {side} run failed")
     report["load_average_at_end"] = os.getloadavg()
     report["failed_checks"] = problems
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(report, indent=2))
-    if problems:
+    return report
+
+
+WORKERS = {"ours": run_ours, "trl": run_trl, "check": run_check}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--algo", choices=("simpo", "orpo", "both"), default="both")
+    side_by_side.add_pair_options(parser, pairs=32, batch=8, max_length=256)
+    parser.add_argument("--first-batch", help=argparse.SUPPRESS)
+    args = side_by_side.parse_options(
+        parser,
+        precision="auto",
+        precisions=("auto", "fp32", "bf16", "both"),
+        rounds=2,
+        workers=WORKERS,
+    )
+
+    report = side_by_side.run_script(args, name="simpo-orpo", workers=WORKERS, bench=bench)
+    if report and report["failed_checks"]:
         print(
-            "NOT THE SAME COMPUTATION (or a side failed):\n  " + "\n  ".join(problems),
+            "NOT THE SAME COMPUTATION (or a side failed):\n  "
+            + "\n  ".join(report["failed_checks"]),
             file=sys.stderr,
         )
         raise SystemExit(1)

@@ -18,28 +18,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from bench_dpo_vs_trl import ROOT, _model_dir, _peak_rss_bytes, as_messages, run_worker
+import side_by_side
 
 LEARNING_RATE = 1e-6
 KL_COEF = 0.02
 
 
-def write_prompts(path: Path, n_prompts: int) -> int:
-    lines = (ROOT / "demo" / "prompts.jsonl").read_text().splitlines()[:n_prompts]
-    rows = [{"prompt": json.loads(line)["prompt"]} for line in lines]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return len(rows)
-
-
 def run_ours(args: argparse.Namespace) -> dict:
     from training.recipes import RLOOConfig, train_rloo
 
-    model = _model_dir()
+    model = side_by_side.model_folder()
     config = RLOOConfig(
         model=model,
         reward_model=model,
@@ -72,7 +63,7 @@ def run_ours(args: argparse.Namespace) -> dict:
         "tokens_per_second": summary["tokens_per_second"],
         "train_seconds": summary["train_seconds"],
         "mean_response_length": sum(r["response_length"] for r in rows) / len(rows),
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": side_by_side.peak_rss_bytes(),
     }
 
 
@@ -82,11 +73,10 @@ def run_trl(args: argparse.Namespace) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
     from trl import RLOOConfig, RLOOTrainer
-    from trl_settings import TRL_CPU
 
-    model_dir = _model_dir()
+    model_dir = side_by_side.model_folder()
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines()]
-    dataset = Dataset.from_list([{"prompt": as_messages(r["prompt"])} for r in rows])
+    dataset = Dataset.from_list([{"prompt": side_by_side.as_messages(r["prompt"])} for r in rows])
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     reward = AutoModelForSequenceClassification.from_pretrained(
@@ -104,7 +94,7 @@ def run_trl(args: argparse.Namespace) -> dict:
         temperature=1.0,
         top_p=1.0,
         bf16=args.precision == "bf16",
-        **TRL_CPU,
+        **side_by_side.TRL_CPU,
     )
     trainer = RLOOTrainer(
         model=policy,
@@ -128,17 +118,35 @@ def run_trl(args: argparse.Namespace) -> dict:
         "samples_per_second": samples / seconds,
         "train_seconds": seconds,
         "mean_response_length": sum(lengths) / len(lengths) if lengths else None,
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": side_by_side.peak_rss_bytes(),
         "trl_version": trl.__version__,
     }
 
 
 def _child(side: str, args: argparse.Namespace) -> dict:
-    return run_worker(
-        __file__, side, args.precision, "--data", args.data, "--work", args.work,
-        "--prompts", str(args.prompts), "--k", str(args.k), "--new-tokens", str(args.new_tokens),
-        "--steps", str(args.steps),
-    )  # fmt: skip
+    options = side_by_side.forwarded(
+        args, "precision", "data", "work", "prompts", "k", "new_tokens", "steps"
+    )
+    return side_by_side.run_worker(__file__, "--worker", side, *options)
+
+
+def bench(args: argparse.Namespace, work: Path) -> dict:
+    """Both sides alternated for ``args.rounds`` rounds; the report."""
+    args.work, args.data = str(work), str(work / "prompts.jsonl")
+    n_prompts = side_by_side.write_prompts(Path(args.data), args.prompts * args.steps)
+    return {
+        "benchmark": "rloo_vs_trl",
+        "model": "smollm2-135m-instruct",
+        "prompts": n_prompts,
+        "samples_per_prompt": args.k,
+        "max_new_tokens": args.new_tokens,
+        "precision": args.precision,
+        **side_by_side.run_sides(args, lambda side: _child(side, args), rate="samples_per_second"),
+        "load_average_at_end": os.getloadavg(),
+    }
+
+
+WORKERS = {"ours": run_ours, "trl": run_trl}
 
 
 def main() -> None:
@@ -147,56 +155,11 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4, help="samples per prompt")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--skip-trl", action="store_true")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder under var/")
-    parser.add_argument("--worker", choices=("ours", "trl"), help=argparse.SUPPRESS)
-    parser.add_argument("--data", help=argparse.SUPPRESS)
-    parser.add_argument("--work", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = side_by_side.parse_options(
+        parser, precision="fp32", precisions=("fp32", "bf16"), rounds=2, workers=WORKERS
+    )
 
-    if args.worker:
-        print(json.dumps(run_ours(args) if args.worker == "ours" else run_trl(args)))
-        return
-
-    work = Path(tempfile.mkdtemp(prefix="bench-rloo-", dir=ROOT / "var"))
-    args.work, args.data = str(work), str(work / "prompts.jsonl")
-    n_prompts = write_prompts(Path(args.data), args.prompts * args.steps)
-    rounds: dict[str, list[dict]] = {"ours": [], "trl": []}
-    for _ in range(args.rounds):
-        rounds["ours"].append(_child("ours", args))
-        if not args.skip_trl:
-            rounds["trl"].append(_child("trl", args))
-    best = {
-        side: max(
-            (r for r in runs if "error" not in r),
-            key=lambda r: r["samples_per_second"],
-            default={},
-        )
-        for side, runs in rounds.items()
-    }
-    report = {
-        "benchmark": "rloo_vs_trl",
-        "model": "smollm2-135m-instruct",
-        "prompts": n_prompts,
-        "samples_per_prompt": args.k,
-        "max_new_tokens": args.new_tokens,
-        "precision": args.precision,
-        "ours": best["ours"],
-        "trl": best["trl"],
-        "rounds": {
-            side: [r.get("samples_per_second", r.get("error", "")[-300:]) for r in runs]
-            for side, runs in rounds.items()
-        },
-        "load_average_at_end": os.getloadavg(),
-    }
-    if best["ours"] and best["trl"]:
-        report["speedup"] = best["ours"]["samples_per_second"] / best["trl"]["samples_per_second"]
-        report["peak_rss_ratio"] = best["ours"]["peak_rss_bytes"] / best["trl"]["peak_rss_bytes"]
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(report, indent=2))
+    side_by_side.run_script(args, name="rloo", workers=WORKERS, bench=bench)
 
 
 if __name__ == "__main__":

@@ -18,24 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-from bench_dpo_vs_trl import ROOT, _best, _peak_rss_bytes, run_worker, write_pairs
+import side_by_side
 
 LEARNING_RATE = 1e-5
-
-
-def _model_dir() -> str:
-    import django
-
-    django.setup()
-    from common.model_registry import model_path
-
-    return str(model_path("all-minilm-l6-v2"))
+MODEL = "all-minilm-l6-v2"
 
 
 def run_ours(args: argparse.Namespace) -> dict:
@@ -43,7 +32,7 @@ def run_ours(args: argparse.Namespace) -> dict:
 
     result = train_reward_model(
         RewardModelConfig(
-            model=_model_dir(),
+            model=side_by_side.model_folder(MODEL),
             data=args.data,
             output_dir=str(Path(args.work) / f"ours-{args.precision}"),
             batch_size=args.batch,
@@ -63,7 +52,7 @@ def run_ours(args: argparse.Namespace) -> dict:
         "pairs_per_second": summary["pairs_per_second"],
         "tokens_per_second": summary["tokens_per_second"],
         "train_seconds": summary["train_seconds"],
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": side_by_side.peak_rss_bytes(),
     }
 
 
@@ -78,9 +67,8 @@ def run_trl(args: argparse.Namespace) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from trl import RewardConfig, RewardTrainer
-    from trl_settings import TRL_CPU
 
-    model_dir = _model_dir()
+    model_dir = side_by_side.model_folder(MODEL)
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines()]
     dataset = Dataset.from_list(
         [
@@ -103,7 +91,7 @@ def run_trl(args: argparse.Namespace) -> dict:
         num_train_epochs=1,
         learning_rate=LEARNING_RATE,
         bf16=args.precision == "bf16",
-        **TRL_CPU,
+        **side_by_side.TRL_CPU,
         eos_token=tokenizer.sep_token,
     )
     trainer = RewardTrainer(
@@ -117,70 +105,43 @@ def run_trl(args: argparse.Namespace) -> dict:
         "pairs": trained,
         "pairs_per_second": trained / seconds,
         "train_seconds": seconds,
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": side_by_side.peak_rss_bytes(),
         "trl_version": trl.__version__,
     }
 
 
 def _child(side: str, args: argparse.Namespace) -> dict:
-    return run_worker(
-        __file__, side, args.precision, "--data", args.data, "--work", args.work,
-        "--batch", str(args.batch), "--max-length", str(args.max_length),
-    )  # fmt: skip
+    options = side_by_side.forwarded(args, "precision", "data", "work", "batch", "max_length")
+    return side_by_side.run_worker(__file__, "--worker", side, *options)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=48)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--max-length", type=int, default=512)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    parser.add_argument("--skip-trl", action="store_true")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder under var/")
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="alternating runs per side; best kept"
-    )
-    parser.add_argument("--worker", choices=("ours", "trl"), help=argparse.SUPPRESS)
-    parser.add_argument("--data", help=argparse.SUPPRESS)
-    parser.add_argument("--work", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-
-    if args.worker:
-        print(json.dumps(run_ours(args) if args.worker == "ours" else run_trl(args)))
-        return
-
-    work = Path(tempfile.mkdtemp(prefix="bench-rm-", dir=ROOT / "var"))
+def bench(args: argparse.Namespace, work: Path) -> dict:
+    """Both sides alternated for ``args.rounds`` rounds; the report."""
     args.work, args.data = str(work), str(work / "pairs.jsonl")
-    n_pairs = write_pairs(Path(args.data), args.pairs)
-    rounds: dict[str, list[dict]] = {"ours": [], "trl": []}
-    for _ in range(args.rounds):  # alternate, so slow spells of a shared machine hit both
-        rounds["ours"].append(_child("ours", args))
-        if not args.skip_trl:
-            rounds["trl"].append(_child("trl", args))
-    ours, trl = _best(rounds["ours"]), _best(rounds["trl"])
-    report = {
+    n_pairs = side_by_side.write_pairs(Path(args.data), args.pairs)
+    return {
         "benchmark": "reward_model_vs_trl",
-        "model": "all-minilm-l6-v2",
+        "model": MODEL,
         "pairs": n_pairs,
         "batch_size": args.batch,
         "max_length": args.max_length,
         "precision": args.precision,
-        "ours": ours,
-        "trl": trl,
-        "rounds": {
-            side: [r.get("pairs_per_second", r.get("error", "")[-300:]) for r in runs]
-            for side, runs in rounds.items()
-        },
+        **side_by_side.run_sides(args, lambda side: _child(side, args), rate="pairs_per_second"),
         "load_average_at_end": os.getloadavg(),
     }
-    if ours and trl:
-        report["speedup"] = ours["pairs_per_second"] / trl["pairs_per_second"]
-        report["peak_rss_ratio"] = ours["peak_rss_bytes"] / trl["peak_rss_bytes"]
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)  # trained models: about 0.5 GB a run
-    print(json.dumps(report, indent=2))
+
+
+WORKERS = {"ours": run_ours, "trl": run_trl}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    side_by_side.add_pair_options(parser, pairs=48, batch=8, max_length=512)
+    args = side_by_side.parse_options(
+        parser, precision="fp32", precisions=("fp32", "bf16"), rounds=3, workers=WORKERS
+    )
+
+    side_by_side.run_script(args, name="rm", workers=WORKERS, bench=bench)
 
 
 if __name__ == "__main__":

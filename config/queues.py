@@ -1,6 +1,6 @@
 """Names of the Celery queues. Tasks are routed by name in settings.CELERY_TASK_ROUTES.
 
-- ``default``: imports, clustering, exports, reports (many workers, short tasks).
+- ``default``: imports, clustering, reports (many workers, short tasks); exports have no task.
 - ``gpu``: training and generation (one task at a time, a fresh process per task).
 """
 

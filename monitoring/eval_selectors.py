@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,18 +58,48 @@ def human_identical_item_ids(round_: EvalRound) -> set[int]:
     return set(drawn.values_list("pk", flat=True))
 
 
-def round_outcomes(round_: EvalRound) -> list[float]:
-    """The round's outcomes from the checkpoint's side, [N] in {1, 0.5, 0}: first the ties of the
-    items with identical answers, each item counted ``reviewers_per_item`` times (the weight a
-    fully rated item has, so every item weighs the same), then every rating in arrival order.
-    With a judge, only the identical items drawn for reviewers count: these are humans' figures."""
-    ties = [0.5] * (len(human_identical_item_ids(round_)) * round_.reviewers_per_item)
-    return ties + [
-        OUTCOME[preference]
-        for preference in EvalJudgement.objects.filter(assignment__item__round=round_)
+@dataclass(frozen=True)
+class RoundOutcomes:
+    """A round's outcomes from the checkpoint's side, [N] in {1, 0.5, 0}, with the item of each:
+    first one tie per item with identical answers (drawn for reviewers: with a judge these are the
+    humans' figures), then every human rating in arrival order. The statistics average each item's
+    outcomes, so an identical item counts once, as much as a fully rated item."""
+
+    outcomes: list[float]
+    item_ids: list[int]
+    n_identical: int
+
+    @property
+    def n_rated_items(self) -> int:
+        """The items with at least one human rating."""
+        return len(set(self.item_ids[self.n_identical :]))
+
+    @property
+    def n_ratings(self) -> int:
+        """The human ratings among the outcomes (0: there is no human win rate)."""
+        return len(self.outcomes) - self.n_identical
+
+    def win_rate(self) -> stopping.Interval | None:
+        """The human win rate with the item as the unit (``stopping.win_rate``); None without a
+        human rating (identical answers alone are no human judgement)."""
+        if not self.n_ratings:
+            return None
+        return stopping.win_rate(self.outcomes, self.item_ids)
+
+
+def round_outcomes(round_: EvalRound) -> RoundOutcomes:
+    """The round's ``RoundOutcomes``: the identical items' ties, then the ratings in arrival order."""
+    identical = sorted(human_identical_item_ids(round_))
+    rows = list(
+        EvalJudgement.objects.filter(assignment__item__round=round_)
         .order_by("created_at", "pk")
-        .values_list("preference", flat=True)
-    ]
+        .values_list("assignment__item_id", "preference")
+    )
+    return RoundOutcomes(
+        outcomes=[0.5] * len(identical) + [OUTCOME[preference] for _, preference in rows],
+        item_ids=identical + [item_id for item_id, _ in rows],
+        n_identical=len(identical),
+    )
 
 
 def round_judgements(round_: EvalRound) -> list[EvalJudgement]:
@@ -81,29 +112,49 @@ def round_judgements(round_: EvalRound) -> list[EvalJudgement]:
 
 
 def round_win_rate_over_time(round_: EvalRound) -> list[dict[str, float]]:
-    """[{n, estimate, low, high}] after each outcome of ``round_outcomes`` (the identical items'
-    ties first, then the ratings in arrival order; Wilson 95%)."""
-    return stopping.win_rate_over_time(round_outcomes(round_))
+    """[{n (ratings so far), items, estimate, low, high}] after each rating: the win rate over the
+    identical items' ties and the ratings so far, item as the unit; [] before the first rating."""
+    counted = round_outcomes(round_)
+    return stopping.win_rate_over_time(
+        counted.outcomes, counted.item_ids, known=counted.n_identical
+    )
+
+
+def completed_item_outcomes(round_: EvalRound, judgements: list[EvalJudgement]) -> list[float]:
+    """One outcome per item for the e-process: the mean of its ratings, items in the order they got
+    their ``reviewers_per_item``-th rating (a mean must not change after the e-process bet on it).
+    Once the round is closed the items it closed without all their ratings follow, in the order of
+    their last rating, so the closed round's sequence extends the one shown while it was open."""
+    by_item: dict[int, list[float]] = defaultdict(list)
+    complete: list[int] = []
+    last_rating: dict[int, int] = {}
+    for k, j in enumerate(judgements):
+        by_item[j.assignment.item_id].append(j.outcome)
+        last_rating[j.assignment.item_id] = k
+        if len(by_item[j.assignment.item_id]) == round_.reviewers_per_item:
+            complete.append(j.assignment.item_id)
+    order = list(complete)
+    if round_.status == EvalRound.Status.CLOSED:
+        done = set(complete)
+        order += sorted(set(by_item) - done, key=last_rating.__getitem__)
+    return [float(np.mean(by_item[item_id])) for item_id in order]
 
 
 def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
     """Everything the results page shows.
 
-    Returns {n_judgements, n_reviewers, n_identical (items with identical answers), n_ties (the
-    ties they add: n_identical x reviewers_per_item, as in ``round_outcomes``), win_rate (Interval
-    over the ties and the ratings), over_time [{n, estimate, low, high}] (the same, ties first),
-    eprocess (on the ratings alone: a tie moves no wealth), usefulness (UsefulnessSummary, ratings
-    only), alpha (ordinal Krippendorff on usefulness, NaN when < 2 raters), length_controlled,
-    repetition, items [{item, judgements, identical, disagree, mean_usefulness}], disagreements}.
+    Returns {n_judgements, n_reviewers, n_identical (items with identical answers, one tie each),
+    n_rated_items (items with a human rating), few_items (fewer than ``stopping.MIN_RATED_ITEMS``
+    rated items), min_rated_items, win_rate (Interval over the items, None without a human rating),
+    over_time [{n, items, estimate, low, high}] after each rating, eprocess (item means in the
+    order items were completed; a tie moves no wealth), usefulness (UsefulnessSummary, ratings
+    only), alpha (ordinal Krippendorff on usefulness, NaN when < 2 raters), length_controlled (one
+    row per item), repetition, items [{item, judgements, identical, disagree, mean_usefulness}],
+    disagreements}.
     """
     judgements = round_judgements(round_)
     identical = human_identical_item_ids(round_)
     items = list(round_.items.select_related("prompt").order_by("position"))
-    tied = [
-        item for item in items if item.pk in identical for _ in range(round_.reviewers_per_item)
-    ]
-    rated_outcomes = [j.outcome for j in judgements]
-    outcomes = np.array([0.5] * len(tied) + rated_outcomes, dtype=float)
     ratings = np.array([j.usefulness for j in judgements], dtype=float)
     item_ids = np.array([j.assignment.item_id for j in judgements], dtype=int)
     by_item: dict[int, list[EvalJudgement]] = defaultdict(list)
@@ -124,12 +175,19 @@ def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
             alpha = float("nan")
 
     counted = [item for item in items if by_item.get(item.pk) or item.pk in identical]
-    outcome_items = tied + [j.assignment.item for j in judgements]
+    # One row per item (the mean of its outcomes; an identical item one tie), as the win rate.
     lc = stopping.length_controlled_win_rate(
-        outcomes,
-        [max(1, item.checkpoint_tokens) for item in outcome_items],
-        [max(1, item.baseline_tokens) for item in outcome_items],
+        [0.5 if item.pk in identical else np.mean([j.outcome for j in by_item[item.pk]])
+         for item in counted],
+        [max(1, item.checkpoint_tokens) for item in counted],
+        [max(1, item.baseline_tokens) for item in counted],
+    )  # fmt: skip
+    outcomes = RoundOutcomes(
+        outcomes=[0.5] * len(identical) + [j.outcome for j in judgements],
+        item_ids=sorted(identical) + [j.assignment.item_id for j in judgements],
+        n_identical=len(identical),
     )
+    n_rated_items = len(by_item)
     rows = []
     for item in items:
         mine = by_item.get(item.pk, [])
@@ -150,10 +208,14 @@ def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
         "n_judgements": len(judgements),
         "n_reviewers": len(reviewers),
         "n_identical": len(identical),
-        "n_ties": len(tied),
-        "win_rate": stopping.win_rate(outcomes),
-        "over_time": stopping.win_rate_over_time(outcomes),
-        "eprocess": stopping.win_rate_eprocess(rated_outcomes),
+        "n_rated_items": n_rated_items,
+        "few_items": n_rated_items < stopping.MIN_RATED_ITEMS,
+        "min_rated_items": stopping.MIN_RATED_ITEMS,
+        "win_rate": outcomes.win_rate(),
+        "over_time": stopping.win_rate_over_time(
+            outcomes.outcomes, outcomes.item_ids, known=outcomes.n_identical
+        ),
+        "eprocess": stopping.win_rate_eprocess(completed_item_outcomes(round_, judgements)),
         "usefulness": stopping.usefulness_summary(ratings, item_ids, n_boot=n_boot),
         "alpha": alpha,
         "length_controlled": lc,
@@ -181,7 +243,8 @@ def run_stopping_panel(
     """The stopping panel of a run: criteria from its metric points and its latest round with
     ratings, the trend across its rounds, and its recorded decisions.
 
-    ``estimates``: the latest round's win rate and usefulness estimates, each human-only or
+    ``latest_round``: the latest round with a human rating. ``estimates``: its win rate and
+    usefulness estimates, each human-only or
     prediction-powered by ``ppi.choose_estimate`` with ``kappa_threshold`` (the reviewer's bar for
     the round judge's kappa with the reviewers; None: ``ppi_selectors.DEFAULT_KAPPA_THRESHOLD``);
     the usefulness one decides the usefulness criterion. None before any rating."""
@@ -201,13 +264,16 @@ def run_stopping_panel(
         .order_by("checkpoint__step", "created_at")
     )
     latest = None
+    rated_items = 0
     rated_rounds: list[EvalRound] = []
     round_rewards, round_win_rates = [], []
     for round_ in rounds:
-        outcomes = round_outcomes(round_)
-        if not outcomes:
+        # A round without a human rating has no human win rate (identical answers alone are none).
+        counted = round_outcomes(round_)
+        win_rate = counted.win_rate()
+        if win_rate is None:
             continue
-        latest = round_
+        latest, rated_items = round_, counted.n_rated_items
         rated_rounds.append(round_)
         reward = round_.checkpoint.metrics.get("reward_mean")
         if reward is None:
@@ -216,7 +282,7 @@ def run_stopping_panel(
             ).order_by("-step")
             reward = before.values_list("value", flat=True).first()
         round_rewards.append(float("nan") if reward is None else float(reward))
-        round_win_rates.append(float(np.mean(outcomes)))
+        round_win_rates.append(win_rate.estimate)
     usefulness, prompts, item_rewards, item_useful = [], [], [], []
     if latest is not None:
         per_item: dict[int, list[int]] = defaultdict(list)
@@ -248,6 +314,7 @@ def run_stopping_panel(
         config=cfg,
         n_boot=n_boot,
         usefulness_choice=estimates["usefulness"] if estimates else None,
+        finished=run.status in TrainingRun.FINISHED,
     )
     best_checkpoint = None
     trend = panel.extras["trend"]
@@ -271,6 +338,9 @@ def run_stopping_panel(
         "estimates": estimates,
         "kappa_threshold": kappa_threshold,
         "latest_round": latest,
+        "n_rated_items": rated_items,
+        "few_items": latest is not None and rated_items < stopping.MIN_RATED_ITEMS,
+        "min_rated_items": stopping.MIN_RATED_ITEMS,
         "rounds": rounds,
         "best_checkpoint": best_checkpoint,
         "decisions": list(run.stop_decisions.select_related("reviewer", "checkpoint")[:20]),
@@ -281,7 +351,9 @@ def run_bradley_terry(run: TrainingRun, *, n_boot: int = 300) -> list[dict[str, 
     """Bradley-Terry scores of every model the run's rounds compared (its checkpoints and their
     baselines), anchored at the first baseline (score 0), with bootstrap intervals.
 
-    Returns [{label, score, low, high}] ordered by score, best first; [] before any rating.
+    One comparison per item (the mean of its outcomes, an identical item one tie), so the bootstrap
+    resamples items. Returns [{label, score, low, high}] ordered by score, best first; [] before
+    any human rating.
     """
     nodes: dict[tuple[str, object], int] = {}
     labels: list[str] = []
@@ -297,8 +369,8 @@ def run_bradley_terry(run: TrainingRun, *, n_boot: int = 300) -> list[dict[str, 
         "checkpoint", "baseline_checkpoint"
     )
     for round_ in rounds.order_by("created_at"):
-        outcomes = round_outcomes(round_)
-        if not outcomes:
+        counted = round_outcomes(round_)
+        if not counted.n_ratings:
             continue
         if round_.baseline_checkpoint_id:
             base = node(
@@ -307,7 +379,9 @@ def run_bradley_terry(run: TrainingRun, *, n_boot: int = 300) -> list[dict[str, 
         else:
             base = node(("model", round_.baseline_model), round_.baseline_model)
         mine = node(("ckpt", round_.checkpoint_id), f"step {round_.checkpoint.step}")
-        pairs.extend((mine, base, outcome) for outcome in outcomes)
+        # One comparison per item (its mean outcome): the bootstrap resamples items, not ratings.
+        means = stopping.item_means(counted.outcomes, counted.item_ids)
+        pairs.extend((mine, base, float(outcome)) for outcome in means)
     if not pairs:
         return []
     fit = stopping.bradley_terry(pairs, len(labels), anchor=0, n_boot=n_boot)

@@ -473,7 +473,7 @@ def decision_record(
     if not -1 <= kappa_threshold <= 1:
         raise EvalError(f"kappa_threshold must be a kappa in [-1, 1], got {kappa_threshold}")
     source, estimate = "", {}
-    if round_ is not None and eval_selectors.round_outcomes(round_):
+    if round_ is not None and eval_selectors.round_outcomes(round_).n_ratings:
         shown = ppi_selectors.round_panel_estimates(round_, kappa_threshold=kappa_threshold)
         source = shown["usefulness"].source
         estimate = {

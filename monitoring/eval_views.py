@@ -314,5 +314,6 @@ def run_decide(request: HttpRequest, run_id: int) -> HttpResponse:
     except EvalError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Decision recorded: {data['decision']}.")
+        label = StopDecision.Decision(data["decision"]).label.lower()
+        messages.success(request, f"Decision recorded: {label}.")
     return redirect("monitoring:run-detail", run.pk)

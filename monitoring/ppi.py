@@ -260,8 +260,9 @@ def ppi_win_rate(
     the item's reviewers), NaN where no human rated it. judge_outcomes: [N] the judge's outcome on the
     same scale, or its probability that the checkpoint wins (e.g. the mean of its verdicts in both
     orders). The interval is clipped to [0, 1]. The humans-only interval is the normal one
-    (mean -/+ z sd/sqrt(n)), so the two differ only by the judge; ``stopping.win_rate``'s Wilson
-    interval is better for few ratings near 0 or 1.
+    (mean -/+ z sd/sqrt(n)) over the same unit, the item, so the two differ only by the judge;
+    ``stopping.win_rate`` (Wilson's interval at the item means' effective sample size) is better
+    for few items near 0 or 1.
     """
     f = np.asarray(judge_outcomes, dtype=float)
     y = np.asarray(human_outcomes, dtype=float)
@@ -304,6 +305,9 @@ class EstimateChoice:
     reason: str
 
 
+NO_HUMAN_RATING = "No human rating yet, so there is no human estimate and no interval."
+
+
 def _span(interval: Interval) -> str:
     return f"{interval.estimate:.3f} [{interval.low:.3f}, {interval.high:.3f}]"
 
@@ -324,6 +328,7 @@ def choose_estimate(
     (None or NaN: not measurable). overlap_items: how many items that kappa rests on.
     kappa_threshold: the reviewer's bar, in [-1, 1]. min_overlap: fewer shared items than this and
     the kappa is too uncertain to trust (on 10 items a kappa of 0.7 is compatible with ~0.3).
+    A classical interval on no item (n = 0): no human rating, so no estimate at all to use.
 
     The PPI interval is valid for any judge (a poor judge only widens it toward the classical one);
     the kappa bar is the reviewer's trust rule on top of that, and every refusal says which rule.
@@ -338,6 +343,8 @@ def choose_estimate(
             "human", classical, f"Human-only estimate {_span(classical)} used: {why}."
         )
 
+    if classical.n == 0:
+        return EstimateChoice("human", classical, NO_HUMAN_RATING)
     if ppi is None:
         return human("this round has no judge")
     if judge_kappa is None or math.isnan(judge_kappa):

@@ -29,7 +29,13 @@ from monitoring.eval_selectors import (
     round_outcomes,
 )
 from monitoring.models import EvalJudgeVerdict, EvalRound
-from monitoring.ppi import EstimateChoice, PPIEstimate, choose_estimate, ppi_mean
+from monitoring.ppi import (
+    NO_HUMAN_RATING,
+    EstimateChoice,
+    PPIEstimate,
+    choose_estimate,
+    ppi_mean,
+)
 
 # PIPELINE.md's agreement target ("kappa above 0.7"): a judge is trusted as far as an annotator.
 DEFAULT_KAPPA_THRESHOLD = 0.7
@@ -117,8 +123,8 @@ def round_ppi(round_: EvalRound) -> dict[str, Any]:
     rated = int((~np.isnan(a["human"]) & ~a["identical"]).sum())
     win_rate = usefulness = None
     win_note = useful_note = ""
-    if (~np.isnan(human)).sum() < 2:
-        win_note = "needs ratings of at least 2 items"
+    if rated < 2:  # identical answers are known ties, not human ratings: they alone give none
+        win_note = "needs human ratings of at least 2 items whose answers differ"
     else:
         win_rate = ppi_mean(a["judge"], human, inclusion_probability=probability, bounds=(0, 1))
     differ = ~a["identical"]
@@ -146,6 +152,8 @@ def round_ppi(round_: EvalRound) -> dict[str, Any]:
 
 
 def _no_ppi(classical: stopping.Interval, why: str) -> EstimateChoice:
+    if classical.n == 0:
+        return EstimateChoice("human", classical, NO_HUMAN_RATING)
     return EstimateChoice(
         "human",
         classical,
@@ -213,7 +221,8 @@ def round_panel_estimates(
     round_: EvalRound, *, kappa_threshold: float = DEFAULT_KAPPA_THRESHOLD, n_boot: int = 1000
 ) -> dict[str, Any]:
     """``round_estimates`` with the human-only intervals the stopping panel computes: the Wilson
-    win rate over ``round_outcomes`` and the usefulness mean bootstrapped over prompts."""
+    win rate over ``round_outcomes`` (item as the unit) and the usefulness mean bootstrapped over
+    items; with no human rating both choices say there is no human estimate."""
     judgements = round_judgements(round_)
     usefulness = stopping.usefulness_summary(
         np.array([j.usefulness for j in judgements], dtype=float),
@@ -222,7 +231,7 @@ def round_panel_estimates(
     )
     return round_estimates(
         round_,
-        win_rate=stopping.win_rate(round_outcomes(round_)),
+        win_rate=round_outcomes(round_).win_rate() or stopping.win_rate([]),
         usefulness=usefulness.mean,
         kappa_threshold=kappa_threshold,
     )

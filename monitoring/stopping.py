@@ -4,9 +4,12 @@ Human-eval rounds compare a checkpoint with a baseline. Every pairwise judgement
 the checkpoint's side: 1 win, 0.5 tie, 0 loss. Every usefulness rating is 1-5 on the checkpoint's
 response.
 
-- ``wilson_interval`` / ``win_rate``: win rate with ties as half and a Wilson score interval.
-- ``win_rate_eprocess``: an anytime-valid betting test of "win rate = 0.5", so reviewers may look after
-  every rating without inflating the error rate (Ville's inequality).
+- ``wilson_interval``: a proportion's Wilson score interval.
+- ``win_rate`` / ``win_rate_batch``: win rate with ties as half, the item as the unit (the mean of each
+  item's ratings; an item with identical answers is one tie), Wilson's interval at the items'
+  effective sample size.
+- ``win_rate_eprocess``: an anytime-valid betting test of "win rate = 0.5" on item means, so reviewers
+  may look after every item without inflating the error rate (Ville's inequality).
 - ``usefulness_summary``: mean usefulness with a bootstrap interval clustered by prompt, and the share
   of ratings at or below 2.
 - ``bradley_terry``: strengths of several checkpoints from pairwise outcomes, bootstrap intervals.
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.special import expit, ndtri
 from scipy.stats import spearmanr
+from scipy.stats import t as student_t
 
 from common.ngrams import repeated_ngram_share
 
@@ -86,24 +90,172 @@ def wilson_interval(successes: float, n: int, *, confidence: float = 0.95) -> In
     return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n)
 
 
-def win_rate(outcomes: ArrayLike, *, confidence: float = 0.95) -> Interval:
-    """Win rate of the checkpoint with ties as half; outcomes: [N] in {1, 0.5, 0}.
+# Prefixes ``win_rate_over_time`` computes at once (memory PREFIX_BLOCK x items).
+PREFIX_BLOCK = 256
 
-    The interval treats ratings as independent; 3 reviewers of one item agree more than 3 items do,
-    so with strong agreement the interval is somewhat narrow (``usefulness_summary`` resamples by
-    prompt for that reason, and ``sample_size_for_width`` counts items to stay on the safe side)."""
+# Fewer human-rated items than this and a win rate rests on too few items to read as precise: the
+# pages say so beside it (the interval is valid, but a handful of items say little about the rest).
+MIN_RATED_ITEMS = 30
+
+
+def _wilson(p: np.ndarray, n: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised Wilson score bounds (as ``wilson_interval``) for proportions p at sizes n > 0."""
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z / denom * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class WinRateBatch:
+    """Win rates of S rounds (or S prefixes of one round); every field is an array [S].
+
+    estimate: the mean of the item means; low/high: the interval; n_items: the items counted;
+    effective_n: the sample size the Wilson bounds used (see ``win_rate_batch``)."""
+
+    estimate: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    n_items: np.ndarray
+    effective_n: np.ndarray
+
+
+def win_rate_batch(
+    item_means: ArrayLike,
+    *,
+    n_outcomes: ArrayLike | None = None,
+    confidence: float = 0.95,
+) -> WinRateBatch:
+    """Win rates with the item as the unit, for S rounds at once.
+
+    item_means: [S, G] (or [G]) each item's mean outcome (1 win, 0.5 tie, 0 loss, averaged over its
+    reviewers; an item with identical answers is one 0.5), NaN where a round has no outcome for
+    the item. n_outcomes: [S] (or one number) the outcomes behind each row (ratings plus identical
+    items), the most the effective sample size may reach; None: no cap.
+
+    The ratings of one item are not independent (its reviewers read the same two answers), the
+    items are: the estimate is the mean of the g item means, p, its variance v = s^2 / g with s^2
+    the items' sample variance (ddof 1). The interval is Wilson's at the effective sample size
+    n_eff = p (1 - p) / v (Kish's design effect; Korn & Graubard 1998), times (z / t_{g-1})^2 for
+    the g - 1 degrees of freedom of v, capped at n_outcomes; when v = 0 or p is 0 or 1, n_eff = g
+    (times the same factor). One item: n_eff = 1. No item: estimate NaN, interval [0, 1].
+    Coverage at 95% with correlated reviewers is checked by simulation in the tests.
+    """
+    z = _z(confidence)
+    means = np.atleast_2d(np.asarray(item_means, dtype=float))
+    known = means[~np.isnan(means)]
+    if known.size and (known.min() < 0 or known.max() > 1):
+        raise ValueError("item_means must be in [0, 1] (1 win, 0.5 tie, 0 loss), or NaN")
+    rated = ~np.isnan(means)
+    g = rated.sum(axis=1)
+    some = g > 0
+    p = np.where(some, np.where(rated, means, 0.0).sum(axis=1) / np.maximum(g, 1), np.nan)
+    dev = np.where(rated, means - np.where(some, p, 0.0)[:, None], 0.0)
+    v = (dev * dev).sum(axis=1) / np.maximum(g - 1, 1) / np.maximum(g, 1)
+    p0 = np.where(some, p, 0.5)
+    spread = (g > 1) & (v > 0) & (p0 > 0) & (p0 < 1)
+    n_eff = np.where(spread, p0 * (1 - p0) / np.where(spread, v, 1.0), np.maximum(g, 1))
+    df = np.maximum(g - 1, 1)
+    n_eff = np.where(g > 1, n_eff * (z / student_t.ppf(0.5 + confidence / 2, df)) ** 2, n_eff)
+    if n_outcomes is not None:
+        cap = np.broadcast_to(np.asarray(n_outcomes, dtype=float), n_eff.shape)
+        n_eff = np.minimum(n_eff, np.maximum(cap, 1.0))
+    low, high = _wilson(p0, n_eff, z)
+    return WinRateBatch(
+        estimate=p,
+        low=np.where(some, low, 0.0),
+        high=np.where(some, high, 1.0),
+        n_items=g,
+        effective_n=np.where(some, n_eff, 0.0),
+    )
+
+
+def item_means(
+    outcomes: ArrayLike, item_ids: Sequence[int] | np.ndarray | None = None
+) -> np.ndarray:
+    """The mean outcome of each item, [G] in the order items first appear; outcomes, item_ids: [N]
+    (item_ids None: every outcome is its own item)."""
     x = _outcomes(outcomes)
-    return wilson_interval(float(x.sum()), int(x.size), confidence=confidence)
+    if item_ids is None:
+        return x.copy()
+    ids = np.asarray(item_ids).reshape(-1)
+    if ids.shape != x.shape:
+        raise ValueError(f"outcomes {x.shape} and item_ids {ids.shape} differ in length")
+    if not x.size:
+        return x.copy()
+    _, first, codes = np.unique(ids, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    means = np.bincount(codes, weights=x) / np.bincount(codes)
+    return means[order]
 
 
-def win_rate_over_time(outcomes: ArrayLike, *, confidence: float = 0.95) -> list[dict[str, float]]:
-    """The win rate and its Wilson interval after each rating, in order: [{n, estimate, low, high}]."""
+def win_rate(
+    outcomes: ArrayLike,
+    item_ids: Sequence[int] | np.ndarray | None = None,
+    *,
+    confidence: float = 0.95,
+) -> Interval:
+    """Win rate of the checkpoint with ties as half, the item as the unit (``win_rate_batch``).
+
+    outcomes: [N] in {1, 0.5, 0}; item_ids: [N] the item of each outcome (an item with identical
+    answers appears once, as one 0.5); None: every outcome is its own item. The Interval's n is
+    the number of items; no outcome: estimate NaN, interval [0, 1], n = 0."""
     x = _outcomes(outcomes)
-    sums = np.cumsum(x)
+    batch = win_rate_batch(item_means(x, item_ids), n_outcomes=x.size, confidence=confidence)
+    return Interval(
+        float(batch.estimate[0]), float(batch.low[0]), float(batch.high[0]), int(batch.n_items[0])
+    )
+
+
+def win_rate_over_time(
+    outcomes: ArrayLike,
+    item_ids: Sequence[int] | np.ndarray | None = None,
+    *,
+    known: int = 0,
+    confidence: float = 0.95,
+) -> list[dict[str, float]]:
+    """The win rate and its interval (``win_rate``) after each outcome past the first ``known``
+    (outcomes known before any rating: identical-answer items' ties), in order:
+    [{n (outcomes after the known ones), items, estimate, low, high}]. Vectorised over blocks of
+    ``PREFIX_BLOCK`` prefixes: memory PREFIX_BLOCK x G for G items."""
+    x = _outcomes(outcomes)
+    if item_ids is None:
+        item_ids = np.arange(x.size)
+    ids = np.asarray(item_ids).reshape(-1)
+    if ids.shape != x.shape:
+        raise ValueError(f"outcomes {x.shape} and item_ids {ids.shape} differ in length")
+    if not 0 <= known <= x.size:
+        raise ValueError(f"known must be in [0, {x.size}], got {known}")
+    if x.size == known:
+        return []
+    _, codes = np.unique(ids, return_inverse=True)
+    n_items = int(codes.max()) + 1
+    # Running per-item sums and counts before the first reported prefix.
+    sums = np.bincount(codes[:known], weights=x[:known], minlength=n_items)
+    counts = np.bincount(codes[:known], minlength=n_items).astype(float)
+    parts = []
+    for start in range(known, x.size, PREFIX_BLOCK):
+        stop = min(start + PREFIX_BLOCK, x.size)
+        rows = np.arange(stop - start)
+        step_sums = np.zeros((stop - start, n_items))
+        step_sums[rows, codes[start:stop]] = x[start:stop]
+        step_counts = np.zeros((stop - start, n_items))
+        step_counts[rows, codes[start:stop]] = 1.0
+        block_sums = sums + np.cumsum(step_sums, axis=0)
+        block_counts = counts + np.cumsum(step_counts, axis=0)
+        sums, counts = block_sums[-1], block_counts[-1]
+        means = np.where(block_counts > 0, block_sums / np.maximum(block_counts, 1), np.nan)
+        parts.append(
+            win_rate_batch(means, n_outcomes=np.arange(start + 1, stop + 1), confidence=confidence)
+        )
+    batch = WinRateBatch(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in WinRateBatch.__dataclass_fields__)
+    )
     return [
-        wilson_interval(float(sums[i]), i + 1, confidence=confidence).as_dict()
-        for i in range(x.size)
-    ]
+        {"n": k + 1, "items": int(batch.n_items[k]), "estimate": float(batch.estimate[k]),
+         "low": float(batch.low[k]), "high": float(batch.high[k])}
+        for k in range(x.size - known)
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -124,6 +276,14 @@ class EProcessResult:
     def e_value(self) -> float:
         return float(self.wealth[-1]) if self.wealth.size else 1.0
 
+    @property
+    def decision_label(self) -> str:
+        """The decision in words, for a page."""
+        return {
+            "better": "the checkpoint is better",
+            "worse": "the checkpoint is worse",
+        }.get(self.decision, "not decided yet")
+
 
 # The bets of the mixture: fractions of wealth staked on "checkpoint better" (positive) or "worse".
 BETS = np.array([0.1, 0.25, 0.5, 1.0, 1.5])
@@ -139,10 +299,12 @@ def win_rate_eprocess(
     is a non-negative martingale under H0 with K_0 = 1. The average of such martingales over a grid
     of bets on both sides (``BETS`` and their negatives, equal weights) is one too, so by Ville's
     inequality P(sup_t K_t >= 1/alpha) <= alpha: the reviewers may look after every rating and stop
-    at the first crossing without inflating the type-I error. The guarantee needs only that under H0
-    each new outcome has mean ``null`` given the ones before (true when the two models are equally
-    good and sides are hidden), not independence between the ratings of one item.
-    outcomes: [N] in {1, 0.5, 0}.
+    at the first crossing without inflating the type-I error. The guarantee needs that under H0
+    each new outcome has mean ``null`` given the ones before. Two ratings of one item break that
+    (the second reviewer read the same answers: given the first verdict, the second leans the same
+    way), two items drawn at random from the held-out prompts do not: so the outcomes are item
+    means, one per item, in the order the items were completed (``eval_selectors``).
+    outcomes: [N] in [0, 1], one per item (its mean: 1 win, 0.5 tie, 0 loss averaged).
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
@@ -514,6 +676,44 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
+def _advice(criteria: list[Criterion], trend: HackingTrend, *, finished: bool) -> str:
+    """The panel's one-sentence recommendation. A finished run cannot be trained on: its advice is
+    which checkpoint to keep (the final one, or a roll back)."""
+    best = (
+        f"the checkpoint of round {trend.best_round + 1} (the best human win rate)"
+        if trend.best_round is not None
+        else "an earlier checkpoint"
+    )
+    if trend.red:
+        return (
+            "Red alarm: the proxy reward rises while the human win rate falls. Roll back to "
+            f"{best} and fix the reward model before "
+            + ("training again." if finished else "training on.")
+        )
+    if all(c.passed for c in criteria):
+        if finished:
+            return "Every criterion passes: keep the final checkpoint as the run's result."
+        return "Every criterion passes: stop training and keep this checkpoint."
+    plateau_unsatisfied = criteria[0].passed and criteria[1].passed is False
+    if finished:
+        if plateau_unsatisfied:
+            return (
+                "The run has ended; its reward plateaued but humans are not satisfied (the reward "
+                f"signal is biased): roll back to {best}, or keep the final checkpoint only if "
+                "a new round with human eval says it is good enough."
+            )
+        return (
+            "The run has ended before every criterion passed: keep the final checkpoint, or roll "
+            f"back to {best}; a human-eval round on the final checkpoint tells which."
+        )
+    if plateau_unsatisfied:
+        return (
+            "The reward has plateaued but humans are not satisfied: the reward signal is biased. "
+            "Continue only with human eval in the loop."
+        )
+    return "Continue training; evaluate again at the next checkpoint."
+
+
 def stopping_panel(
     *,
     eval_rewards: ArrayLike = (),
@@ -528,6 +728,7 @@ def stopping_panel(
     n_boot: int = 2000,
     seed: int = 0,
     usefulness_choice: EstimateChoice | None = None,
+    finished: bool = False,
 ) -> StoppingPanel:
     """Every stopping criterion with its value and pass/fail (all must pass to stop).
 
@@ -538,6 +739,7 @@ def stopping_panel(
     usefulness_choice: the latest round's usefulness estimate chosen by ``ppi.choose_estimate``
     (human-only or prediction-powered); its interval decides the usefulness criterion, whose
     detail names it. None: the bootstrap mean of ``usefulness``.
+    finished: the run has ended, so the advice is which checkpoint to keep, never to train on.
     """
     cfg = config or StoppingConfig()
     criteria = []
@@ -565,16 +767,24 @@ def stopping_panel(
     source = {"ppi": "prediction-powered ", "human": "human-only "}.get(
         getattr(usefulness_choice, "source", ""), ""
     )
+    if ratings.size == 0:
+        useful_detail = (
+            f"no human rating yet, so no human interval (needs a mean of at least "
+            f"{cfg.usefulness_min} with {cfg.reviewers_min} reviewers per item)"
+        )
+    else:
+        useful_detail = (
+            f"{source}{_fmt(mean, 2)} [{_fmt(used.low, 2)}, {_fmt(used.high, 2)}] "
+            f"(needs >= {cfg.usefulness_min}); at least {min_reviewers} "
+            f"{'reviewer' if min_reviewers == 1 else 'reviewers'} per item "
+            f"(needs {cfg.reviewers_min}); {_fmt(summary.share_low * 100, 0)}% rated 2 or lower"
+        )
     criteria.append(
         Criterion(
             "human_usefulness", "Human usefulness", None if ratings.size == 0 else mean,
             None if ratings.size == 0
             else bool(mean >= cfg.usefulness_min and min_reviewers >= cfg.reviewers_min),
-            f"{source}{_fmt(mean, 2)} [{_fmt(used.low, 2)}, {_fmt(used.high, 2)}] "
-            f"(needs >= {cfg.usefulness_min}); at least {min_reviewers} "
-            f"{'reviewer' if min_reviewers == 1 else 'reviewers'} per item "
-            f"(needs {cfg.reviewers_min}); {_fmt(summary.share_low * 100 if ratings.size else None, 0)}%"
-            " rated <= 2",
+            useful_detail,
         )
     )  # fmt: skip
 
@@ -605,23 +815,7 @@ def stopping_panel(
         )
     )  # fmt: skip
 
-    if trend.red:
-        advice = (
-            "Red alarm: the proxy reward rises while the human win rate falls. Roll back to the "
-            f"checkpoint of round {trend.best_round + 1} (the best human win rate) and fix the "
-            "reward model before training on."
-            if trend.best_round is not None
-            else "Red alarm: the proxy reward rises while the human win rate falls; roll back."
-        )
-    elif all(c.passed for c in criteria):
-        advice = "Every criterion passes: stop training and keep this checkpoint."
-    elif criteria[0].passed and criteria[1].passed is False:
-        advice = (
-            "The reward has plateaued but humans are not satisfied: the reward signal is biased. "
-            "Continue only with human eval in the loop."
-        )
-    else:
-        advice = "Continue training; evaluate again at the next checkpoint."
+    advice = _advice(criteria, trend, finished=finished)
     extras = {
         "usefulness": summary,
         "usefulness_choice": usefulness_choice,

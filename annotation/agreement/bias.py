@@ -302,6 +302,22 @@ def _repeat_consistency(table: JudgementTable) -> tuple[np.ndarray, np.ndarray]:
     return matched, _ratio(np.bincount(repeat_ann[same], minlength=r).astype(float), matched)
 
 
+# What each flag is called on pages and in alerts (the stored names are identifiers).
+FLAG_LABELS = {
+    "position_bias": "position bias",
+    "length_bias": "length bias",
+    "fast": "fast",
+    "low_agreement": "low agreement",
+    "low_gold_accuracy": "low gold accuracy",
+    "inconsistent": "inconsistent",
+}
+
+
+def flag_label(flag: str) -> str:
+    """A flag as a lead reads it: ``"position_bias"`` -> ``"position bias"``."""
+    return FLAG_LABELS.get(flag, flag.replace("_", " "))
+
+
 def _flags(s: AnnotatorStats, t: BiasThresholds) -> list[list[str]]:
     flags: list[list[str]] = []
     finite_kappa = s.mean_kappa[np.isfinite(s.mean_kappa)]

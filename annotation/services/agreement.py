@@ -19,6 +19,7 @@ import numpy as np
 from django.core.cache import cache
 
 from annotation import agreement
+from annotation.agreement.bias import flag_label
 from annotation.models import Project
 from annotation.selectors.agreement import (
     ProjectJudgements,
@@ -223,7 +224,7 @@ def dashboard_alerts(result: ProjectAgreement) -> list[str]:
         result.data.annotator_names, result.report.annotators.flags, strict=True
     ):
         if flags:
-            alerts.append(f"{name}: {', '.join(flag.replace('_', ' ') for flag in flags)}.")
+            alerts.append(f"{name}: {', '.join(flag_label(flag) for flag in flags)}.")
     return alerts
 
 

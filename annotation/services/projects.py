@@ -1,8 +1,8 @@
 """Writes of a project's settings and people: create, edit, archive, members, pauses, invites.
 
-Every function here is one transaction that either does all it says and writes one audit row
+Every write here is one transaction that either does all it says and writes one audit row
 (ProjectEvent: who, when, what, before/after for edits) or raises ProjectError and changes nothing.
-The project lead calls these from the project pages; the Django admin stays a back door without audit.
+The project lead calls these from the project pages; the Django admin's project page calls them too.
 """
 
 from __future__ import annotations
@@ -113,6 +113,16 @@ def _audit_value(project: Project, name: str) -> Any:
         judge = project.suggestion_judge
         return None if judge is None else judge.get_username()
     return getattr(project, name)
+
+
+def project_settings_check(*, project: Project | None = None, **fields: Any) -> None:
+    """Raise the ProjectError that project_create (``project`` None or unsaved) or project_update
+    would raise for ``fields``; writes nothing. Lets a form show the refusal on its fields before
+    anything is saved (the write validates again, under its lock)."""
+    draft = (
+        Project() if project is None or project.pk is None else Project.objects.get(pk=project.pk)
+    )
+    _validated(draft, fields)
 
 
 def project_create(*, actor: AbstractBaseUser, **fields: Any) -> Project:

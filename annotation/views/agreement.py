@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
+from annotation.agreement.bias import flag_label
 from annotation.models import Project
 from annotation.selectors import adjudication as adjudication_selectors
 from annotation.selectors import agreement as agreement_selectors
@@ -39,6 +40,7 @@ def agreement_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
         "annotators": [
             {
                 **row,
+                "flag_labels": [flag_label(flag) for flag in row["flags"]],
                 "adjudicated": accuracy.get(row["annotator"]),
                 "suggested": suggested.get(row["annotator"]),
             }
@@ -124,5 +126,11 @@ def agreement_annotator(request: HttpRequest, slug: str, username: str) -> HttpR
             (row for row in report["summary"]["annotators"] if row["annotator"] == username), None
         )
     rows = agreement_selectors.annotator_disagreements(project=project, username=username)
-    context = {"project": project, "username": username, "stats": stats, "rows": rows}
+    context = {
+        "project": project,
+        "username": username,
+        "stats": stats,
+        "flag_labels": [flag_label(flag) for flag in stats["flags"]] if stats else [],
+        "rows": rows,
+    }
     return render(request, "annotation/agreement_annotator.html", context)

@@ -96,7 +96,7 @@ def test_the_round_page_follows_the_judges_progress(
     judge = page.get_by_test_id("round-judge")
     expect(judge.get_by_test_id("judge-progress")).to_have_text("4 / 20")
     expect(judge.get_by_test_id("ppi-win-rate")).to_contain_text(
-        "Not yet: needs ratings of at least 2 items."
+        "Not yet: needs human ratings of at least 2 items whose answers differ."
     )
     EvalRound.objects.filter(pk=round_.pk).update(judge_status="succeeded", judge_done=20)
     expect(judge.get_by_test_id("judge-progress")).to_have_text("20 / 20", timeout=15_000)

@@ -95,15 +95,15 @@ def test_the_last_rating_closes_the_round_and_the_page_says_so(
     )
     page.get_by_test_id("results-link").click()
     expect(page.get_by_test_id("round-status")).to_have_text("Closed")
-    expect(page.get_by_test_id("win-rate-caption")).to_contain_text("after 4 ratings")
+    expect(page.get_by_test_id("win-rate-caption")).to_contain_text("on 4 ratings of 4 items")
 
 
 def test_identical_answers_are_never_shown_and_count_as_ties(browser, page, open_round, reviewers):
     """Items 1 and 3 have the same answer on both sides (but for spacing). With one reviewer per
     item the reviewer is shown items 0 and 2 only, always two different answers; their second
-    rating closes the round, and the results say 2 items had identical answers and count as ties:
-    items 0 and 2 show the checkpoint on the left (first reviewer, even position), so key 1 is two
-    wins, and the win rate is (2 + 2 x 0.5) / 4 = 0.75."""
+    rating closes the round, and the results say 2 items had identical answers, each counted once
+    as a tie: items 0 and 2 show the checkpoint on the left (first reviewer, even position), so
+    key 1 is two wins, and the win rate over the 4 items is (2 + 2 x 0.5) / 4 = 0.75."""
     _one_reviewer_per_item(open_round)
     prompts = {}
     for item in open_round.items.select_related("prompt"):
@@ -128,12 +128,12 @@ def test_identical_answers_are_never_shown_and_count_as_ties(browser, page, open
 
     page.goto(f"/monitoring/eval/{open_round.pk}/")
     expect(page.get_by_test_id("identical")).to_contain_text(
-        "2 items had identical answers and count as ties"
+        "2 items had identical answers: never shown to reviewers, each counts in the win rate once"
     )
     expect(page.get_by_test_id("round-stats")).to_contain_text(
-        "n = 4: 2 ratings and 2 ties of identical answers"
+        "On 2 ratings of 2 items and 2 items with identical answers counted as ties"
     )
     expect(page.get_by_test_id("identical-item")).to_have_count(2)
     expect(page.get_by_test_id("win-rate-caption")).to_contain_text(
-        "after 2 ratings and 2 ties of identical answers: 0.750"
+        "on 2 ratings of 2 items and 2 items with identical answers as ties: 0.750"
     )

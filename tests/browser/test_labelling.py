@@ -205,3 +205,23 @@ def test_click_submits_at_once_and_double_click_stores_one(fast_hasher, page: Pa
         (first.pk, other_side(first_left), 1),
         (second.pk, other_side(second_left), 1),
     ]
+
+
+def test_a_conversation_names_each_turn_in_words(fast_hasher, page: Page) -> None:
+    """A multi-turn prompt shows who speaks as a person reads it: "System", "User", "Assistant",
+    "User" in the order of the turns, not the stored roles (system, user, ...) nor those upper-cased
+    by the stylesheet (USER)."""
+    setup = make_project(n_pairs=1)
+    prompt = setup.comparisons[0].prompt
+    prompt.messages = [
+        {"role": "system", "content": "You answer briefly."},
+        {"role": "user", "content": "How do I sum a list?"},
+        {"role": "assistant", "content": "Use sum(items)."},
+        {"role": "user", "content": "And in reverse order?"},
+    ]
+    prompt.text = "And in reverse order?"
+    prompt.save(update_fields=["messages", "text"])
+    _open_label(page, setup)
+    speakers = page.get_by_test_id("prompt").locator(".turn .who")
+    expect(speakers).to_have_count(4)
+    assert speakers.all_inner_texts() == ["System", "User", "Assistant", "User"]

@@ -1,5 +1,6 @@
 """Items whose two answers are identical: never handed to a reviewer, counted as ties in the win rate
-(each as reviewers_per_item ties, the weight of a fully rated item), left out of the progress counts
+(each once: the statistics take item means, so it weighs as much as a fully rated item), left out
+of the progress counts
 and of the auto-close rule; a round whose answers are all identical closes as soon as it opens."""
 
 import pytest
@@ -45,9 +46,9 @@ def _make_identical(round_, positions) -> set[int]:
 
 def test_identical_items_are_never_shown_and_count_as_ties(open_round, reviewers):
     """Items 0 and 2 of 4 have identical answers. Three reviewers (3 per item) each get items 1 and
-    3 only: 6 ratings, all checkpoint wins, and the last one closes the round. The win rate adds 3
-    ties per identical item first: (6 x 0.5 + 6 x 1) / 12 = 0.75, n = 12; usefulness and the
-    e-process see the 6 ratings only."""
+    3 only: 6 ratings, all checkpoint wins, and the last one closes the round. The win rate takes
+    item means, one tie per identical item: (0.5 + 1 + 0.5 + 1) / 4 = 0.75 on n = 4 items;
+    usefulness sees the 6 ratings, the e-process the 2 rated items."""
     identical = _make_identical(open_round, [0, 2])
     assert eval_selectors.identical_item_ids(open_round) == identical
     assert set(eval_selectors.rateable_items(open_round).values_list("position", flat=True)) == {
@@ -81,22 +82,25 @@ def test_identical_items_are_never_shown_and_count_as_ties(open_round, reviewers
     assert open_round.status == "closed"
 
     results = eval_selectors.round_results(open_round, n_boot=50)
-    assert (results["n_identical"], results["n_ties"], results["n_judgements"]) == (2, 6, 6)
-    assert results["win_rate"].n == 12
+    assert (results["n_identical"], results["n_rated_items"], results["n_judgements"]) == (2, 2, 6)
+    assert results["win_rate"].n == 4
     assert results["win_rate"].estimate == pytest.approx(0.75)
     assert [row["identical"] for row in results["items"]] == [True, False, True, False]
     assert results["usefulness"].mean.n == 6
-    assert results["eprocess"].wealth.size == 6
+    assert results["eprocess"].wealth.size == 2
+    # A point after each rating; the two ties count from the first: (0.5 + 0.5 + 1) / 3 after the
+    # first reviewer's first item, (0.5 + 0.5 + 1 + 1) / 4 once their second is rated.
     over_time = eval_selectors.round_win_rate_over_time(open_round)
-    assert [round(p["estimate"], 3) for p in over_time] == [0.5] * 6 + [
-        round((3 + k) / (6 + k), 3) for k in range(1, 7)
-    ]
-    assert eval_selectors.round_outcomes(open_round) == [0.5] * 6 + [1.0] * 6
+    assert [p["n"] for p in over_time] == [1, 2, 3, 4, 5, 6]
+    assert [round(p["estimate"], 3) for p in over_time] == [0.667] + [0.75] * 5
+    counted = eval_selectors.round_outcomes(open_round)
+    assert counted.outcomes == [0.5] * 2 + [1.0] * 6
+    assert (counted.n_identical, counted.n_ratings, counted.n_rated_items) == (2, 6, 2)
 
 
-def test_the_tie_weight_follows_reviewers_per_item(open_round, reviewers):
-    """With one reviewer per item an identical item adds one tie: item 0 identical, items 1-3 won
-    by the checkpoint: (0.5 + 3) / 4 = 0.875."""
+def test_an_identical_item_is_one_tie_whatever_the_reviewers_per_item(open_round, reviewers):
+    """With one reviewer per item, as with three, an identical item is one tie: item 0 identical,
+    items 1-3 won by the checkpoint: (0.5 + 3) / 4 = 0.875 on 4 items."""
     EvalRound.objects.filter(pk=open_round.pk).update(reviewers_per_item=1)
     open_round.refresh_from_db()
     _make_identical(open_round, [0])
@@ -118,7 +122,7 @@ def test_before_generation_no_item_counts_as_identical(run_with_checkpoints):
     assert round_.status == "generating"
     assert eval_selectors.identical_item_ids(round_) == set()
     assert eval_selectors.rateable_items(round_).count() == 4
-    assert eval_selectors.round_outcomes(round_) == []
+    assert eval_selectors.round_outcomes(round_).outcomes == []
 
 
 def test_a_round_whose_answers_are_all_identical_closes_when_generated(
@@ -126,7 +130,8 @@ def test_a_round_whose_answers_are_all_identical_closes_when_generated(
 ):
     """The baseline checkpoint has the same weights as the checkpoint under test (seed 2 both), so
     at the same sampling seed both write the same (non-empty) answers: the round closes itself at
-    the end of generation, nobody is handed an item, and the win rate is 12 ties: 0.5, n = 12."""
+    the end of generation, nobody is handed an item, and there is no human win rate (identical
+    answers alone are no human judgement)."""
     run = run_with_checkpoints
     twin = Checkpoint.objects.create(
         run=run, step=1, metrics={},
@@ -142,7 +147,7 @@ def test_a_round_whose_answers_are_all_identical_closes_when_generated(
     assert eval_services.eval_claim_next(reviewer=reviewers[0], round_=round_) is None
     results = eval_selectors.round_results(round_, n_boot=50)
     assert results["n_identical"] == 4 and results["n_judgements"] == 0
-    assert (results["win_rate"].n, results["win_rate"].estimate) == (12, 0.5)
+    assert results["win_rate"] is None and results["over_time"] == []
     assert not EvalJudgement.objects.exists()
 
 

@@ -97,9 +97,10 @@ def test_a_round_from_creation_to_decision(run_with_checkpoints, reviewers):
     assert len(results["over_time"]) == 12
 
     panel = eval_selectors.run_stopping_panel(run, n_boot=100)
-    # Bradley-Terry with 0.1 virtual wins each way: ln((9 + 0.1) / (3 + 0.1)) for step 4 over step 2.
+    # Bradley-Terry on one comparison per item (the mean of its 3 ratings: the 4 item means sum
+    # to 9/3 = 3 wins and 1 loss), 0.1 virtual wins each way: ln((3 + 0.1) / (1 + 0.1)).
     assert [row["label"] for row in panel["bradley_terry"]] == ["step 4", "step 2"]
-    assert panel["bradley_terry"][0]["score"] == pytest.approx(math.log(9.1 / 3.1), abs=1e-6)
+    assert panel["bradley_terry"][0]["score"] == pytest.approx(math.log(3.1 / 1.1), abs=1e-6)
     usefulness = panel["panel"].criteria[1]
     assert usefulness.passed is False and usefulness.value == pytest.approx(4.0)  # under 4.2
 

@@ -106,11 +106,12 @@ def test_rounds_page_creates_a_round(
 
 
 def test_pages_before_any_rating(open_round, reviewers, ml_engineer):
-    """Before a rating: the round page says n = 0, the rounds list offers the round for rating,
+    """Before a rating: the round page says there is no human rating (no interval), the rounds
+    list offers the round for rating,
     the run page's panel says every criterion lacks data, and an engineer sees no decision form."""
     client = logged_in(reviewers[0])
     page = client.get(reverse("monitoring:eval-round", args=[open_round.pk])).content.decode()
-    assert "n = 0" in page and "No disagreement so far." in page
+    assert "No human rating yet" in page and "No disagreement so far." in page
     assert 'data-testid="no-ratings"' in page and "nan" not in page
     page = client.get(reverse("monitoring:eval-rounds")).content.decode()
     assert reverse("monitoring:eval-rate", args=[open_round.pk]) in page
@@ -210,7 +211,8 @@ def test_the_rating_screen_skips_identical_answers_and_says_when_the_round_close
 ):
     """With one reviewer per item and items 1 and 3 answered identically, the reviewer is shown
     items 0 and 2 only; the last rating closes the round and the next page says so; the results
-    page says how many items had identical answers and counts them as ties (n = 2 ratings + 2)."""
+    page says how many items had identical answers and counts each once, as a tie, after the
+    ratings count (2 ratings of 2 items)."""
     EvalRound.objects.filter(pk=open_round.pk).update(reviewers_per_item=1)
     for item in open_round.items.filter(position__in=[1, 3]):
         EvalItem.objects.filter(pk=item.pk).update(baseline_text=f"**CKPT** answer {item.position}")
@@ -228,6 +230,8 @@ def test_the_rating_screen_skips_identical_answers_and_says_when_the_round_close
     page = response.content.decode()
     assert "That was the last rating" in page and "This round is closed" in page
     page = client.get(reverse("monitoring:eval-round", args=[open_round.pk])).content.decode()
-    assert "2 items had identical answers and count as ties" in page
-    assert "n = 4: 2 ratings and 2 ties of identical answers" in page
+    assert "2 items had identical answers: never shown to reviewers, each counts" in page
+    assert (
+        "2 ratings of 2 items</strong> and 2 items with identical answers counted as ties" in page
+    )
     assert page.count('data-testid="identical-item"') == 2

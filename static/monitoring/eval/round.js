@@ -1,5 +1,6 @@
-// A round's win rate after each rating (the ties of items with identical answers first), with its
-// Wilson band and the 0.5 line (plain SVG); while the round is open the chart polls the round's
+// A round's win rate after each rating (items with identical answers count from the start, one tie
+// each; the item is the unit), with its 95% band and the 0.5 line (plain SVG); while the round is
+// open the chart polls the round's
 // progress and redraws as ratings arrive; while the round's judge works it updates its progress.
 (function () {
   "use strict";
@@ -15,7 +16,7 @@
   };
   function draw(rows) {
     figure.replaceChildren();
-    if (!rows.length) { figure.textContent = "No ratings yet."; return; }
+    if (!rows.length) { figure.textContent = "No human rating yet: no win rate to draw."; return; }
     const x = (n) => pad + ((W - 2 * pad) * (n - 1)) / Math.max(1, rows.length - 1);
     const y = (v) => H - pad - (H - 2 * pad) * v;
     const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img" });
@@ -32,10 +33,11 @@
     const last = rows[rows.length - 1];
     const caption = document.createElement("figcaption");
     caption.dataset.testid = "win-rate-caption";
-    // The first ``ties`` points are the ties of items with identical answers, not ratings.
-    const ratings = last.n - ties;
-    const counted = `${ratings} rating${ratings === 1 ? "" : "s"}` + (ties ? ` and ${ties} ties of identical answers` : "");
-    caption.textContent = `Win rate after ${counted}: ${last.estimate.toFixed(3)} [${last.low.toFixed(3)}, ${last.high.toFixed(3)}]`;
+    // Every point counts the ``ties`` items with identical answers; n counts the ratings.
+    const rated = last.items - ties;
+    const counted = `${last.n} rating${last.n === 1 ? "" : "s"} of ${rated} item${rated === 1 ? "" : "s"}`
+      + (ties ? ` and ${ties} item${ties === 1 ? "" : "s"} with identical answers as ties` : "");
+    caption.textContent = `Win rate on ${counted}: ${last.estimate.toFixed(3)} [${last.low.toFixed(3)}, ${last.high.toFixed(3)}]`;
     figure.append(svg, caption);
   }
   let shown = JSON.parse(data.textContent);

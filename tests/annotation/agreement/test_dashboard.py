@@ -84,7 +84,7 @@ def test_the_task_computes_and_caches_the_report(project, lead, queued):
     response = lead.get(reverse("annotation:agreement", args=[project.slug]))
     content = response.content.decode()
     assert 'data-testid="coefficients"' in content and 'data-testid="computed-at"' in content
-    assert "eve" in content and "position_bias" in content
+    assert "eve" in content and "position bias" in content
     assert 'data-testid="alerts"' in content
     assert not response.context["state"].stale
     assert queued == []
@@ -196,3 +196,16 @@ def test_the_fast_rule_without_timed_judgements_names_no_empty_threshold(tmp_pat
         "Fast: judgements under a quarter of the project's median time (no judgement has a"
         " recorded time yet)." in content
     )
+
+
+def test_flags_are_shown_in_plain_words(project, lead):
+    """The annotator table and eve's drill-down name her flag "position bias", never the stored
+    value ``position_bias``: a lead reads words, not identifiers."""
+    agreement_report_refresh.apply(args=[project.pk])
+    dashboard = lead.get(reverse("annotation:agreement", args=[project.slug])).content.decode()
+    drill_down = lead.get(
+        reverse("annotation:agreement-annotator", args=[project.slug, "eve"])
+    ).content.decode()
+    for page in (dashboard, drill_down):
+        assert '<span class="flag">position bias</span>' in page
+        assert "position_bias" not in page
