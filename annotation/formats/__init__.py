@@ -23,7 +23,7 @@ from annotation.formats import (
     trl,
     ultrafeedback,
 )
-from annotation.formats.base import ReadOptions, RowError, SourceError
+from annotation.formats.base import SCALARS_AS_TEXT, ReadOptions, RowError, SourceError
 from annotation.formats.containers import Record, container_of, read_records
 
 # Detection order: the most specific fields first (UltraFeedback rows also fit TRL's shape, and
@@ -82,17 +82,21 @@ def resolve(path: Path, *, format: str, max_bytes: int) -> Resolved:
 
 def converted(
     records: Iterator[Record], *, format: str, options: ReadOptions
-) -> Iterator[tuple[Record, dict[str, Any] | None, RowError | None]]:
-    """(record, its Concord row or None, its error or None) for every record."""
+) -> Iterator[tuple[Record, dict[str, Any] | None, RowError | None, int]]:
+    """(record, its Concord row or None, its error or None, how many of its values were read as
+    their JSON text under ``options.scalars_as_text``) for every record."""
     reader = READERS[format]
     for record in records:
         if record.error is not None or record.data is None:
-            yield record, None, record.error
+            yield record, None, record.error, 0
             continue
+        before = options.tally[SCALARS_AS_TEXT]
         try:
-            yield record, reader.convert(record.data, options=options), None
+            row = reader.convert(record.data, options=options)
         except RowError as exc:
-            yield record, None, exc
+            yield record, None, exc, 0
+        else:
+            yield record, row, None, options.tally[SCALARS_AS_TEXT] - before
 
 
 def repeats_count_once(format: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ MAX_RECORD_BYTES = 1_000_000
 # Deeper JSON is refused: Python's parser gives up near 1,000 levels, and storing or exporting a
 # value nearly that deep could fail later, half-way through a write.
 MAX_DEPTH = 64
+SCALARS_AS_TEXT = "scalars_as_text"  # ReadOptions.tally's key: values read as their JSON text
 
 
 class RowError(ValueError):
@@ -37,6 +39,10 @@ class ReadOptions:
 
     scalars_as_text: a response that is a JSON number or boolean becomes its JSON text ("true")
         instead of a row error (PandaLM's test set has six ``true`` responses).
+    scalars_as_text_name: how the refusal names the switch that turns on ``scalars_as_text`` (the
+        command's flag; the upload page's checkbox; the API's field).
+    tally: what the readers converted so far ("scalars_as_text": values read as their text);
+        ``converted`` reports it per record.
     label_as: annotator name under which a single-label file's preference becomes a judgement
         (None: the format's default; "" for none).
     questions: FastChat question.jsonl rows by question id ({"turns": [...]}), for MT-Bench rows
@@ -49,7 +55,9 @@ class ReadOptions:
     answers: dict[str, dict[str, list[str]]] | None = None
     questions_name: str = "--questions"
     answers_name: str = "--answers"
+    scalars_as_text_name: str = "--scalars-as-text"
     extra: dict[str, Any] = field(default_factory=dict)
+    tally: Counter[str] = field(default_factory=Counter, compare=False, repr=False)
 
 
 def _refuse_constant(token: str) -> float:
@@ -119,10 +127,11 @@ def text_field(
     if value is None:
         raise RowError(name, "is required")
     if isinstance(value, bool | int | float) and options.scalars_as_text:
+        options.tally[SCALARS_AS_TEXT] += 1
         return json.dumps(value)
     if not isinstance(value, str):
         hint = (
-            " (--scalars-as-text imports it as its JSON text)"
+            f" ({options.scalars_as_text_name} imports it as its JSON text)"
             if isinstance(value, bool | int | float)
             else ""
         )

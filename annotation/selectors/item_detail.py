@@ -138,11 +138,19 @@ def _history(
         events.append(HistoryEvent(r.created_at, "swap repeat judged", r.annotator.get_username()))
     for v in verdicts:
         events.append(
-            HistoryEvent(v.decided_at, f"adjudicated: {v.choice}", v.decided_by.get_username())
+            HistoryEvent(
+                v.decided_at,
+                f"adjudicated: {v.get_choice_display()}",
+                v.decided_by.get_username(),
+            )
         )
     for f in flags:
         events.append(
-            HistoryEvent(f.created_at, f"flagged: {f.reason}", f.annotator.get_username())
+            HistoryEvent(
+                f.created_at,
+                f"flagged: {f.get_reason_display().lower()}",
+                f.annotator.get_username(),
+            )
         )
     return sorted(events, key=lambda e: e.at)
 

@@ -9,7 +9,8 @@ Filters are independent ``Q`` builders: each status is one entry of ``STATUS_FIL
 a current verdict exists), agreement and origin are counts
 and ``Exists`` over judgements and assignments, the Dawid-Skene margin comes from the project's
 consensus (``annotation.services.items.item_consensus``). Search is PostgreSQL full-text search on
-the prompt and both responses, through the GIN indexes of migration 0006; a plain contains on SQLite.
+the prompt and both responses, through the GIN indexes of migration 0006; on SQLite the same syntax
+(phrases, ``or``, -word) over case-insensitive contains (``contains_search``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import operator
+import re
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import reduce
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -64,7 +69,10 @@ COUNT_CAP = 1_000  # matching rows are counted up to here ("more than 1000": cou
 PROMPT_PREVIEW_CHARS = 140
 
 
-AGREEMENTS = ("unjudged", "single", "unanimous", "split")
+AGREEMENTS = ("unjudged", "single", "unanimous", "disagreement")
+# Older names of AGREEMENTS still accepted in a URL: "split" was "disagreement" before the word was
+# kept for the adjudication queue's "no majority".
+AGREEMENT_ALIASES = {"split": "disagreement"}
 ORIGINS = ("imported", "here")
 GOLD = ("yes", "no")
 # Sortable columns: name -> the annotation or field the keyset runs on.
@@ -121,6 +129,13 @@ STATUS_FILTERS: dict[str, Callable[[Project, datetime], Q]] = {
     "complete": _status_complete,
     "adjudicated": _status_adjudicated,
 }
+# What the page shows for each status (the URL keeps the key).
+STATUS_LABELS = {
+    "open": "open",
+    "in_progress": "in progress",
+    "complete": "complete",
+    "adjudicated": "adjudicated",
+}
 
 
 @dataclass(frozen=True)
@@ -128,7 +143,8 @@ class ItemFilters:
     """The browser's filters and sort, as the GET parameters of the items page carry them.
 
     q: search words; status: a STATUS_FILTERS key; cluster: a Prompt.cluster label; agreement: one
-    of AGREEMENTS (no judgement, one, several that all agree, several that differ); margin_min /
+    of AGREEMENTS (no judgement, one, several that all agree, several that differ; "split", its old
+    name, is read as "disagreement"); margin_min /
     margin_max: Dawid-Skene margin P(chosen) - P(rejected), 0..1, inclusive; gold: "yes"/"no";
     annotator: a username who judged it; model: a model name on either side, or "m1 vs m2" for the
     pair in either order; origin: "imported" (a judgement made outside the labelling screen) or
@@ -152,8 +168,11 @@ class ItemFilters:
     def from_params(cls, params: Mapping[str, str]) -> ItemFilters:
         """Filters from GET parameters; ConcordError naming the parameter for a bad value."""
 
-        def choice(name: str, allowed: tuple[str, ...] | list[str]) -> str:
+        def choice(
+            name: str, allowed: tuple[str, ...] | list[str], aliases: Mapping[str, str] = {}
+        ) -> str:
             value = params.get(name, "").strip()
+            value = aliases.get(value, value)
             if value and value not in allowed:
                 raise ConcordError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
             return value
@@ -174,7 +193,7 @@ class ItemFilters:
             q=params.get("q", "").strip()[:200],
             status=choice("status", list(STATUS_FILTERS)),
             cluster=number("cluster", int),
-            agreement=choice("agreement", AGREEMENTS),
+            agreement=choice("agreement", AGREEMENTS, AGREEMENT_ALIASES),
             margin_min=number("margin_min", float),
             margin_max=number("margin_max", float),
             gold=choice("gold", GOLD),
@@ -213,12 +232,17 @@ class ItemRow:
     sort_value: Any = field(repr=False, default=None)
 
     @property
+    def status_label(self) -> str:
+        """The status in words ("in progress", not the URL's ``in_progress``)."""
+        return STATUS_LABELS[self.status]
+
+    @property
     def agreement(self) -> str:
         if self.n_judged == 0:
             return "unjudged"
         if self.n_judged == 1:
             return "single"
-        return "unanimous" if self.n_choices == 1 else "split"
+        return "unanimous" if self.n_choices == 1 else "disagreement"
 
 
 @dataclass(frozen=True)
@@ -262,15 +286,59 @@ def _count_of(queryset: QuerySet, field_name: str, *, distinct: bool = False) ->
     return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
 
 
+_SEARCH_TOKEN = re.compile(r'(-?)"([^"]*)"?|(\S+)')
+
+
+def websearch_terms(words: str) -> list[list[tuple[bool, str]]]:
+    """``words`` in PostgreSQL's websearch syntax, parsed: a list of alternatives (``or`` between
+    them), each a list of (negated, text) terms that must all hold; a text is a word or a quoted
+    phrase (its inner spaces collapsed). ``-`` before a word or phrase negates it; ``or`` binds
+    looser than the implicit "and", as in ``websearch_to_tsquery``: ``a b or -c`` is
+    ``[[(False, "a"), (False, "b")], [(True, "c")]]``. Punctuation around a word is dropped."""
+    alternatives: list[list[tuple[bool, str]]] = [[]]
+    for match in _SEARCH_TOKEN.finditer(words):
+        sign, phrase, word = match.groups()
+        if word is not None:
+            if word.lower() == "or":
+                alternatives.append([])
+                continue
+            negated, text = word.startswith("-"), word.lstrip("-").strip(string.punctuation)
+        else:
+            negated, text = bool(sign), " ".join(phrase.split())
+        if text:
+            alternatives[-1].append((negated, text))
+    return [terms for terms in alternatives if terms]
+
+
+def contains_search(words: str) -> Q:
+    """The websearch syntax of ``words`` (``websearch_terms``) over case-insensitive contains, for
+    databases without PostgreSQL's full-text search (SQLite, the demo's): a comparison matches when
+    its prompt, or either response, satisfies one alternative on its own (as the full-text search
+    matches each text on its own). No stemming: ``noodle`` finds "noodles", ``sorting`` not "sort".
+    Nothing to search for (only ``or`` or punctuation) matches nothing."""
+    alternatives = websearch_terms(words)
+    if not alternatives:
+        return Q(pk__in=[])
+
+    def term(column: str, negated: bool, text: str) -> Q:
+        found = Q(**{f"{column}__icontains": text})
+        return ~found if negated else found
+
+    return reduce(
+        operator.or_,
+        (
+            reduce(operator.and_, (term(column, *t) for t in terms))
+            for column in ("prompt__text", "response_a__text", "response_b__text")
+            for terms in alternatives
+        ),
+    )
+
+
 def _search(project: Project, words: str) -> Q:
     """Comparisons whose prompt or either response matches ``words`` (websearch syntax: quoted
-    phrases, OR, -word on PostgreSQL; a case-insensitive contains elsewhere)."""
+    phrases, ``or``, -word): PostgreSQL's full-text search, ``contains_search`` elsewhere."""
     if connection.vendor != "postgresql":
-        return (
-            Q(prompt__text__icontains=words)
-            | Q(response_a__text__icontains=words)
-            | Q(response_b__text__icontains=words)
-        )
+        return contains_search(words)
     prompt_ids = Prompt.objects.filter(project=project).filter(
         FullTextMatch(F("text"), Value(words))
     )
@@ -338,8 +406,8 @@ def items_queryset(*, project: Project, filters: ItemFilters) -> QuerySet:
                 "unjudged": Q(n_judged=0),
                 "single": Q(n_judged=1),
                 "unanimous": Q(n_judged__gte=2, n_choices=1),
-                "split": Q(n_judged__gte=2, n_choices__gt=1),
-            }[filters.agreement]
+                "disagreement": Q(n_judged__gte=2, n_choices__gt=1),
+            }[AGREEMENT_ALIASES.get(filters.agreement, filters.agreement)]
         )
     if filters.margin_min is not None or filters.margin_max is not None:
         low = filters.margin_min if filters.margin_min is not None else 0.0

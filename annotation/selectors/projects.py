@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
@@ -9,7 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Count, Exists, F, OuterRef, QuerySet
 
-from annotation.models import Assignment, Comparison, Judgement, Project
+from annotation.models import Assignment, Comparison, Judgement, Project, ProjectMembership
 from annotation.selectors.labelling import BATCH_SIZE
 from common.roles import (
     human_judgements,
@@ -98,9 +99,13 @@ def member_project(*, user: AbstractBaseUser, slug: str) -> Project | None:
 
 
 def annotator_progress(*, project: Project) -> list[dict[str, object]]:
-    """Per annotator of the project: judgements, skips, median seconds per pair (lead's page)."""
+    """Per annotator member of the project (reviewer members label nothing: left out): judgements,
+    skips, median milliseconds per pair (the lead's page; milliseconds as on the agreement
+    dashboard and the item page, the median as numpy's)."""
     rows = []
-    for member in human_judgements(project.members.all(), "pk").order_by("username"):
+    annotators = project.memberships.filter(role=ProjectMembership.Role.ANNOTATOR)
+    members = project.members.filter(pk__in=annotators.values("user_id"))
+    for member in human_judgements(members, "pk").order_by("username"):
         judged = Judgement.objects.filter(comparison__project=project, annotator=member)
         times = sorted(t for t in judged.values_list("elapsed_ms", flat=True) if t is not None)
         rows.append(
@@ -113,7 +118,7 @@ def annotator_progress(*, project: Project) -> list[dict[str, object]]:
                     annotator=member,
                     status=Assignment.Status.SKIPPED,
                 ).count(),
-                "median_seconds": round(times[len(times) // 2] / 1000, 1) if times else None,
+                "median_ms": statistics.median(times) if times else None,
             }
         )
     return rows

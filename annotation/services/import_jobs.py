@@ -39,6 +39,7 @@ ALLOWED_SUFFIXES = (
 )
 REFUSED_SUFFIXES = (".zip", ".bz2", ".xz", ".7z", ".tgz", ".tar")
 PROGRESS_TTL_S = 24 * 3600
+SCALARS_AS_TEXT_API = '"scalars_as_text": true'  # how an API upload's row error names the switch
 
 
 def _progress_key(job_id: int) -> str:
@@ -53,11 +54,14 @@ def import_job_create(
     format: str = "auto",
     skip_invalid: bool = False,
     scalars_as_text: bool = False,
+    scalars_as_text_name: str = SCALARS_AS_TEXT_API,
 ) -> ImportJob:
     """Store the uploaded file and queue its import; refuses oversized files and archives.
 
     ``format``: "auto" or a name of annotation.formats.READERS; ``skip_invalid``: import the good
-    rows and list the bad ones beside the upload; ``scalars_as_text``: see formats.ReadOptions.
+    rows and list the bad ones beside the upload; ``scalars_as_text``: see formats.ReadOptions;
+    ``scalars_as_text_name``: how a row error names that switch where the upload came from (the API's
+    field by default; the upload page passes its checkbox).
     """
     name = Path(upload.name or "upload.jsonl").name
     if format not in formats.FORMAT_NAMES:
@@ -103,6 +107,7 @@ def import_job_create(
                 "format": format,
                 "skip_invalid": skip_invalid,
                 "scalars_as_text": scalars_as_text,
+                "scalars_as_text_name": scalars_as_text_name,
             }
         },
     )
@@ -128,7 +133,10 @@ def import_job_run(*, job_id: int) -> ImportJob:
     options = ImportOptions(
         format=chosen.get("format", "auto"),
         skip_invalid=chosen.get("skip_invalid", False),
-        read=formats.ReadOptions(scalars_as_text=chosen.get("scalars_as_text", False)),
+        read=formats.ReadOptions(
+            scalars_as_text=chosen.get("scalars_as_text", False),
+            scalars_as_text_name=chosen.get("scalars_as_text_name", SCALARS_AS_TEXT_API),
+        ),
     )
     try:
         result = comparisons_import(

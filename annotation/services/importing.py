@@ -40,6 +40,7 @@ from annotation.parsing import (
     parse_row,
     response_hash,
 )
+from annotation.services.import_result import ImportResult
 from common.roles import ANNOTATOR
 
 CHUNK_ROWS = 1000
@@ -51,47 +52,6 @@ Progress = Callable[[str, int, int | None], None]
 
 Source = Sequence[str] | Path
 """Concord JSONL lines, or the Path of a file in any format and container annotation.formats reads."""
-
-
-@dataclass(frozen=True)
-class ImportResult:
-    """Counts of one import: rows read, comparisons created or already present, and so on.
-
-    ``format``/``container``: what the file was read as (what ``auto`` chose). ``rows_rejected``:
-    rows left out under ``skip_invalid`` (listed in ``rejects_path``). ``empty_responses``: empty or
-    whitespace-only responses among the rows read. ``repeated_votes``: a judge's vote repeated with
-    the same verdict (formats where that counts once).
-    """
-
-    rows: int
-    comparisons_created: int
-    comparisons_existing: int
-    judgements_created: int
-    judgements_existing: int
-    annotators_created: int
-    format: str = "concord"
-    container: str = "jsonl"
-    rows_rejected: int = 0
-    empty_responses: int = 0
-    repeated_votes: int = 0
-    rejects_path: str = ""
-
-    def summary(self) -> str:
-        text = (
-            f"{self.rows} rows: {self.comparisons_created} comparisons created, "
-            f"{self.comparisons_existing} already present; {self.judgements_created} judgements "
-            f"created, {self.judgements_existing} already present; "
-            f"{self.annotators_created} annotator accounts created; "
-            f"{self.empty_responses} empty responses"
-        )
-        if self.repeated_votes:
-            text += f"; {self.repeated_votes} repeated votes counted once"
-        if self.rows_rejected or self.rejects_path:
-            text += (
-                f"; {self.rows - self.rows_rejected} rows imported, {self.rows_rejected} rejected"
-                + (f" (listed in {self.rejects_path})" if self.rejects_path else "")
-            )
-        return f"{self.format} ({self.container}): {text}"
 
 
 def project_get_or_create(
@@ -119,6 +79,7 @@ class _Read:
     row: ImportedComparison | None
     errors: list[LineError]
     raw: Any
+    as_text: int = 0  # values of the record read as their JSON text (ReadOptions.scalars_as_text)
 
 
 @dataclass(frozen=True)
@@ -145,7 +106,7 @@ def _file_read(path: Path, resolved: formats.Resolved, options: ImportOptions) -
     records = read_records(
         path, max_bytes=settings.CONCORD_IMPORT_MAX_BYTES, container=resolved.container
     )
-    for record, row, error in formats.converted(
+    for record, row, error, as_text in formats.converted(
         records, format=resolved.format, options=options.read
     ):
         if error is not None or row is None:
@@ -157,7 +118,7 @@ def _file_read(path: Path, resolved: formats.Resolved, options: ImportOptions) -
         if isinstance(parsed, list):
             yield _Read(record.number, record.unit, None, parsed, record.raw)
         else:
-            yield _Read(record.number, record.unit, parsed, [], record.raw)
+            yield _Read(record.number, record.unit, parsed, [], record.raw, as_text)
 
 
 @dataclass
@@ -170,6 +131,7 @@ class _Plan:
     rejected: set[int] = field(default_factory=set)
     repeats: set[tuple[int, str]] = field(default_factory=set)
     empty_responses: int = 0
+    scalars_as_text: int = 0
     rejects_path: str = ""
 
 
@@ -308,6 +270,7 @@ def _validate(
                 else:
                     row = item.row
                     plan.empty_responses += row.empty_responses
+                    plan.scalars_as_text += item.as_text
                     plan.repeats.update((item.number, name) for name in repeats)
                     if row.answer is not None:
                         answers.setdefault(row.prompt_hash, (item.number, row.answer))
@@ -580,6 +543,7 @@ def comparisons_import(
         empty_responses=plan.empty_responses,
         repeated_votes=len(plan.repeats),
         rejects_path=plan.rejects_path,
+        scalars_as_text=plan.scalars_as_text,
     )
 
 

@@ -20,7 +20,7 @@ def items_browse(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "project": project,
         "params": request.GET,
-        "statuses": list(selectors.STATUS_FILTERS),
+        "statuses": list(selectors.STATUS_LABELS.items()),
         "agreements": selectors.AGREEMENTS,
         "sorts": list(selectors.SORTS),
         "clusters": list(run.clusters.all()) if run else [],

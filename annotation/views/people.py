@@ -19,11 +19,14 @@ from django.urls import reverse_lazy
 from annotation.forms import MemberAddForm, ProjectForm
 from annotation.models import Project
 from annotation.selectors import members as project_selectors
+from annotation.selectors.adjudication import guidelines_versions
 from annotation.services import projects as project_services
+from annotation.services.adjudication import guidelines_diff
 from annotation.services.projects import ProjectError
 from common.roles import ML_ENGINEER, role_required
 
 T = TypeVar("T")
+INVITE_SESSION_KEY = "concord:invite-link"  # the invite link the People page shows once
 
 
 def _form_errors(form: Form, error: ProjectError) -> None:
@@ -73,8 +76,35 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
         "project": project,
         "form": form,
         "events": project_selectors.project_events(project=project, page=request.GET.get("page")),
+        **_guidelines_comparison(project, request.GET.get("old"), request.GET.get("new")),
     }
     return render(request, "annotation/projects/settings.html", context)
+
+
+def _guidelines_comparison(project: Project, old: str | None, new: str | None) -> dict[str, Any]:
+    """The settings page's guidelines versions and the diff between versions ``old`` and ``new``
+    (numbers from the page's form; by default the one before the newest and the newest). A number
+    that names no version is an error on the page, and no diff is shown."""
+    versions = guidelines_versions(project=project)
+    by_number = {str(v.number): v for v in versions}
+    context: dict[str, Any] = {"versions": versions}
+    if old is None and new is None:
+        if len(versions) < 2:
+            return context
+        old, new = str(versions[-2].number), str(versions[-1].number)
+    missing = [name for name in (old, new) if name not in by_number]
+    if missing:
+        known = ", ".join(by_number) or "none yet"
+        context["diff_error"] = (
+            f"No guidelines version {missing[0]!r} to compare (versions: {known})."
+        )
+        return context
+    context |= {
+        "old": by_number[old],
+        "new": by_number[new],
+        "diff": guidelines_diff(by_number[old].text, by_number[new].text),
+    }
+    return context
 
 
 def _post_and_back(
@@ -123,13 +153,17 @@ def project_members(request: HttpRequest, slug: str) -> HttpResponse:
         "form": form,
         "members": project_selectors.project_members(project=project),
         "recent_days": project_selectors.RECENT_DAYS,
+        # Shown once, on the page the lead lands on after making it (not kept in the page's URL).
+        "invite": request.session.pop(INVITE_SESSION_KEY, None),
     }
     return render(request, "annotation/projects/members.html", context)
 
 
 def _show_invite(request: HttpRequest, username: str, path: str) -> None:
+    """Keep the invite link for the People page to show once, in a field with a Copy button."""
     link = request.build_absolute_uri(path)
-    messages.info(request, f"One-time invite link for {username} (send it to them): {link}")
+    request.session[INVITE_SESSION_KEY] = {"username": username, "link": link}
+    messages.info(request, f"One-time invite link for {username} made: copy it below and send it.")
 
 
 @role_required(ML_ENGINEER, methods=("POST",))
@@ -175,7 +209,10 @@ class InviteAccept(PasswordResetConfirmView):
     def form_valid(self, form: Form) -> HttpResponse:
         if not form.user.has_usable_password():
             form.user.is_active = True
-        messages.success(self.request, "Password set. Log in with your username and it.")
+        messages.success(
+            self.request,
+            f"Password set. Log in with your username, {form.user.get_username()}, and it.",
+        )
         return super().form_valid(form)
 
 

@@ -23,6 +23,9 @@ from annotation.services.import_jobs import import_job_create, import_job_progre
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_required
 
+# The upload form's checkbox for ReadOptions.scalars_as_text; a row error names it by this text.
+SCALARS_AS_TEXT_LABEL = "Import responses that are JSON numbers or booleans as their text"
+
 
 @role_required(ANNOTATOR, hide=False)
 def my_projects(request: HttpRequest) -> HttpResponse:
@@ -52,6 +55,7 @@ def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
         "exports": project.exports.all()[:20],
         "max_upload_mb": settings.CONCORD_IMPORT_MAX_BYTES // (1024 * 1024),
         "import_formats": FORMAT_NAMES,
+        "scalars_as_text_label": SCALARS_AS_TEXT_LABEL,
     }
     return render(request, "annotation/manage.html", context)
 
@@ -71,6 +75,7 @@ def import_upload(request: HttpRequest, slug: str) -> HttpResponse:
                 format=request.POST.get("format", "auto"),
                 skip_invalid=request.POST.get("skip_invalid") == "1",
                 scalars_as_text=request.POST.get("scalars_as_text") == "1",
+                scalars_as_text_name=f'the checkbox "{SCALARS_AS_TEXT_LABEL}"',
             )
         except ConcordError as exc:
             messages.error(request, str(exc))

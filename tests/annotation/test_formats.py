@@ -95,7 +95,7 @@ def test_empty_and_whitespace_responses_are_imported_and_counted(project, empty)
     lines = [json.dumps({"prompt": "Q?", "response_a": "An answer.", "response_b": empty})]
     result = comparisons_import(project=project, lines=lines)
     assert (result.comparisons_created, result.empty_responses) == (1, 1)
-    assert "1 empty responses" in result.summary()
+    assert "1 empty response" in result.summary()
     assert Comparison.objects.get().response_b.text == empty
 
 
@@ -224,7 +224,7 @@ def test_skip_invalid_through_the_command(tmp_path, capsys):
     path = _jsonl(tmp_path / "rows.jsonl", [CONCORD_ROWS[0], {"prompt": "Q"}])
     call_command("import_comparisons", str(path), "--project", "skips", "--skip-invalid")
     out = capsys.readouterr().out
-    assert "1 rows imported, 1 rejected" in out and "rows.jsonl.rejected.jsonl" in out
+    assert "1 row imported, 1 rejected" in out and "rows.jsonl.rejected.jsonl" in out
     assert Comparison.objects.count() == 1
 
 

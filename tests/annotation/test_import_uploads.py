@@ -57,7 +57,7 @@ def test_page_upload_of_a_gzip_json_array_with_skip_invalid(
     assert rejects.parent == settings.UPLOAD_DIR  # beside the upload
     assert json.loads(rejects.read_text())["item"] == 2
     page = client.get(reverse("annotation:project-manage", args=["lead"])).content.decode()
-    assert "1 rows imported, 1 rejected" in page
+    assert "1 row imported, 1 rejected" in page
 
 
 def test_api_upload_with_format_and_scalars_as_text(
@@ -100,3 +100,23 @@ def test_uploaded_gzip_bomb_fails_the_job_and_imports_nothing(
     assert job.status == "failed"
     assert "decompresses to more than 1,048,576 bytes" in job.errors[0]["message"]
     assert not Comparison.objects.exists()
+
+
+def test_api_row_error_names_the_api_field_for_scalars_as_text(
+    ml_engineer, project, django_capture_on_commit_callbacks
+):
+    """An API upload of PandaLM rows with a JSON ``true`` response, without ``scalars_as_text``,
+    fails on item 2 with an error naming the API's field (not the command's flag); nothing is
+    imported."""
+    upload = SimpleUploadedFile("testset.json", json.dumps(PANDA).encode())
+    with django_capture_on_commit_callbacks(execute=True):
+        logged_in(ml_engineer).post(
+            "/api/projects/lead/imports/", {"file": upload, "format": "pandalm"}
+        )
+    job = ImportJob.objects.get()
+    assert job.status == "failed"
+    assert [(e["line"], e["field"]) for e in job.errors] == [(2, "response1")]
+    assert job.errors[0]["message"] == (
+        'must be a string, not bool True ("scalars_as_text": true imports it as its JSON text)'
+    )
+    assert Comparison.objects.count() == 0

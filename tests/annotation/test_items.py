@@ -7,7 +7,14 @@ from django.db import connection
 from django.utils import timezone
 
 from annotation.models import Assignment, Comparison
-from annotation.selectors.items import ItemFilters, cursor_encode, items_page, items_queryset
+from annotation.selectors.items import (
+    ItemFilters,
+    contains_search,
+    cursor_encode,
+    items_page,
+    items_queryset,
+    websearch_terms,
+)
 from annotation.services.items import item_consensus
 from annotation.services.labelling import Verdict, assignment_claim, judgement_submit
 from common.errors import ConcordError
@@ -82,7 +89,18 @@ def test_agreement_filters(world):
     assert _ids(project, agreement="unjudged") == {ids["untouched"], ids["leased"]}
     assert _ids(project, agreement="single") == {ids["gold"]}
     assert _ids(project, agreement="unanimous") == {ids["unanimous"]}
-    assert _ids(project, agreement="split") == {ids["split"]}
+    assert _ids(project, agreement="disagreement") == {ids["split"]}
+
+
+def test_agreement_split_in_an_old_url_reads_as_disagreement(world):
+    """The item browser's "split" (judgements that differ) is now "disagreement" ("split" is the
+    adjudication queue's "no majority"); a URL saved with ``agreement=split`` still filters the
+    same comparisons, and its row reads "disagreement"."""
+    project, ids = world
+    filters = ItemFilters.from_params({"agreement": "split"})
+    assert filters.agreement == "disagreement"
+    page = items_page(project=project, filters=filters)
+    assert [(row.id, row.agreement) for row in page.rows] == [(ids["split"], "disagreement")]
 
 
 def test_gold_annotator_and_model_filters(world):
@@ -155,6 +173,45 @@ def test_full_text_search_in_prompts_and_responses(world):
     assert _ids(project, q="noodles or sunlight") == {ids["split"], ids["leased"]}
     assert _ids(project, q="pasta -noodles") == {ids["split"]}  # each text is matched on its own
     assert _ids(project, q="the") == set()  # only a stop word: matches nothing
+
+
+def test_websearch_terms_reads_phrases_or_and_negation():
+    """PostgreSQL's websearch syntax, parsed for the search without full-text search: ``or`` splits
+    alternatives (binding looser than the implicit "and"), quotes make a phrase (inner spaces
+    collapsed), ``-`` negates a word or a phrase, punctuation around a word is dropped, ``OR`` is
+    ``or``; only ``or`` and a bare ``-`` leave nothing to search for."""
+    assert websearch_terms('pasta "boil the  noodles" or -sunlight') == [
+        [(False, "pasta"), (False, "boil the noodles")],
+        [(True, "sunlight")],
+    ]
+    assert websearch_terms('-"first answer" OR volcano?') == [
+        [(True, "first answer")],
+        [(False, "volcano")],
+    ]
+    assert websearch_terms("or - ") == []
+
+
+def test_search_syntax_without_full_text_search(world):
+    """``contains_search`` (SQLite's search: the demo's database) reads the same syntax as the
+    full-text search: 'noodle' is in response B of the pasta pair; 'noodles or sunlight' finds both
+    pairs that have one of them; each text is matched on its own, so 'pasta -noodles' finds the
+    pasta pair by its prompt, while 'plants -sunlight' finds nothing (the only text with 'plants'
+    also has 'sunlight'); a phrase needs its words together and in order. The old search looked
+    for the whole string ('noodles or sunlight') and found nothing."""
+    project, ids = world
+
+    def found(words: str) -> set[int]:
+        matching = Comparison.objects.filter(project=project).filter(contains_search(words))
+        return set(matching.values_list("pk", flat=True))
+
+    assert found("noodle") == {ids["split"]}
+    assert found("noodles or sunlight") == {ids["split"], ids["leased"]}
+    assert found("pasta -noodles") == {ids["split"]}
+    assert found("plants") == {ids["leased"]}
+    assert found("plants -sunlight") == set()
+    assert found('"pasta recipe"') == {ids["split"]}
+    assert found('"recipe pasta"') == set()
+    assert found("or") == set()
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")

@@ -53,9 +53,9 @@ def test_upload_imports_and_keeps_the_file(
     assert Comparison.objects.filter(project=project).count() == 1
     assert list(settings.UPLOAD_DIR.iterdir())  # what the user sent is kept
     status = client.get(reverse("annotation:import-status", args=["lead", job.pk])).json()
-    assert status["status"] == "done" and "1 comparisons created" in status["summary"]
+    assert status["status"] == "done" and "1 comparison created" in status["summary"]
     page = client.get(reverse("annotation:project-manage", args=["lead"])).content.decode()
-    assert "rows.jsonl" in page and "1 comparisons created" in page
+    assert "rows.jsonl" in page and "1 comparison created" in page
 
 
 def test_bad_upload_lists_each_error_and_imports_nothing(
@@ -219,3 +219,36 @@ def test_batch_progress_counts_complete_pairs_per_batch(project):
     first, second = batch_progress(project=project)
     assert (first.number, first.comparisons, first.complete, first.judgements) == (1, 20, 3, 9)
     assert (second.comparisons, second.complete, second.judgements) == (5, 0, 1)
+
+
+def test_annotator_median_time_is_in_milliseconds_as_on_the_agreement_page(ml_engineer, project):
+    """ann judged four pairs in 1000, 2000, 4000 and 8000 ms: the lead's Annotators table shows the
+    median 3000 ms (the mean of the middle two, as the agreement dashboard's numpy median), in the
+    unit the agreement dashboard and the item page use, not "4.0 s"."""
+    from tests.factories import JudgementFactory, UserFactory
+    from tests.helpers.annotation_data import make_pair
+
+    ann = UserFactory(username="ann", role="Annotator")
+    project.members.add(ann)
+    for ms in (1000, 2000, 4000, 8000):
+        pair = make_pair(project, prompt=f"Question {ms}")
+        JudgementFactory(comparison=pair, annotator=ann, elapsed_ms=ms)
+    page = logged_in(ml_engineer).get(reverse("annotation:project-manage", args=["lead"]))
+    html = page.content.decode()
+    assert "<tr><td>ann</td><td>4</td><td>0</td><td>3000 ms</td><td>active</td></tr>" in html
+
+
+def test_annotators_table_leaves_out_reviewer_members(ml_engineer, project):
+    """A project with annotator ``ann`` and reviewer ``rita`` as members: the lead page's
+    Annotators table has one row, ann's; a reviewer labels nothing there."""
+    from annotation.services.projects import member_add
+    from tests.factories import UserFactory
+
+    UserFactory(username="ann", role="Annotator")
+    UserFactory(username="rita", role="Reviewer")
+    member_add(project=project, actor=ml_engineer, identifier="ann", role="annotator")
+    member_add(project=project, actor=ml_engineer, identifier="rita", role="reviewer")
+    page = logged_in(ml_engineer).get(reverse("annotation:project-manage", args=["lead"]))
+    table = page.content.decode().split('data-testid="annotators"')[1].split("</table>")[0]
+    assert "<td>ann</td>" in table
+    assert "rita" not in table

@@ -93,7 +93,7 @@ def test_mt_bench_expert_votes_import_with_texts_given_by_file(tmp_path, capsys)
         "--questions", str(question_file), "--answers", str(answers),
     )  # fmt: skip
     out = capsys.readouterr().out
-    assert "1689 rows" in out and "1 repeated votes counted once" in out
+    assert "1689 rows" in out and "1 repeated vote counted once" in out
     assert Comparison.objects.count() == 910
     assert Judgement.objects.count() == 1688
     assert Judgement.objects.filter(annotator__username__startswith="expert_").exists()

@@ -69,8 +69,8 @@ def test_lead_creates_a_project_invites_an_annotator_who_labels_then_pauses_them
     page.fill("#id_identifier", "nora@example.org")
     page.get_by_role("button", name="Add").click()
     expect(page.locator('tr[data-member="nora"]')).to_contain_text("no password yet")
-    notice = page.locator(".messages li", has_text="invite link").inner_text()
-    invite = re.search(r"https?://\S+/annotation/invite/\S+/", notice).group(0)
+    invite = page.get_by_test_id("invite-link").input_value()
+    assert re.fullmatch(r"https?://\S+/annotation/invite/\S+/", invite)
 
     # The annotator, in a browser of their own, sets a password, logs in and labels a pair.
     nora = browser.new_context(base_url=live_server.url)
