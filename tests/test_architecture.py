@@ -27,6 +27,7 @@ PURE = (
     "annotation.agreement",
     "annotation.clustering",
     "annotation.formats",
+    "annotation.simulation",
     "training.algorithms",
     "training.recipes",
     "monitoring.stopping",
