@@ -32,6 +32,7 @@ PURE = (
     "training.recipes",
     "monitoring.stopping",
     "monitoring.ppi",
+    "monitoring.peak",
     "monitoring.judging",
 )
 HEAVY = (
