@@ -26,6 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from annotation.simulation import (  # noqa: E402
+    DEMO_ANNOTATORS,
+    GUESSES,
+    GUESSING_HABITS,
+    habit_choice,
+)
 from common.text import storable_text  # noqa: E402
 from monitoring.stopping import text_repetition_rate  # noqa: E402
 from training.recipes.generation import ChatGenerator, Generation, SamplingConfig  # noqa: E402
@@ -35,13 +41,8 @@ CAREFUL = SamplingConfig(max_new_tokens=384, temperature=0.3, top_p=0.9, seed=11
 ADVENTUROUS = SamplingConfig(max_new_tokens=384, temperature=1.0, top_p=0.95, seed=23)
 MODEL = "smollm2-135m-instruct"
 
-# name: (habit, probability that the habit decides instead of the reference rule, seconds per judgement)
-ANNOTATORS = {
-    "ana": ("careful", 0.10, 38.0),
-    "ben": ("left", 0.55, 21.0),
-    "chloe": ("longer", 0.55, 27.0),
-    "dev": ("random", 0.40, 6.0),
-}
+# The four demo annotators' habits, shares and times live in annotation.simulation (DEMO_ANNOTATORS),
+# shared with the gold-reward farm's simulated annotators; here a reference rule replaces gold.
 
 
 def repetition_rate(text: str) -> float:
@@ -109,17 +110,15 @@ def reference_choice(a: Generation, b: Generation, careful: str) -> tuple[str, i
 def simulated_judgement(
     name: str, a: Generation, b: Generation, careful: str, rng: random.Random
 ) -> dict[str, object]:
-    """One demo annotator's judgement of (a, b), following the annotator's habit."""
-    habit, habit_share, seconds = ANNOTATORS[name]
+    """One demo annotator's judgement of (a, b), following the annotator's habit
+    (annotation.simulation's model, with the reference rule's verdict in place of gold's). The draws
+    from ``rng`` keep their order, so a seed gives the same judgements as before the habits moved."""
+    profile = DEMO_ANNOTATORS[name]
     shown_left = rng.choice("ab")
     choice, strength = reference_choice(a, b, careful)
-    if rng.random() < habit_share:
-        if habit == "left":
-            choice = shown_left
-        elif habit == "longer":
-            choice = "a" if len(a.text) >= len(b.text) else "b"
-        else:  # careful annotators slip, careless ones guess
-            choice = rng.choice(["a", "b", "tie"])
+    if rng.random() < profile.habit_share:
+        guess = rng.choice(GUESSES) if profile.habit in GUESSING_HABITS else "tie"
+        choice = str(habit_choice(profile.habit, shown_left, len(a.text), len(b.text), guess))
         strength = rng.randint(1, 3)
     if choice == "tie":
         strength = 1
@@ -128,7 +127,7 @@ def simulated_judgement(
         "choice": choice,
         "strength": strength,
         "shown_left": shown_left,
-        "elapsed_ms": int(rng.lognormvariate(0, 0.35) * seconds * 1000),
+        "elapsed_ms": int(rng.lognormvariate(0, profile.time_spread) * profile.seconds * 1000),
     }
 
 
@@ -150,7 +149,7 @@ def write_comparisons(
     sampled is written as U+FFFD (``common.text.storable_text``): the import refuses NUL, which
     PostgreSQL text cannot store."""
     rng = random.Random(2026)
-    names = list(ANNOTATORS)
+    names = list(DEMO_ANNOTATORS)
     with out.open("w") as stream:
         for index, row in enumerate(rows):
             pair = [(careful[index], "t0.3"), (adventurous[index], "t1.0")]

@@ -28,10 +28,12 @@ PURE = (
     "annotation.agreement",
     "annotation.clustering",
     "annotation.formats",
+    "annotation.simulation",
     "training.algorithms",
     "training.recipes",
     "monitoring.stopping",
     "monitoring.ppi",
+    "monitoring.peak",
     "monitoring.judging",
 )
 HEAVY = (

@@ -6,6 +6,13 @@ Each function names the paper equation it implements and gives its shapes in the
 """
 
 from training.algorithms.advantages import MovingAverageBaseline, gae, rloo_advantages
+from training.algorithms.ensemble import (
+    ENSEMBLE_OBJECTIVES,
+    UWO_LAMBDA,
+    EnsembleDisagreement,
+    ensemble_disagreement,
+    ensemble_reward,
+)
 from training.algorithms.grpo import (
     GRPO_LOSS_NORMS,
     DynamicSampling,
@@ -55,9 +62,12 @@ from training.algorithms.shaping import (
 
 __all__ = [
     "DPO_LOSS_TYPES",
+    "ENSEMBLE_OBJECTIVES",
     "GRPO_LOSS_NORMS",
+    "UWO_LAMBDA",
     "AdaptiveKLController",
     "DynamicSampling",
+    "EnsembleDisagreement",
     "FixedKLController",
     "KLController",
     "KTOOutput",
@@ -70,6 +80,8 @@ __all__ = [
     "clipped_value_loss",
     "dpo_loss",
     "dynamic_sampling",
+    "ensemble_disagreement",
+    "ensemble_reward",
     "entropy_bonus",
     "entropy_from_logits",
     "gae",
