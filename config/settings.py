@@ -273,7 +273,7 @@ CONCORD_HEARTBEAT_EVERY_S = env.float("CONCORD_HEARTBEAT_EVERY_S", default=10.0)
 CONCORD_METRICS_HOOK = "monitoring.alerts.evaluate_metrics"
 # The agreement dashboard's judge toggle reads the project's model judges through this (a dotted
 # path, so annotation never imports monitoring): callable(project=...) -> list of dicts.
-CONCORD_JUDGES_HOOK = "monitoring.judge_selectors.judges_beside_humans"
+CONCORD_JUDGES_HOOK = "monitoring.selectors.judges.judges_beside_humans"
 # PIPELINE.md's alert table. metric: the name the recipes log.
 CONCORD_ALERT_RULES = [
     {"metric": "kl", "direction": ">", "threshold": 0.15,

@@ -57,7 +57,7 @@ class EvalRound(models.Model):
 
     With a ``judge``, the judge rates every item and reviewers rate a seeded random subset
     (``human_fraction`` of the items, at least ``min_human_items``; ``EvalItem.for_humans``), so
-    the round's win rate and usefulness get a prediction-powered interval (monitoring/ppi.py).
+    the round's win rate and usefulness get a prediction-powered interval (monitoring/stats/ppi.py).
     """
 
     class Status(models.TextChoices):

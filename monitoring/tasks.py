@@ -12,7 +12,7 @@ from celery import shared_task
 def generate_round_responses(round_id: int) -> str:
     """Generate the checkpoint's and the baseline's responses of an eval round; returns its status.
     A redelivered message finds the round no longer generating and does nothing."""
-    from monitoring.eval_services import round_generate
+    from monitoring.services.eval_rounds import round_generate
 
     return round_generate(round_id=round_id).status
 
@@ -21,7 +21,7 @@ def generate_round_responses(round_id: int) -> str:
 def judge_run(judge_id: int) -> str:
     """Run a model judge's job (sent by ``judge_launch``); returns its status.
     Resumable: a redelivered message answers only what is still missing."""
-    from monitoring.judge_services import judge_run as run
+    from monitoring.services.judges import judge_run as run
 
     return run(judge_id=judge_id).status
 
@@ -30,6 +30,6 @@ def judge_run(judge_id: int) -> str:
 def judge_round(round_id: int) -> str:
     """Run an eval round's judge over every item in both orders (sent by ``round_judge_launch``);
     returns the job's status. Resumable: a redelivered message answers only what is missing."""
-    from monitoring.round_judge_services import round_judge_run
+    from monitoring.services.round_judges import round_judge_run
 
     return round_judge_run(round_id=round_id).judge_status

@@ -1,6 +1,9 @@
 from django.urls import path
 
-from monitoring import eval_views, judge_views, views, views_hub
+from monitoring.views import eval_rounds as eval_views
+from monitoring.views import hub as views_hub
+from monitoring.views import judges as judge_views
+from monitoring.views import runs as views
 
 app_name = "monitoring"
 

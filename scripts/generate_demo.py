@@ -33,7 +33,7 @@ from annotation.simulation import (  # noqa: E402
     habit_choice,
 )
 from common.text import storable_text  # noqa: E402
-from monitoring.stopping import text_repetition_rate  # noqa: E402
+from monitoring.stats.stopping import text_repetition_rate  # noqa: E402
 from training.recipes.generation import ChatGenerator, Generation, SamplingConfig  # noqa: E402
 
 # A budget most answers finish within; the rest are cut back to their last whole sentence.

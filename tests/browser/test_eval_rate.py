@@ -8,8 +8,8 @@ import re
 
 from playwright.sync_api import expect
 
-from monitoring import eval_services
 from monitoring.models import EvalItem, EvalJudgement, EvalRound
+from monitoring.services import eval_rounds as eval_services
 from tests.helpers.browser import log_in
 from tests.monitoring_eval import conftest as eval_conftest
 from tests.monitoring_eval.conftest import BASELINE

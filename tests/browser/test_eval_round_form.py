@@ -24,7 +24,7 @@ def test_the_form_caps_the_prompts_at_the_held_out_count_and_says_so(
     """Choosing step 4 of the run and the eval project: the form says 8 of the 10 prompts are held
     out and lowers its 100 prompts to 8; "Create round" makes a round of those 8 (before: no word,
     and a round of all 10, the 2 trained prompts among them)."""
-    monkeypatch.setattr("monitoring.eval_services.task_send", lambda *args, **kwargs: None)
+    monkeypatch.setattr("monitoring.services.eval_rounds.task_send", lambda *args, **kwargs: None)
     run = run_with_checkpoints
     log_in(page, ml_engineer)
     page.goto("/monitoring/eval/")

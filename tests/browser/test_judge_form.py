@@ -36,7 +36,7 @@ def test_the_form_shows_only_the_chosen_kinds_fields(browser, page: Page, ml_eng
     (before: all eleven fields of the three kinds at once). Choosing "OpenAI-compatible endpoint"
     reloads with ?kind=openai and the endpoint's fields; "Local LLM" with the model, template and
     token budget. The endpoint judge filled in there is created as kind openai."""
-    monkeypatch.setattr("monitoring.judge_services.task_send", lambda *args, **kwargs: None)
+    monkeypatch.setattr("monitoring.services.judges.task_send", lambda *args, **kwargs: None)
     problems: list[str] = []
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda error: problems.append(str(error)))

@@ -17,8 +17,8 @@ from annotation.models import Judgement, Project, Side
 from annotation.services import agreement as agreement_services
 from annotation.tasks import agreement_report_refresh
 from common.roles import ML_ENGINEER, machine_account_mark
-from monitoring import judge_services
 from monitoring.models import Judge, JudgeOutput
+from monitoring.services import judges as judge_services
 from tests.factories import ComparisonFactory, JudgementFactory, ProjectFactory, UserFactory
 from tests.helpers.browser import log_in
 from tests.helpers.labelling_screen import make_project, on_screen, other_side, settled, switch_pair

@@ -10,7 +10,7 @@ from annotation.models import Judgement
 from annotation.selectors.agreement import suggestion_report
 from annotation.services import agreement as agreement_services
 from annotation.services.projects import project_update
-from monitoring import judge_services
+from monitoring.services import judges as judge_services
 from tests.judges.test_services import _answers, _rm_judge
 
 pytestmark = pytest.mark.django_db

@@ -12,9 +12,9 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from annotation.models import Judgement
-from monitoring import judge_services
-from monitoring.judge_services import JudgeError, judge_create, judge_launch, judge_run
 from monitoring.models import Judge, JudgeOutput
+from monitoring.services import judges as judge_services
+from monitoring.services.judges import JudgeError, judge_create, judge_launch, judge_run
 from tests.conftest import logged_in
 from tests.helpers.fake_chat_server import Reply, completion, fake_chat_server
 from tests.judges.conftest import ROWS
@@ -137,7 +137,7 @@ def test_bad_endpoint_settings_are_refused_and_nothing_is_written(judged_project
 def test_an_endpoint_judge_goes_to_the_default_queue(judged_project, monkeypatch):
     sent = []
     monkeypatch.setattr(
-        "monitoring.judge_services.task_send", lambda name, **kw: sent.append((name, kw))
+        "monitoring.services.judges.task_send", lambda name, **kw: sent.append((name, kw))
     )
     with fake_chat_server(prefers_a) as server:
         judge_launch(judge=endpoint_judge(judged_project, server))
@@ -146,7 +146,7 @@ def test_an_endpoint_judge_goes_to_the_default_queue(judged_project, monkeypatch
 
 
 def test_the_page_creates_an_endpoint_judge(judged_project, ml_engineer, monkeypatch):
-    monkeypatch.setattr("monitoring.judge_services.task_send", lambda name, **kw: None)
+    monkeypatch.setattr("monitoring.services.judges.task_send", lambda name, **kw: None)
     form = {"name": "served", "kind": "openai", "endpoint_url": "http://vllm-host:8000/v1",
             "served_model": "Qwen/Qwen2.5-7B-Instruct", "api_key_env": "VLLM_KEY",
             "max_concurrency": 8, "timeout_s": 30,

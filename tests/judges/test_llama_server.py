@@ -5,8 +5,8 @@ answer either a verdict or a recorded parse failure, parsed verdicts stored as j
 import pytest
 
 from annotation.models import Judgement
-from monitoring.judge_services import judge_create, judge_launch, judge_run
 from monitoring.models import JudgeOutput
+from monitoring.services.judges import judge_create, judge_launch, judge_run
 from tests.helpers.llama_server import llama_server  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]

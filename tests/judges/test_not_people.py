@@ -19,7 +19,8 @@ from annotation.services.agreement import agreement_dashboard, project_agreement
 from annotation.services.exporting import dataset_export
 from common.errors import ConcordError
 from common.roles import MACHINE_JUDGE, human_judgements, is_machine_account
-from monitoring import judge_selectors, judge_services
+from monitoring.selectors import judges as judge_selectors
+from monitoring.services import judges as judge_services
 from tests.judges.test_services import _answers, _rm_judge
 
 pytestmark = pytest.mark.django_db

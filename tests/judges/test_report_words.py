@@ -4,8 +4,8 @@ raw 0-1 number like "same verdict on 1.0"."""
 import pytest
 from django.urls import reverse
 
-from monitoring.judge_services import judge_create, judge_verdicts_store
 from monitoring.models import JudgeOutput
+from monitoring.services.judges import judge_create, judge_verdicts_store
 from tests.conftest import logged_in
 
 pytestmark = pytest.mark.django_db

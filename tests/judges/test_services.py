@@ -12,9 +12,10 @@ from django.test import Client
 
 from annotation.agreement.judges import reward_verdicts
 from annotation.models import Judgement
-from monitoring import judge_selectors, judge_services
-from monitoring.judge_services import JudgeError, judge_create, judge_launch, judge_run
 from monitoring.models import Judge, JudgeOutput
+from monitoring.selectors import judges as judge_selectors
+from monitoring.services import judges as judge_services
+from monitoring.services.judges import JudgeError, judge_create, judge_launch, judge_run
 from tests.judges.conftest import JUDGE_MODEL
 
 pytestmark = pytest.mark.django_db

@@ -3,8 +3,8 @@
 import pytest
 from django.urls import reverse
 
-from monitoring.judge_services import judge_create, judge_verdicts_store
 from monitoring.models import Judge, JudgeOutput
+from monitoring.services.judges import judge_create, judge_verdicts_store
 from tests.conftest import logged_in
 from tests.judges.conftest import JUDGE_MODEL
 

@@ -14,9 +14,9 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from monitoring.judge_services import judge_create
-from monitoring.judging import DEFAULT_TEMPLATE
 from monitoring.models import Judge, JudgeOutput
+from monitoring.services.judges import judge_create
+from monitoring.stats.judging import DEFAULT_TEMPLATE
 from monitoring.tasks import judge_run
 from tests.conftest import logged_in
 from tests.helpers.fake_chat_server import fake_chat_server

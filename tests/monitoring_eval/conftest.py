@@ -8,8 +8,8 @@ import pytest
 from annotation.services.exporting import dataset_export
 from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import REVIEWER
-from monitoring import eval_services
 from monitoring.models import EvalItem, EvalRound
+from monitoring.services import eval_rounds as eval_services
 from tests.factories import UserFactory
 from tests.helpers import tiny_models
 from tests.helpers.tiny_models import PAIRS, tiny_llama

@@ -10,10 +10,10 @@ import json
 import pytest
 
 from annotation.services.importing import comparisons_import
-from monitoring import eval_services
-from monitoring.judge_services import judge_create
 from monitoring.models import EvalItem, EvalRound, Judge
-from monitoring.round_judge_services import RoundAnswer, round_judge_answers_save
+from monitoring.services import eval_rounds as eval_services
+from monitoring.services.judges import judge_create
+from monitoring.services.round_judges import RoundAnswer, round_judge_answers_save
 from tests.helpers.tiny_models import tiny_llama
 from tests.monitoring_eval.conftest import BASELINE
 from training.models import TrainingRun

@@ -5,9 +5,9 @@ counts from the served models, a failing endpoint, the form's fields and the rou
 import pytest
 from django.urls import reverse
 
-from monitoring import eval_services
-from monitoring.eval_services import EvalError
 from monitoring.models import EvalRound
+from monitoring.services import eval_rounds as eval_services
+from monitoring.services.eval_rounds import EvalError
 from tests.conftest import logged_in
 from tests.helpers.fake_chat_server import Reply, completion, fake_chat_server
 from tests.monitoring_eval.conftest import BASELINE, make_round
@@ -61,7 +61,8 @@ def test_the_baseline_may_come_from_another_server(run_with_checkpoints):
 def test_an_endpoint_round_is_sent_to_the_default_queue(run_with_checkpoints, monkeypatch):
     sent = []
     monkeypatch.setattr(
-        "monitoring.eval_services.task_send", lambda name, **kw: sent.append((name, kw["queue"]))
+        "monitoring.services.eval_rounds.task_send",
+        lambda name, **kw: sent.append((name, kw["queue"])),
     )
     make_round(run_with_checkpoints, endpoint=endpoint_of_url("http://vllm:8000/v1"), enqueue=True)
     make_round(run_with_checkpoints, enqueue=True)

@@ -3,7 +3,7 @@ the generator reports after each batch, and the endpoint path after each chunk."
 
 import pytest
 
-from monitoring import eval_services
+from monitoring.services import eval_rounds as eval_services
 from tests.helpers.fake_chat_server import completion, fake_chat_server
 from tests.monitoring_eval.conftest import BASELINE, TINY_SAMPLING, make_round
 from training.recipes.generation import ChatGenerator, SamplingConfig

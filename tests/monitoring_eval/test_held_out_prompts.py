@@ -10,9 +10,9 @@ from django.urls import reverse
 from annotation.models import Prompt
 from annotation.services.exporting import dataset_export
 from annotation.services.importing import comparisons_import, project_get_or_create
-from monitoring import prompt_selectors
-from monitoring.eval_services import EvalError
 from monitoring.models import EvalRound
+from monitoring.selectors import prompts as prompt_selectors
+from monitoring.services.eval_rounds import EvalError
 from tests.conftest import logged_in
 from tests.helpers.tiny_models import PAIRS
 from tests.monitoring_eval.conftest import BASELINE, TRAINED_PAIRS, make_round

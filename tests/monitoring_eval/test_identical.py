@@ -5,9 +5,10 @@ and of the auto-close rule; a round whose answers are all identical closes as so
 
 import pytest
 
-from monitoring import eval_selectors, eval_services
-from monitoring.eval_selectors import answers_identical
 from monitoring.models import EvalItem, EvalJudgement, EvalRound
+from monitoring.selectors import eval_rounds as eval_selectors
+from monitoring.selectors.eval_rounds import answers_identical
+from monitoring.services import eval_rounds as eval_services
 from tests.helpers.tiny_models import tiny_llama
 from tests.monitoring_eval.conftest import TINY_SAMPLING, make_round
 from training.models import Checkpoint

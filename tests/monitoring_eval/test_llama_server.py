@@ -3,7 +3,7 @@ SmolLM2-135M Q4_1 GGUF, not mocked) instead of in-process."""
 
 import pytest
 
-from monitoring import eval_services
+from monitoring.services import eval_rounds as eval_services
 from tests.helpers.llama_server import llama_server  # noqa: F401 (fixture)
 from tests.monitoring_eval.conftest import make_round
 from training.recipes.chat_client import ChatClient, EndpointConfig

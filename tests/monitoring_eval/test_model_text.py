@@ -5,9 +5,9 @@ when generation fails, instead of waiting for ever."""
 
 import pytest
 
-from monitoring import eval_services
 from monitoring.models import EvalItem, EvalJudgeVerdict
-from monitoring.round_judge_services import RoundAnswer, round_judge_answers_save
+from monitoring.services import eval_rounds as eval_services
+from monitoring.services.round_judges import RoundAnswer, round_judge_answers_save
 from tests.helpers.fake_chat_server import Reply, completion, fake_chat_server
 from tests.monitoring_eval.conftest import make_round
 from tests.monitoring_eval.judged_rounds import judged_round, rm_judge

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from monitoring import eval_selectors, eval_services
 from monitoring.models import EvalItem, EvalRound
+from monitoring.selectors import eval_rounds as eval_selectors
+from monitoring.services import eval_rounds as eval_services
 from tests.conftest import logged_in
 from tests.monitoring_eval.conftest import make_round
 from tests.monitoring_eval.judged_rounds import (

@@ -10,17 +10,19 @@ from django.urls import reverse
 
 from annotation.agreement import cohen_kappa
 from annotation.services.importing import project_get_or_create
-from monitoring import eval_selectors, eval_services, ppi_selectors
-from monitoring.eval_services import EvalError
-from monitoring.judge_services import judge_create
 from monitoring.models import EvalJudgeVerdict, EvalRound, StopDecision
-from monitoring.ppi import ppi_mean
-from monitoring.round_judge_services import (
+from monitoring.selectors import eval_rounds as eval_selectors
+from monitoring.selectors import round_judges as ppi_selectors
+from monitoring.services import eval_rounds as eval_services
+from monitoring.services.eval_rounds import EvalError
+from monitoring.services.judges import judge_create
+from monitoring.services.round_judges import (
     RoundAnswer,
     RoundJudgeError,
     round_judge_answers_save,
     round_judge_launch,
 )
+from monitoring.stats.ppi import ppi_mean
 from tests.conftest import logged_in
 from tests.monitoring_eval.conftest import make_round
 from tests.monitoring_eval.judged_rounds import (
@@ -320,7 +322,7 @@ def test_generation_launches_the_judge_on_its_queue(
 ):
     """Once the answers are generated the round opens and its judge's job is queued: judge_round
     on the gpu queue (a reward model runs locally), sent after commit."""
-    from monitoring import round_judge_services
+    from monitoring.services import round_judges as round_judge_services
     from monitoring.tasks import generate_round_responses
 
     round_ = make_round(run_with_checkpoints, judge=rm_judge)
@@ -344,7 +346,7 @@ def test_a_generative_judge_keeps_unreadable_answers_as_such(run_with_checkpoint
     its babble is no verdict, so every answer is stored with its raw text and the parse error, the
     job still succeeds, and the win rate's judge carries no information: PPI gives lam 0 and the
     human-only interval."""
-    from monitoring.judging import DEFAULT_USEFULNESS_TEMPLATE
+    from monitoring.stats.judging import DEFAULT_USEFULNESS_TEMPLATE
     from monitoring.tasks import judge_round
 
     project = run_with_checkpoints.snapshot.export.project

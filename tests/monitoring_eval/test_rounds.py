@@ -6,9 +6,10 @@ import math
 import pytest
 from django.conf import settings as django_settings
 
-from monitoring import eval_selectors, eval_services
-from monitoring.eval_services import EvalError
 from monitoring.models import EvalAssignment, EvalJudgement, EvalRound, StopDecision
+from monitoring.selectors import eval_rounds as eval_selectors
+from monitoring.services import eval_rounds as eval_services
+from monitoring.services.eval_rounds import EvalError
 from tests.monitoring_eval.conftest import make_round
 from training.models import Checkpoint, RunEvent, TrainingRun
 

@@ -3,8 +3,8 @@
 import pytest
 from django.urls import reverse
 
-from monitoring import eval_services
 from monitoring.models import EvalAssignment, EvalItem, EvalJudgement, EvalRound, StopDecision
+from monitoring.services import eval_rounds as eval_services
 from tests.conftest import logged_in
 from tests.monitoring_eval.conftest import BASELINE
 

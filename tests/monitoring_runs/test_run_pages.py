@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from monitoring import selectors
+from monitoring.selectors import runs as selectors
 from tests.conftest import logged_in
 from training import progress_services
 from training.models import Checkpoint, TrainingRun

@@ -31,9 +31,9 @@ from annotation.models import (
 from annotation.services.exporting import dataset_export
 from annotation.services.importing import comparisons_import, project_get_or_create
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_assign
-from monitoring import eval_services
-from monitoring.judging import DEFAULT_TEMPLATE
 from monitoring.models import EvalItem, EvalRound, Judge, JudgeOutput
+from monitoring.services import eval_rounds as eval_services
+from monitoring.stats.judging import DEFAULT_TEMPLATE
 from training.models import Checkpoint, TrainingRun
 from training.services import snapshot_for
 

@@ -1,11 +1,11 @@
-"""The judging prompt template and the verdict parser (monitoring/judging.py), table-driven with
+"""The judging prompt template and the verdict parser (monitoring/stats/judging.py), table-driven with
 answers written the way real judges (MT-Bench-style prompts, chat models, reasoning models) write."""
 
 import re
 
 import pytest
 
-from monitoring.judging import (
+from monitoring.stats.judging import (
     DEFAULT_TEMPLATE,
     DEFAULT_USEFULNESS_TEMPLATE,
     JudgingTemplate,

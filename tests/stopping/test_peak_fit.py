@@ -1,4 +1,4 @@
-"""The over-optimisation peak (monitoring.peak): Gao et al.'s R(d) = r0 + d (alpha - beta ln d),
+"""The over-optimisation peak (monitoring.stats.peak): Gao et al.'s R(d) = r0 + d (alpha - beta ln d),
 d = sqrt(KL), fitted to the proxy reward, corrected by gold points, with KL* = exp(2 (alpha/beta - 1)).
 
 Synthetic curves have a known peak. The main one: alpha = 1, beta = 0.5, r0 = 0.2, so d* = e and
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from monitoring.peak import (
+from monitoring.stats.peak import (
     PeakEstimate,
     estimate_peak,
     fit_gao_curve,

@@ -1,4 +1,4 @@
-"""Prediction-powered estimates (monitoring/ppi.py): hand-worked values, the paper's form, and seeded
+"""Prediction-powered estimates (monitoring/stats/ppi.py): hand-worked values, the paper's form, and seeded
 simulations (numpy only, every simulation of a test in one vectorised call)."""
 
 import math
@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from monitoring import ppi
-from monitoring.stopping import Interval
+from monitoring.stats import ppi
+from monitoring.stats.stopping import Interval
 
 SIMULATIONS = 2000
 OUTCOMES = np.array([1.0, 0.5, 0.0])  # win, tie, loss from the checkpoint's side

@@ -1,4 +1,4 @@
-"""Parity of monitoring/ppi.py with ppi-python (the paper authors' package: ``ppi_py.ppi_mean_ci``,
+"""Parity of monitoring/stats/ppi.py with ppi-python (the paper authors' package: ``ppi_py.ppi_mean_ci``,
 ``ppi_mean_pointestimate``) on seeded simulated rounds. ppi-python is in the ``dev`` extra so this
 runs in CI; it is imported, not skipped.
 
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from ppi_py import ppi_mean_ci, ppi_mean_pointestimate
 
-from monitoring import ppi
+from monitoring.stats import ppi
 
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE

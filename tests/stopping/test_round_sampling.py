@@ -4,8 +4,12 @@ whether a judging template asks for usefulness (``judging.asks_for_usefulness``)
 import numpy as np
 import pytest
 
-from monitoring.judging import DEFAULT_TEMPLATE, DEFAULT_USEFULNESS_TEMPLATE, asks_for_usefulness
-from monitoring.ppi import human_subset, ppi_mean_batch
+from monitoring.stats.judging import (
+    DEFAULT_TEMPLATE,
+    DEFAULT_USEFULNESS_TEMPLATE,
+    asks_for_usefulness,
+)
+from monitoring.stats.ppi import human_subset, ppi_mean_batch
 
 
 @pytest.mark.parametrize(
@@ -59,7 +63,7 @@ def test_a_template_asks_for_usefulness_when_it_shows_the_rating_format():
 
 
 def test_a_rounds_design_keeps_its_coverage_with_a_biased_judge():
-    """The estimator exactly as a judged round builds it (monitoring/ppi_selectors.py), over 2,000
+    """The estimator exactly as a judged round builds it (monitoring/selectors/round_judges.py), over 2,000
     seeded rounds of N = 300 items: 30 items with identical answers are known ties (human 0.5,
     probability 1), reviewers get ``human_subset``'s 30% (90 items, probability 0.3 each, the
     identical ones among them counting as known ties anyway), and the judge agrees with the humans

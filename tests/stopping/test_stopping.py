@@ -1,11 +1,11 @@
-"""The stopping statistics against hand-derived values and invariants (monitoring/stopping.py)."""
+"""The stopping statistics against hand-derived values and invariants (monitoring/stats/stopping.py)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from monitoring import stopping
+from monitoring.stats import stopping
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from monitoring import stopping
+from monitoring.stats import stopping
 
 # z = Phi^-1(0.975) and Student's t_{0.975} at 3 and 4 degrees of freedom (tables).
 Z = 1.959964

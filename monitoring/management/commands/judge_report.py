@@ -5,8 +5,8 @@ import json
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.models import Project
-from monitoring.judge_selectors import judge_get, judge_report_data, judge_report_summary
 from monitoring.models import Judge
+from monitoring.selectors.judges import judge_get, judge_report_data, judge_report_summary
 
 
 class Command(BaseCommand):

@@ -13,9 +13,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.models import Project
 from common.errors import ConcordError
-from monitoring.judge_services import judge_create, judge_run_here
-from monitoring.judging import DEFAULT_TEMPLATE
 from monitoring.models import Judge
+from monitoring.services.judges import judge_create, judge_run_here
+from monitoring.stats.judging import DEFAULT_TEMPLATE
 from training.models import TrainingRun
 
 

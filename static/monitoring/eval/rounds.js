@@ -1,6 +1,6 @@
 // New-round form: the win-rate interval width the number of prompts gives, shown as the user types,
 // and how many prompts the chosen checkpoint and project allow (the number is capped there).
-// Normal approximation at 95%, worst case p = 0.5 (monitoring/stopping.py sample_size_for_width):
+// Normal approximation at 95%, worst case p = 0.5 (monitoring/stats/stopping.py sample_size_for_width):
 // width = 2 * 1.96 * sqrt(0.25 / n); the ratings of one prompt are not independent, so n = prompts.
 (function () {
   "use strict";

@@ -26,9 +26,9 @@ from annotation.models import Prompt
 from common.errors import ConcordError
 from common.jobs import task_send
 from common.text import storable_text
-from monitoring import judge_services
 from monitoring.models import EvalAssignment, EvalItem, EvalJudgeVerdict, EvalRound, Judge
 from monitoring.models import JudgeStatus as Status
+from monitoring.services import judges as judge_services
 
 log = logging.getLogger(__name__)
 Side = EvalAssignment.Side

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtri
 
-from monitoring.stopping import Interval
+from monitoring.stats.stopping import Interval
 
 ArrayLike = np.ndarray | list[float] | tuple[float, ...]
 

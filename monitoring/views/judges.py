@@ -13,9 +13,10 @@ from annotation.models import Project
 from common.errors import ConcordError
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, role_required
-from monitoring import judge_selectors, judge_services
-from monitoring.judging import DEFAULT_TEMPLATE
 from monitoring.models import Judge
+from monitoring.selectors import judges as judge_selectors
+from monitoring.services import judges as judge_services
+from monitoring.stats.judging import DEFAULT_TEMPLATE
 from training.models import TrainingRun
 
 # The fields each kind of judge reads, besides its kind and name; the form holds only these.

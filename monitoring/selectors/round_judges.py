@@ -1,5 +1,5 @@
 """Reads of a round's judge: its progress, its agreement with the reviewers on the items both
-rated, and the round's prediction-powered estimates (monitoring/ppi.py) beside the human-only
+rated, and the round's prediction-powered estimates (monitoring/stats/ppi.py) beside the human-only
 ones, with the estimate the stopping panel uses and why (``ppi.choose_estimate``).
 
 Per item i of the round's N items:
@@ -21,15 +21,15 @@ from typing import Any
 import numpy as np
 
 from annotation.agreement import cohen_kappa
-from monitoring import stopping
-from monitoring.eval_selectors import (
+from monitoring.models import EvalJudgeVerdict, EvalRound
+from monitoring.selectors.eval_rounds import (
     OUTCOME,
     identical_item_ids,
     round_judgements,
     round_outcomes,
 )
-from monitoring.models import EvalJudgeVerdict, EvalRound
-from monitoring.ppi import (
+from monitoring.stats import stopping
+from monitoring.stats.ppi import (
     NO_HUMAN_RATING,
     EstimateChoice,
     PPIEstimate,

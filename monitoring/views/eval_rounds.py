@@ -12,17 +12,15 @@ from annotation.models import Project
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, role_required
 from common.sides import screen_order, screen_side
-from monitoring import (
-    eval_selectors,
-    eval_services,
-    ppi_selectors,
-    prompt_selectors,
-    round_judge_services,
-)
-from monitoring.eval_services import EvalError
 from monitoring.models import EVAL_PAIR, EvalAssignment, EvalRound, Judge, StopDecision
-from monitoring.ppi_selectors import DEFAULT_KAPPA_THRESHOLD
-from monitoring.round_judge_services import RoundJudgeError
+from monitoring.selectors import eval_rounds as eval_selectors
+from monitoring.selectors import prompts as prompt_selectors
+from monitoring.selectors import round_judges as ppi_selectors
+from monitoring.selectors.round_judges import DEFAULT_KAPPA_THRESHOLD
+from monitoring.services import eval_rounds as eval_services
+from monitoring.services import round_judges as round_judge_services
+from monitoring.services.eval_rounds import EvalError
+from monitoring.services.round_judges import RoundJudgeError
 from training.models import Checkpoint, TrainingRun
 
 # Runs whose checkpoints answer prompts; a reward model's checkpoint scores, it cannot be judged.

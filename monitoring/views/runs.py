@@ -8,7 +8,8 @@ from django.urls import reverse
 from annotation.selectors.projects import projects_overview
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, has_role, role_required
-from monitoring import eval_selectors, selectors
+from monitoring.selectors import eval_rounds as eval_selectors
+from monitoring.selectors import runs as selectors
 from training.models import TrainingRun
 
 COMPARE_MAX_RUNS = 8

@@ -32,13 +32,6 @@ from common.errors import ConcordError
 from common.jobs import task_send
 from common.sides import stored_side
 from common.text import storable_text
-from monitoring import (
-    eval_selectors,
-    ppi_selectors,
-    prompt_selectors,
-    round_judge_services,
-    stopping,
-)
 from monitoring.models import (
     EVAL_PAIR,
     EvalAssignment,
@@ -49,8 +42,13 @@ from monitoring.models import (
     JudgeStatus,
     StopDecision,
 )
-from monitoring.ppi import human_subset
-from monitoring.ppi_selectors import DEFAULT_KAPPA_THRESHOLD
+from monitoring.selectors import eval_rounds as eval_selectors
+from monitoring.selectors import prompts as prompt_selectors
+from monitoring.selectors import round_judges as ppi_selectors
+from monitoring.selectors.round_judges import DEFAULT_KAPPA_THRESHOLD
+from monitoring.services import round_judges as round_judge_services
+from monitoring.stats import stopping
+from monitoring.stats.ppi import human_subset
 from training import services as training_services
 from training.models import Checkpoint, TrainingRun
 

@@ -19,7 +19,7 @@ response.
   side of the panel; ``stopping_panel`` puts every criterion together with its value and pass/fail.
 
 Long module: every statistic the stopping panel combines, beside the panel that combines them (the
-PPI estimate that may replace the human-only interval lives in monitoring/ppi.py).
+PPI estimate that may replace the human-only interval lives in monitoring/stats/ppi.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from scipy.stats import t as student_t
 from common.ngrams import repeated_ngram_share
 
 if TYPE_CHECKING:  # ppi.py imports this module's Interval; the panel only reads a choice
-    from monitoring.ppi import EstimateChoice
+    from monitoring.stats.ppi import EstimateChoice
 
 ArrayLike = Sequence[float] | np.ndarray
 

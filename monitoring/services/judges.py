@@ -41,8 +41,13 @@ from common.jobs import task_send
 from common.model_registry import model_get
 from common.roles import machine_account_mark
 from common.text import storable_text
-from monitoring.judging import DEFAULT_TEMPLATE, JudgingTemplate, Unparsed, asks_for_usefulness
 from monitoring.models import Judge, JudgeOutput
+from monitoring.stats.judging import (
+    DEFAULT_TEMPLATE,
+    JudgingTemplate,
+    Unparsed,
+    asks_for_usefulness,
+)
 from training.models import TrainingRun
 
 log = logging.getLogger(__name__)
@@ -85,7 +90,7 @@ def judge_create(
     another one: a reward model trained on other data is measured here on held-out pairs);
     ``tie_band`` (reward units, >= 0) or None to calibrate it on the humans' labels when the job
     runs. kind "local_llm" needs ``model_name`` (a ready model of the registry), a ``template``
-    with {prompt}, {response_a}, {response_b} (``monitoring.judging.JudgingTemplate``) and
+    with {prompt}, {response_a}, {response_b} (``monitoring.stats.judging.JudgingTemplate``) and
     ``max_new_tokens`` >= 1; it generates greedily. kind "openai" needs the same template and
     ``max_new_tokens``, ``endpoint_url`` (the API's base URL, e.g. http://host:8000/v1) and
     ``model_name`` (the served model's name); ``api_key_env`` names the worker's environment
@@ -456,7 +461,7 @@ def _calibrated_band(judge: Judge, folder: Path):
     """The tie band that agrees best with the humans' majority labels of the project (their
     machine-free judgements), on the comparisons that have one; 0 with fewer than 2."""
     from annotation.agreement.judges import TieBand
-    from monitoring.judge_selectors import human_majority_labels
+    from monitoring.selectors.judges import human_majority_labels
     from training.recipes import reward_scores
 
     labels = human_majority_labels(project=judge.project)

@@ -7,7 +7,8 @@ from django.shortcuts import render
 
 from annotation.selectors import projects as annotation_projects
 from common.roles import ML_ENGINEER, role_required
-from monitoring import eval_selectors, selectors
+from monitoring.selectors import eval_rounds as eval_selectors
+from monitoring.selectors import runs as selectors
 
 RECENT_RUNS = 5
 

@@ -10,8 +10,8 @@ import numpy as np
 from django.db.models import Count, Exists, OuterRef, QuerySet
 
 from annotation.agreement import krippendorff_alpha
-from monitoring import stopping
 from monitoring.models import EvalAssignment, EvalItem, EvalJudgement, EvalRound
+from monitoring.stats import stopping
 from training.models import MetricPoint, TrainingRun
 
 # Metric names whose per-evaluation mean reward the plateau is judged on (first one logged wins).
@@ -249,7 +249,7 @@ def run_stopping_panel(
     the round judge's kappa with the reviewers; None: ``ppi_selectors.DEFAULT_KAPPA_THRESHOLD``);
     the usefulness one decides the usefulness criterion. None before any rating."""
     # ppi_selectors reads this module's helpers, so it is imported here, not at the top.
-    from monitoring import ppi_selectors
+    from monitoring.selectors import round_judges as ppi_selectors
 
     if kappa_threshold is None:
         kappa_threshold = ppi_selectors.DEFAULT_KAPPA_THRESHOLD
