@@ -29,9 +29,9 @@ from monitoring.selectors.eval_rounds import (
     round_outcomes,
 )
 from monitoring.stats import stopping
+from monitoring.stats.intervals import EstimateChoice, Interval
 from monitoring.stats.ppi import (
     NO_HUMAN_RATING,
-    EstimateChoice,
     PPIEstimate,
     choose_estimate,
     ppi_mean,
@@ -151,7 +151,7 @@ def round_ppi(round_: EvalRound) -> dict[str, Any]:
     }
 
 
-def _no_ppi(classical: stopping.Interval, why: str) -> EstimateChoice:
+def _no_ppi(classical: Interval, why: str) -> EstimateChoice:
     if classical.n == 0:
         return EstimateChoice("human", classical, NO_HUMAN_RATING)
     return EstimateChoice(
@@ -163,7 +163,7 @@ def _no_ppi(classical: stopping.Interval, why: str) -> EstimateChoice:
 
 
 def _choice(
-    classical: stopping.Interval,
+    classical: Interval,
     estimate: PPIEstimate | None,
     note: str,
     agreement: dict[str, Any] | None,
@@ -183,8 +183,8 @@ def _choice(
 def round_estimates(
     round_: EvalRound,
     *,
-    win_rate: stopping.Interval,
-    usefulness: stopping.Interval,
+    win_rate: Interval,
+    usefulness: Interval,
     kappa_threshold: float = DEFAULT_KAPPA_THRESHOLD,
 ) -> dict[str, Any]:
     """The estimates the stopping panel uses for the round, each an ``EstimateChoice`` saying which

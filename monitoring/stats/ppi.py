@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtri
 
-from monitoring.stats.stopping import Interval
+from monitoring.stats.intervals import EstimateChoice, Interval
 
 ArrayLike = np.ndarray | list[float] | tuple[float, ...]
 
@@ -293,16 +293,6 @@ def ppi_usefulness(
 
 
 # --- Which estimate the stopping panel uses -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EstimateChoice:
-    """The estimate the stopping panel uses. source: "ppi" or "human"; reason: one sentence for the
-    reviewer saying which and why."""
-
-    source: str
-    interval: Interval
-    reason: str
 
 
 NO_HUMAN_RATING = "No human rating yet, so there is no human estimate and no interval."

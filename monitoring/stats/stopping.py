@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import expit, ndtri
@@ -35,24 +34,9 @@ from scipy.stats import spearmanr
 from scipy.stats import t as student_t
 
 from common.ngrams import repeated_ngram_share
-
-if TYPE_CHECKING:  # ppi.py imports this module's Interval; the panel only reads a choice
-    from monitoring.stats.ppi import EstimateChoice
+from monitoring.stats.intervals import EstimateChoice, Interval
 
 ArrayLike = Sequence[float] | np.ndarray
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A point estimate with a two-sided confidence interval [low, high]."""
-
-    estimate: float
-    low: float
-    high: float
-    n: int
-
-    def as_dict(self) -> dict[str, float | int]:
-        return {"estimate": self.estimate, "low": self.low, "high": self.high, "n": self.n}
 
 
 def _z(confidence: float) -> float:

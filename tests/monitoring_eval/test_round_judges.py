@@ -13,6 +13,7 @@ from annotation.services.importing import project_get_or_create
 from monitoring.models import EvalJudgeVerdict, EvalRound, StopDecision
 from monitoring.selectors import eval_rounds as eval_selectors
 from monitoring.selectors import round_judges as ppi_selectors
+from monitoring.selectors import stopping_panel
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services.eval_rounds import EvalError
 from monitoring.services.judges import judge_create
@@ -244,7 +245,7 @@ def test_the_panel_uses_ppi_when_the_kappa_reaches_the_threshold_and_says_so(
     on the prediction-powered interval and says so; with 0.95 on the human-only one, saying the
     kappa is below the threshold."""
     kappa = ppi_selectors.round_judge_agreement(rated_round)["kappa"]
-    trusting = eval_selectors.run_stopping_panel(
+    trusting = stopping_panel.run_stopping_panel(
         run_with_checkpoints, n_boot=50, kappa_threshold=0.5
     )
     ppi = ppi_selectors.round_ppi(rated_round)
@@ -257,7 +258,7 @@ def test_the_panel_uses_ppi_when_the_kappa_reaches_the_threshold_and_says_so(
     assert criterion.detail.startswith("prediction-powered")
     assert trusting["estimates"]["win_rate"].source == "ppi"
 
-    strict = eval_selectors.run_stopping_panel(
+    strict = stopping_panel.run_stopping_panel(
         run_with_checkpoints, n_boot=50, kappa_threshold=0.95
     )
     choice = strict["estimates"]["usefulness"]
@@ -270,7 +271,7 @@ def test_a_round_without_a_judge_says_the_panel_used_the_humans(open_round, revi
     """No judge: both estimates human-only, the reason says the round has no judge, and the
     usefulness criterion keeps its bootstrap interval."""
     rate_drawn_items(open_round, reviewers[0], {p: ("a", 5) for p in range(4)})
-    panel = eval_selectors.run_stopping_panel(open_round.checkpoint.run, n_boot=50)
+    panel = stopping_panel.run_stopping_panel(open_round.checkpoint.run, n_boot=50)
     for key in ("usefulness", "win_rate"):
         assert panel["estimates"][key].source == "human"
         assert panel["estimates"][key].reason.endswith("this round has no judge.")
@@ -309,7 +310,7 @@ def test_a_judge_without_usefulness_ratings_leaves_usefulness_to_the_humans(
     ppi = ppi_selectors.round_ppi(round_)
     assert ppi["win_rate"] is not None and ppi["usefulness"] is None
     assert "no usefulness ratings" in ppi["usefulness_note"]
-    panel = eval_selectors.run_stopping_panel(run_with_checkpoints, n_boot=50, kappa_threshold=0.5)
+    panel = stopping_panel.run_stopping_panel(run_with_checkpoints, n_boot=50, kappa_threshold=0.5)
     choice = panel["estimates"]["usefulness"]
     assert choice.source == "human" and "no usefulness ratings" in choice.reason
 

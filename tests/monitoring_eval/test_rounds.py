@@ -8,6 +8,7 @@ from django.conf import settings as django_settings
 
 from monitoring.models import EvalAssignment, EvalJudgement, EvalRound, StopDecision
 from monitoring.selectors import eval_rounds as eval_selectors
+from monitoring.selectors import stopping_panel
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services.eval_rounds import EvalError
 from tests.monitoring_eval.conftest import make_round
@@ -97,7 +98,7 @@ def test_a_round_from_creation_to_decision(run_with_checkpoints, reviewers):
     assert results["usefulness"].mean.estimate == pytest.approx(4.0)
     assert len(results["over_time"]) == 12
 
-    panel = eval_selectors.run_stopping_panel(run, n_boot=100)
+    panel = stopping_panel.run_stopping_panel(run, n_boot=100)
     # Bradley-Terry on one comparison per item (the mean of its 3 ratings: the 4 item means sum
     # to 9/3 = 3 wins and 1 loss), 0.1 virtual wins each way: ln((3 + 0.1) / (1 + 0.1)).
     assert [row["label"] for row in panel["bradley_terry"]] == ["step 4", "step 2"]
