@@ -25,6 +25,7 @@ PURE = (
     "common.ngrams",
     "common.sides",
     "annotation.agreement",
+    "annotation.acquisition",
     "annotation.clustering",
     "annotation.formats",
     "training.algorithms",
