@@ -244,18 +244,19 @@ def rerank_queue(
        in the data, chunk length)`` distinct clusters, the rule of ``balanced_batches``:
 
        - "kept": the order of step 2 already does; it is returned as it is.
-       - "swapped": at most 1 % of the chunks (and at least 16) fall short. Each, front to back,
-         takes the nearest later comparison of a cluster it lacks whose chunk keeps its own
-         clusters (an earlier one if no later one will do) and gives back its last comparison
-         of a cluster it holds twice: a few comparisons move, the rest of the order stands.
+       - "swapped": few chunks fall short (at most 16, or 1 % of the chunks if more). Each,
+         front to back, takes the nearest later comparison of a cluster it lacks whose chunk
+         keeps its own clusters (an earlier one if no later one will do) and gives back its last
+         comparison of a cluster it holds twice: a few comparisons move, the rest stay.
        - "dealt": more fall short (one cluster dominates), or no swap was found. The batches are
          rebuilt as ``balanced_batches`` builds them: each gets its representatives of distinct
-         clusters dealt round-robin (clusters in order of their best comparison, each dealing its
-         best ones, at most one per batch), the remaining places are filled in queue order, then
-         the batches are sorted by their best comparison (a short last batch stays last) and
-         each batch in queue order. Every batch gets its clusters whenever the data allow it (the
-         sum over clusters of min(size, batches - 1) covers the representatives); when they do
-         not, some batches get fewer.
+         clusters dealt round-robin (clusters in order of their best comparison, at most one card
+         per batch; a cluster with more comparisons than cards deals evenly spaced ones of its
+         queue order, so batch b's card sits near b's place), the other places are filled in
+         queue order, then the batches are sorted by their best comparison (a short last batch
+         stays last) and each batch in queue order. Every batch gets its clusters whenever the
+         data allow it (the sum over clusters of min(size, batches - 1) covers the
+         representatives); when they do not, some batches get fewer.
 
     Deterministic for a seed.
     """
@@ -411,27 +412,38 @@ def _deal_batches(
     slot_batch = np.concatenate(columns)
     column_length = min(len(c) for c in columns)
 
-    # Each cluster's comparisons, best first; clusters in order of their best comparison.
+    # Each cluster's comparisons, best first; clusters deal in order of their best comparison.
     by_cluster = np.lexsort((place, inverse))
-    cluster_of = inverse[by_cluster]
     group_start = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    rank_in_cluster = np.arange(n) - group_start[cluster_of]
-    best_place = place[by_cluster[group_start]]
-    cluster_order = np.argsort(best_place, kind="stable")
+    cluster_order = np.argsort(place[by_cluster[group_start]], kind="stable")
     deals = np.minimum(sizes, column_length)[cluster_order]
-    deal_start = np.empty(len(sizes), dtype=np.int64)
-    deal_start[cluster_order] = np.concatenate(([0], np.cumsum(deals)[:-1]))
-    slot = deal_start[cluster_of] + rank_in_cluster
-    is_rep = (rank_in_cluster < np.minimum(sizes, column_length)[cluster_of]) & (
-        slot < len(slot_batch)
+    deal_start = np.concatenate(([0], np.cumsum(deals)[:-1]))
+    deals = np.clip(len(slot_batch) - deal_start, 0, deals)  # the slots run out: deal fewer
+    card_cluster = np.repeat(cluster_order, deals)
+    card_slot = np.arange(len(card_cluster)) + np.repeat(
+        deal_start - np.cumsum(deals) + deals, deals
     )
+    card_batch = slot_batch[card_slot]
+    # A cluster's cards, taken in batch order, are its comparisons at evenly spaced ranks (all of
+    # them when it deals them all): batch b gets one near its place in the queue, not the
+    # cluster's b-th best, so a large cluster's best comparisons are not spread over the queue.
+    dealt = np.zeros(len(sizes), dtype=np.int64)
+    dealt[cluster_order] = deals
+    by_batch = np.lexsort((card_batch, card_cluster))
+    card_cluster, card_batch = card_cluster[by_batch], card_batch[by_batch]
+    card_index = np.arange(len(card_cluster)) - np.repeat(
+        np.concatenate(([0], np.cumsum(dealt)[:-1])), dealt
+    )
+    rank = card_index * sizes[card_cluster] // dealt[card_cluster]
+    reps = by_cluster[group_start[card_cluster] + rank]
+    is_rep = np.zeros(n, dtype=bool)
+    is_rep[reps] = True
 
     batch = np.empty(n, dtype=np.int64)
-    reps = by_cluster[is_rep]
-    batch[reps] = slot_batch[slot[is_rep]]
+    batch[reps] = card_batch
     room = lengths - np.bincount(batch[reps], minlength=n_batches)
-    rest = np.sort(place[by_cluster[~is_rep]])  # the others, in queue order
-    batch[queue[rest]] = np.repeat(np.arange(n_batches), room)
+    rest = queue[~is_rep[queue]]  # the others, in queue order
+    batch[rest] = np.repeat(np.arange(n_batches), room)
 
     best = np.full(n_batches, n)
     np.minimum.at(best, batch, place)
