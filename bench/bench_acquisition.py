@@ -31,30 +31,19 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from side_by_side import VECTOR_FLAGS, best_of, cpu_flags_present, cpu_model
+
 from annotation.acquisition import acquisition_scores, ensemble_scores, rerank_queue
 
 BATCH_SIZE = 8
 MIN_CLUSTERS = 2
-
-
-def cpu_flags() -> list[str]:
-    text = Path("/proc/cpuinfo").read_text()
-    flags = set(re.search(r"^flags\s*:(.*)$", text, re.M).group(1).split())
-    return sorted(flags & {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"})
-
-
-def cpu_model() -> str:
-    found = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
-    return found.group(1).strip() if found else platform.processor()
 
 
 def synthetic_ensemble(
@@ -69,15 +58,6 @@ def synthetic_ensemble(
     shares = 1.0 / np.arange(1, clusters + 1)
     labels = rng.choice(clusters, size=n, p=shares / shares.sum())
     return rewards_a, rewards_b, labels
-
-
-def _best_of(function, repeat: int):
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def _batches_mixed(labels: np.ndarray, order: np.ndarray) -> bool:
@@ -102,10 +82,10 @@ def main() -> None:
     )
     mix = {"disagreement": 1.0, "uncertainty": 1.0}
     load = os.getloadavg()[0]
-    scores_s, scores = _best_of(
+    scores_s, scores = best_of(
         lambda: ensemble_scores(rewards_a=rewards_a, rewards_b=rewards_b), args.repeat
     )
-    acquisition_s, acquisition = _best_of(
+    acquisition_s, acquisition = best_of(
         lambda: acquisition_scores(scores=scores, weights=mix), args.repeat
     )
 
@@ -135,14 +115,14 @@ def main() -> None:
             "max_shift": int(shift.max()),
         }
 
-    rerank_s, queue = _best_of(lambda: rerank(labels), args.repeat)
+    rerank_s, queue = best_of(lambda: rerank(labels), args.repeat)
     # One cluster holds 85 % of the comparisons, the best-scoring ones.
     dominant = np.empty_like(labels)
     by_score = np.argsort(-acquisition, kind="stable")
     n_top = int(0.85 * len(labels))
     dominant[by_score[:n_top]] = 0
     dominant[by_score[n_top:]] = 1 + np.arange(len(labels) - n_top) % (args.clusters - 1)
-    dominant_s, dominant_queue = _best_of(lambda: rerank(dominant), args.repeat)
+    dominant_s, dominant_queue = best_of(lambda: rerank(dominant), args.repeat)
     total_s = scores_s + acquisition_s + rerank_s
 
     n = args.comparisons
@@ -179,7 +159,7 @@ def main() -> None:
         "checks": checks,
         "repeat": args.repeat,
         "cpu": cpu_model(),
-        "cpu_flags": cpu_flags(),
+        "cpu_flags": cpu_flags_present(VECTOR_FLAGS),
         "cpu_count": os.cpu_count(),
         "load_average_1m": round(load, 2),
         "python": platform.python_version(),
