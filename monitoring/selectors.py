@@ -219,12 +219,15 @@ def run_phase(run: TrainingRun) -> dict[str, Any] | None:
 
 
 def run_checkpoints(run: TrainingRun, *, eval_round_url: str = "") -> list[dict[str, Any]]:
-    """The run's checkpoints, newest first: {id, step, path, created_at (ISO), saved (UTC text),
-    result (the run's
+    """The run's checkpoints still on disk (``keep_checkpoints`` prunes older ones), newest first:
+    {id, step, path, created_at (ISO), saved (UTC text), result (the run's
     chosen result), metrics_step (the last logged step at or before the checkpoint's; None when
     nothing was logged yet), metrics {name: value} logged at that step, eval_url (the human-eval
-    round form for this checkpoint, ``eval_round_url?checkpoint=ID``, when a URL is given)}."""
-    checkpoints = list(Checkpoint.objects.filter(run=run).order_by("-step"))
+    round form for this checkpoint, ``eval_round_url?checkpoint=ID``, when a URL is given and the
+    run trains a policy: a reward model answers no prompt, so it has no round)}."""
+    checkpoints = list(Checkpoint.objects.filter(run=run).on_disk().order_by("-step"))
+    if run.kind == TrainingRun.Kind.RM:
+        eval_round_url = ""
     values: dict[int, dict[str, float]] = defaultdict(dict)
 
     def read(steps: set[int]) -> None:

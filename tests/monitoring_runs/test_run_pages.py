@@ -93,13 +93,15 @@ def test_the_runs_list_filters_by_kind_status_and_project(make_run, ml_engineer)
     assert 'data-testid="filter-errors"' in bad and "first" in bad and "second" in bad
 
 
-def test_checkpoints_show_the_metrics_of_their_step_and_the_result_mark(make_run):
+def test_checkpoints_show_the_metrics_of_their_step_and_the_result_mark(make_run, tmp_path):
     """Metrics logged at steps 2 and 4; checkpoints at 4 (exact) and 5 (nothing logged at 5: the
     last logged step before it, 4); the run's result is the one at step 4; each links to the round
     form with ?checkpoint=ID."""
     run = make_run(kind="ppo", metrics={2: {"loss": 1.0}, 4: {"loss": 0.5, "kl": 0.01}})
-    at4 = Checkpoint.objects.create(run=run, step=4, path="/x/step-4")
-    Checkpoint.objects.create(run=run, step=5, path="/x/step-5")
+    for step in (4, 5):
+        (tmp_path / f"step-{step}").mkdir()  # listed only while the folder exists
+    at4 = Checkpoint.objects.create(run=run, step=4, path=str(tmp_path / "step-4"))
+    Checkpoint.objects.create(run=run, step=5, path=str(tmp_path / "step-5"))
     TrainingRun.objects.filter(pk=run.pk).update(result_checkpoint=at4)
     run.refresh_from_db()
     rows = selectors.run_checkpoints(run, eval_round_url="/monitoring/eval/")
