@@ -209,10 +209,13 @@ def run_series(*, run: TrainingRun, after_step: int = -1) -> dict[str, list[list
 
 def run_phase(run: TrainingRun) -> dict[str, Any] | None:
     """{name, done, total, text} of the work the run reports before its next step, or None:
-    e.g. text "reference log-probs, batch 3 of 4" (total 0: "batch 3")."""
+    e.g. text "reference log-probs, batch 3 of 4" (total 0: "batch 3"; nothing counted yet:
+    the name alone, "loading the reward model")."""
     if not run.phase:
         return None
-    text = f"{run.phase}, batch {run.phase_done}"
+    text = run.phase
+    if run.phase_done or run.phase_total:
+        text += f", batch {run.phase_done}"
     if run.phase_total:
         text += f" of {run.phase_total}"
     return {"name": run.phase, "done": run.phase_done, "total": run.phase_total, "text": text}

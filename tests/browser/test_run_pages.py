@@ -174,6 +174,31 @@ def test_a_runs_charts_show_one_point_hover_values_and_update_live(
     assert problems == []
 
 
+def test_a_reward_models_loading_and_tokenising_show_before_its_first_step(
+    snapshot, live_server, page: Page
+) -> None:
+    """The reward-model recipe reports its work before step 1 (tests/training/
+    test_reward_model_recipe.py): the run page shows "loading the reward model" (nothing counted:
+    no "batch 0"), then, without a reload, "tokenising pairs, batch 1 of 3"; the runs list says
+    the same in short; the first step hides it."""
+    from training.recipes.reward_model import LOADING_PHASE, TOKENISING_PHASE
+
+    engineer = UserFactory(username="emily", role=ML_ENGINEER)
+    run = _run(snapshot, kind="rm", total_steps=20)
+    progress_services.run_phase_record(run_id=run.pk, phase=LOADING_PHASE, done=0, total=0)
+    _log_in(page, live_server, engineer)
+    page.goto("/monitoring/runs/")
+    expect(page.get_by_test_id("list-phase")).to_have_text("loading the reward model")
+    page.goto(f"/monitoring/runs/{run.pk}/")
+    phase = page.get_by_test_id("run-phase")
+    expect(phase).to_have_text("loading the reward model")
+    progress_services.run_phase_record(run_id=run.pk, phase=TOKENISING_PHASE, done=1, total=3)
+    expect(phase).to_have_text("tokenising pairs, batch 1 of 3", timeout=LIVE_TIMEOUT_MS)
+    progress_services.run_phase_clear(run_id=run.pk)
+    services.run_progress(run_id=run.pk, step=1, total_steps=20)
+    expect(phase).to_be_hidden(timeout=LIVE_TIMEOUT_MS)
+
+
 def test_a_finished_runs_page_lists_the_checkpoints_on_disk_and_its_final_model(
     snapshot, live_server, page: Page, tmp_path
 ) -> None:
@@ -193,7 +218,9 @@ def test_a_finished_runs_page_lists_the_checkpoints_on_disk_and_its_final_model(
     (output / "final").mkdir()
     services.metrics_record(run_id=run.pk, step=6, metrics={"loss": 0.5})
     services.run_finish(
-        run_id=run.pk, status="succeeded", summary={"steps": 6, "final_model_dir": str(output / "final")}
+        run_id=run.pk,
+        status="succeeded",
+        summary={"steps": 6, "final_model_dir": str(output / "final")},
     )
     final = run.checkpoints.get(step=6)
     problems = _csp_problems(page)
@@ -231,7 +258,11 @@ def test_a_finished_runs_page_lists_the_checkpoints_on_disk_and_its_final_model(
     page.goto(f"/monitoring/eval/?checkpoint={final.pk}")
     choices = page.locator("#id_checkpoint option")
     expect(choices).to_have_text(
-        ["---------", f"browser dpo · DPO #{run.pk} · step 6", f"browser dpo · DPO #{run.pk} · step 4"]
+        [
+            "---------",
+            f"browser dpo · DPO #{run.pk} · step 6",
+            f"browser dpo · DPO #{run.pk} · step 4",
+        ]
     )
     expect(page.locator("#id_checkpoint")).to_have_value(str(final.pk))
     assert kept.pk != stale.pk
