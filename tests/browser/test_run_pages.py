@@ -269,6 +269,45 @@ def test_a_finished_runs_page_lists_the_checkpoints_on_disk_and_its_final_model(
     assert problems == []
 
 
+# A warm-up to 5e-06 over 4 steps, then a linear decay: a schedule with a kink at step 4.
+LEARNING_RATES = {1: 1.25e-06, 2: 2.5e-06, 3: 3.75e-06, 4: 5e-06, 5: 3.75e-06, 6: 2.5e-06,
+                  7: 1.25e-06, 8: 5e-07}  # fmt: skip
+
+
+def _scheduled_run(snapshot, tmp_path) -> TrainingRun:
+    """A running GRPO run that logged that learning rate and a falling loss at steps 1-8, saved
+    a checkpoint at step 8 and kept one sample there that did not end with EOS."""
+    run = _run(snapshot, kind="grpo", total_steps=8)
+    for step, rate in LEARNING_RATES.items():
+        services.metrics_record(
+            run_id=run.pk, step=step, metrics={"learning_rate": rate, "loss": 1.0 / step}
+        )
+    (tmp_path / "step-8").mkdir()
+    Checkpoint.objects.create(run=run, step=8, path=str(tmp_path / "step-8"))
+    progress_services.samples_record(
+        run_id=run.pk, step=8,
+        samples=[{"prompt": "p", "response": "r", "reward": 0.5, "finished": 0.0, "length": 32}],
+    )  # fmt: skip
+    return run
+
+
+def test_small_values_read_in_full_on_a_runs_page(snapshot, live_server, page: Page, tmp_path):
+    """A learning rate of 5e-07 reads "5e-07" in the checkpoint row (server-rendered; before:
+    "learning_rate 0.0000") and as the summary's last value (before: "5.000e-7"), its maximum
+    "5e-06". A sample that did not end with EOS says so in words (before: "finished 0")."""
+    engineer = UserFactory(username="emily", role=ML_ENGINEER)
+    run = _scheduled_run(snapshot, tmp_path)
+    _log_in(page, live_server, engineer)
+    page.goto(f"/monitoring/runs/{run.pk}/")
+    row = page.get_by_test_id("checkpoints").locator("tbody tr").first
+    expect(row.locator(".ck-metric", has_text="learning_rate")).to_have_text("learning_rate 5e-07")
+    summary = page.get_by_test_id("summary").locator('tr[data-metric="learning_rate"] td')
+    expect(summary.nth(2)).to_have_text("5e-07")
+    expect(summary.nth(7)).to_have_text("5e-06")
+    figures = page.get_by_test_id("samples").locator("tbody tr.sample td").nth(3)
+    expect(figures).to_have_text("length 32 · no EOS (cut at max_new_tokens)")
+
+
 def test_the_compare_page_overlays_two_runs(snapshot, live_server, page: Page) -> None:
     """Two finished DPO runs with different beta: the runs list fits 1280 px and shows their DPO
     headline; filtered by kind, ticked and compared, their loss lines share one chart (two lines),
