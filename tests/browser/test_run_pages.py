@@ -308,6 +308,40 @@ def test_small_values_read_in_full_on_a_runs_page(snapshot, live_server, page: P
     expect(figures).to_have_text("length 32 · no EOS (cut at max_new_tokens)")
 
 
+def test_the_learning_rate_is_never_smoothed_and_every_tick_label_fits(
+    snapshot, live_server, page: Page, tmp_path
+):
+    """With the smoothing slider at 0.6 the loss chart gains a smoothed line, but the learning
+    rate (a schedule) keeps its logged values exactly (its kink at step 4 stays at 5e-06) and one
+    line, and says why. On every chart, each y tick label fits the axis's width as the canvas
+    measures it (before: 62 px held "5.000e-6" cut to ".000e-6")."""
+    engineer = UserFactory(username="emily", role=ML_ENGINEER)
+    run = _scheduled_run(snapshot, tmp_path)
+    _log_in(page, live_server, engineer)
+    page.goto(f"/monitoring/runs/{run.pk}/")
+    lr = page.locator('figure[data-metric="learning_rate"]')
+    expect(lr).to_have_attribute("data-points", "8")
+    page.locator("#smoothing").fill("0.6")
+    expect(page.locator('figure[data-metric="loss"] .u-legend .u-series')).to_have_count(3)
+    expect(lr.locator(".u-legend .u-series")).to_have_count(2)
+    expect(lr.locator(".chart-note")).to_have_text("a schedule: never smoothed")
+    drawn = page.evaluate("() => ConcordCharts.live.learning_rate.plot.data[1]")
+    assert drawn == [LEARNING_RATES[step] for step in range(1, 9)]
+    fits = page.evaluate(
+        """() => Object.entries(ConcordCharts.live).map(([name, chart]) => {
+             const u = chart.plot, axis = u.axes[1];
+             u.ctx.font = axis.font[0];
+             const widest = Math.max(...axis._values.map(
+               (v) => u.ctx.measureText(v).width / (window.devicePixelRatio || 1)));
+             return [name, axis._values, widest <= axis._size - axis.ticks.size - axis.gap];
+           })"""
+    )
+    assert {name for name, _, _ in fits} == {"learning_rate", "loss"}
+    assert all(ok for _, _, ok in fits), fits
+    labels = next(values for name, values, _ in fits if name == "learning_rate")
+    assert all(".000" not in label for label in labels), labels
+
+
 def test_the_compare_page_overlays_two_runs(snapshot, live_server, page: Page) -> None:
     """Two finished DPO runs with different beta: the runs list fits 1280 px and shows their DPO
     headline; filtered by kind, ticked and compared, their loss lines share one chart (two lines),
