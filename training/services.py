@@ -89,6 +89,23 @@ def _managed_values(
     return values
 
 
+def run_managed_values(run: TrainingRun) -> dict[str, Any]:
+    """The config fields Concord fills in for ``run`` (``MANAGED_FIELDS``: the base model's
+    folder, the snapshot's pairs file, the run folder, resume, the reward model's final folder),
+    as the worker will pass them, unchecked (the folders need not exist here): for showing. {} for
+    a run whose base model has left the registry."""
+    try:
+        return _managed_values(
+            base_model=run.base_model,
+            snapshot=run.snapshot,
+            output_dir=run.output_dir,
+            reward_model_run=run.reward_model_run,
+            ready=False,
+        )
+    except ModelUnavailableError:
+        return {}
+
+
 def reference_cache_dir() -> str:
     """Where DPO's reference log-probabilities are cached (keyed by data hash and model), shared by
     every run of this installation and by ``manage.py train``."""

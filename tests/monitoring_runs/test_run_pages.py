@@ -177,6 +177,29 @@ def test_the_run_page_lists_every_setting_of_its_recipe(make_run, ml_engineer):
     assert 'data-setting="beta"' in page and 'data-testid="config"' in page
 
 
+def test_the_config_shows_the_paths_concord_fills_in(make_run, ml_engineer, settings, tmp_path):
+    """model, data and output_dir are not stored in the run's config (Concord fills them in when
+    the run starts), so the page showed their empty defaults; it shows the values the worker
+    passes: the base model's folder, the snapshot's pairs file, the run's folder, marked as set."""
+    from pathlib import Path
+
+    from common.model_registry import model_get
+
+    settings.CONCORD_MODELS_DIR = tmp_path / "models"
+    run = make_run(kind="dpo", output_dir=str(tmp_path / "runs" / "run-9"))
+    rows = {r["name"]: r for r in selectors.run_config_rows(run)}
+    pairs = str(Path(run.snapshot.export.folder) / "pairs.jsonl")
+    model = str(model_get("smollm2-135m-instruct").path)
+    assert model == str(tmp_path / "models" / "smollm2-135m-instruct")
+    assert (rows["model"]["value"], rows["model"]["set"]) == (model, True)
+    assert rows["data"]["value"] == pairs
+    assert rows["output_dir"]["value"] == str(tmp_path / "runs" / "run-9")
+    assert rows["output_dir"]["help"].endswith("(filled in by Concord from the run)")
+    page = logged_in(ml_engineer).get(f"/monitoring/runs/{run.pk}/").content.decode()
+    for value in (model, pairs, str(tmp_path / "runs" / "run-9")):
+        assert f"<td>{value}</td>" in page
+
+
 def test_compare_puts_differing_settings_first(make_run, ml_engineer):
     a = make_run(kind="dpo", name="a", config={"beta": 0.1})
     b = make_run(kind="dpo", name="b", config={"beta": 0.3})
