@@ -14,9 +14,10 @@ register = template.Library()
 
 @register.filter
 def metric_value(value: object) -> str:
-    """``value`` (a number) as text; "–" for None, non-numbers and non-finite values."""
+    """``value`` (a number) as text; an en dash (as charts.js writes) for None, non-numbers and
+    non-finite values."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return "–"
+        return "\u2013"
     size = abs(value)
     if size != 0 and (size < 0.001 or size >= 100_000):
         mantissa, exponent = f"{value:.3e}".split("e")
