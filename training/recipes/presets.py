@@ -79,8 +79,9 @@ PRESETS: tuple[Preset, ...] = (
                 "rewards": ('length_penalty {"target": 60}',),
             },
         },
-        # The encoder the README recommends for reward models: MiniLM (22M) trains its 20 steps
-        # in well under a minute on a CPU, SmolLM2 (135M) in about ten.
+        # The encoder the README recommends for reward models: MiniLM (22M parameters, against
+        # SmolLM2's 135M) trained the 72 demo pairs' 17 steps in 142 s on a busy 2-core machine,
+        # where SmolLM2 had taken 8.7 minutes for 15.
         base_models={"rm": "all-minilm-l6-v2"},
     ),
     Preset(
