@@ -486,9 +486,7 @@ def _final_checkpoint_record(run: TrainingRun, summary: Mapping[str, Any]) -> Ch
         return None
     if run.checkpoints.filter(step=step).exists():
         return None
-    metrics = dict(
-        MetricPoint.objects.filter(run=run, step=step).values_list("name", "value")
-    )
+    metrics = dict(MetricPoint.objects.filter(run=run, step=step).values_list("name", "value"))
     return checkpoint_record(run_id=run.pk, step=step, path=final, metrics=metrics)
 
 

@@ -45,7 +45,9 @@ def test_round_create_refuses_a_reward_model_checkpoint(
             baseline_model=BASELINE, enqueue=False,
         )  # fmt: skip
     with pytest.raises(EvalError, match=r"step 5 of run #\d+ is a reward model's"):
-        make_round(run_with_checkpoints, baseline_model="", baseline_checkpoint=reward_model_checkpoint)
+        make_round(
+            run_with_checkpoints, baseline_model="", baseline_checkpoint=reward_model_checkpoint
+        )
     assert not EvalRound.objects.exists()
 
 
@@ -58,7 +60,9 @@ def test_a_checkpoint_pruned_from_disk_is_neither_listed_nor_evaluated(run_with_
     shutil.rmtree(pruned.path)
     assert [row["step"] for row in selectors.run_checkpoints(run)] == [4]
     assert list(run.checkpoints.on_disk().values_list("step", flat=True)) == [4]
-    with pytest.raises(EvalError, match=re.escape(f"the checkpoint of step 2 of run #{run.pk} {GONE}")):
+    with pytest.raises(
+        EvalError, match=re.escape(f"the checkpoint of step 2 of run #{run.pk} {GONE}")
+    ):
         eval_services.round_create(
             checkpoint=pruned, project=run.snapshot.export.project, size=4, created_by=None,
             baseline_model=BASELINE, enqueue=False,
