@@ -243,7 +243,10 @@ def reward_model_field(kind: str, run: TrainingRun) -> RewardModelChoiceField:
     if run.pk is None:
         newest = queryset.first()
         initial = newest.pk if newest is not None else None
-    help_text = "A succeeded reward-model run (the newest comes chosen); its final model scores the rollouts."
+    help_text = (
+        "A succeeded reward-model run (the newest comes chosen); its final model scores the "
+        "rollouts."
+    )
     if not queryset.exists():
         help_text += (
             " None has succeeded yet: train a reward model first (the note above links to it)."
