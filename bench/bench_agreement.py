@@ -25,12 +25,13 @@ import json
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from side_by_side import best_of
 
 from annotation import agreement
 
@@ -128,15 +129,6 @@ def peers(table: agreement.JudgementTable, overlap: int) -> dict[str, float]:
     }
 
 
-def _best_of(function, repeat: int) -> tuple[float, dict]:
-    best, result = float("inf"), {}
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--judgements", type=int, default=1_000_000)
@@ -146,8 +138,8 @@ def main() -> None:
     args = parser.parse_args()
     overlap = 3
     table = synthetic_project(args.judgements, args.annotators, overlap)
-    ours_s, ours_result = _best_of(lambda: ours(table, overlap), args.repeat)
-    consensus_s, consensus = _best_of(lambda: _consensus(table), 1)
+    ours_s, ours_result = best_of(lambda: ours(table, overlap), args.repeat)
+    consensus_s, consensus = best_of(lambda: _consensus(table), 1)
     output = {
         "benchmark": "agreement report, vectorised NumPy vs statsmodels + krippendorff + sklearn",
         "judgements": int(table.item.size),
@@ -164,7 +156,7 @@ def main() -> None:
         "numpy": np.__version__,
     }
     if not args.skip_peers:
-        peers_s, peers_result = _best_of(lambda: peers(table, overlap), 1)
+        peers_s, peers_result = best_of(lambda: peers(table, overlap), 1)
         output.update(
             peers_s=round(peers_s, 3),
             peers_include="Fleiss, nominal alpha, all pairs' Cohen; no intervals, no bias stats",

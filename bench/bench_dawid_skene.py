@@ -22,15 +22,16 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
-import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from side_by_side import VECTOR_FLAGS, best_of, cpu_flags_present, cpu_model
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_agreement import synthetic_project
@@ -39,17 +40,6 @@ from annotation import agreement
 
 CROWD_KIT_FLOOR = 1e-10  # crowd-kit's clip on confusion cells and priors
 K = 3
-
-
-def cpu_flags() -> list[str]:
-    text = Path("/proc/cpuinfo").read_text()
-    flags = set(re.search(r"^flags\s*:(.*)$", text, re.M).group(1).split())
-    return sorted(flags & {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"})
-
-
-def cpu_model() -> str:
-    found = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
-    return found.group(1).strip() if found else platform.processor()
 
 
 def ours(table: agreement.JudgementTable, iterations: int) -> agreement.DawidSkene:
@@ -66,15 +56,6 @@ def crowd_kit(frame, iterations: int):
     with warnings.catch_warnings():  # crowd-kit 1.4's pandas 3 deprecation warnings
         warnings.simplefilter("ignore", DeprecationWarning)
         return DawidSkene(n_iter=iterations, tol=-np.inf).fit(frame)
-
-
-def _best_of(function, repeat: int):
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def main() -> None:
@@ -95,8 +76,8 @@ def main() -> None:
     table = synthetic_project(args.judgements, args.annotators, overlap=3)
     frame = pd.DataFrame({"task": table.item, "worker": table.annotator, "label": table.choice})
     load = os.getloadavg()[0]
-    ours_s, mine = _best_of(lambda: ours(table, args.iterations), args.repeat)
-    peer_s, theirs = _best_of(lambda: crowd_kit(frame, args.iterations), args.repeat_peer)
+    ours_s, mine = best_of(lambda: ours(table, args.iterations), args.repeat)
+    peer_s, theirs = best_of(lambda: crowd_kit(frame, args.iterations), args.repeat_peer)
     posterior = theirs.probas_.reindex(index=range(table.n_items), columns=range(K)).to_numpy()
     labels = theirs.labels_.reindex(range(table.n_items)).to_numpy()
     result = {
@@ -113,7 +94,7 @@ def main() -> None:
         "max_posterior_difference": float(np.abs(mine.consensus.posterior - posterior).max()),
         "labels_differing": int((mine.consensus.label != labels).sum()),
         "cpu": cpu_model(),
-        "cpu_flags": cpu_flags(),
+        "cpu_flags": cpu_flags_present(VECTOR_FLAGS),
         "cpu_count": os.cpu_count(),
         "load_average_1m": round(load, 2),
         "python": platform.python_version(),

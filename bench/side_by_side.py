@@ -21,22 +21,28 @@ import argparse
 import contextlib
 import json
 import os
+import platform
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+T = TypeVar("T")
 SIDES = ("ours", "trl")
 # The CPU features that decide which precision is fast here.
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+# The vector extensions that decide how fast NumPy's kernels run (the pure-maths benches print them).
+VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni")
 BF16_HARDWARE = frozenset({"avx512_bf16", "amx_bf16"})
 
 # The TRL settings every bench against TRL shares: CPU only, no gradient checkpointing, a log line
@@ -317,9 +323,30 @@ def cpu_flags() -> dict[str, bool]:
     return {flag: flag in found for flag in CPU_FLAGS}
 
 
-def cpu_flags_present() -> list[str]:
-    """Those of CPU_FLAGS and fma that this CPU has, sorted."""
-    return sorted(_cpuinfo_flags() & {*CPU_FLAGS, "fma"})
+def cpu_flags_present(names: Collection[str] = (*CPU_FLAGS, "fma")) -> list[str]:
+    """Those of ``names`` (by default CPU_FLAGS and fma) that this CPU has, sorted."""
+    return sorted(_cpuinfo_flags() & set(names))
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (platform.processor() where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    line = next((line for line in text.splitlines() if line.startswith("model name")), "")
+    return line.partition(":")[2].strip() or platform.processor()
+
+
+def best_of(function: Callable[[], T], repeat: int) -> tuple[float, T]:
+    """Run ``function`` ``repeat`` times; the fastest wall time in seconds and the last result
+    (other work on a shared machine only ever slows a run down)."""
+    best, result = float("inf"), None
+    for _ in range(max(1, repeat)):
+        start = time.perf_counter()
+        result = function()
+        best = min(best, time.perf_counter() - start)
+    return best, result
 
 
 def precisions(choice: str, flags: Collection[str] = ()) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ PURE = (
     "common.sides",
     "common.text",
     "annotation.agreement",
+    "annotation.acquisition",
     "annotation.clustering",
     "annotation.formats",
     "annotation.simulation",

@@ -22,7 +22,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -202,19 +202,55 @@ class RewardModelChoiceField(forms.ModelChoiceField):
         return f"{run.name} · {run.get_kind_display()} #{run.pk} · no eval accuracy"
 
 
-def reward_model_field(kind: str, run: TrainingRun) -> RewardModelChoiceField:
-    """The reward-model select of an RL kind: required for PPO and RLOO; for GRPO optional and,
-    on a new run, the newest succeeded reward model chosen, so the form saves at its defaults
-    (leave it empty to score with the verifiable rewards alone)."""
-    queryset = TrainingRun.objects.filter(
+def succeeded_reward_models() -> QuerySet[TrainingRun]:
+    """Succeeded reward-model runs, newest first."""
+    return TrainingRun.objects.filter(
         kind=TrainingRun.Kind.RM, status=TrainingRun.Status.SUCCEEDED
-    ).order_by("-finished_at", "-pk")
+    ).order_by(F("finished_at").desc(nulls_last=True), "-pk")
+
+
+def reward_model_note(kind: str, keep: dict[str, str]) -> dict[str, Any] | None:
+    """What the kind card and the form say about an RL kind's reward model: {required, text,
+    train_url (the reward model's CPU preset, keeping ``keep``'s query values, when none has
+    succeeded yet; else "")}; None for a kind that takes none."""
+    if kind not in REWARD_MODEL_KINDS:
+        return None
+    label = TrainingRun.Kind(kind).label
+    required = kind in REWARD_MODEL_REQUIRED
+    text = (
+        f"{label} needs a succeeded reward-model run to score its rollouts"
+        if required
+        else f"{label} scores with verifiable rewards, a succeeded reward-model run, or both"
+    )
+    if succeeded_reward_models().exists():
+        return {"required": required, "text": text + ".", "train_url": ""}
+    query = urlencode({**keep, "kind": TrainingRun.Kind.RM.value, "preset": "cpu"})
+    train_url = f"{reverse('admin:training_trainingrun_add')}?{query}"
+    return {
+        "required": required,
+        "text": text + ": none has succeeded yet.",
+        "train_url": train_url,
+    }
+
+
+def reward_model_field(kind: str, run: TrainingRun) -> RewardModelChoiceField:
+    """The reward-model select of an RL kind: required for PPO and RLOO, optional for GRPO; on a
+    new run the newest succeeded reward model comes chosen, so the form saves at its defaults
+    (for GRPO leave it empty to score with the verifiable rewards alone)."""
+    queryset = succeeded_reward_models()
     required = kind in REWARD_MODEL_REQUIRED
     initial = run.reward_model_run_id
-    if not required and run.pk is None:
+    if run.pk is None:
         newest = queryset.first()
         initial = newest.pk if newest is not None else None
-    help_text = "A succeeded reward-model run; its final model scores the rollouts."
+    help_text = (
+        "A succeeded reward-model run (the newest comes chosen); its final model scores the "
+        "rollouts."
+    )
+    if not queryset.exists():
+        help_text += (
+            " None has succeeded yet: train a reward model first (the note above links to it)."
+        )
     if not required:
         help_text += (
             " Optional for GRPO: empty, the verifiable rewards (Algorithm: rewards) score alone;"
@@ -239,7 +275,12 @@ class TrainingRunForm(forms.ModelForm):
         fields = RUN_FIELDS
 
     def __init__(
-        self, *args: Any, kind: str, preset: dict[str, Any] | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        kind: str,
+        preset: dict[str, Any] | None = None,
+        base_model: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.kind = kind
@@ -254,8 +295,10 @@ class TrainingRunForm(forms.ModelForm):
             choices = [(m.name, f"{m.name} ({m.family})") for m in registered_models()
                        if use in m.uses]  # fmt: skip
             self.fields["base_model"].choices = choices
-            if self.instance.pk is None:
-                self.fields["base_model"].initial = settings.CONCORD_DEFAULT_POLICY_MODEL
+            if self.instance.pk is None:  # the preset's base model for the kind, if it names one
+                self.fields["base_model"].initial = (
+                    base_model or settings.CONCORD_DEFAULT_POLICY_MODEL
+                )
         if "snapshot" in self.fields:
             self.fields["snapshot"].queryset = DatasetSnapshot.objects.select_related(
                 "export__project"
@@ -406,6 +449,7 @@ class TrainingRunAdmin(admin.ModelAdmin):
                 "value": kind.value,
                 "label": kind.label,
                 "about": (config_class(kind.value).__doc__ or "").strip().splitlines()[0],
+                "reward_model": reward_model_note(kind.value, keep),
                 "presets": [
                     {
                         "label": preset.label,
@@ -440,15 +484,16 @@ class TrainingRunAdmin(admin.ModelAdmin):
         kwargs["fields"] = None
         base = super().get_form(request, obj, **kwargs)
         kind = self._kind(request, obj)
-        preset = None
+        preset = base_model = None
         if obj is None:
-            from training.recipes.presets import preset_values
+            from training.recipes.presets import preset_get, preset_values
 
             preset = preset_values(_preset_of(request), kind)
+            base_model = preset_get(_preset_of(request)).base_models.get(kind)
 
         class KindForm(base):  # type: ignore[valid-type, misc]
             def __init__(self, *args: Any, **kw: Any) -> None:
-                super().__init__(*args, kind=kind, preset=preset, **kw)
+                super().__init__(*args, kind=kind, preset=preset, base_model=base_model, **kw)
 
         return KindForm
 
@@ -496,6 +541,9 @@ class TrainingRunAdmin(admin.ModelAdmin):
 
         kind = self._kind(request, obj)
         context["run_kind"] = TrainingRun.Kind(kind)
+        if obj is None or obj.status == TrainingRun.Status.DRAFT:
+            keep = {k: v for k, v in request.GET.items() if k == "snapshot"}
+            context["reward_model"] = reward_model_note(kind, keep)
         context["can_launch"] = (
             self.has_add_permission(request)
             if obj is None

@@ -6,6 +6,8 @@ cancelled, with a heartbeat the worker refreshes and a cancel flag the training 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -161,6 +163,19 @@ class TrainingRun(models.Model):
         return f"LoRA r={rank} alpha={alpha:g}{merged}"
 
 
+def _is_folder(path: str) -> bool:
+    return bool(path) and Path(path).is_dir()
+
+
+class CheckpointQuerySet(models.QuerySet):
+    def on_disk(self) -> CheckpointQuerySet:
+        """These checkpoints less those whose folder is gone (``keep_checkpoints`` prunes the
+        older ones while the run trains; a folder may be moved or deleted by hand): only these can
+        be evaluated or rolled back to. Reads each folder's existence (one stat per checkpoint)."""
+        present = [pk for pk, path in self.values_list("pk", "path") if _is_folder(path)]
+        return self.filter(pk__in=present)
+
+
 class Checkpoint(models.Model):
     """A saved state of a run: weights loadable with transformers, plus what is needed to resume."""
 
@@ -170,6 +185,8 @@ class Checkpoint(models.Model):
     metrics = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = CheckpointQuerySet.as_manager()
+
     class Meta:
         ordering = ["run", "step"]
         constraints = [
@@ -178,6 +195,19 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} step {self.step}"
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether the checkpoint's folder still exists."""
+        return _is_folder(self.path)
+
+    @property
+    def missing_text(self) -> str:
+        """A plain sentence for a checkpoint whose folder is gone (see ``on_disk``)."""
+        return (
+            f"the checkpoint of step {self.step} of run #{self.run_id} is no longer on disk (runs "
+            "keep only their newest keep_checkpoints checkpoints); choose another checkpoint"
+        )
 
 
 class MetricPoint(models.Model):

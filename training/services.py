@@ -89,6 +89,23 @@ def _managed_values(
     return values
 
 
+def run_managed_values(run: TrainingRun) -> dict[str, Any]:
+    """The config fields Concord fills in for ``run`` (``MANAGED_FIELDS``: the base model's
+    folder, the snapshot's pairs file, the run folder, resume, the reward model's final folder),
+    as the worker will pass them, unchecked (the folders need not exist here): for showing. {} for
+    a run whose base model has left the registry."""
+    try:
+        return _managed_values(
+            base_model=run.base_model,
+            snapshot=run.snapshot,
+            output_dir=run.output_dir,
+            reward_model_run=run.reward_model_run,
+            ready=False,
+        )
+    except ModelUnavailableError:
+        return {}
+
+
 def reference_cache_dir() -> str:
     """Where DPO's reference log-probabilities are cached (keyed by data hash and model), shared by
     every run of this installation and by ``manage.py train``."""
@@ -438,16 +455,39 @@ def checkpoint_record(
 def run_finish(
     *, run_id: int, status: str, error: str = "", summary: Mapping[str, Any] | None = None
 ) -> None:
-    """Record how the attempt ended: succeeded, cancelled or failed (with the error)."""
-    TrainingRun.objects.filter(pk=run_id).update(
-        status=status,
-        error=error[-20_000:],
-        summary=dict(summary or {}),
-        finished_at=timezone.now(),
-        cancel_requested=False,
+    """Record how the attempt ended: succeeded, cancelled or failed (with the error). A succeeded
+    run's final model becomes a checkpoint of its last step (``_final_checkpoint_record``)."""
+    with transaction.atomic():
+        TrainingRun.objects.filter(pk=run_id).update(
+            status=status,
+            error=error[-20_000:],
+            summary=dict(summary or {}),
+            finished_at=timezone.now(),
+            cancel_requested=False,
+        )
+        run = TrainingRun.objects.get(pk=run_id)
+        if status == Status.SUCCEEDED:
+            _final_checkpoint_record(run, summary or {})
+        _event(run, status, error=error[-2000:] if error else "")
+
+
+def _final_checkpoint_record(run: TrainingRun, summary: Mapping[str, Any]) -> Checkpoint | None:
+    """The final model (``summary["final_model_dir"]``, else ``<output_dir>/final``) as the
+    checkpoint of the run's last step (``summary["steps"]``, else ``run.step``) when no checkpoint
+    was saved at that step, so a run shorter than ``checkpoint_every`` can still be evaluated and
+    rolled back to. Its metrics are those logged at that step. None when the folder is missing
+    or a checkpoint of that step exists (it is kept)."""
+    final = summary.get("final_model_dir") or (
+        str(Path(run.output_dir) / "final") if run.output_dir else ""
     )
-    run = TrainingRun.objects.get(pk=run_id)
-    _event(run, status, error=error[-2000:] if error else "")
+    steps = summary.get("steps")
+    step = steps if isinstance(steps, int) and steps > 0 else run.step
+    if not final or not step or not Path(final).is_dir():
+        return None
+    if run.checkpoints.filter(step=step).exists():
+        return None
+    metrics = dict(MetricPoint.objects.filter(run=run, step=step).values_list("name", "value"))
+    return checkpoint_record(run_id=run.pk, step=step, path=final, metrics=metrics)
 
 
 def runs_reap_stale(*, stale_after_s: int | None = None) -> list[int]:

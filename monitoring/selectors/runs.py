@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from monitoring.models import Alert
+from training import services as training_services
 from training.models import Checkpoint, MetricPoint, RunSample, TrainingRun
 
 # Charts (and a checkpoint's metrics) come in this order when the metric exists; others follow
@@ -209,22 +210,28 @@ def run_series(*, run: TrainingRun, after_step: int = -1) -> dict[str, list[list
 
 def run_phase(run: TrainingRun) -> dict[str, Any] | None:
     """{name, done, total, text} of the work the run reports before its next step, or None:
-    e.g. text "reference log-probs, batch 3 of 4" (total 0: "batch 3")."""
+    e.g. text "reference log-probs, batch 3 of 4" (total 0: "batch 3"; nothing counted yet:
+    the name alone, "loading the reward model")."""
     if not run.phase:
         return None
-    text = f"{run.phase}, batch {run.phase_done}"
+    text = run.phase
+    if run.phase_done or run.phase_total:
+        text += f", batch {run.phase_done}"
     if run.phase_total:
         text += f" of {run.phase_total}"
     return {"name": run.phase, "done": run.phase_done, "total": run.phase_total, "text": text}
 
 
 def run_checkpoints(run: TrainingRun, *, eval_round_url: str = "") -> list[dict[str, Any]]:
-    """The run's checkpoints, newest first: {id, step, path, created_at (ISO), saved (UTC text),
-    result (the run's
+    """The run's checkpoints still on disk (``keep_checkpoints`` prunes older ones), newest first:
+    {id, step, path, created_at (ISO), saved (UTC text), result (the run's
     chosen result), metrics_step (the last logged step at or before the checkpoint's; None when
     nothing was logged yet), metrics {name: value} logged at that step, eval_url (the human-eval
-    round form for this checkpoint, ``eval_round_url?checkpoint=ID``, when a URL is given)}."""
-    checkpoints = list(Checkpoint.objects.filter(run=run).order_by("-step"))
+    round form for this checkpoint, ``eval_round_url?checkpoint=ID``, when a URL is given and the
+    run trains a policy: a reward model answers no prompt, so it has no round)}."""
+    checkpoints = list(Checkpoint.objects.filter(run=run).on_disk().order_by("-step"))
+    if run.kind == TrainingRun.Kind.RM:
+        eval_round_url = ""
     values: dict[int, dict[str, float]] = defaultdict(dict)
 
     def read(steps: set[int]) -> None:
@@ -289,15 +296,26 @@ def run_samples(run: TrainingRun, *, after_step: int = -1) -> list[dict[str, Any
     return [{"step": step, "samples": samples} for step, samples in sorted(by_step.items())]
 
 
-def run_config_rows(run: TrainingRun) -> list[dict[str, Any]]:
+def run_config_rows(run: TrainingRun, *, with_paths: bool = True) -> list[dict[str, Any]]:
     """Every setting of the run's recipe: {name, value, default, set (the run overrides the
     default), help}, in the recipe's field order; keys the recipe does not know (an older run)
-    follow with help "not a setting of this recipe"."""
+    follow with help "not a setting of this recipe". ``with_paths``: the fields Concord fills in
+    from the run (model and reward-model folders, the snapshot's file, the run folder) hold those
+    values, marked as set; without, their defaults (the compare page shows the run's model and
+    data apart)."""
     from training.recipes.config import config_class, config_help
 
     stored = dict(run.config or {})
+    managed = training_services.run_managed_values(run) if with_paths else {}
     rows = []
     for name, default, help_text in config_help(config_class(run.kind)):
+        if name in managed:
+            rows.append(
+                {"name": name, "value": managed[name], "default": default, "set": True,
+                 "help": f"{help_text} (filled in by Concord from the run)"}
+            )  # fmt: skip
+            stored.pop(name, None)
+            continue
         value = stored.pop(name, default)
         rows.append(
             {"name": name, "value": value, "default": default, "set": name in (run.config or {}),
@@ -327,7 +345,8 @@ def runs_compare(*, run_ids: Sequence[int]) -> dict[str, Any]:
             "reward_model_run": run.reward_model_run_id or "",
             "gpus": run.gpus,
         }
-        columns.append(identity | {r["name"]: r["value"] for r in run_config_rows(run)})
+        rows = run_config_rows(run, with_paths=False)
+        columns.append(identity | {r["name"]: r["value"] for r in rows})
     identity_names = ["kind", "base_model", "data", "reward_model_run", "gpus"]
     settings_names = sorted({name for column in columns for name in column} - set(identity_names))
     rows = []

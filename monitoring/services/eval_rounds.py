@@ -98,9 +98,21 @@ def round_create(
     (``round_judge_services.round_judge_launch``); reviewers then rate only ``ppi.human_subset``'s seeded
     random ``human_fraction`` of the items (at least ``min_human_items``, >= 2), each item keeping
     its inclusion probability. Without a judge reviewers rate every item (fraction 1).
+
+    The checkpoints must be a policy's (a reward model's answers no prompt) and, when generated
+    in-process, still on disk (``Checkpoint.on_disk``): EvalError, nothing written, otherwise.
     """
     if bool(baseline_model) == (baseline_checkpoint is not None):
         raise EvalError("give exactly one baseline: a registry model name or an earlier checkpoint")
+    for tested in (checkpoint, baseline_checkpoint):
+        if tested is not None and tested.run.kind == TrainingRun.Kind.RM:
+            raise EvalError(
+                f"the checkpoint of step {tested.step} of run #{tested.run_id} is a reward "
+                "model's: it scores answers but writes none, so a human-eval round cannot judge "
+                "it; choose a checkpoint of a policy run"
+            )
+        if tested is not None and not endpoint and not tested.on_disk:
+            raise EvalError(tested.missing_text)
     if baseline_checkpoint is not None and baseline_checkpoint.pk == checkpoint.pk:
         raise EvalError("the baseline checkpoint must differ from the checkpoint under test")
     if size < 1:
@@ -296,9 +308,11 @@ def round_generate(*, round_id: int) -> EvalRound:
             EvalRound.objects.filter(pk=round_.pk).update(status=EvalRound.Status.OPEN)
     except Exception as exc:
         log.exception("generation of eval round %s failed", round_id)
+        # Our own refusals read as a sentence; anything else keeps its type for the engineer.
+        error = str(exc) if isinstance(exc, EvalError) else f"{type(exc).__name__}: {exc}"
         with transaction.atomic():
             EvalRound.objects.filter(pk=round_.pk).update(
-                status=EvalRound.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:5000]
+                status=EvalRound.Status.FAILED, error=error[:5000]
             )
             EvalRound.objects.filter(pk=round_.pk, judge_status=JudgeStatus.WAITING).update(
                 judge_status=JudgeStatus.FAILED, judge_error=JUDGE_WITHOUT_ANSWERS
@@ -336,6 +350,9 @@ def _generate_in_process(round_: EvalRound, conversations, config) -> dict[str, 
     """Both sides' ``Generation``s with the models loaded here, one after the other."""
     from training.recipes.generation import ChatGenerator
 
+    for checkpoint in (round_.checkpoint, round_.baseline_checkpoint):
+        if checkpoint is not None and not checkpoint.on_disk:
+            raise EvalError(checkpoint.missing_text)  # pruned after the round was created
     outputs = {}
     for k, (side, folder) in enumerate(
         (("checkpoint", round_.checkpoint.path), ("baseline", None))
@@ -533,6 +550,8 @@ def decision_record(
             raise EvalError("a roll back needs the checkpoint to roll back to")
         if checkpoint.run_id != run.pk:
             raise EvalError(f"checkpoint {checkpoint.pk} does not belong to run #{run.pk}")
+        if not checkpoint.on_disk:
+            raise EvalError(checkpoint.missing_text)
     elif checkpoint is not None:
         raise EvalError("only a roll back names a checkpoint")
     if round_ is not None and round_.checkpoint.run_id != run.pk:

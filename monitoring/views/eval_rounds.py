@@ -128,6 +128,8 @@ class RoundForm(forms.Form):
             for m in generative
         ]
         self.fields["size"].widget.attrs["data-interval-width"] = "win-rate"
+        for name in ("checkpoint", "baseline_checkpoint"):  # pruned folders are not offered
+            self.fields[name].queryset = self.fields[name].queryset.on_disk()
 
     def endpoint(self) -> dict[str, str]:
         """``round_create``'s endpoint settings; empty (in-process) without a URL."""

@@ -92,7 +92,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         threshold = trust.cleaned_data["kappa"] if trust.is_valid() else None
         context["stopping"] = stopping_panel.run_stopping_panel(run, kappa_threshold=threshold)
         context["trust_form"] = trust
-        context["checkpoint_choices"] = run.checkpoints.order_by("-step")
+        context["checkpoint_choices"] = run.checkpoints.on_disk().order_by("-step")
     return render(request, "monitoring/run_detail.html", context)
 
 

@@ -8,12 +8,24 @@
   const COLOURS = ["#2f5bd3", "#d9480f", "#2b8a3e", "#ae3ec9", "#e8590c", "#0b7285", "#5c940d", "#c2255c"];
 
 
+  // A value as the pages write it (the same as the server's ``metric_value`` filter): 4 decimals
+  // with trailing zeros dropped; below 0.001 or from 100000 on, 4 significant digits in
+  // scientific notation, trailing zeros dropped, with a two-digit exponent: 5e-06, 1.25e+05.
   function fmt(v) {
     if (v === null || v === undefined || !Number.isFinite(v)) return "–";
     const a = Math.abs(v);
-    if (a !== 0 && (a < 0.001 || a >= 100000)) return v.toExponential(3);
+    if (a !== 0 && (a < 0.001 || a >= 100000)) {
+      const parts = v.toExponential(3).split("e");
+      const mantissa = parts[0].replace(/\.?0+$/, "");
+      const exponent = Number(parts[1]);
+      return mantissa + "e" + (exponent < 0 ? "-" : "+") + String(Math.abs(exponent)).padStart(2, "0");
+    }
     return String(Math.round(v * 10000) / 10000);
   }
+
+  // Series a run sets rather than measures (schedules): smoothing would bend them, so they are
+  // always drawn as logged.
+  const NOT_SMOOTHED = /(^|\/)(learning_rate|lr|kl_coef|epoch)$/;
 
   // Debiased exponential moving average (TensorBoard's smoothing): weight in [0, 1).
   function smooth(values, weight) {
@@ -44,6 +56,20 @@
     if (nonNegative && lo < 0) lo = 0;
     if (atMostOne && hi > 1) hi = 1;
     return [lo, hi];
+  }
+
+  // The y axis's width in CSS pixels: its longest tick label as the canvas measures it, plus
+  // the tick and the gap (uPlot's axis-autosize recipe), so no label is cut on the left.
+  function yAxisSize(u, values, axisIdx, cycleNum) {
+    const axis = u.axes[axisIdx];
+    if (cycleNum > 1) return axis._size;  // settled: stop uPlot's size/tick cycle
+    let size = axis.ticks.size + axis.gap;
+    const longest = (values || []).reduce(function (a, v) { return v.length > a.length ? v : a; }, "");
+    if (longest) {
+      u.ctx.font = axis.font[0];
+      size += u.ctx.measureText(longest).width / (window.devicePixelRatio || 1);
+    }
+    return Math.max(40, Math.ceil(size) + 2);
   }
 
   function xRange(xs) {
@@ -77,6 +103,7 @@
     this.threshold = threshold;
     this.lines = labels.map(function () { return []; });
     this.smoothing = 0;
+    this.smoothable = !NOT_SMOOTHED.test(name);
     this.log = false;
     this.zoomed = false;
     this.plot = null;
@@ -96,9 +123,14 @@
     return this.lines.reduce(function (n, l) { return n + l.length; }, 0);
   };
 
+  // The smoothing this chart applies: the slider's, or 0 for a schedule (NOT_SMOOTHED).
+  MetricChart.prototype.appliedSmoothing = function () {
+    return this.smoothable ? this.smoothing : 0;
+  };
+
   MetricChart.prototype.data = function () {
     const aligned = align(this.lines);
-    const smoothing = this.smoothing;
+    const smoothing = this.appliedSmoothing();
     const out = [aligned[0]];
     aligned.slice(1).forEach(function (column) {
       out.push(smoothing ? smooth(column, smoothing) : column);
@@ -116,9 +148,10 @@
     const useLog = this.log && this.canLog();
     const sparse = data[0].length <= 60;
     const series = [{ label: "step", value: function (u, v) { return v === null ? "–" : String(v); } }];
+    const smoothing = this.appliedSmoothing();
     this.labels.forEach(function (label, i) {
       series.push({
-        label: self.smoothing ? label + " (smoothed)" : label,
+        label: smoothing ? label + " (smoothed)" : label,
         stroke: COLOURS[i % COLOURS.length],
         width: 1.8,
         spanGaps: true,
@@ -126,7 +159,7 @@
         value: function (u, v) { return fmt(v); },
       });
     });
-    if (this.smoothing) {
+    if (smoothing) {
       this.labels.forEach(function (label, i) {
         series.push({
           label: label + " (raw)",
@@ -173,7 +206,7 @@
       },
       axes: [
         { label: "step", size: 40, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000], values: function (u, ticks) { return ticks.map(String); } },
-        { size: 62, values: function (u, ticks) { return ticks.map(fmt); } },
+        { size: yAxisSize, values: function (u, ticks) { return ticks.map(fmt); } },
       ],
       hooks: {
         setSelect: [function (u) { if (u.select.width > 0) self.zoomed = true; }],
@@ -202,8 +235,9 @@
     const notes = [];
     if (this.threshold !== null && this.threshold !== undefined) notes.push("alert threshold " + fmt(this.threshold));
     if (this.log && !this.canLog()) notes.push("log scale needs positive values: linear");
+    if (this.smoothing && !this.smoothable) notes.push("a schedule: never smoothed");
     this.note.textContent = notes.join(" · ");
-    const mode = [this.smoothing > 0, this.log && this.canLog()].join();
+    const mode = [this.appliedSmoothing() > 0, this.log && this.canLog()].join();
     if (this.plot && this.mode === mode) {
       this.plot.setData(data, !this.zoomed);
       return;
@@ -283,6 +317,7 @@
 
   window.ConcordCharts = {
     MetricChart: MetricChart, fmt: fmt, smooth: smooth, yRange: yRange, align: align,
+    NOT_SMOOTHED: NOT_SMOOTHED,
     summarise: summarise, bindControls: bindControls, figureFor: figureFor,
   };
 })();

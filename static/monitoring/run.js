@@ -127,6 +127,13 @@
     rows.forEach(function (row) { body.appendChild(checkpointRow(row)); });
   }
 
+  // A sample's figure in words: "finished" (1 when the answer ended with EOS) as a phrase, the
+  // others as "name value".
+  function figureText(name, value) {
+    if (name === "finished") return value ? "ended with EOS" : "no EOS (cut at max_new_tokens)";
+    return name + " " + C.fmt(value);
+  }
+
   function renderSamples() {
     const select = document.getElementById("sample-step");
     const table = document.querySelector("[data-testid=samples]");
@@ -149,7 +156,7 @@
       tr.appendChild(text("td", sample.prompt, "sample-text"));
       tr.appendChild(text("td", sample.response, "sample-text"));
       tr.appendChild(text("td", C.fmt(sample.reward)));
-      const figures = Object.keys(sample.figures || {}).map(function (k) { return k + " " + C.fmt(sample.figures[k]); });
+      const figures = Object.keys(sample.figures || {}).map(function (k) { return figureText(k, sample.figures[k]); });
       tr.appendChild(text("td", figures.join(" · ")));
       body.appendChild(tr);
     });

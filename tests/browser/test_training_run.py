@@ -71,8 +71,8 @@ def test_ml_engineer_launches_a_run_from_the_admin_and_watches_its_chart_update(
     loss chart appears and gains points between two looks while the worker trains (the page polls
     every 2 s, without a reload), and whose status ends "succeeded" at step 1200/1200. The database
     agrees: the run succeeded, logged a loss per step (as many as the chart draws), saved its six
-    checkpoints (listed on the page once reloaded), and its launch is audited under the engineer's
-    name."""
+    checkpoints (the newest five, still on disk, listed on the page once reloaded), and its launch
+    is audited under the engineer's name."""
     engineer = UserFactory(username="emily", role=ML_ENGINEER)
     run = _draft_run(engineer)
 
@@ -116,10 +116,13 @@ def test_ml_engineer_launches_a_run_from_the_admin_and_watches_its_chart_update(
     expect(page.get_by_test_id("run-step")).to_have_text("1200")
     expect(chart.locator("canvas")).to_have_count(1)  # drawn by uPlot
     page.screenshot(path=SCREENSHOT, full_page=True)
-    # The polls keep the checkpoints table current, and the server draws the same after a reload.
-    expect(page.get_by_test_id("checkpoints").locator("tbody tr")).to_have_count(6)
+    # The polls keep the checkpoints table current, and the server draws the same after a reload:
+    # the 5 checkpoints still on disk (keep_checkpoints 5 removed step 200's folder).
+    rows = page.get_by_test_id("checkpoints").locator("tbody tr")
+    expect(rows).to_have_count(5)
     page.reload()
-    expect(page.get_by_test_id("checkpoints").locator("tbody tr")).to_have_count(6)
+    expect(rows).to_have_count(5)
+    expect(rows.last.locator("td").first).to_have_text("400")
 
     run.refresh_from_db()
     assert run.status == TrainingRun.Status.SUCCEEDED, run.error

@@ -93,13 +93,15 @@ def test_the_runs_list_filters_by_kind_status_and_project(make_run, ml_engineer)
     assert 'data-testid="filter-errors"' in bad and "first" in bad and "second" in bad
 
 
-def test_checkpoints_show_the_metrics_of_their_step_and_the_result_mark(make_run):
+def test_checkpoints_show_the_metrics_of_their_step_and_the_result_mark(make_run, tmp_path):
     """Metrics logged at steps 2 and 4; checkpoints at 4 (exact) and 5 (nothing logged at 5: the
     last logged step before it, 4); the run's result is the one at step 4; each links to the round
     form with ?checkpoint=ID."""
     run = make_run(kind="ppo", metrics={2: {"loss": 1.0}, 4: {"loss": 0.5, "kl": 0.01}})
-    at4 = Checkpoint.objects.create(run=run, step=4, path="/x/step-4")
-    Checkpoint.objects.create(run=run, step=5, path="/x/step-5")
+    for step in (4, 5):
+        (tmp_path / f"step-{step}").mkdir()  # listed only while the folder exists
+    at4 = Checkpoint.objects.create(run=run, step=4, path=str(tmp_path / "step-4"))
+    Checkpoint.objects.create(run=run, step=5, path=str(tmp_path / "step-5"))
     TrainingRun.objects.filter(pk=run.pk).update(result_checkpoint=at4)
     run.refresh_from_db()
     rows = selectors.run_checkpoints(run, eval_round_url="/monitoring/eval/")
@@ -173,6 +175,29 @@ def test_the_run_page_lists_every_setting_of_its_recipe(make_run, ml_engineer):
     assert beta["value"] == 0.3 and beta["set"] is True
     page = logged_in(ml_engineer).get(f"/monitoring/runs/{run.pk}/").content.decode()
     assert 'data-setting="beta"' in page and 'data-testid="config"' in page
+
+
+def test_the_config_shows_the_paths_concord_fills_in(make_run, ml_engineer, settings, tmp_path):
+    """model, data and output_dir are not stored in the run's config (Concord fills them in when
+    the run starts), so the page showed their empty defaults; it shows the values the worker
+    passes: the base model's folder, the snapshot's pairs file, the run's folder, marked as set."""
+    from pathlib import Path
+
+    from common.model_registry import model_get
+
+    settings.CONCORD_MODELS_DIR = tmp_path / "models"
+    run = make_run(kind="dpo", output_dir=str(tmp_path / "runs" / "run-9"))
+    rows = {r["name"]: r for r in selectors.run_config_rows(run)}
+    pairs = str(Path(run.snapshot.export.folder) / "pairs.jsonl")
+    model = str(model_get("smollm2-135m-instruct").path)
+    assert model == str(tmp_path / "models" / "smollm2-135m-instruct")
+    assert (rows["model"]["value"], rows["model"]["set"]) == (model, True)
+    assert rows["data"]["value"] == pairs
+    assert rows["output_dir"]["value"] == str(tmp_path / "runs" / "run-9")
+    assert rows["output_dir"]["help"].endswith("(filled in by Concord from the run)")
+    page = logged_in(ml_engineer).get(f"/monitoring/runs/{run.pk}/").content.decode()
+    for value in (model, pairs, str(tmp_path / "runs" / "run-9")):
+        assert f"<td>{value}</td>" in page
 
 
 def test_compare_puts_differing_settings_first(make_run, ml_engineer):

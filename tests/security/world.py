@@ -16,7 +16,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
@@ -147,7 +149,10 @@ def world_build(
         name=text("run name", 0), kind="dpo", base_model="smollm2-135m-instruct",
         snapshot=snapshot_for(export=export), config={}, created_by=users["ml_engineer"],
     )  # fmt: skip
-    checkpoint = Checkpoint.objects.create(run=run, step=4, path="/nonexistent/checkpoint")
+    # A folder that exists (a round is created only on a checkpoint still on disk), in tmp.
+    folder = Path(settings.EXPORT_DIR) / "run-checkpoint"
+    folder.mkdir(parents=True, exist_ok=True)
+    checkpoint = Checkpoint.objects.create(run=run, step=4, path=str(folder))
     # Two prompts that came after the export, unlabelled: held out of the run, a round draws them.
     held_out = [json.loads(r) | {"judgements": []} for r in _rows("held", text, 2, rationale)]
     comparisons_import(project=own, lines=[json.dumps(r) for r in held_out])

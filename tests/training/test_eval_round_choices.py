@@ -33,7 +33,9 @@ def checkpoints(tmp_path, settings):
         run = services.run_create(
             name=f"{kind} run", kind=kind, base_model="smollm2-135m-instruct", snapshot=snapshot
         )
-        made[kind] = Checkpoint.objects.create(run=run, step=step, path=f"/ckpt/{kind}")
+        folder = tmp_path / "ckpt" / kind  # on disk: only those are offered
+        folder.mkdir(parents=True)
+        made[kind] = Checkpoint.objects.create(run=run, step=step, path=str(folder))
     return made
 
 

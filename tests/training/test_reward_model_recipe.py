@@ -233,3 +233,29 @@ def test_cluster_conditioning_learns_a_preference_that_flips_by_domain(tiny_bert
     assert summary["eval/accuracy"] > summary["plain/eval/accuracy"]
     saved = json.loads((tmp_path / "run" / "final" / "cluster_conditioning.json").read_text())
     assert saved["clusters"] == ["casual", "formal"] and len(saved["weight"]) == 2
+
+
+def test_the_work_before_the_first_step_is_reported_as_phases(tiny_bert_dir, pairs_file, tmp_path):
+    """Before step 1 the run page hears what the recipe does: loading the model (no count), then
+    tokenising the 8 pairs in batches of 3 (ceil(8 / 3) = 3 batches: 0, 1, 2 and 3 of 3), and only
+    then the steps."""
+    from training.recipes import TrainingCallback
+
+    heard: list[tuple] = []
+
+    class Record(TrainingCallback):
+        def on_phase(self, *, phase: str, done: int, total: int) -> None:
+            heard.append((phase, done, total))
+
+        def on_step(self, *, step: int, total_steps: int) -> None:
+            heard.append(("step", step))
+
+    train_reward_model(_config(tiny_bert_dir, pairs_file, tmp_path, max_steps=1), Record())
+    assert heard == [
+        ("loading the reward model", 0, 0),
+        ("tokenising pairs", 0, 3),
+        ("tokenising pairs", 1, 3),
+        ("tokenising pairs", 2, 3),
+        ("tokenising pairs", 3, 3),
+        ("step", 1),
+    ]

@@ -102,6 +102,31 @@ def test_worker_runs_a_tiny_dpo_to_the_end(snapshot, models_dir):
     assert run.events.filter(action="started").count() == 1
 
 
+def test_a_run_shorter_than_checkpoint_every_ends_with_its_final_model_as_a_checkpoint(
+    snapshot, models_dir
+):
+    """3 steps with checkpoint_every 10: the loop saves no checkpoint, so the succeeded run's
+    final model (``<output_dir>/final``) is recorded as the checkpoint of step 3, with the
+    metrics logged at step 3, and is the only one (it can be evaluated and rolled back to)."""
+    run = _queued(_dpo(snapshot, max_steps=3, checkpoint_every=10))
+    assert run_execute(run_id=run.pk, worker="test:1") == "succeeded"
+    run.refresh_from_db()
+    final = Path(run.output_dir) / "final"
+    assert list(run.checkpoints.values_list("step", "path")) == [(3, str(final))]
+    assert not (Path(run.output_dir) / "checkpoints").exists()
+    logged = MetricPoint.objects.get(run=run, step=3, name="loss").value
+    assert run.checkpoints.get().metrics["loss"] == logged
+
+
+def test_a_checkpoint_saved_at_the_last_step_is_kept_as_the_final_one(snapshot, models_dir):
+    """4 steps, checkpoint_every 2: the step-4 checkpoint stays the loop's folder (no second
+    record of step 4 pointing at ``final``)."""
+    run = _queued(_dpo(snapshot))
+    assert run_execute(run_id=run.pk, worker="test:1") == "succeeded"
+    paths = dict(run.checkpoints.values_list("step", "path"))
+    assert sorted(paths) == [2, 4] and paths[4].endswith("step-00000004")
+
+
 def test_cancel_before_start_and_while_running(snapshot, models_dir, settings):
     draft = _dpo(snapshot)
     services.run_cancel(run=draft, user=None)

@@ -15,13 +15,16 @@ from training.recipes.config import KINDS, ConfigError
 
 @dataclass(frozen=True)
 class Preset:
-    """``values[kind]``: that kind's overrides; ``common``: overrides for every kind."""
+    """``values[kind]``: that kind's overrides; ``common``: overrides for every kind;
+    ``base_models[kind]``: the registry name of the base model the form chooses first for that
+    kind (absent: the installation's default policy model)."""
 
     name: str
     label: str
     description: str
     common: dict[str, Any] = field(default_factory=dict)
     values: dict[str, dict[str, Any]] = field(default_factory=dict)
+    base_models: dict[str, str] = field(default_factory=dict)
 
     def for_kind(self, kind: str) -> dict[str, Any]:
         return {**self.common, **self.values.get(kind, {})}
@@ -71,8 +74,15 @@ PRESETS: tuple[Preset, ...] = (
                 "max_new_tokens": 32,
                 "eval_prompts": 4,
                 "eval_every": 10,
+                # A verifiable reward, so the form saves without a reward model: answers near 60
+                # characters score best (the bench's cheap reward).
+                "rewards": ('length_penalty {"target": 60}',),
             },
         },
+        # The encoder the README recommends for reward models: MiniLM (22M parameters, against
+        # SmolLM2's 135M) trained the 72 demo pairs' 17 steps in 142 s on a busy 2-core machine,
+        # where SmolLM2 had taken 8.7 minutes for 15.
+        base_models={"rm": "all-minilm-l6-v2"},
     ),
     Preset(
         name="standard",

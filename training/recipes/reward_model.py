@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -216,13 +216,28 @@ def _annotator_loss(
     return loss, int(label.numel())
 
 
+# The work before the first step, reported to the run page as phases (``on_phase``).
+LOADING_PHASE = "loading the reward model"
+TOKENISING_PHASE = "tokenising pairs"
+
+
 def _fitted_pairs(
-    scorer: RewardScorer, pairs: Sequence[Any], votes: Sequence[AnnotatorVote]
+    scorer: RewardScorer,
+    pairs: Sequence[Any],
+    votes: Sequence[AnnotatorVote],
+    on_batch: Callable[[int, int], None] | None = None,
+    batch_size: int = 1,
 ) -> tuple[list[Any], list[AnnotatorVote], list[tuple[RewardInput, RewardInput]]]:
     """The pairs that survive fitting to the reward model (``RewardScorer.encode_pair``), their
-    votes renumbered to match, and their encoded (chosen, rejected) inputs."""
+    votes renumbered to match, and their encoded (chosen, rejected) inputs. ``on_batch(done,
+    total)`` hears the progress in batches of ``batch_size`` pairs (0 of total first)."""
+    total = -(-len(pairs) // max(1, batch_size))
+    if on_batch is not None:
+        on_batch(0, total)
     kept, encoded, renumber = [], [], {}
     for index, pair in enumerate(pairs):
+        if on_batch is not None and index and index % batch_size == 0:
+            on_batch(index // batch_size, total)
         fitted = scorer.encode_pair(pair.prompt, pair.chosen, pair.rejected)
         if fitted is not None:
             renumber[index] = len(kept)
@@ -233,6 +248,8 @@ def _fitted_pairs(
         for vote in votes
         if vote.pair in renumber
     ]
+    if on_batch is not None and total:
+        on_batch(total, total)
     return kept, kept_votes, encoded
 
 
@@ -375,8 +392,17 @@ def setup_reward_model(run: Run, config: RewardModelConfig) -> RewardModelState:
         judgements_file_for(config.data) if config.annotator_aware else None
     )
     pairs, raw_votes = load_judged_pairs(config.data, judgements)
+    run.callback.on_phase(phase=LOADING_PHASE, done=0, total=0)
     tokenizer, model, scorer = load_reward_model(run, config)
-    pairs, raw_votes, encoded = _fitted_pairs(scorer, pairs, raw_votes)
+    pairs, raw_votes, encoded = _fitted_pairs(
+        scorer,
+        pairs,
+        raw_votes,
+        on_batch=lambda done, total: run.callback.on_phase(
+            phase=TOKENISING_PHASE, done=done, total=total
+        ),
+        batch_size=config.batch_size,
+    )
     if not pairs:
         raise ValueError(f"{config.data}: every pair was dropped when fitted to the model")
     train_index, eval_index = split_eval(len(pairs), config.eval_fraction, config.seed)
