@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from monitoring import eval_services
-from monitoring.eval_services import EvalError
 from monitoring.models import EvalRound, StopDecision
-from monitoring.views import selectors
+from monitoring.selectors import runs as selectors
+from monitoring.services import eval_rounds as eval_services
+from monitoring.services.eval_rounds import EvalError
 from tests.monitoring_eval.conftest import BASELINE, TINY_SAMPLING, make_round
 from training import services
 from training.models import Checkpoint
