@@ -9,7 +9,7 @@ item i sees the checkpoint on the left when (i + k) is even, so each item and th
 the checkpoint on both sides about equally, and no reviewer can learn a fixed side. An item whose two
 answers are identical (``eval_selectors.answers_identical``) is never handed out: it counts as ties.
 A round with a judge hands out only the items drawn for reviewers (``EvalItem.for_humans``); the
-judge rates them all once the answers exist (monitoring/round_judge_services.py).
+judge rates them all once the answers exist (monitoring/services/round_judges.py).
 """
 
 from __future__ import annotations
