@@ -9,6 +9,8 @@ pair in both orders (A shown first, then B shown first). Its verdicts use the st
 - ``position_bias``: share of decisive verdicts that picked the response shown first, beyond 0.5.
 - ``length_bias``: share of decisive verdicts that picked the longer response, against the humans'.
 - ``judge_kappas``: Cohen's kappa against each human and against the humans' majority.
+- ``judge_human_agreement`` / ``human_human_agreement`` / ``vote_agreement``: the MT-Bench paper's
+  agreement figures (share of agreeing vote pairs, with and without ties).
 - ``judge_report``: all of them, plus accuracy on gold items.
 - ``reward_verdicts`` / ``calibrate_tie_band``: a reward model's score difference as a verdict, with
   the tie band that agrees best with the humans.
@@ -23,6 +25,7 @@ from scipy.special import betaincinv
 
 from annotation.agreement.bias import JudgementTable, _binomial_two_sided
 from annotation.agreement.coefficients import (
+    BOTH_BAD,
     MISSING,
     N_CHOICES,
     TIE,
@@ -249,6 +252,106 @@ def judge_kappas(combined: np.ndarray, humans: JudgementTable) -> JudgeKappas:
 
 
 @dataclass(frozen=True)
+class PairAgreement:
+    """agree of n vote pairs gave the same verdict; rate = agree / n (NaN when n = 0)."""
+
+    agree: int
+    n: int
+    rate: float
+
+
+def _tie_merged(choice: np.ndarray) -> np.ndarray:
+    # FastChat's compute_agreement counts every label containing "tie" as a tie, "tie (bothbad)" too.
+    choice = np.asarray(choice, np.int64)
+    return np.where(choice == BOTH_BAD, TIE, choice)
+
+
+def judge_human_agreement(
+    combined: np.ndarray, humans: JudgementTable, *, ties: bool = True
+) -> PairAgreement:
+    """Share of (judge verdict, human vote) pairs that agree, over every human vote on an item the
+    judge judged (Zheng et al. 2023, MT-Bench, Table 5; FastChat ``compute_agreement.py``).
+
+    combined: [I] the judge's verdict per item (``combine_orders``: an order-inconsistent pair is a
+    tie, the paper's setup S1), MISSING where not judged. Both bad counts as a tie. ``ties=False``
+    (setup S2) drops the pairs where either side says tie.
+    """
+    combined = np.asarray(combined)
+    if combined.shape != (humans.n_items,):
+        raise ValueError(f"combined must have shape ({humans.n_items},), got {combined.shape}")
+    judge_on = _tie_merged(combined)[np.asarray(humans.item, np.int64)]
+    vote = _tie_merged(humans.choice)
+    keep = judge_on != MISSING
+    if not ties:
+        keep &= (judge_on != TIE) & (vote != TIE)
+    agree, n = int((keep & (judge_on == vote)).sum()), int(keep.sum())
+    return PairAgreement(agree, n, _share(agree, n))
+
+
+def human_human_agreement(
+    humans: JudgementTable, *, ties: bool = True, items: np.ndarray | None = None
+) -> PairAgreement:
+    """Share of pairs of votes by two different humans on the same item that agree (every such
+    pair counted once; MT-Bench, Table 5, "human vs human").
+
+    items: [I] bool, the items to count (default all; the judge report passes the judged ones, so
+    humans and judge are measured on the same comparisons). Both bad counts as a tie; ``ties=False``
+    drops the pairs where either vote is a tie. With c[i, k] the votes k on item i and m[i, r, k]
+    those of human r (1 in a table without repeats): agree = sum C(c, 2) - sum C(m, 2) over k, and
+    n the same over all kept votes.
+    """
+    item = np.asarray(humans.item, np.int64)
+    annotator = np.asarray(humans.annotator, np.int64)
+    vote = _tie_merged(humans.choice)
+    keep = np.ones(item.size, bool) if items is None else np.asarray(items, bool)[item]
+    if not ties:
+        keep &= vote != TIE
+    item, annotator, vote = item[keep], annotator[keep], vote[keep]
+
+    def pairs(*keys: np.ndarray) -> int:
+        if not keys[0].size:
+            return 0
+        _, counts = np.unique(np.stack(keys), axis=1, return_counts=True)
+        return int((counts * (counts - 1) // 2).sum())
+
+    agree = pairs(item, vote) - pairs(item, annotator, vote)
+    n = pairs(item) - pairs(item, annotator)
+    return PairAgreement(agree, n, _share(agree, n))
+
+
+@dataclass(frozen=True)
+class VoteAgreement:
+    """The MT-Bench paper's agreement figures for one judge (Zheng et al. 2023, Table 5): judge vs
+    humans over all (judge, human vote) pairs and humans vs humans on the judged items, with ties
+    (setup S1: an order-inconsistent judge verdict counts as a tie) and without (setup S2)."""
+
+    judge_human: PairAgreement
+    judge_human_no_ties: PairAgreement
+    human_human: PairAgreement
+    human_human_no_ties: PairAgreement
+
+    def summary(self, digits: int = 4) -> dict[str, float | int | None]:
+        """Plain numbers: each figure's rate (None when undefined) and its pair count ``<name>_n``."""
+        out: dict[str, float | int | None] = {}
+        for name in ("judge_human", "judge_human_no_ties", "human_human", "human_human_no_ties"):
+            figure = getattr(self, name)
+            out[name] = None if np.isnan(figure.rate) else round(figure.rate, digits)
+            out[f"{name}_n"] = figure.n
+        return out
+
+
+def vote_agreement(combined: np.ndarray, humans: JudgementTable) -> VoteAgreement:
+    """All four figures; humans vs humans on the items the judge judged (combined != MISSING)."""
+    judged = np.asarray(combined) != MISSING
+    return VoteAgreement(
+        judge_human=judge_human_agreement(combined, humans, ties=True),
+        judge_human_no_ties=judge_human_agreement(combined, humans, ties=False),
+        human_human=human_human_agreement(humans, ties=True, items=judged),
+        human_human_no_ties=human_human_agreement(humans, ties=False, items=judged),
+    )
+
+
+@dataclass(frozen=True)
 class JudgeReport:
     """Everything the judge report page shows. gold_n / gold_accuracy: items with a known answer
     that the judge judged, and the share its combined verdict got right (NaN without gold)."""
@@ -262,6 +365,7 @@ class JudgeReport:
     kappas: JudgeKappas
     gold_n: int
     gold_accuracy: float
+    votes: VoteAgreement  # the MT-Bench paper's agreement figures
 
 
 def judge_report(
@@ -297,6 +401,7 @@ def judge_report(
         kappas=judge_kappas(combined, humans),
         gold_n=gold_n,
         gold_accuracy=gold_accuracy,
+        votes=vote_agreement(combined, humans),
     )
 
 

@@ -12,8 +12,21 @@ repeated vote with the same verdict counts once; a different verdict is an error
 Rows without conversation text take it from FastChat's layout: ``--questions question.jsonl``
 (``{"question_id", "turns": [...]}``) and ``--answers model_answer/`` (``<model>.jsonl`` with
 ``{"question_id", "choices": [{"turns": [...]}]}``); without them the row is refused, naming what is
-missing. Only turn 1 can be imported: at later turns each model answered its own earlier reply, so
-the two conversations share no prompt.
+missing.
+
+A later turn t (``turn`` 2 in MT-Bench) is imported as a multi-turn conversation: the prompt holds
+the user's turns 1..t and the responses are the two models' answers at turn t. Each model answered
+its *own* earlier replies, and they seldom match (of the 1,200 pairs of the six voted models' turn-1
+answers, 13 are the same text, all short factual answers), so the context is formed in one of two
+ways and ``metadata["earlier_answers"]`` says which:
+
+- ``"shared"``: both models gave the same earlier answers; the prompt is the true conversation
+  (user 1, assistant 1, ..., user t) and each response is the turn-t answer alone.
+- ``"in_each_response"``: the earlier answers differ; the prompt's assistant turns are a note saying
+  so (``EARLIER_ANSWER_NOTE``), never one model's reply passed off as both, and each response
+  begins with its own model's earlier answers, then its turn-t answer (``EARLIER_ANSWERS_LAYOUT``),
+  so whoever judges sees each answer after the reply it follows, whichever side it is shown on
+  (FastChat's multi-turn judge prompt likewise shows each assistant's own whole conversation).
 """
 
 from __future__ import annotations
@@ -32,6 +45,43 @@ EXAMPLE = (
 REPEAT_VOTES_COUNT_ONCE = True
 WINNERS = {"model_a": "a", "model_b": "b", "tie": "tie", "tie (bothbad)": "both_bad"}
 FLIP = {"a": "b", "b": "a", "tie": "tie", "both_bad": "both_bad"}
+EARLIER_ANSWER_NOTE = (
+    "[The two models answered this differently: each response below begins with its own model's "
+    "answer here.]"
+)
+EARLIER_ANSWERS_LAYOUT = "**Its answer to question {turn}:**\n\n{text}"
+
+
+def conversation_at_turn(
+    questions: list[str], replies_a: list[str], replies_b: list[str]
+) -> tuple[Any, str, str, str | None]:
+    """The user's turns 1..t and each model's answers 1..t (t >= 1) -> (prompt, response A,
+    response B, earlier_answers): at t = 1 the question text and the two answers (None); later, a
+    {role, content} conversation ending with user turn t and how its assistant turns were formed
+    ("shared" or "in_each_response", see the module docstring)."""
+    t = len(questions)
+    if not t or len(replies_a) != t or len(replies_b) != t:
+        raise ValueError("need t questions and t answers of each model, t >= 1")
+    if t == 1:
+        return questions[0], replies_a[0], replies_b[0], None
+    shared = replies_a[:-1] == replies_b[:-1]
+    prompt: list[dict[str, str]] = []
+    for turn in range(t - 1):
+        prompt.append({"role": "user", "content": questions[turn]})
+        prompt.append(
+            {"role": "assistant", "content": replies_a[turn] if shared else EARLIER_ANSWER_NOTE}
+        )
+    prompt.append({"role": "user", "content": questions[-1]})
+    if shared:
+        return prompt, replies_a[-1], replies_b[-1], "shared"
+
+    def with_earlier(replies: list[str]) -> str:
+        return "\n\n".join(
+            EARLIER_ANSWERS_LAYOUT.format(turn=number, text=text)
+            for number, text in enumerate(replies, start=1)
+        )
+
+    return prompt, with_earlier(replies_a), with_earlier(replies_b), "in_each_response"
 
 
 def matches(record: dict[str, Any]) -> bool:
@@ -47,20 +97,35 @@ def _name(record: dict[str, Any], field: str) -> str:
     return value.strip()
 
 
-def _texts_from_conversations(record: dict[str, Any]) -> tuple[Any, str, str]:
-    prompt, reply_a, reply_b = split_final_reply(
-        message_list(record["conversation_a"], "conversation_a"),
-        message_list(record["conversation_b"], "conversation_b"),
-        ("conversation_a", "conversation_b"),
-    )
-    if sum(turn["role"] == "user" for turn in prompt) > 1:
-        raise RowError("conversation_a", "has several user turns: only turn 1 can be imported")
-    return prompt, reply_a, reply_b
+def _texts_from_conversations(record: dict[str, Any], turn: int | None) -> tuple[Any, ...]:
+    convos = [message_list(record.get(f), f) for f in ("conversation_a", "conversation_b")]
+    if sum(message["role"] == "user" for message in convos[0]) <= 1:
+        if turn not in (None, 1):
+            raise RowError("turn", f"is {turn} but conversation_a has one user turn")
+        prompt, reply_a, reply_b = split_final_reply(*convos, ("conversation_a", "conversation_b"))
+        return prompt, reply_a, reply_b, None, 1
+    questions: list[list[str]] = []
+    replies: list[list[str]] = []
+    for convo, name in zip(convos, ("conversation_a", "conversation_b"), strict=True):
+        roles = [message["role"] for message in convo]
+        if roles != ["user", "assistant"] * (len(roles) // 2) or not roles:
+            raise RowError(name, "must alternate user and assistant turns, user first")
+        questions.append([m["content"] for m in convo if m["role"] == "user"])
+        replies.append([m["content"] for m in convo if m["role"] == "assistant"])
+    if questions[0] != questions[1]:
+        raise RowError("conversation_b", "has other user turns than conversation_a")
+    if turn not in (None, len(questions[0])):
+        raise RowError("turn", f"is {turn} but the conversations have {len(questions[0])} turns")
+    return (*conversation_at_turn(questions[0], replies[0], replies[1]), len(questions[0]))
 
 
 def _texts_from_files(
-    record: dict[str, Any], question_id: str, models: tuple[str, str], options: ReadOptions
-) -> tuple[Any, str, str]:
+    record: dict[str, Any],
+    question_id: str,
+    models: tuple[str, str],
+    turn: int,
+    options: ReadOptions,
+) -> tuple[Any, str, str, str | None]:
     if options.questions is None or options.answers is None:
         missing = " and ".join(
             name
@@ -78,17 +143,30 @@ def _texts_from_files(
     question = options.questions.get(question_id)
     if question is None:
         raise RowError("question_id", f"question {question_id} is not in {options.questions_name}")
+    if len(question["turns"]) < turn:
+        raise RowError(
+            "turn",
+            f"turn {turn}: question {question_id} has {len(question['turns'])} turn(s) in "
+            f"{options.questions_name}",
+        )
     replies = []
     for model in models:
         turns = options.answers.get(model, {}).get(question_id)
+        field = "model_a" if model == record.get("model_a") else "model_b"
         if turns is None:
             raise RowError(
-                "model_a" if model == record.get("model_a") else "model_b",
+                field,
                 f"no answer of {model!r} to question {question_id} in "
                 f"{options.answers_name}/{model}.jsonl",
             )
-        replies.append(turns[0])
-    return question["turns"][0], replies[0], replies[1]
+        if len(turns) < turn:
+            raise RowError(
+                field,
+                f"{model!r} answered question {question_id} in {len(turns)} turn(s) in "
+                f"{options.answers_name}/{model}.jsonl, not {turn}",
+            )
+        replies.append(turns[:turn])
+    return conversation_at_turn(question["turns"][:turn], replies[0], replies[1])
 
 
 def convert(record: dict[str, Any], *, options: ReadOptions) -> dict[str, Any]:
@@ -99,18 +177,15 @@ def convert(record: dict[str, Any], *, options: ReadOptions) -> dict[str, Any]:
     winner = record.get("winner")
     if winner not in WINNERS:
         raise RowError("winner", f"must be one of {sorted(WINNERS)}, got {winner!r}")
-    turn = record.get("turn", 1)
-    if turn != 1:
-        raise RowError(
-            "turn",
-            f"turn {turn!r}: only turn 1 can be imported (at later turns each model answered its "
-            "own earlier reply, so the pair shares no prompt)",
-        )
+    turn = record.get("turn")
+    if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 1):
+        raise RowError("turn", f"must be a whole number from 1, got {turn!r}")
     if "conversation_a" in record or "conversation_b" in record:
-        prompt, reply_a, reply_b = _texts_from_conversations(record)
+        prompt, reply_a, reply_b, earlier, turn = _texts_from_conversations(record, turn)
     else:
-        prompt, reply_a, reply_b = _texts_from_files(
-            record, question_id, (model_a, model_b), options
+        turn = turn or 1
+        prompt, reply_a, reply_b, earlier = _texts_from_files(
+            record, question_id, (model_a, model_b), turn, options
         )
     choice = WINNERS[winner]
     swapped = model_b < model_a  # the comparison orders its responses by model name
@@ -124,7 +199,8 @@ def convert(record: dict[str, Any], *, options: ReadOptions) -> dict[str, Any]:
         "response_b": reply_b,
         "model_a": model_a,
         "model_b": model_b,
-        "metadata": {"source": NAME, "question_id": question_id, "turn": turn},
+        "metadata": {"source": NAME, "question_id": question_id, "turn": turn}
+        | ({} if earlier is None else {"earlier_answers": earlier}),
         "judgements": [
             {"annotator": judge, "choice": choice, "shown_left": "b" if swapped else "a"}
         ],

@@ -411,6 +411,14 @@ def judges_beside_humans(*, project: Project) -> list[dict[str, Any]]:
     return list(import_string(hook)(project=project)) if hook else []
 
 
+def judges_vote_agreement(*, project: Project) -> list[dict[str, Any]]:
+    """Each model judge beside the humans (``judges_beside_humans``) with the MT-Bench paper's
+    agreement figures (``vote_agreement``: judge vs humans and humans vs humans, with and without
+    ties) and its kappa with the human consensus; what ``agreement --json`` adds as "judges"."""
+    keys = ("judge", "version", "kappa_consensus", "kappa_consensus_n", "vote_agreement")
+    return [{key: row[key] for key in keys} for row in judges_beside_humans(project=project)]
+
+
 # --- Drill-down ---------------------------------------------------------------------------------------
 def annotator_disagreements(
     *, project: Project, username: str, limit: int = 50

@@ -155,6 +155,7 @@ def judge_report_summary(data: JudgeReportData) -> dict[str, Any]:
         "seconds_per_answer": _number(data.seconds_per_answer),
         "kappa_consensus": _number(r.kappas.consensus),
         "kappa_consensus_n": r.kappas.consensus_n,
+        "vote_agreement": r.votes.summary(),  # the MT-Bench paper's figures, with and without ties
         "kappa_per_human": [
             {"annotator": name, "kappa": _number(k), "n": int(n)}
             for name, k, n in zip(

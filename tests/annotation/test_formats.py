@@ -470,7 +470,7 @@ def test_mt_bench_missing_question_or_answer_names_it(tmp_path, project):
         _vote(99, "gpt-4", "claude-v1", "tie", "e"),
         _vote(81, "gpt-4", "llama-13b", "tie", "e"),
         _vote(81, "gpt-4", "claude-v1", "model_c", "e"),
-        _vote(81, "gpt-4", "claude-v1", "tie", "e") | {"turn": 2},
+        _vote(81, "gpt-4", "claude-v1", "tie", "e") | {"turn": 3},
         _vote(81, "gpt-4", "claude-v1", "model_a", "e"),
         _vote(81, "claude-v1", "gpt-4", "model_a", "e"),  # the same judge, another verdict
     ]
@@ -483,7 +483,7 @@ def test_mt_bench_missing_question_or_answer_names_it(tmp_path, project):
         "line 3, field 'winner': must be one of ['model_a', 'model_b', 'tie', 'tie (bothbad)'], "
         "got 'model_c'",
     ]
-    assert errors[3].startswith("line 4, field 'turn': turn 2: only turn 1 can be imported")
+    assert errors[3] == "line 4, field 'turn': turn 3: question 81 has 2 turn(s) in --questions"
     assert errors[4:] == [
         "line 6, field 'judgements': 'e' already judged this comparison on line 5"
     ]

@@ -5,6 +5,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.models import Project
+from annotation.selectors.agreement import judges_vote_agreement
 from annotation.services.agreement import agreement_summary, project_agreement
 
 
@@ -44,6 +45,9 @@ class Command(BaseCommand):
         if as_json:
             if not intervals:
                 summary.pop("intervals", None)
+            judges = judges_vote_agreement(project=target)
+            if judges:  # only then: the keys without a judge stay those of ARCHITECTURE.md
+                summary["judges"] = judges
             self.stdout.write(_dumps(summary))
             return
         self._write_text(target, summary)

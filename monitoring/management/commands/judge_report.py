@@ -42,6 +42,13 @@ class Command(BaseCommand):
         self.stdout.write(format_summary(summary))
 
 
+VOTES = (
+    "votes agreeing with ties / without: judge vs humans {judge_human} (n={judge_human_n}) / "
+    "{judge_human_no_ties} (n={judge_human_no_ties_n}); humans vs humans {human_human} "
+    "(n={human_human_n}) / {human_human_no_ties} (n={human_human_no_ties_n})"
+)
+
+
 def _f(value: object) -> str:
     return "n/a" if value is None else str(value)
 
@@ -54,6 +61,7 @@ def format_summary(s: dict) -> str:
         f"{_f(s['seconds_per_answer'])} s per answer"
         + (f", tie band {s['tie_band']}" if s["tie_band"] is not None else ""),
         f"kappa vs human consensus: {_f(s['kappa_consensus'])} (n={s['kappa_consensus_n']})",
+        VOTES.format(**{key: _f(value) for key, value in s["vote_agreement"].items()}),
     ]
     lines += [
         f"kappa vs {row['annotator']}: {_f(row['kappa'])} (n={row['n']})"
