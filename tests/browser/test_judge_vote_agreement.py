@@ -11,8 +11,8 @@ from __future__ import annotations
 from playwright.sync_api import Page, expect
 
 from annotation.services.importing import comparisons_import, project_get_or_create
-from monitoring.judge_services import judge_create, judge_verdicts_store
 from monitoring.models import JudgeOutput
+from monitoring.services.judges import judge_create, judge_verdicts_store
 from tests.helpers.browser import log_in
 from tests.judges.conftest import rows_jsonl
 

@@ -15,8 +15,8 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from monitoring.judge_services import judge_create, judge_verdicts_store
 from monitoring.models import JudgeOutput
+from monitoring.services.judges import judge_create, judge_verdicts_store
 from tests.conftest import logged_in
 
 pytestmark = pytest.mark.django_db
