@@ -168,6 +168,35 @@ def test_a_copy_that_clashes_is_refused_and_nothing_is_written(tmp_path, exports
     assert _state() == state
 
 
+def test_new_rows_after_a_restore_get_fresh_keys(tmp_path, exports):
+    """On a fresh instance the key sequences start low: after a restore that kept the archived keys,
+    the next comparison gets a key past them (the sequence was moved), not a clash. PostgreSQL."""
+    from django.db import connection
+
+    from annotation.services.importing import comparisons_import
+
+    if connection.vendor != "postgresql":
+        pytest.skip("sequences are PostgreSQL's")
+    demo_load()
+    project = Project.objects.get(slug="demo")
+    path = tmp_path / "demo.zip"
+    call_command("archive_project", "--project", "demo", "--out", str(path))
+    lowest = min(project.comparisons.values_list("pk", flat=True))
+    purge(project)
+    with connection.cursor() as cursor:  # as if nothing had ever been inserted past ``lowest``
+        cursor.execute(
+            "SELECT setval(pg_get_serial_sequence('annotation_comparison', 'id'), %s, false)",
+            [lowest],
+        )
+    call_command("restore_project", str(path))
+    restored = Project.objects.get(slug="demo")
+    before = set(restored.comparisons.values_list("pk", flat=True))
+    row = {"prompt": "A new question?", "response_a": "Yes.", "response_b": "No."}
+    comparisons_import(project=restored, lines=[json.dumps(row)])
+    new = set(restored.comparisons.values_list("pk", flat=True)) - before
+    assert len(new) == 1 and min(new) > max(before)
+
+
 def _state() -> tuple[int, int, int]:
     return (Project.objects.count(), Judgement.objects.count(), get_user_model().objects.count())
 
