@@ -270,9 +270,12 @@ def _keep_times(labels: list[str]) -> Iterator[None]:
             f.auto_now, f.auto_now_add = now, now_add
 
 
-def _rows(zf: zipfile.ZipFile, name: str) -> Iterator[dict[str, Any]]:
+def _rows(zf: zipfile.ZipFile, name: str, digest: Any = None) -> Iterator[dict[str, Any]]:
+    """The member's rows; ``digest`` (a hashlib object), when given, is fed every line read."""
     with zf.open(name) as handle:
         for line in handle:
+            if digest is not None:
+                digest.update(line)
             yield json.loads(line)
 
 
@@ -290,10 +293,13 @@ def _restore_users(zf: zipfile.ZipFile) -> dict[str, int]:
     return ids
 
 
-def archive_restore(path: Path, *, options: dict[str, Any]) -> dict[str, int]:
-    """Check the archive, then load it in one transaction; returns rows restored per model label.
-    ``options`` reach each table's ``prepare`` (the annotation part reads ``slug``)."""
-    manifest = archive_check(path)
+def archive_restore(
+    path: Path, *, options: dict[str, Any], manifest: dict[str, Any] | None = None
+) -> dict[str, int]:
+    """Check the archive (unless ``manifest``, what ``archive_check`` returned for it, is given),
+    then load it in one transaction; returns rows restored per model label. ``options`` reach each
+    table's ``prepare`` (the annotation part reads ``slug``)."""
+    manifest = manifest if manifest is not None else archive_check(path)
     tables = {t.model: t for t in archive_tables()}
     order = [m for m in manifest["members"] if m["model"] != "users"]
     counts: dict[str, int] = {}
@@ -362,7 +368,8 @@ def _restore_table(
             deferred.extend((model, obj.pk, a, t, o) for a, t, o in later)
         batch.clear()
 
-    for row in _rows(zf, member["name"]):
+    digest = hashlib.sha256()
+    for row in _rows(zf, member["name"], digest):
         old_pk = row[pk_name]
         if table.prepare is not None:
             table.prepare(row, options)
@@ -404,6 +411,8 @@ def _restore_table(
             flush()
     if batch:
         flush()
+    if digest.hexdigest() != member["sha256"]:  # the file changed since it was checked
+        raise ArchiveError(f"{member['name']} changed while it was restored. Nothing was restored.")
     if keep and mapping:
         _reset_sequence(model)
     return len(mapping)

@@ -40,5 +40,5 @@ def project_archive_restore(
             f"A project with the slug {slug!r} already exists here; restore it under another "
             "slug (--as NEW_SLUG)."
         )
-    counts = archive_restore(path, options={"slug": slug})
+    counts = archive_restore(path, options={"slug": slug}, manifest=manifest)
     return Project.objects.get(slug=slug), counts

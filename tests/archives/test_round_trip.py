@@ -268,3 +268,27 @@ def test_a_file_that_is_not_an_archive_is_refused(tmp_path, exports):
         call_command("restore_project", str(other))
     with pytest.raises(CommandError, match="No archive at"):
         call_command("restore_project", str(tmp_path / "missing.zip"))
+
+
+def test_a_file_changed_after_its_check_is_rolled_back(tmp_path, exports):
+    """The rows are hashed again as they are loaded: a member that no longer matches the checked
+    manifest (the file replaced between check and load) rolls the whole restore back."""
+    from common.archive import ArchiveError, archive_check, archive_restore
+
+    demo_load()
+    path = tmp_path / "demo.zip"
+    call_command("archive_project", "--project", "demo", "--out", str(path))
+    manifest = archive_check(path)
+    purge(Project.objects.get(slug="demo"))
+    with zipfile.ZipFile(path) as src:
+        members = {name: src.read(name) for name in src.namelist()}
+    members["annotation.comparison.jsonl"] = members["annotation.comparison.jsonl"].replace(
+        b'"gold": ""', b'"gold": "a"', 1
+    )
+    with zipfile.ZipFile(path, "w") as dst:
+        for name, data in members.items():
+            dst.writestr(name, data)
+    state = _state()
+    with pytest.raises(ArchiveError, match="changed while it was restored"):
+        archive_restore(path, options={"slug": "demo"}, manifest=manifest)
+    assert _state() == state and not Comparison.objects.filter(project__slug="demo").exists()
