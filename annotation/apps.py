@@ -12,7 +12,11 @@ class AnnotationConfig(AppConfig):
     verbose_name = "Annotation"
 
     def ready(self) -> None:
+        from annotation.archive import ANNOTATION_PART
+        from common.archive import archive_part_register
         from common.jobs import JobKind, job_kind_register
+
+        archive_part_register(ANNOTATION_PART)
 
         # Imports and clustering run on the default queue (no route in settings names them).
         job_kind_register(

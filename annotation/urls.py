@@ -109,3 +109,14 @@ urlpatterns += [
         name="label-flag",
     ),
 ]
+
+# Project archives: the lead's download of the whole history (restore is a command).
+from annotation.views import archives  # noqa: E402  (one block, for clean merges)
+
+urlpatterns += [
+    path(
+        "p/<slug:slug>/settings/archive-file/",
+        archives.project_archive_download,
+        name="project-archive-file",
+    ),
+]

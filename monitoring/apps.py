@@ -27,7 +27,11 @@ class MonitoringConfig(AppConfig):
     verbose_name = "Monitoring"
 
     def ready(self) -> None:
+        from common.archive import archive_part_register
         from common.jobs import JobKind, job_kind_register
+        from monitoring.archive import MONITORING_PART
+
+        archive_part_register(MONITORING_PART)
 
         job_kind_register(
             JobKind(model="monitoring.Judge", noun="judge", queued=("queued",),

@@ -12,7 +12,11 @@ class TrainingConfig(AppConfig):
     verbose_name = "Training"
 
     def ready(self) -> None:
+        from common.archive import archive_part_register
         from common.jobs import JobKind, job_kind_register
+        from training.archive import TRAINING_PART
+
+        archive_part_register(TRAINING_PART)
 
         # services.run_launch sends every run to the gpu queue.
         job_kind_register(

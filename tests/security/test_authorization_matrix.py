@@ -144,6 +144,7 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "annotation:project-settings":    {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     "annotation:project-archive":     {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     "annotation:project-unarchive":   {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
+    "annotation:project-archive-file": {"get": (302, 404, 404, 200, 200), "post": (302, 405, 405, 405, 405)},
     "annotation:project-members":     {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     "annotation:member-remove":       {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     "annotation:member-pause":        {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
