@@ -28,7 +28,6 @@ from annotation.services.adjudication import adjudication_record, guidelines_upd
 from annotation.services.agreement import project_consensus
 from annotation.services.exporting import _sha256_files, _write_files, dataset_export
 from common.archive import archive_tables
-from monitoring.judge_services import judge_create
 from monitoring.models import (
     Alert,
     EvalAssignment,
@@ -39,6 +38,7 @@ from monitoring.models import (
     JudgeOutput,
     StopDecision,
 )
+from monitoring.services.judges import judge_create
 from tests.factories import UserFactory
 from training import services as training_services
 from training.models import Checkpoint, MetricPoint, RunEvent, RunSample, TrainingRun
