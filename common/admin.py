@@ -10,6 +10,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.http import HttpRequest
 
+from common.models import LoginLockout
+
 User = get_user_model()
 
 
@@ -27,3 +29,18 @@ class ConcordUserAdmin(UserAdmin):
 if admin.site.is_registered(User):
     admin.site.unregister(User)
 admin.site.register(User, ConcordUserAdmin)
+
+
+@admin.register(LoginLockout)
+class LoginLockoutAdmin(admin.ModelAdmin):
+    """Lockouts, for admins to see who was refused (read only: the throttle writes them)."""
+
+    list_display = ("locked_at", "kind", "subject", "failures", "locked_until")
+    list_filter = ("kind",)
+    search_fields = ("subject",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
