@@ -9,7 +9,8 @@ tried) the cache holds ``{"failures", "last", "locked_until"}`` for ``CONCORD_LO
   last failure;
 - at ``CONCORD_LOGIN_ACCOUNT_LIMIT`` (account) or ``CONCORD_LOGIN_ADDRESS_LIMIT`` (address) failures
   it is locked for ``CONCORD_LOGIN_LOCKOUT_S`` seconds: every attempt is refused, the right password
-  too. The lockout is logged (warning) and recorded as a ``LoginLockout`` row the admin lists.
+  too. The lockout is logged (warning) and recorded as a ``LoginLockout`` row the admin lists;
+  deleting the row there ends the lockout at once.
 
 A success clears the account's count (not the address's: one right password among many guesses from
 an address does not excuse the guesses). Refused attempts never reach the password check and are
@@ -111,6 +112,13 @@ def login_failure_record(*, request: HttpRequest, username: str) -> None:
 def login_success_record(*, request: HttpRequest, username: str) -> None:
     """A right password: forget the account's failures."""
     cache.delete(_key(LoginLockout.Kind.ACCOUNT, username.strip().lower()))
+
+
+def login_lockout_end(*, lockout: LoginLockout) -> None:
+    """An administrator ends a lockout early: its subject's count is forgotten, the row deleted."""
+    cache.delete(_key(lockout.kind, lockout.subject))
+    logger.warning("Login lockout ended early: %s %s", lockout.kind, lockout.subject)
+    lockout.delete()
 
 
 class ThrottledModelBackend(ModelBackend):

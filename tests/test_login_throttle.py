@@ -132,8 +132,9 @@ def test_basic_auth_on_the_api_shares_the_count(limits, settings):
     assert REFUSED in _login("emily", PASSWORD, "10.7.0.1").content.decode()
 
 
-def test_lockouts_are_listed_in_the_admin(limits):
-    """The superuser's admin list of login lockouts shows the locked account."""
+def test_lockouts_are_listed_in_the_admin_and_deleting_one_ends_it(limits):
+    """The superuser's admin list of login lockouts shows the locked account; deleting the row
+    (the admin's delete confirmation) lets the right password in at once (302)."""
     UserFactory(username="victim")
     for i in range(5):
         _login("victim", f"g{i}", "10.8.0.1")
@@ -143,3 +144,8 @@ def test_lockouts_are_listed_in_the_admin(limits):
     page = client.get("/admin/common/loginlockout/")
     assert page.status_code == 200
     assert "victim" in page.content.decode()
+    assert REFUSED in _login("victim", PASSWORD, "10.8.0.2").content.decode()
+    lockout = LoginLockout.objects.get()
+    client.post(f"/admin/common/loginlockout/{lockout.pk}/delete/", {"post": "yes"})
+    assert not LoginLockout.objects.exists()
+    assert _login("victim", PASSWORD, "10.8.0.2").status_code == 302
