@@ -2,7 +2,8 @@
 
 Every password check goes through ``ThrottledModelBackend`` (the login page, the admin's login, HTTP
 Basic on the API), so one count covers them all. For each subject (the client's address, the account
-tried) the cache holds ``{"failures", "last", "locked_until"}`` for ``CONCORD_LOGIN_WINDOW_S``:
+tried) the cache holds the failure count and the last failure's time for ``CONCORD_LOGIN_WINDOW_S``,
+and while it is locked, the end of the lockout:
 
 - after ``CONCORD_LOGIN_SLOW_AFTER`` failures (0: never) the subject is slowed: the next attempt is
   refused unless ``2 ** (failures - SLOW_AFTER)`` seconds (at most the lockout) have passed since the
@@ -69,13 +70,14 @@ def login_refusal(*, request: HttpRequest, username: str) -> str | None:
     now = time.time()
     wait_s = 0.0
     for kind, subject, _limit in _subjects(request, username):
-        state = cache.get(_key(kind, subject))
-        if not state:
-            continue
-        if state.get("locked_until", 0) > now:
-            wait_s = max(wait_s, state["locked_until"] - now)
-        else:
-            wait_s = max(wait_s, state["last"] + _slow_delay_s(state["failures"]) - now)
+        key = _key(kind, subject)
+        state = cache.get_many([key + ":lock", key + ":n", key + ":last"])
+        locked_until = state.get(key + ":lock", 0.0)
+        if locked_until > now:
+            wait_s = max(wait_s, locked_until - now)
+        elif key + ":last" in state:
+            delay = _slow_delay_s(state.get(key + ":n", 0))
+            wait_s = max(wait_s, state[key + ":last"] + delay - now)
     if wait_s <= 0:
         return None
     seconds = math.ceil(wait_s)
@@ -84,39 +86,52 @@ def login_refusal(*, request: HttpRequest, username: str) -> str | None:
 
 
 def login_failure_record(*, request: HttpRequest, username: str) -> None:
-    """Count one failed login for the address and the account; lock the ones that reach their limit."""
+    """Count one failed login for the address and the account; lock the ones that reach their limit.
+
+    The count is an atomic increment and the lock is taken with ``cache.add``: parallel guesses
+    (several web workers) neither lose counts nor record one lockout twice.
+    """
     now = time.time()
     lockout_s = settings.CONCORD_LOGIN_LOCKOUT_S
+    window_s = settings.CONCORD_LOGIN_WINDOW_S
     for kind, subject, limit in _subjects(request, username):
         key = _key(kind, subject)
-        state = cache.get(key) or {"failures": 0, "last": 0.0, "locked_until": 0.0}
-        state["failures"] += 1
-        state["last"] = now
-        if state["failures"] >= limit and state["locked_until"] <= now:
-            state["locked_until"] = now + lockout_s
-            until = datetime.fromtimestamp(state["locked_until"], tz=UTC)
-            LoginLockout.objects.create(
-                kind=kind, subject=subject[:254], failures=state["failures"], locked_until=until
-            )
-            logger.warning(
-                "Login lockout: %s %s after %d failed logins, until %s",
-                kind,
-                subject,
-                state["failures"],
-                until.isoformat(timespec="seconds"),
-            )
-            state["failures"] = 0  # counting starts again once the lockout is over
-        cache.set(key, state, timeout=max(settings.CONCORD_LOGIN_WINDOW_S, lockout_s))
+        cache.add(key + ":n", 0, timeout=window_s)
+        try:
+            failures = cache.incr(key + ":n")
+        except ValueError:  # expired between add and incr: this failure starts a new count
+            cache.set(key + ":n", 1, timeout=window_s)
+            failures = 1
+        cache.set(key + ":last", now, timeout=window_s)
+        if failures < limit or not cache.add(key + ":lock", now + lockout_s, timeout=lockout_s):
+            continue
+        cache.delete_many([key + ":n", key + ":last"])  # counting starts again after the lockout
+        until = datetime.fromtimestamp(now + lockout_s, tz=UTC)
+        LoginLockout.objects.create(
+            kind=kind, subject=subject[:254], failures=failures, locked_until=until
+        )
+        logger.warning(
+            "Login lockout: %s %s after %d failed logins, until %s",
+            kind,
+            subject,
+            failures,
+            until.isoformat(timespec="seconds"),
+        )
+
+
+def _forget(kind: str, subject: str) -> None:
+    key = _key(kind, subject)
+    cache.delete_many([key + ":n", key + ":last", key + ":lock"])
 
 
 def login_success_record(*, request: HttpRequest, username: str) -> None:
     """A right password: forget the account's failures."""
-    cache.delete(_key(LoginLockout.Kind.ACCOUNT, username.strip().lower()))
+    _forget(LoginLockout.Kind.ACCOUNT, username.strip().lower())
 
 
 def login_lockout_end(*, lockout: LoginLockout) -> None:
     """An administrator ends a lockout early: its subject's count is forgotten, the row deleted."""
-    cache.delete(_key(lockout.kind, lockout.subject))
+    _forget(lockout.kind, lockout.subject)
     logger.warning("Login lockout ended early: %s %s", lockout.kind, lockout.subject)
     lockout.delete()
 
