@@ -149,3 +149,32 @@ def test_lockouts_are_listed_in_the_admin_and_deleting_one_ends_it(limits):
     client.post(f"/admin/common/loginlockout/{lockout.pk}/delete/", {"post": "yes"})
     assert not LoginLockout.objects.exists()
     assert _login("victim", PASSWORD, "10.8.0.2").status_code == 302
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_failures_are_all_counted_and_lock_once(limits):
+    """8 threads record 25 failures each for one account (limit 200), as parallel web workers would:
+    none is lost, so exactly one lockout is recorded, at 200 failures."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+    from django.test import RequestFactory
+
+    from common.login_throttle import login_failure_record
+
+    limits.CONCORD_LOGIN_ACCOUNT_LIMIT = 200
+    limits.CONCORD_LOGIN_ADDRESS_LIMIT = 10_000
+
+    def guess(thread: int) -> None:
+        request = RequestFactory().post("/accounts/login/", REMOTE_ADDR=f"10.9.0.{thread}")
+        try:
+            for _ in range(25):
+                login_failure_record(request=request, username="victim")
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(guess, range(8)))
+    assert list(LoginLockout.objects.values_list("kind", "subject", "failures")) == [
+        ("account", "victim", 200)
+    ]
