@@ -5,7 +5,8 @@
 - ``GET /api/projects/{slug}/imports/{id}/``: the job's status, progress and errors.
 - ``POST /api/projects/{slug}/exports/``: freeze an export -> 201 + snapshot (hash, counts).
 
-Project leads (ML engineers) only; others get 403 (authenticated) or 401/403 (anonymous).
+Project leads (ML engineers) only; others get 403 (authenticated) or 401/403 (anonymous). A token
+scoped to another project gets 403.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from annotation.formats import FORMAT_NAMES
 from annotation.models import ImportJob, Project
 from annotation.services.exporting import CONSENSUS_RULES, dataset_export
 from annotation.services.import_jobs import import_job_create, import_job_progress
+from common.api_auth import TokenProjectScope
 from common.errors import ConcordError
 from common.roles import ML_ENGINEER, has_role
 
@@ -33,6 +35,13 @@ class IsProjectLead(BasePermission):
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         return has_role(request.user, ML_ENGINEER)
+
+
+class ProjectLeadApi(APIView):
+    """An endpoint of project ``slug`` for its leads; a project-scoped API token reaches only its
+    own project (TokenProjectScope)."""
+
+    permission_classes = [IsAuthenticated, TokenProjectScope, IsProjectLead]
 
 
 class ImportJobOutput(serializers.Serializer):
@@ -49,8 +58,7 @@ class ImportJobOutput(serializers.Serializer):
     rows_rejected = serializers.IntegerField()
 
 
-class ImportCreateApi(APIView):
-    permission_classes = [IsAuthenticated, IsProjectLead]
+class ImportCreateApi(ProjectLeadApi):
     parser_classes = [MultiPartParser]
 
     class Input(serializers.Serializer):
@@ -90,18 +98,14 @@ class ImportCreateApi(APIView):
         )
 
 
-class ImportDetailApi(APIView):
-    permission_classes = [IsAuthenticated, IsProjectLead]
-
+class ImportDetailApi(ProjectLeadApi):
     @extend_schema(responses=ImportJobOutput)
     def get(self, request: Request, slug: str, job_id: int) -> Response:
         job = get_object_or_404(ImportJob, pk=job_id, project__slug=slug)
         return Response(ImportJobOutput(import_job_progress(job)).data)
 
 
-class ExportCreateApi(APIView):
-    permission_classes = [IsAuthenticated, IsProjectLead]
-
+class ExportCreateApi(ProjectLeadApi):
     class Input(serializers.Serializer):
         keep_ties = serializers.BooleanField(default=False)
         min_judgements = serializers.IntegerField(default=1, min_value=1, max_value=1000)

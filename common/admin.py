@@ -10,6 +10,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.http import HttpRequest
 
+from common.login_throttle import login_lockout_end
+from common.models import LoginLockout
+
 User = get_user_model()
 
 
@@ -27,3 +30,26 @@ class ConcordUserAdmin(UserAdmin):
 if admin.site.is_registered(User):
     admin.site.unregister(User)
 admin.site.register(User, ConcordUserAdmin)
+
+
+@admin.register(LoginLockout)
+class LoginLockoutAdmin(admin.ModelAdmin):
+    """Lockouts, for admins to see who was refused (read only: the throttle writes them). Deleting
+    one ends it: the address or account may log in again at once."""
+
+    list_display = ("locked_at", "kind", "subject", "failures", "locked_until")
+    list_filter = ("kind",)
+    search_fields = ("subject",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def delete_model(self, request: HttpRequest, obj: LoginLockout) -> None:
+        login_lockout_end(lockout=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for lockout in queryset:
+            login_lockout_end(lockout=lockout)

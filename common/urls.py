@@ -15,4 +15,10 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/me/", views.account, name="account"),
+    path(
+        "accounts/me/tokens/<int:token_id>/revoke/",
+        views.account_token_revoke,
+        name="account-token-revoke",
+    ),
 ]

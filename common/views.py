@@ -1,15 +1,22 @@
-"""Home: send each role to its work. The pages shown when a request fails."""
+"""Home: send each role to its work. The user's own page (API tokens). The pages shown when a
+request fails."""
 
 import sys
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template import loader
 from django.templatetags.static import static
+from django.utils import timezone
+from django.views.decorators.http import require_POST
 
-from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, user_roles
+from common.api_tokens import api_token_create, api_token_revoke, api_tokens_of, scope_projects
+from common.errors import ConcordError
+from common.forms import ApiTokenForm
+from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, has_role, user_roles
 
 # When a user holds several roles, the first match wins: the work done most often comes first.
 _ROLE_HOMES = (
@@ -77,3 +84,57 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if unreachable:
         response["Retry-After"] = str(RETRY_AFTER_S)
     return response
+
+
+@login_required
+def account(request: HttpRequest) -> HttpResponse:
+    """The user's own page: who they are, and their personal API tokens (create; the new token is
+    shown in this response only, never stored in plain text, never in the session)."""
+    form = ApiTokenForm(request.POST or None, projects=_scope_choices(request))
+    created = None
+    status = 200
+    if request.method == "POST" and form.is_valid():
+        try:
+            created = api_token_create(
+                user=request.user,
+                name=form.cleaned_data["name"],
+                lifetime_days=form.cleaned_data["lifetime"],
+                project_id=form.cleaned_data["project"],
+            )
+        except ConcordError as error:
+            form.add_error(None, str(error))
+        else:
+            form = ApiTokenForm(projects=_scope_choices(request))
+    elif request.method == "POST":
+        status = 400
+    response = render(
+        request,
+        "common/account.html",
+        {
+            "form": form,
+            "created": created,
+            "tokens": api_tokens_of(user=request.user),
+            "now": timezone.now(),
+            "roles": user_roles(request.user),
+        },
+        status=status,
+    )
+    response["Cache-Control"] = "no-store"  # the page may hold a token shown once
+    return response
+
+
+def _scope_choices(request: HttpRequest) -> list[tuple[int, str]]:
+    """Projects a token may be limited to: the API serves project leads, so only they choose one."""
+    return scope_projects() if has_role(request.user, ML_ENGINEER) else []
+
+
+@login_required
+@require_POST
+def account_token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    """Revoke one of the user's own tokens; someone else's answers 404."""
+    try:
+        token = api_token_revoke(user=request.user, token_id=token_id)
+    except ConcordError as error:
+        raise Http404(str(error)) from None
+    messages.success(request, f"Token “{token.name}” revoked: it no longer works.")
+    return redirect("account")

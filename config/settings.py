@@ -133,6 +133,17 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+# Every password check (login page, admin, API Basic auth) goes through the login throttle
+# (common/login_throttle.py): failures counted per address and per account in the cache.
+AUTHENTICATION_BACKENDS = ["common.login_throttle.ThrottledModelBackend"]
+# Failed logins for one account / from one address before it is locked out.
+CONCORD_LOGIN_ACCOUNT_LIMIT = env.int("CONCORD_LOGIN_ACCOUNT_LIMIT", default=10)
+CONCORD_LOGIN_ADDRESS_LIMIT = env.int("CONCORD_LOGIN_ADDRESS_LIMIT", default=50)
+# After this many failures each further attempt waits 2**(failures - n) seconds (0: never slowed).
+CONCORD_LOGIN_SLOW_AFTER = env.int("CONCORD_LOGIN_SLOW_AFTER", default=5)
+# How long a lockout lasts, and how long failures are remembered (seconds).
+CONCORD_LOGIN_LOCKOUT_S = env.int("CONCORD_LOGIN_LOCKOUT_S", default=900)
+CONCORD_LOGIN_WINDOW_S = env.int("CONCORD_LOGIN_WINDOW_S", default=900)
 
 # --- I18N / static ----------------------------------------------------------------------------------
 LANGUAGE_CODE = "en-gb"
@@ -176,12 +187,24 @@ if PRODUCTION:
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # --- REST API ---------------------------------------------------------------------------------------
+# HTTP Basic (username and password) on the API: on in development, off in production unless enabled;
+# scripts should use personal API tokens (Authorization: Bearer), which can be scoped and revoked.
+CONCORD_API_BASIC_AUTH = env.bool("CONCORD_API_BASIC_AUTH", default=not PRODUCTION)
+# Requests per API token (per user for session/Basic auth, per address when anonymous).
+CONCORD_API_RATE = env.str("CONCORD_API_RATE", default="600/minute")
 REST_FRAMEWORK = {
+    # The token class first: its challenge (WWW-Authenticate: Bearer) makes a missing or bad
+    # credential answer 401, which tells a script what to send.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "common.api_auth.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
-        "common.security.StrictBasicAuthentication",
+        *(["common.security.StrictBasicAuthentication"] if CONCORD_API_BASIC_AUTH else []),
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "common.api_auth.TokenProjectScope",
+    ],
+    "DEFAULT_THROTTLE_CLASSES": ["common.api_auth.ApiRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
 }

@@ -33,3 +33,20 @@ def logged_in(user) -> Client:
 def _fast_password_hashing(settings):
     """PBKDF2's deliberate slowness buys nothing in tests."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _no_throttle_counts():
+    """Failed logins and API calls are counted in the shared cache (Redis here), per address: every
+    test client is 127.0.0.1, so one test's wrong passwords would slow the next test's login. Each
+    test starts with no counts."""
+    from django.core.cache import cache
+
+    client = getattr(getattr(cache, "_cache", None), "get_client", None)
+    if client is None:
+        cache.clear()
+        return
+    redis = client(write=True)
+    keys = list(redis.scan_iter(match="*concord:throttle:*", count=1000))
+    if keys:
+        redis.delete(*keys)

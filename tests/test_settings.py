@@ -111,3 +111,16 @@ def test_sessions_are_cached_only_in_a_shared_cache(tmp_path):
     assert _setting("SESSION_ENGINE", {}, tmp_path) == engine + "db"
     rabbitmq = {"CELERY_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//"}
     assert _setting("SESSION_ENGINE", rabbitmq, tmp_path) == engine + "db"
+
+
+def test_api_basic_auth_is_off_in_production_unless_enabled(tmp_path):
+    """Production accepts API tokens and sessions only; CONCORD_API_BASIC_AUTH=true turns HTTP
+    Basic back on; development keeps it (scripts and the fuzz test use it)."""
+    name = 'REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]'
+    basic = "common.security.StrictBasicAuthentication"
+    token = "common.api_auth.ApiTokenAuthentication"
+    production = _setting(name, PRODUCTION_ENV, tmp_path)
+    assert token in production and basic not in production
+    enabled = _setting(name, {**PRODUCTION_ENV, "CONCORD_API_BASIC_AUTH": "true"}, tmp_path)
+    assert basic in enabled
+    assert basic in _setting(name, {}, tmp_path)

@@ -46,6 +46,7 @@ def _pages(w) -> list[tuple[str, str]]:
         ("anonymous", "/accounts/login/"),
         ("annotator", "/annotation/"),
         ("annotator", f"/annotation/p/{own}/label/"),
+        ("annotator", "/accounts/me/"),  # annie's API token, its name from the corpus
         ("reviewer", "/monitoring/"),
         ("ml_engineer", "/annotation/projects/"),
         ("ml_engineer", f"/annotation/p/{own}/manage/"),
@@ -69,6 +70,7 @@ def _pages(w) -> list[tuple[str, str]]:
         ("superuser", "/admin/annotation/judgement/"),
         ("superuser", "/admin/annotation/promptcluster/"),
         ("superuser", "/admin/annotation/importjob/"),
+        ("superuser", "/admin/common/loginlockout/"),
     ]
 
 

@@ -1,8 +1,10 @@
 """Schemathesis fuzz of the served OpenAPI schema (/api/schema/) through the WSGI app, per role.
 
-For anonymous users, an annotator and an ML engineer (HTTP Basic auth, which the API accepts): no
-response is a 5xx, and every response matches the schema (status documented or an auth/404/405/400
-error, content type, body shape). Kept small (a few examples per operation) to stay fast.
+For anonymous users, an annotator and an ML engineer (HTTP Basic auth, which the API accepts in
+development), an ML engineer's personal API token and one scoped to project ``fuzz``
+(``Authorization: Bearer``): no response is a 5xx, and every response matches the schema (status
+documented or an auth/404/405/400 error, content type, body shape). Kept small (a few examples per
+operation) to stay fast.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 
+from common.api_tokens import api_token_create
 from common.roles import ANNOTATOR, ML_ENGINEER
 from config.wsgi import application
 from tests.factories import ProjectFactory, UserFactory
@@ -27,6 +30,8 @@ ROLE_USERS = {
     "anonymous": None,
     "annotator": ("fuzz-annie", ANNOTATOR),
     "ml_engineer": ("fuzz-emily", ML_ENGINEER),
+    "ml_engineer_token": ("fuzz-tom", ML_ENGINEER),
+    "scoped_token": ("fuzz-sara", ML_ENGINEER),
 }
 
 
@@ -43,12 +48,17 @@ def _keep_test_connection():
 
 @pytest.fixture(params=list(ROLE_USERS))
 def auth_headers(request, db) -> dict[str, str]:
-    """Basic-auth headers for the role's user (none for anonymous); a project ``fuzz`` exists."""
-    ProjectFactory(slug="fuzz")
+    """Basic-auth or Bearer headers for the role's user (none for anonymous); a project ``fuzz``
+    exists."""
+    project = ProjectFactory(slug="fuzz")
     if ROLE_USERS[request.param] is None:
         return {}
     username, role = ROLE_USERS[request.param]
-    UserFactory(username=username, role=role)
+    user = UserFactory(username=username, role=role)
+    if request.param.endswith("_token"):
+        scope = project.pk if request.param == "scoped_token" else None
+        created = api_token_create(user=user, name="fuzz", project_id=scope)
+        return {"Authorization": f"Bearer {created.plaintext}"}
     token = base64.b64encode(f"{username}:{PASSWORD}".encode()).decode()
     return {"Authorization": f"Basic {token}"}
 

@@ -68,6 +68,7 @@ def path_for(name: str, route: str, w: World) -> str:
         "token": "not-a-valid-token",
         "comparison_id": str(w.annie_assignment.comparison_id),
         "judge_id": str(w.judge.pk),
+        "token_id": str(w.annie_token.pk),
     }
     if name.startswith("admin:"):
         short = name.removeprefix("admin:")
@@ -109,14 +110,18 @@ def client_for(role: str, w: World) -> Client:
 # Expected status per role, in ROLES order: (anonymous, annotator, reviewer, ML engineer, superuser).
 # "get"/"post" give the statuses for that method; a method the view refuses answers 405 once the user
 # got past the login check. Anonymous users are sent to a login page (302) by every page; the API
-# answers 403 (session authentication has no WWW-Authenticate challenge). Pages of a project the user
-# may not see answer 404, so a project's existence is not revealed.
+# answers 401 with a ``WWW-Authenticate: Bearer`` challenge (send a personal API token). Pages of a
+# project the user may not see answer 404, so a project's existence is not revealed.
 LOGIN = 302
 MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "home":                           {"get": (302, 302, 302, 302, 302), "post": (302, 302, 302, 302, 302)},
     "favicon":                        {"get": (302, 302, 302, 302, 302), "post": (302, 302, 302, 302, 302)},
     "login":                          {"get": (200, 302, 302, 302, 302), "post": (200, 302, 302, 302, 302)},
     "logout":                         {"get": (405, 405, 405, 405, 405), "post": (302, 302, 302, 302, 302)},
+    # The user's own page (API tokens): an empty POST is an invalid token form (400). The token is
+    # annie's: only she may revoke it; anyone else's attempt answers 404.
+    "account":                        {"get": (302, 200, 200, 200, 200), "post": (302, 400, 400, 400, 400)},
+    "account-token-revoke":           {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
     "annotation:my-projects":         {"get": (302, 200, 403, 403, 200), "post": (302, 200, 403, 403, 200)},
     "annotation:project-overview":    {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
     "annotation:project-manage":      {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
@@ -182,9 +187,9 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "admin:view_on_site":             {"get": (302, 302, 302, 404, 404), "post": (302, 302, 302, 404, 404)},
     "admin:app_list":                 {"get": (302, 302, 302, 200, 200), "post": (302, 302, 302, 200, 200)},
     "admin:<admin/(?P<url>.*)$>":     {"get": (302, 302, 302, 404, 404), "post": (302, 302, 302, 404, 404)},
-    "api-import-create":              {"get": (403, 403, 403, 405, 405), "post": (403, 403, 403, 400, 400)},
-    "api-import-detail":              {"get": (403, 403, 403, 200, 200), "post": (403, 403, 403, 405, 405)},
-    "api-export-create":              {"get": (403, 403, 403, 405, 405), "post": (403, 403, 403, 201, 201)},
+    "api-import-create":              {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 400, 400)},
+    "api-import-detail":              {"get": (401, 403, 403, 200, 200), "post": (401, 403, 403, 405, 405)},
+    "api-export-create":              {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 201, 201)},
     "api-schema":                     {"get": (200, 200, 200, 200, 200), "post": (405, 405, 405, 405, 405)},
 }  # fmt: skip
 
@@ -192,7 +197,7 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
 # redirects to the change page): users who are not staff go to the admin login (302); the ML engineer
 # holds every permission of the Concord apps and only "view user" of auth (groups, and changing users:
 # 403); the superuser all.
-ADMIN_MODEL_APPS = {"auth": 403, "annotation": 200, "training": 200}
+ADMIN_MODEL_APPS = {"auth": 403, "annotation": 200, "training": 200, "common": 403}
 ADMIN_MODEL_EXCEPTIONS = {
     # ML engineers may view user accounts (the admin's raw-id widgets link to them), not change them.
     ("admin:auth_user_changelist", "get"): (302, 302, 302, 200, 200),
@@ -220,6 +225,10 @@ for _model in ANNOTATION_READ_ONLY:
 for _name in ("project_delete", "promptcluster_add", "promptcluster_delete"):
     for _method in ("get", "post"):
         ADMIN_MODEL_EXCEPTIONS[(f"admin:annotation_{_name}", _method)] = REFUSED
+# Login lockouts (common): the superuser sees and may delete them; nobody adds or changes one (the
+# throttle writes them); ML engineers hold no permission of the common app.
+for _action, _method in (("add", "get"), ("add", "post"), ("change", "post")):
+    ADMIN_MODEL_EXCEPTIONS[(f"admin:common_loginlockout_{_action}", _method)] = REFUSED
 # An empty POST to a cluster's page is a valid rename to no name (cluster_rename clears it): saved.
 ADMIN_MODEL_EXCEPTIONS[("admin:annotation_promptcluster_change", "post")] = (
     302,

@@ -32,6 +32,8 @@ from annotation.models import (
 )
 from annotation.services.exporting import dataset_export
 from annotation.services.importing import comparisons_import, project_get_or_create
+from common.api_tokens import api_token_create
+from common.models import LoginLockout
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_assign
 from monitoring.models import EvalItem, EvalRound, Judge, JudgeOutput
 from monitoring.services import eval_rounds as eval_services
@@ -62,6 +64,7 @@ class World:
     eval_round: object
     judge: object = None
     judgement_ids: dict[str, int] = field(default_factory=dict)
+    annie_token: object = None
 
 
 def _user(username: str, role: str | None, **flags) -> object:
@@ -181,9 +184,17 @@ def world_build(
         j.comparison.project.slug: j.pk
         for j in Judgement.objects.select_related("comparison__project")
     }
+    # annie's API token (its name user-written) and a login lockout (the admin lists it).
+    annie_token = api_token_create(user=users["annotator"], name=text("token name", 0)).token
+    LoginLockout.objects.create(
+        kind="account",
+        subject="bob",
+        failures=10,
+        locked_until=timezone.now() + timedelta(minutes=15),
+    )
     return World(
         users=users, own=own, other=other, annie_assignment=annie_assignment,
         bob_assignment=bob_assignment, other_assignment=other_assignment, import_job=import_job,
         export_sha256=export.sha256, cluster=cluster, run=run, eval_round=eval_round,
-        judge=judge, judgement_ids=judgement_ids,
+        judge=judge, judgement_ids=judgement_ids, annie_token=annie_token,
     )  # fmt: skip
