@@ -22,7 +22,6 @@ from typing import Any
 
 from training.recipes.lora import LoraSettings
 
-KINDS = ("rm", "dpo", "simpo", "orpo", "kto", "ppo", "rloo", "grpo")
 # training.algorithms.DPO_LOSS_TYPES, repeated so that validating a config never imports torch (the
 # admin validates run settings in the web process); a test checks the two agree.
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
@@ -768,22 +767,11 @@ class GRPOConfig(OnlineRLConfig):
         return self.kl_coef > 0
 
 
-CONFIG_CLASSES: dict[str, type[TrainingConfig]] = {
-    "rm": RewardModelConfig,
-    "dpo": DPOConfig,
-    "simpo": SimPOConfig,
-    "orpo": ORPOConfig,
-    "kto": KTOConfig,
-    "ppo": PPOConfig,
-    "rloo": RLOOConfig,
-    "grpo": GRPOConfig,
-}
-
-
 def config_class(kind: str) -> type[TrainingConfig]:
-    if kind not in CONFIG_CLASSES:
-        raise _invalid("kind", f"one of {KINDS}, got {kind!r}")
-    return CONFIG_CLASSES[kind]
+    """The config dataclass of ``kind`` (training.recipes.kinds); ConfigError naming the kinds."""
+    from training.recipes.kinds import kind_spec  # the registry imports this module
+
+    return kind_spec(kind).config_class
 
 
 def config_from_dict(values: dict[str, Any]) -> TrainingConfig:

@@ -74,9 +74,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        from training.recipes.config import KINDS  # the recipes package loads torch: not at import
+        from training.recipes.kinds import kind_names  # web code imports training.recipes in use
 
-        parser.add_argument("--kind", choices=KINDS, required=True)
+        parser.add_argument("--kind", choices=kind_names(), required=True)
         # Required unless --list-options (checked in handle, so listing needs only --kind).
         parser.add_argument("--data", help="JSONL: preference pairs or prompts (required)")
         parser.add_argument(
