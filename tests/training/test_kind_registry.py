@@ -1,0 +1,68 @@
+"""The kind registry (training.recipes.kinds) is the one list of kinds: a toy kind registered in
+one place shows in the model's choices, the admin, the train command and the runs list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from training.models import REWARD_MODEL_KINDS, REWARD_MODEL_REQUIRED, TrainingRun
+from training.recipes.config import TrainingConfig, _f
+from training.recipes.kinds import KindSpec, registered
+
+BEFORE = [
+    ("rm", "Reward model"), ("dpo", "DPO"), ("simpo", "SimPO"), ("orpo", "ORPO"), ("kto", "KTO"),
+    ("ppo", "PPO"), ("rloo", "RLOO"), ("grpo", "GRPO"),
+]  # fmt: skip
+
+
+@dataclass
+class ToyConfig(TrainingConfig):
+    """Toy preference tuning: a kind that exists only in this test."""
+
+    toy_strength: float = _f(0.5, "how hard the toy pulls")
+    toy_mode: str = _f("calm", "the toy's mood", choices=("calm", "wild"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.kind = "toy"
+
+
+TOY = KindSpec(
+    name="toy",
+    label="Toy kind",
+    config_class=ToyConfig,
+    recipe="tests.training.test_kind_registry:toy_recipe",
+    headlines=((("toy/score",), "toy score"),),
+    presets={"cpu": {"toy_strength": 0.25}},
+)
+
+
+@pytest.fixture
+def toy_kind():
+    """The toy kind in the registry for one test (removed after, whatever happens)."""
+    with registered(TOY) as spec:
+        yield spec
+
+
+@pytest.mark.django_db
+def test_the_model_choices_are_the_registry_kinds_unchanged():
+    """Values, labels and order as the migrations hold them (no migration), and the reward-model
+    kinds of the database constraint as before."""
+    assert list(TrainingRun._meta.get_field("kind").choices) == BEFORE
+    assert [(k.value, k.label) for k in TrainingRun.Kind] == BEFORE
+    assert (REWARD_MODEL_KINDS, REWARD_MODEL_REQUIRED) == (("ppo", "rloo", "grpo"), ("ppo", "rloo"))
+    out = StringIO()
+    call_command("makemigrations", "training", "--check", "--dry-run", stdout=out)
+    assert "No changes detected" in out.getvalue()
+
+
+def test_a_toy_kind_is_a_choice_of_the_model(toy_kind):
+    """Registered, the toy is the last choice, with its label shown for a run of it; gone after."""
+    field = TrainingRun._meta.get_field("kind")
+    assert list(field.choices)[-1] == ("toy", "Toy kind")
+    assert TrainingRun(kind="toy").get_kind_display() == "Toy kind"
+    field.clean("toy", TrainingRun(kind="toy"))  # a valid value of the field now
