@@ -8,7 +8,10 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.urls import reverse
 
+from tests.conftest import logged_in
+from tests.factories import snapshot_of_pairs
 from training.models import REWARD_MODEL_KINDS, REWARD_MODEL_REQUIRED, TrainingRun
 from training.recipes.config import TrainingConfig, _f
 from training.recipes.kinds import KindSpec, registered
@@ -23,7 +26,7 @@ BEFORE = [
 class ToyConfig(TrainingConfig):
     """Toy preference tuning: a kind that exists only in this test."""
 
-    toy_strength: float = _f(0.5, "how hard the toy pulls")
+    toy_strength: float = _f(0.5, "how hard the toy pulls", section="Data")
     toy_mode: str = _f("calm", "the toy's mood", choices=("calm", "wild"))
 
     def __post_init__(self) -> None:
@@ -66,3 +69,31 @@ def test_a_toy_kind_is_a_choice_of_the_model(toy_kind):
     assert list(field.choices)[-1] == ("toy", "Toy kind")
     assert TrainingRun(kind="toy").get_kind_display() == "Toy kind"
     field.clean("toy", TrainingRun(kind="toy"))  # a valid value of the field now
+
+
+@pytest.mark.django_db
+def test_a_toy_kind_has_its_card_select_sections_and_preset_in_the_admin(
+    toy_kind, ml_engineer, tmp_path, settings
+):
+    """The kind picker has a Toy card (its config's first doc line, a link per preset); its form
+    offers Toy in the kind select, shows toy_strength in Data (its field metadata) and toy_mode in
+    Algorithm (the fallback), filled from the CPU preset's toy value 0.25, and takes no reward
+    model."""
+    settings.EXPORT_DIR, settings.VAR_DIR = tmp_path / "exports", tmp_path
+    snapshot = snapshot_of_pairs(slug="toy", judged=False)
+    add = reverse("admin:training_trainingrun_add")
+    client = logged_in(ml_engineer)
+    picker = client.get(f"{add}?snapshot={snapshot.pk}").content.decode()
+    assert "Toy kind" in picker and "Toy preference tuning: a kind that exists only" in picker
+    assert f"?snapshot={snapshot.pk}&amp;kind=toy&amp;preset=cpu" in picker
+    response = client.get(f"{add}?snapshot={snapshot.pk}&kind=toy&preset=cpu")
+    assert response.status_code == 200
+    form = response.context["adminform"].form
+    assert ("toy", "Toy kind") in form.fields["kind"].choices
+    assert "reward_model_run" not in form.fields
+    assert form.fields["cfg__toy_strength"].initial == 0.25
+    sections = {
+        title: options["fields"] for title, options in response.context["adminform"].fieldsets
+    }
+    assert "cfg__toy_strength" in sections["Data"]
+    assert sections["Algorithm"] == ["cfg__toy_mode"]

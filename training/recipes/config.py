@@ -32,12 +32,18 @@ GRPO_SCALES = ("group", "batch", "none")
 GRPO_LOSS_NORMS = ("token", "sequence", "constant")
 
 
-def _f(default: Any, help: str, *, choices: tuple[str, ...] = (), **kwargs: Any) -> Any:
+def _f(
+    default: Any, help: str, *, choices: tuple[str, ...] = (), section: str = "", **kwargs: Any
+) -> Any:
     """A field with its one-line help and, for a field that takes one of a few names, its choices
-    (declared here once: validation, the command line and the admin's select all read them)."""
+    (declared here once: validation, the command line and the admin's select all read them);
+    ``section``: the title of the form section it shows in (training.recipes.kinds.FORM_SECTIONS;
+    empty: the section that lists it there, else "Algorithm")."""
     metadata: dict[str, Any] = {"help": help}
     if choices:
         metadata["choices"] = tuple(choices)
+    if section:
+        metadata["section"] = section
     return field(default=default, metadata=metadata, **kwargs)
 
 

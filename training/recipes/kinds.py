@@ -87,12 +87,107 @@ class KindSpec:
         """Whether this kind's config has the settable field ``name``."""
         return any(f.name == name and f.init for f in dataclasses.fields(self.config_class))
 
+    def form_sections(self, names: list[str]) -> list[tuple[str, bool, str, list[str]]]:
+        """The run form's sections for this kind: (title, open, help, the settings of ``names``
+        it holds: those FORM_SECTIONS lists there, then those placed by metadata or the fallback,
+        each in ``names``' order), in FORM_SECTIONS' order, empty ones left out."""
+        where = {f.name: section_of(f) for f in dataclasses.fields(self.config_class)}
+        sections = []
+        for title, is_open, help_text, listed in FORM_SECTIONS:
+            mine = [name for name in names if where.get(name, FALLBACK_SECTION) == title]
+            members = [name for name in mine if name in listed.split()]
+            members += [name for name in mine if name not in members]
+            if members:
+                sections.append((title, is_open, help_text, members))
+        return sections
+
     def recipe_function(self) -> Callable[..., Any]:
         """The recipe, imported now (it loads torch)."""
         if callable(self.recipe):
             return self.recipe
         module, _, name = self.recipe.partition(":")
         return getattr(importlib.import_module(module), name)
+
+
+# The run form's sections, in order, for every kind: (title, open, help, the settings it holds
+# separated by spaces). A field's ``section`` metadata (config._f) places it instead; a setting in
+# neither lands in FALLBACK_SECTION ("Algorithm"): the form shows every one.
+FORM_SECTIONS: tuple[tuple[str, bool, str, str], ...] = (
+    (
+        "Data",
+        True,
+        "How the snapshot's rows are cut and split. Lengths are in tokens.",
+        "max_length max_prompt_length eval_fraction eval_prompts unpaired_data seed",
+    ),
+    (
+        "Optimisation",
+        True,
+        "Steps, batches and the AdamW optimiser. batch_size / micro_batch_size is the number of "
+        "gradient accumulation steps.",
+        "epochs max_steps batch_size micro_batch_size learning_rate weight_decay warmup_ratio "
+        "lr_scheduler max_grad_norm annotator_head_learning_rate",
+    ),
+    (
+        "Algorithm",
+        True,
+        "The recipe's own objective: loss, KL penalty, reward shaping, advantages.",
+        "beta loss_type label_smoothing desirable_weight undesirable_weight use_margin "
+        "center_rewards_coef annotator_aware "
+        "cluster_conditioning rloo_k samples_per_prompt double_sample_variance ppo_epochs "
+        "minibatch_size gamma lam clip_ratio value_clip vf_coef entropy_coef whiten_advantages "
+        "target_kl_stop kl_controller kl_coef kl_target kl_horizon kl_linear_start kl_linear_end "
+        "kl_estimator reward_range length_penalty_coef length_penalty_base missing_eos_penalty "
+        "group_size scale_rewards loss_normalisation clip_low clip_high updates_per_batch "
+        "dynamic_sampling dynamic_sampling_rounds rewards reward_weights reward_model_weight "
+        "reward_modules",
+    ),
+    (
+        "Model",
+        False,
+        "Changes to the models while they train (the base model is chosen above).",
+        "disable_dropout value_hidden value_dropout",
+    ),
+    (
+        "Generation",
+        False,
+        "Sampling of the policy's responses (rollouts and anchor samples).",
+        "max_new_tokens temperature top_p anchor_fraction anchor_temperature perturb_fraction "
+        "perturb_instructions",
+    ),
+    (
+        "LoRA",
+        False,
+        "Train low-rank adapters instead of every weight (lora_rank > 0; 0 trains every weight): "
+        "far less optimiser memory, the same reference model without a second copy. The final "
+        "model is an adapter folder; merge_lora also saves merged weights.",
+        "lora_rank lora_alpha lora_dropout lora_target_modules merge_lora",
+    ),
+    (
+        "Precision and hardware",
+        False,
+        "Where and how the maths runs. flash-attn is used by packed batches on CUDA when its "
+        "package is installed.",
+        "device bf16 packing gradient_checkpointing deepspeed",
+    ),
+    (
+        "Checkpoints and evaluation",
+        False,
+        "What is logged and saved, and how often.",
+        "log_every checkpoint_every keep_checkpoints eval_every reference_cache_dir",
+    ),
+)
+FALLBACK_SECTION = "Algorithm"
+
+
+def section_of(field_: dataclasses.Field[Any]) -> str:
+    """The title of the form section a config field shows in (its metadata, FORM_SECTIONS, or
+    FALLBACK_SECTION)."""
+    if field_.metadata.get("section"):
+        return field_.metadata["section"]
+    for title, _, _, members in FORM_SECTIONS:
+        if field_.name in members.split():
+            return title
+    return FALLBACK_SECTION
 
 
 _PAIR_HEADLINES: tuple[Headline, ...] = (
