@@ -3,6 +3,7 @@ one place shows in the model's choices, the admin, the train command and the run
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from io import StringIO
 
@@ -12,8 +13,9 @@ from django.urls import reverse
 
 from tests.conftest import logged_in
 from tests.factories import snapshot_of_pairs
+from training import services
 from training.models import REWARD_MODEL_KINDS, REWARD_MODEL_REQUIRED, TrainingRun
-from training.recipes.config import TrainingConfig, _f
+from training.recipes.config import ConfigError, TrainingConfig, _f
 from training.recipes.kinds import KindSpec, registered
 
 BEFORE = [
@@ -97,3 +99,37 @@ def test_a_toy_kind_has_its_card_select_sections_and_preset_in_the_admin(
     }
     assert "cfg__toy_strength" in sections["Data"]
     assert sections["Algorithm"] == ["cfg__toy_mode"]
+
+
+@pytest.mark.django_db
+def test_the_services_create_a_toy_run_and_refuse_it_a_reward_model(toy_kind, tmp_path, settings):
+    """run_create resolves the toy's settings from its dataclass (toy_strength 0.5, toy_mode calm);
+    a reward-model run is refused naming the kinds that take one, as the registry says."""
+    settings.EXPORT_DIR, settings.VAR_DIR = tmp_path / "exports", tmp_path
+    settings.CONCORD_RUNS_DIR = tmp_path / "runs"
+    snapshot = snapshot_of_pairs(slug="toy", judged=False)
+    run = services.run_create(
+        name="toy 1", kind="toy", base_model="smollm2-135m-instruct", snapshot=snapshot
+    )
+    assert (run.config["toy_strength"], run.config["toy_mode"]) == (0.5, "calm")
+    assert run.get_kind_display() == "Toy kind"
+    rm = services.run_create(
+        name="rm", kind="rm", base_model="smollm2-135m-instruct", snapshot=snapshot
+    )
+    TrainingRun.objects.filter(pk=rm.pk).update(status="succeeded")
+    rm.refresh_from_db()
+    with pytest.raises(
+        services.RunError, match=r"^only PPO, RLOO and GRPO runs take a reward model$"
+    ):
+        services.run_create(
+            name="toy 2", kind="toy", base_model="smollm2-135m-instruct", snapshot=snapshot,
+            reward_model_run=rm,
+        )  # fmt: skip
+    assert not TrainingRun.objects.filter(name="toy 2").exists()
+
+
+def test_a_reference_pass_needs_the_cache_field():
+    """A kind whose recipe computes reference log-probs once must have reference_cache_dir (the
+    services and the train command fill it): the spec is refused otherwise."""
+    with pytest.raises(ConfigError, match=r"^toy: a kind with a reference pass needs"):
+        dataclasses.replace(TOY, reference_pass=True)

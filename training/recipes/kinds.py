@@ -68,6 +68,11 @@ class KindSpec:
                 f"reward_model: one of {', '.join(REWARD_MODEL_USES)}, got {self.reward_model!r}",
                 field="reward_model",
             )
+        if self.reference_pass and not self.has_field("reference_cache_dir"):
+            raise ConfigError(
+                f"{self.name}: a kind with a reference pass needs a reference_cache_dir field",
+                field="reference_pass",
+            )
 
     @property
     def takes_reward_model(self) -> bool:
