@@ -133,3 +133,22 @@ def test_a_reference_pass_needs_the_cache_field():
     services and the train command fill it): the spec is refused otherwise."""
     with pytest.raises(ConfigError, match=r"^toy: a kind with a reference pass needs"):
         dataclasses.replace(TOY, reference_pass=True)
+
+
+@pytest.mark.django_db
+def test_a_toy_run_shows_its_headline_in_the_runs_list(toy_kind, ml_engineer, tmp_path, settings):
+    """The runs list reads the toy's headline from its spec: "toy score" at its last value, 0.875
+    at step 2, beside the run's kind label."""
+    from monitoring import selectors
+
+    settings.EXPORT_DIR = tmp_path / "exports"
+    run = TrainingRun.objects.create(
+        name="toy-run", kind="toy", base_model="smollm2-135m-instruct", status="running",
+        snapshot=snapshot_of_pairs(slug="toy", judged=False),
+    )  # fmt: skip
+    for step, value in ((1, 0.5), (2, 0.875)):
+        services.metrics_record(run_id=run.pk, step=step, metrics={"toy/score": value})
+    (row,) = [row for row in selectors.runs_overview() if row["run"].pk == run.pk]
+    assert [(h["label"], h["value"]) for h in row["headline"]] == [("toy score", 0.875)]
+    page = logged_in(ml_engineer).get(reverse("monitoring:runs")).content.decode()
+    assert "toy score 0.875" in page and "Toy kind" in page
