@@ -152,3 +152,30 @@ def test_a_toy_run_shows_its_headline_in_the_runs_list(toy_kind, ml_engineer, tm
     assert [(h["label"], h["value"]) for h in row["headline"]] == [("toy score", 0.875)]
     page = logged_in(ml_engineer).get(reverse("monitoring:runs")).content.decode()
     assert "toy score 0.875" in page and "Toy kind" in page
+
+
+def test_the_train_command_offers_the_toy_kind_and_its_options(toy_kind):
+    """--kind takes toy; the toy's fields are options of their own, prefixed with the one kind that
+    has them (--toy-mode with its two choices); --list-options prints them; and on another kind
+    a toy option is refused naming the toy."""
+    from django.core.management import CommandError
+
+    from training.management.commands.train import Command
+
+    parser = Command().create_parser("manage.py", "train")
+    actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
+    assert "toy" in actions["--kind"].choices
+    assert actions["--toy-strength"].help == "toy: how hard the toy pulls"
+    assert (actions["--toy-strength"].type, actions["--toy-mode"].choices) == (
+        float,
+        ("calm", "wild"),
+    )
+    assert "Toy kind" in parser.description
+    out = StringIO()
+    call_command("train", "--kind", "toy", "--list-options", stdout=out)
+    assert "toy_strength" in out.getvalue() and "toy_mode" in out.getvalue()
+    with pytest.raises(CommandError, match=r"^--toy-mode: only with --kind toy$"):
+        call_command(
+            "train", "--kind", "dpo", "--data", "d", "--model", "m", "--output", "o",
+            "--toy-mode", "wild",
+        )  # fmt: skip
