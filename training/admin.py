@@ -34,8 +34,6 @@ from common.errors import ConcordError
 from common.model_registry import registered_models
 from training import services
 from training.models import (
-    REWARD_MODEL_KINDS,
-    REWARD_MODEL_REQUIRED,
     Checkpoint,
     DatasetSnapshot,
     RunEvent,
@@ -47,73 +45,12 @@ from training.models import (
 CONFIG_PREFIX = "cfg__"
 RUN_FIELDS = ["name", "kind", "base_model", "snapshot", "reward_model_run", "gpus"]
 
-# The form's sections, in order: (title, open, help, settings separated by spaces). A setting of
-# no section (a field added to a dataclass later) lands in "Algorithm": the form shows every one.
-SECTIONS: tuple[tuple[str, bool, str, str], ...] = (
-    (
-        "Data",
-        True,
-        "How the snapshot's rows are cut and split. Lengths are in tokens.",
-        "max_length max_prompt_length eval_fraction eval_prompts unpaired_data seed",
-    ),
-    (
-        "Optimisation",
-        True,
-        "Steps, batches and the AdamW optimiser. batch_size / micro_batch_size is the number of "
-        "gradient accumulation steps.",
-        "epochs max_steps batch_size micro_batch_size learning_rate weight_decay warmup_ratio "
-        "lr_scheduler max_grad_norm annotator_head_learning_rate",
-    ),
-    (
-        "Algorithm",
-        True,
-        "The recipe's own objective: loss, KL penalty, reward shaping, advantages.",
-        "beta loss_type label_smoothing desirable_weight undesirable_weight use_margin "
-        "center_rewards_coef annotator_aware "
-        "cluster_conditioning rloo_k samples_per_prompt double_sample_variance ppo_epochs "
-        "minibatch_size gamma lam clip_ratio value_clip vf_coef entropy_coef whiten_advantages "
-        "target_kl_stop kl_controller kl_coef kl_target kl_horizon kl_linear_start kl_linear_end "
-        "kl_estimator reward_range length_penalty_coef length_penalty_base missing_eos_penalty "
-        "group_size scale_rewards loss_normalisation clip_low clip_high updates_per_batch "
-        "dynamic_sampling dynamic_sampling_rounds rewards reward_weights reward_model_weight "
-        "reward_modules",
-    ),
-    (
-        "Model",
-        False,
-        "Changes to the models while they train (the base model is chosen above).",
-        "disable_dropout value_hidden value_dropout",
-    ),
-    (
-        "Generation",
-        False,
-        "Sampling of the policy's responses (rollouts and anchor samples).",
-        "max_new_tokens temperature top_p anchor_fraction anchor_temperature perturb_fraction "
-        "perturb_instructions",
-    ),
-    (
-        "LoRA",
-        False,
-        "Train low-rank adapters instead of every weight (lora_rank > 0; 0 trains every weight): "
-        "far less optimiser memory, the same reference model without a second copy. The final "
-        "model is an adapter folder; merge_lora also saves merged weights.",
-        "lora_rank lora_alpha lora_dropout lora_target_modules merge_lora",
-    ),
-    (
-        "Precision and hardware",
-        False,
-        "Where and how the maths runs. flash-attn is used by packed batches on CUDA when its "
-        "package is installed.",
-        "device bf16 packing gradient_checkpointing deepspeed",
-    ),
-    (
-        "Checkpoints and evaluation",
-        False,
-        "What is logged and saved, and how often.",
-        "log_every checkpoint_every keep_checkpoints eval_every reference_cache_dir",
-    ),
-)
-FALLBACK_SECTION = "Algorithm"
+
+def _kind_spec(kind: str) -> Any:
+    """The registry's KindSpec of ``kind`` (training.recipes.kinds)."""
+    from training.recipes.kinds import kind_spec
+
+    return kind_spec(kind)
 
 
 def _specs(kind: str) -> list[Any]:
@@ -213,10 +150,11 @@ def reward_model_note(kind: str, keep: dict[str, str]) -> dict[str, Any] | None:
     """What the kind card and the form say about an RL kind's reward model: {required, text,
     train_url (the reward model's CPU preset, keeping ``keep``'s query values, when none has
     succeeded yet; else "")}; None for a kind that takes none."""
-    if kind not in REWARD_MODEL_KINDS:
+    spec = _kind_spec(kind)
+    if not spec.takes_reward_model:
         return None
-    label = TrainingRun.Kind(kind).label
-    required = kind in REWARD_MODEL_REQUIRED
+    label = spec.label
+    required = spec.needs_reward_model
     text = (
         f"{label} needs a succeeded reward-model run to score its rollouts"
         if required
@@ -238,7 +176,7 @@ def reward_model_field(kind: str, run: TrainingRun) -> RewardModelChoiceField:
     new run the newest succeeded reward model comes chosen, so the form saves at its defaults
     (for GRPO leave it empty to score with the verifiable rewards alone)."""
     queryset = succeeded_reward_models()
-    required = kind in REWARD_MODEL_REQUIRED
+    required = _kind_spec(kind).needs_reward_model
     initial = run.reward_model_run_id
     if run.pk is None:
         newest = queryset.first()
@@ -310,7 +248,7 @@ class TrainingRunForm(forms.ModelForm):
         if "gpus" in self.fields:
             self.fields["gpus"].label = "GPUs"
         if "reward_model_run" in self.fields:
-            if kind in REWARD_MODEL_KINDS:
+            if _kind_spec(kind).takes_reward_model:
                 self.fields["reward_model_run"] = reward_model_field(kind, self.instance)
             else:
                 del self.fields["reward_model_run"]
@@ -336,8 +274,8 @@ class TrainingRunForm(forms.ModelForm):
         posted_kind = cleaned.get("kind")
         if posted_kind and posted_kind != self.kind:
             raise ValidationError(
-                f"This form holds {TrainingRun.Kind(self.kind).label} settings but the kind sent "
-                f"is {TrainingRun.Kind(posted_kind).label}: nothing was saved. Choose the kind "
+                f"This form holds {_kind_spec(self.kind).label} settings but the kind sent "
+                f"is {_kind_spec(posted_kind).label}: nothing was saved. Choose the kind "
                 "again; the form reloads with that kind's settings.",
                 code="kind_mismatch",
             )
@@ -388,8 +326,10 @@ class RunEventInline(admin.TabularInline):
 
 
 def _kind_of(request: HttpRequest) -> str | None:
+    from training.recipes.kinds import KINDS
+
     kind = request.GET.get("kind", "")
-    return kind if kind in TrainingRun.Kind.values else None
+    return kind if kind in KINDS else None
 
 
 def _preset_of(request: HttpRequest) -> str:
@@ -436,7 +376,7 @@ class TrainingRunAdmin(admin.ModelAdmin):
 
     def kind_picker_view(self, request: HttpRequest) -> HttpResponse:
         """One card per kind with a link per preset; a POST without a kind is refused here."""
-        from training.recipes.config import config_class
+        from training.recipes.kinds import KINDS
         from training.recipes.presets import PRESETS
 
         if not self.has_add_permission(request):
@@ -446,20 +386,20 @@ class TrainingRunAdmin(admin.ModelAdmin):
         keep = {k: request.GET[k] for k in ("snapshot",) if request.GET.get(k, "").isdigit()}
         kinds = [
             {
-                "value": kind.value,
+                "value": kind.name,
                 "label": kind.label,
-                "about": (config_class(kind.value).__doc__ or "").strip().splitlines()[0],
-                "reward_model": reward_model_note(kind.value, keep),
+                "about": (kind.config_class.__doc__ or "").strip().splitlines()[0],
+                "reward_model": reward_model_note(kind.name, keep),
                 "presets": [
                     {
                         "label": preset.label,
                         "description": preset.description,
-                        "url": "?" + urlencode({**keep, "kind": kind.value, "preset": preset.name}),
+                        "url": "?" + urlencode({**keep, "kind": kind.name, "preset": preset.name}),
                     }
                     for preset in PRESETS
                 ],
             }
-            for kind in TrainingRun.Kind
+            for kind in KINDS.values()
         ]
         context = {
             **self.admin_site.each_context(request),
@@ -489,7 +429,7 @@ class TrainingRunAdmin(admin.ModelAdmin):
             from training.recipes.presets import preset_get, preset_values
 
             preset = preset_values(_preset_of(request), kind)
-            base_model = preset_get(_preset_of(request)).base_models.get(kind)
+            base_model = preset_get(_preset_of(request)).base_model(kind)
 
         class KindForm(base):  # type: ignore[valid-type, misc]
             def __init__(self, *args: Any, **kw: Any) -> None:
@@ -500,26 +440,20 @@ class TrainingRunAdmin(admin.ModelAdmin):
     def get_fieldsets(self, request: HttpRequest, obj: TrainingRun | None = None):
         kind = self._kind(request, obj)
         names = [spec.name for spec in _specs(kind)]
-        run_fields = [
-            f for f in RUN_FIELDS if f != "reward_model_run" or kind in REWARD_MODEL_KINDS
-        ]
+        spec = _kind_spec(kind)
+        run_fields = [f for f in RUN_FIELDS if f != "reward_model_run" or spec.takes_reward_model]
         fieldsets: list[tuple[str | None, dict[str, Any]]] = [(None, {"fields": run_fields})]
-        placed = {name for *_, members in SECTIONS for name in members.split()}
-        for title, is_open, help_text, members in SECTIONS:
-            fields = [n for n in names if n in members.split()]
-            if title == FALLBACK_SECTION:
-                fields += [n for n in names if n not in placed]
-            if fields:
-                fieldsets.append(
-                    (
-                        title,
-                        {
-                            "fields": [CONFIG_PREFIX + n for n in fields],
-                            "description": help_text,
-                            "classes": [] if is_open else ["collapse"],
-                        },
-                    )
+        for title, is_open, help_text, fields in spec.form_sections(names):
+            fieldsets.append(
+                (
+                    title,
+                    {
+                        "fields": [CONFIG_PREFIX + n for n in fields],
+                        "description": help_text,
+                        "classes": [] if is_open else ["collapse"],
+                    },
                 )
+            )
         if obj is not None:
             fieldsets.append(("State", {"fields": list(self.readonly_fields)}))
         return fieldsets
@@ -540,7 +474,8 @@ class TrainingRunAdmin(admin.ModelAdmin):
         from training.recipes.presets import PRESETS
 
         kind = self._kind(request, obj)
-        context["run_kind"] = TrainingRun.Kind(kind)
+        spec = _kind_spec(kind)
+        context["run_kind"] = {"value": spec.name, "label": spec.label}
         if obj is None or obj.status == TrainingRun.Status.DRAFT:
             keep = {k: v for k, v in request.GET.items() if k == "snapshot"}
             context["reward_model"] = reward_model_note(kind, keep)

@@ -6,11 +6,13 @@ cancelled, with a heartbeat the worker refreshes and a cancel flag the training 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.choices import BaseChoiceIterator
 
 from annotation.models import DatasetExport
 
@@ -38,23 +40,46 @@ class DatasetSnapshot(models.Model):
         return self.export.n_pairs
 
 
-# Kinds that score with a reward-model run: PPO and RLOO need one, GRPO may use one.
-REWARD_MODEL_KINDS = ("ppo", "rloo", "grpo")
-REWARD_MODEL_REQUIRED = ("ppo", "rloo")
+def kind_choices() -> list[tuple[str, str]]:
+    """(value, label) of every training kind, in the order people see them: the kind registry
+    (training.recipes.kinds, pure and torch-free), read on each call so that a kind registered
+    later is a choice too."""
+    from training.recipes.kinds import KINDS  # web code imports training.recipes where it uses it
+
+    return [(spec.name, spec.label) for spec in KINDS.values()]
+
+
+class KindChoices(BaseChoiceIterator):
+    """The kind field's choices: kind_choices() read on each use (forms, validation, display).
+
+    Not a callable: Django would write a migration naming the callable. This iterator compares
+    equal to the list the migrations hold and is written as that list, so the registry's kinds
+    need no migration while their values and labels stay as they are."""
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        yield from kind_choices()
+
+
+def _registry_kinds(*, reward_model: tuple[str, ...]) -> tuple[str, ...]:
+    from training.recipes.kinds import KINDS
+
+    return tuple(spec.name for spec in KINDS.values() if spec.reward_model in reward_model)
+
+
+# Kinds that score with a reward-model run (PPO and RLOO need one, GRPO may use one), as the
+# registry says when this module loads: the database constraint below is built from them.
+REWARD_MODEL_KINDS = _registry_kinds(reward_model=("optional", "required"))
+REWARD_MODEL_REQUIRED = _registry_kinds(reward_model=("required",))
 
 
 class TrainingRun(models.Model):
     """One training job: what to train, on what, with which validated configuration."""
 
-    class Kind(models.TextChoices):
-        RM = "rm", "Reward model"
-        DPO = "dpo", "DPO"
-        SIMPO = "simpo", "SimPO"
-        ORPO = "orpo", "ORPO"
-        KTO = "kto", "KTO"
-        PPO = "ppo", "PPO"
-        RLOO = "rloo", "RLOO"
-        GRPO = "grpo", "GRPO"
+    # The registry's kinds as an enum (Kind.RM, Kind.DPO, ...) for code that names one; the
+    # field's choices read the registry itself (kind_choices).
+    Kind = models.TextChoices(
+        "Kind", [(value.upper(), (value, label)) for value, label in kind_choices()]
+    )
 
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
@@ -67,7 +92,7 @@ class TrainingRun(models.Model):
     FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
     name = models.CharField(max_length=200)
-    kind = models.CharField(max_length=8, choices=Kind.choices)
+    kind = models.CharField(max_length=8, choices=KindChoices())
     base_model = models.CharField(
         max_length=100, help_text="Registry name of the model to train (policy or reward base)."
     )

@@ -26,8 +26,6 @@ from common.errors import ConcordError, ModelUnavailableError
 from common.jobs import task_send
 from common.model_registry import model_get, model_path
 from training.models import (
-    REWARD_MODEL_KINDS,
-    REWARD_MODEL_REQUIRED,
     Checkpoint,
     DatasetSnapshot,
     MetricPoint,
@@ -129,9 +127,11 @@ def run_config_validate(
     ``output_dir``: the run's folder; empty for a run not created yet (the runs folder stands in;
     run_create checks again with the run's own folder). Raises ConfigError whose ``field`` names
     the setting; fields Concord manages cannot be set, unknown names are refused."""
-    from training.recipes.config import ConfigError, config_class
+    from training.recipes.config import ConfigError
+    from training.recipes.kinds import kind_spec
 
-    cls = config_class(kind)
+    spec = kind_spec(kind)
+    cls = spec.config_class
     managed = sorted(set(config) & set(MANAGED_FIELDS))
     if managed:
         raise ConfigError(
@@ -143,7 +143,7 @@ def run_config_validate(
     if unknown:
         raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field", field=unknown[0])
     values = dict(config)
-    if kind in ("dpo", "kto") and not values.get("reference_cache_dir"):
+    if spec.has_reference_pass and not values.get("reference_cache_dir"):
         values["reference_cache_dir"] = reference_cache_dir()
     paths = _managed_values(
         base_model=base_model,
@@ -163,13 +163,18 @@ def run_config_validate(
 def run_models_check(*, kind: str, base_model: str, reward_model_run: TrainingRun | None) -> None:
     """The base model exists in the registry; PPO/RLOO have a succeeded reward-model run, GRPO
     may have one (its verifiable rewards may score alone)."""
+    from training.recipes.kinds import KINDS, kind_spec
+
     model_get(base_model)  # unknown names raise with the list of known ones
-    if kind in REWARD_MODEL_REQUIRED and reward_model_run is None:
-        raise RunError(f"a {kind.upper()} run needs a succeeded reward-model run")
+    spec = kind_spec(kind)
+    if spec.needs_reward_model and reward_model_run is None:
+        raise RunError(f"a {spec.label} run needs a succeeded reward-model run")
     if reward_model_run is None:
         return
-    if kind not in REWARD_MODEL_KINDS:
-        raise RunError("only PPO, RLOO and GRPO runs take a reward model")
+    if not spec.takes_reward_model:
+        *others, last = [s.label for s in KINDS.values() if s.takes_reward_model]
+        takers = f"{', '.join(others)} and {last}" if others else last
+        raise RunError(f"only {takers} runs take a reward model")
     if reward_model_run.kind != "rm" or reward_model_run.status != Status.SUCCEEDED:
         raise RunError("the reward model must be a succeeded reward-model (rm) run")
 
@@ -392,6 +397,8 @@ def run_claim(*, run_id: int, worker: str) -> TrainingRun | None:
 def run_config_resolved(run: TrainingRun) -> dict[str, Any]:
     """The full configuration the recipe gets: the run's settings and the paths, which must exist
     (ModelUnavailableError saying which otherwise)."""
+    from training.recipes.kinds import kind_spec
+
     values: dict[str, Any] = {
         **run.config,
         **_managed_values(
@@ -402,7 +409,7 @@ def run_config_resolved(run: TrainingRun) -> dict[str, Any]:
             ready=True,
         ),
     }
-    if run.kind in ("dpo", "kto") and not values.get("reference_cache_dir"):
+    if kind_spec(run.kind).has_reference_pass and not values.get("reference_cache_dir"):
         values["reference_cache_dir"] = reference_cache_dir()  # runs stored before it was
     return values
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC
 from typing import Any
 
@@ -69,17 +69,27 @@ HIGHER_IS_BETTER = (
 # Shares between 0 and 1: their charts never show an axis above 1.
 UNIT_INTERVAL = (r"accuracy$", r"(eos|repetition)_rate$", r"fraction$", r"clip_fraction_")
 
-# Each kind's headline numbers in the runs list: (metric, label), the first present of each list.
-HEADLINES: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
-    "rm": ((("eval/accuracy", "accuracy"), "eval accuracy"), (("eval/loss", "loss"), "loss")),
-    "dpo": ((("rewards/accuracy",), "reward accuracy"), (("rewards/margin",), "margin")),
-    "simpo": ((("rewards/accuracy",), "reward accuracy"), (("rewards/margin",), "margin")),
-    "orpo": ((("rewards/accuracy",), "reward accuracy"), (("rewards/margin",), "margin")),
-    "kto": ((("rewards/margin",), "margin"), (("kl_estimate",), "KL estimate")),
-    "ppo": ((("reward/score_mean",), "reward"), (("kl",), "KL")),
-    "rloo": ((("reward/score_mean",), "reward"), (("kl",), "KL")),
-    "grpo": ((("reward/score_mean",), "reward"), (("kl",), "KL")),
-}
+
+class _KindHeadlines(Mapping[str, tuple[tuple[tuple[str, ...], str], ...]]):
+    """Each kind's headline numbers in the runs list, ((metric names, the first present is shown;
+    label), ...): its spec's ``headlines`` in the kind registry, read on each use."""
+
+    def _kinds(self) -> Mapping[str, Any]:
+        from training.recipes.kinds import KINDS  # web code imports training.recipes in use
+
+        return KINDS
+
+    def __getitem__(self, kind: str) -> tuple[tuple[tuple[str, ...], str], ...]:
+        return self._kinds()[kind].headlines
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kinds())
+
+    def __len__(self) -> int:
+        return len(self._kinds())
+
+
+HEADLINES: Mapping[str, tuple[tuple[tuple[str, ...], str], ...]] = _KindHeadlines()
 
 
 def metric_group(name: str) -> tuple[str, str]:

@@ -8,7 +8,6 @@ import dataclasses
 import pytest
 
 from training.recipes.config import (
-    KINDS,
     ConfigError,
     DPOConfig,
     PPOConfig,
@@ -16,6 +15,7 @@ from training.recipes.config import (
     config_fields,
     config_from_dict,
 )
+from training.recipes.kinds import kind_names
 from training.recipes.presets import DEFAULT_PRESET, PRESETS, preset_get, preset_values
 
 PATHS = {"model": "/m", "data": "/d.jsonl", "output_dir": "/o"}
@@ -25,7 +25,7 @@ def _paths(kind: str) -> dict[str, str]:
     return {**PATHS, "reward_model": "/rm"} if kind in ("ppo", "rloo", "grpo") else dict(PATHS)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", kind_names())
 def test_every_settable_field_is_described(kind):
     """config_fields lists each init field once, in order, with a type a form can show and the
     dataclass's default and help; kind (set by the class) is not a setting."""
@@ -109,7 +109,7 @@ def test_unknown_setting_names_its_field():
     assert caught.value.field == "betta"
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", kind_names())
 @pytest.mark.parametrize("preset", [p.name for p in PRESETS])
 def test_every_preset_builds_a_valid_config_of_every_kind(kind, preset):
     """Presets name only real settings of the kind, and the dataclass accepts them."""

@@ -16,7 +16,8 @@ from tests.factories import snapshot_of_pairs
 from training import services
 from training.admin import CONFIG_PREFIX, config_form_field
 from training.models import RunEvent, TrainingRun
-from training.recipes.config import KINDS, config_class, config_fields
+from training.recipes.config import config_class, config_fields
+from training.recipes.kinds import kind_names
 from training.recipes.presets import PRESETS, preset_values
 
 pytestmark = pytest.mark.django_db
@@ -88,7 +89,7 @@ def _defaults(kind: str, preset: str) -> dict[str, Any]:
     ("kind", "name"),
     [
         (kind, spec.name)
-        for kind in KINDS
+        for kind in kind_names()
         for spec in config_fields(config_class(kind))
         if spec.name not in services.MANAGED_FIELDS
     ],
@@ -134,7 +135,7 @@ def test_perturb_instructions_one_per_line():
 def test_add_without_a_kind_shows_the_kind_picker(ml_engineer, snapshot):
     """Kind first: one card per kind, a link per preset, the snapshot kept in every link."""
     page = logged_in(ml_engineer).get(f"{ADD}?snapshot={snapshot.pk}").content.decode()
-    for kind in KINDS:
+    for kind in kind_names():
         for preset in PRESETS:
             assert f"?snapshot={snapshot.pk}&amp;kind={kind}&amp;preset={preset.name}" in page
     assert "Dataset snapshot" in page and "cfg__" not in page
@@ -147,7 +148,7 @@ def test_a_post_without_a_kind_saves_nothing(ml_engineer, snapshot):
     assert not TrainingRun.objects.exists()
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", kind_names())
 @pytest.mark.parametrize("preset", [p.name for p in PRESETS])
 def test_each_kind_and_preset_saves_its_unchanged_form_with_every_value(
     kind, preset, ml_engineer, snapshot, reward_run

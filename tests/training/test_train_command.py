@@ -255,3 +255,39 @@ def test_train_grpo_refuses_an_unknown_reward_and_rewards_for_other_kinds(
         _run("--kind", "grpo", "--data", str(prompts_file), "--reward", "nope", *common)
     with pytest.raises(CommandError, match="only with --kind grpo"):
         _run("--kind", "dpo", "--data", str(pairs_file), "--reward", "format", *common)
+
+
+def test_config_fields_are_options_of_their_own(tiny_llama_dir, pairs_file, tmp_path, settings):
+    """Every config field is an option generated from the dataclass (as HfArgumentParser does):
+    --beta 0.3 (a float), --lr-scheduler cosine (one of its choices) and --no-packing (a bool's
+    off flag) reach the saved config of a one-step DPO run exactly as given."""
+    settings.VAR_DIR = tmp_path / "var"
+    out = tmp_path / "run"
+    _run(
+        "--kind", "dpo", "--data", str(pairs_file), "--model", str(tiny_llama_dir),
+        "--batch-size", "4", "--max-length", "128", "--max-steps", "1", "--output", str(out),
+        "--device", "cpu", "--beta", "0.3", "--lr-scheduler", "cosine", "--no-packing",
+    )  # fmt: skip
+    saved = json.loads((out / "config.json").read_text())
+    assert (saved["beta"], saved["lr_scheduler"], saved["packing"]) == (0.3, "cosine", False)
+    assert saved["device"] == "cpu"
+
+
+def test_an_option_of_another_kind_is_refused_naming_the_kinds(
+    tiny_llama_dir, pairs_file, tmp_path
+):
+    """--beta belongs to DPO, SimPO and KTO (the registry's order): on a reward model it is refused
+    before anything runs, and a value outside a field's choices is refused by the parser."""
+    base = [
+        "--data",
+        str(pairs_file),
+        "--model",
+        str(tiny_llama_dir),
+        "--output",
+        str(tmp_path / "r"),
+    ]
+    with pytest.raises(CommandError, match=r"^--beta: only with --kind dpo, simpo, kto$"):
+        call_command("train", "--kind", "rm", *base, "--beta", "0.3")
+    with pytest.raises(CommandError, match="--lr-scheduler: invalid choice: 'steep'"):
+        call_command("train", "--kind", "dpo", *base, "--lr-scheduler", "steep")
+    assert not (tmp_path / "r").exists()

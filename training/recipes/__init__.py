@@ -1,6 +1,7 @@
 """Training loops (torch + transformers, no Django): configs, recipes and the callback protocol.
 
-Each recipe is a function ``train_<kind>(config, callback=None) -> TrainResult``; callers outside
+Each recipe is a function ``train_<kind>(config, callback=None) -> TrainResult``, named by its kind's
+spec in training.recipes.kinds (the registry of kinds); callers outside
 (the worker, monitoring) use ``run_training`` and ``reward_scores`` from here.
 
 The configs and callbacks import no torch, so the web process (the admin's run form) can validate
@@ -53,16 +54,6 @@ _LAZY = {
     "TrainResult": "training.recipes.runtime",
     "reward_scores": "training.recipes.scoring",
 }
-_RECIPES = {
-    "dpo": "train_dpo",
-    "simpo": "train_simpo",
-    "orpo": "train_orpo",
-    "kto": "train_kto",
-    "ppo": "train_ppo",
-    "rloo": "train_rloo",
-    "grpo": "train_grpo",
-    "rm": "train_reward_model",
-}
 
 
 def __getattr__(name: str) -> Any:
@@ -75,9 +66,11 @@ def run_training(
     config: TrainingConfig, callbacks: list[TrainingCallback] | None = None
 ) -> TrainResult:
     """Run the recipe of ``config.kind`` with the given callbacks."""
-    if config.kind not in _RECIPES:
-        raise ConfigError(f"kind: no recipe for {config.kind!r} (have {sorted(_RECIPES)})")
-    recipe = __getattr__(_RECIPES[config.kind])
+    from training.recipes.kinds import KINDS  # the registry imports config, imported above
+
+    if config.kind not in KINDS:
+        raise ConfigError(f"kind: no recipe for {config.kind!r} (have {sorted(KINDS)})")
+    recipe = KINDS[config.kind].recipe_function()
     callback = CallbackList(callbacks) if callbacks else None
     from training.recipes.runtime import freed_memory
 

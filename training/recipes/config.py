@@ -22,7 +22,6 @@ from typing import Any
 
 from training.recipes.lora import LoraSettings
 
-KINDS = ("rm", "dpo", "simpo", "orpo", "kto", "ppo", "rloo", "grpo")
 # training.algorithms.DPO_LOSS_TYPES, repeated so that validating a config never imports torch (the
 # admin validates run settings in the web process); a test checks the two agree.
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
@@ -33,12 +32,18 @@ GRPO_SCALES = ("group", "batch", "none")
 GRPO_LOSS_NORMS = ("token", "sequence", "constant")
 
 
-def _f(default: Any, help: str, *, choices: tuple[str, ...] = (), **kwargs: Any) -> Any:
+def _f(
+    default: Any, help: str, *, choices: tuple[str, ...] = (), section: str = "", **kwargs: Any
+) -> Any:
     """A field with its one-line help and, for a field that takes one of a few names, its choices
-    (declared here once: validation, the command line and the admin's select all read them)."""
+    (declared here once: validation, the command line and the admin's select all read them);
+    ``section``: the title of the form section it shows in (training.recipes.kinds.FORM_SECTIONS;
+    empty: the section that lists it there, else "Algorithm")."""
     metadata: dict[str, Any] = {"help": help}
     if choices:
         metadata["choices"] = tuple(choices)
+    if section:
+        metadata["section"] = section
     return field(default=default, metadata=metadata, **kwargs)
 
 
@@ -768,22 +773,11 @@ class GRPOConfig(OnlineRLConfig):
         return self.kl_coef > 0
 
 
-CONFIG_CLASSES: dict[str, type[TrainingConfig]] = {
-    "rm": RewardModelConfig,
-    "dpo": DPOConfig,
-    "simpo": SimPOConfig,
-    "orpo": ORPOConfig,
-    "kto": KTOConfig,
-    "ppo": PPOConfig,
-    "rloo": RLOOConfig,
-    "grpo": GRPOConfig,
-}
-
-
 def config_class(kind: str) -> type[TrainingConfig]:
-    if kind not in CONFIG_CLASSES:
-        raise _invalid("kind", f"one of {KINDS}, got {kind!r}")
-    return CONFIG_CLASSES[kind]
+    """The config dataclass of ``kind`` (training.recipes.kinds); ConfigError naming the kinds."""
+    from training.recipes.kinds import kind_spec  # the registry imports this module
+
+    return kind_spec(kind).config_class
 
 
 def config_from_dict(values: dict[str, Any]) -> TrainingConfig:

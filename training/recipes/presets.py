@@ -10,24 +10,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.recipes.config import KINDS, ConfigError
+from training.recipes.config import ConfigError
 
 
 @dataclass(frozen=True)
 class Preset:
-    """``values[kind]``: that kind's overrides; ``common``: overrides for every kind;
-    ``base_models[kind]``: the registry name of the base model the form chooses first for that
-    kind (absent: the installation's default policy model)."""
+    """``common``: overrides for every kind; each kind's own overrides for this preset, and the
+    base model it chooses first (absent: the installation's default policy model), are in that
+    kind's spec (training.recipes.kinds: ``presets[name]``, ``preset_base_models[name]``)."""
 
     name: str
     label: str
     description: str
     common: dict[str, Any] = field(default_factory=dict)
-    values: dict[str, dict[str, Any]] = field(default_factory=dict)
-    base_models: dict[str, str] = field(default_factory=dict)
 
     def for_kind(self, kind: str) -> dict[str, Any]:
-        return {**self.common, **self.values.get(kind, {})}
+        from training.recipes.kinds import kind_spec  # the registry imports config, as this does
+
+        return {**self.common, **kind_spec(kind).presets.get(self.name, {})}
+
+    def base_model(self, kind: str) -> str | None:
+        """The registry model this preset chooses first for ``kind`` (None: the default)."""
+        from training.recipes.kinds import kind_spec
+
+        return kind_spec(kind).preset_base_models.get(self.name)
 
 
 PRESETS: tuple[Preset, ...] = (
@@ -46,43 +52,6 @@ PRESETS: tuple[Preset, ...] = (
             "checkpoint_every": 10,
             "keep_checkpoints": 2,
         },
-        values={
-            "rm": {"batch_size": 4, "learning_rate": 1e-5},
-            "dpo": {"batch_size": 4},
-            "simpo": {"batch_size": 4},
-            "orpo": {"batch_size": 4},
-            "kto": {"batch_size": 4},
-            "ppo": {
-                "batch_size": 2,
-                "minibatch_size": 2,
-                "ppo_epochs": 1,
-                "max_new_tokens": 32,
-                "eval_prompts": 4,
-                "eval_every": 10,
-                "value_hidden": 256,
-            },
-            "rloo": {
-                "batch_size": 2,
-                "rloo_k": 2,
-                "max_new_tokens": 32,
-                "eval_prompts": 4,
-                "eval_every": 10,
-            },
-            "grpo": {
-                "batch_size": 2,
-                "group_size": 4,
-                "max_new_tokens": 32,
-                "eval_prompts": 4,
-                "eval_every": 10,
-                # A verifiable reward, so the form saves without a reward model: answers near 60
-                # characters score best (the bench's cheap reward).
-                "rewards": ('length_penalty {"target": 60}',),
-            },
-        },
-        # The encoder the README recommends for reward models: MiniLM (22M parameters, against
-        # SmolLM2's 135M) trained the 72 demo pairs' 17 steps in 142 s on a busy 2-core machine,
-        # where SmolLM2 had taken 8.7 minutes for 15.
-        base_models={"rm": "all-minilm-l6-v2"},
     ),
     Preset(
         name="standard",
@@ -106,16 +75,6 @@ PRESETS: tuple[Preset, ...] = (
             "gradient_checkpointing": True,
             "max_length": 1024,
         },
-        values={
-            "rm": {"batch_size": 32, "micro_batch_size": 8},
-            "dpo": {"batch_size": 32, "micro_batch_size": 8},
-            "simpo": {"batch_size": 32, "micro_batch_size": 8},
-            "orpo": {"batch_size": 32, "micro_batch_size": 8},
-            "kto": {"batch_size": 32, "micro_batch_size": 8},
-            "ppo": {"batch_size": 16, "minibatch_size": 8, "micro_batch_size": 8},
-            "rloo": {"batch_size": 8, "micro_batch_size": 4},
-            "grpo": {"batch_size": 8, "micro_batch_size": 4},
-        },
     ),
 )
 DEFAULT_PRESET = "standard"
@@ -131,7 +90,6 @@ def preset_get(name: str) -> Preset:
 
 
 def preset_values(name: str, kind: str) -> dict[str, Any]:
-    """The overrides preset ``name`` sets for ``kind`` (a recipe name of config.KINDS)."""
-    if kind not in KINDS:
-        raise ConfigError(f"kind: one of {KINDS}, got {kind!r}", field="kind")
+    """The overrides preset ``name`` sets for ``kind`` (a name of training.recipes.kinds.KINDS;
+    ConfigError, field ``kind``, otherwise)."""
     return preset_get(name).for_kind(kind)

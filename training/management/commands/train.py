@@ -1,7 +1,9 @@
-"""python manage.py train --kind {rm,dpo,simpo,orpo,kto,ppo,rloo,grpo} --data FILE.jsonl
---model NAME_OR_DIR ...
+"""python manage.py train --kind KIND --data FILE.jsonl --model NAME_OR_DIR ...
 
-Other options: --output DIR (required), the settings below and --set KEY=VALUE. KTO trains on the
+KIND is a name of the kind registry (training.recipes.kinds). Other options: --output DIR
+(required), the options below, one ``--field-name`` per setting of any kind's config dataclass
+(generated from the fields, their help and choices, as HfArgumentParser does; a setting the chosen
+kind does not have is refused) and --set KEY=VALUE. KTO trains on the
 pairs of --data split into desirable and undesirable examples, or on ``--unpaired-file FILE.jsonl``
 (TRL's unpaired format; --data may then be left out). GRPO takes its verifiable rewards as
 ``--reward 'NAME [JSON options]'`` (repeatable) with ``--reward-weight W``.
@@ -17,6 +19,7 @@ rank 0 prints the same lines. ``--list-options --kind K`` prints K's settings an
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
@@ -57,7 +60,9 @@ def _parse_setting(text: str) -> tuple[str, Any]:
 
 def _startup_warnings(config: Any) -> list[str]:
     """Settings that will run but obviously waste the run, said before it starts."""
-    if config.kind not in ("ppo", "rloo", "grpo"):
+    from training.recipes.kinds import kind_spec
+
+    if not kind_spec(config.kind).rollouts:
         return []
     from training.recipes.models import load_tokenizer
     from training.recipes.online import eos_budget_warning, reference_answer_lengths
@@ -67,21 +72,85 @@ def _startup_warnings(config: Any) -> list[str]:
     return [warning] if warning else []
 
 
+# Config fields the hand-written options above set (the option that sets each): no generated option.
+HAND_SET_FIELDS = {
+    "data": "--data",
+    "unpaired_data": "--unpaired-file",
+    "model": "--model",
+    "output_dir": "--output",
+    "reward_model": "--reward-model",
+    "ref_model": "--ref-model",
+    "rewards": "--reward",
+    "reward_weights": "--reward-weight",
+    "resume": "--no-resume",
+    "lora_target_modules": "--lora-target-modules",
+}
+FIELD_DEST = "field__"  # generated options' dest prefix, apart from the hand-written ones
+
+
+def _kinds_with(field_name: str) -> list[str]:
+    """The registry's kinds whose config has the settable field ``field_name``, in order."""
+    from training.recipes.kinds import KINDS
+
+    return [name for name, spec in KINDS.items() if spec.has_field(field_name)]
+
+
+def _field_options() -> dict[str, tuple[Any, list[str]]]:
+    """Each settable field of any kind's config, once: name -> (FieldSpec of its first kind, the
+    kinds that have it)."""
+    from training.recipes.config import config_fields
+    from training.recipes.kinds import KINDS
+
+    fields: dict[str, tuple[Any, list[str]]] = {}
+    for name, spec in KINDS.items():
+        for field_spec in config_fields(spec.config_class):
+            if field_spec.name in fields:
+                fields[field_spec.name][1].append(name)
+            else:
+                fields[field_spec.name] = (field_spec, [name])
+    return fields
+
+
+def _add_field_option(parser: CommandParser, spec: Any, kinds: list[str], every: bool) -> None:
+    """``--field-name`` for one config field: typed, with its choices and help, prefixed with the
+    kinds that have it when not every kind does. A bool field is a flag (``--x`` / ``--no-x``); a
+    tuple field takes its values after the option. Unset, the kind's default holds."""
+    option = "--" + spec.name.replace("_", "-")
+    help_text = spec.help if every else f"{', '.join(kinds)}: {spec.help}"
+    kwargs: dict[str, Any] = {"dest": FIELD_DEST + spec.name, "help": help_text.replace("%", "%%")}
+    if spec.type is bool:
+        parser.add_argument(option, action=argparse.BooleanOptionalAction, **kwargs)
+        return
+    if spec.type is tuple:
+        kwargs.update(nargs=spec.length or "+", type=spec.items)
+    else:
+        kwargs["type"] = spec.type
+    if spec.choices:
+        kwargs["choices"] = spec.choices
+    else:
+        kwargs["metavar"] = spec.name.upper()
+    parser.add_argument(option, **kwargs)
+
+
 class Command(BaseCommand):
-    help = (
-        "Train a reward model, or a policy with DPO, SimPO, ORPO, KTO, PPO, RLOO or GRPO, in "
-        "this process."
-    )
+    @property
+    def help(self) -> str:  # type: ignore[override]
+        from training.recipes.kinds import KINDS
+
+        labels = [spec.label for spec in KINDS.values()]
+        return f"Train a run of one kind ({', '.join(labels)}) in this process."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        from training.recipes.config import KINDS  # the recipes package loads torch: not at import
+        # The recipes package loads no torch, but web code imports it only where used.
+        from training.recipes.kinds import kind_names
 
-        parser.add_argument("--kind", choices=KINDS, required=True)
+        parser.add_argument("--kind", choices=kind_names(), required=True)
         # Required unless --list-options (checked in handle, so listing needs only --kind).
         parser.add_argument("--data", help="JSONL: preference pairs or prompts (required)")
         parser.add_argument(
             "--unpaired-file",
-            help="kto: JSONL of {prompt, completion, label} rows to train on instead of --data's pairs",
+            help=f"{'/'.join(_kinds_with('unpaired_data'))}: JSONL of {{prompt, completion, label}} "
+            "rows to train on instead of --data's pairs",
         )
         parser.add_argument("--model", help="registry name or model folder (required)")
         parser.add_argument("--output", help="run folder, created (required)")
@@ -92,23 +161,29 @@ class Command(BaseCommand):
         parser.add_argument("--max-steps", type=int)
         parser.add_argument("--learning-rate", type=float)
         parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
-        parser.add_argument("--reward-model", help="ppo/rloo/grpo: registry name or folder")
         parser.add_argument(
-            "--ref-model", help="dpo/kto/ppo/rloo/grpo: reference model (default: --model)"
+            "--reward-model",
+            help=f"{'/'.join(_kinds_with('reward_model'))}: registry name or folder",
+        )
+        parser.add_argument(
+            "--ref-model",
+            help=f"{'/'.join(_kinds_with('ref_model'))}: reference model (default: --model)",
         )
         parser.add_argument(
             "--reward",
             action="append",
             default=[],
             metavar="'[LABEL=]NAME [JSON]'",
-            help="grpo: a verifiable reward, e.g. --reward 'length_penalty {\"target\": 60}'",
+            help=f"{'/'.join(_kinds_with('rewards'))}: a verifiable reward, e.g. "
+            "--reward 'length_penalty {\"target\": 60}'",
         )
         parser.add_argument(
             "--reward-weight",
             action="append",
             type=float,
             default=[],
-            help="grpo: the weight of each --reward, in order (default 1.0 each)",
+            help=f"{'/'.join(_kinds_with('reward_weights'))}: the weight of each --reward, in "
+            "order (default 1.0 each)",
         )
         parser.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
         parser.add_argument(
@@ -139,6 +214,15 @@ class Command(BaseCommand):
             default=1,
             help="data-parallel processes (GPUs): > 1 runs the recipe under torchrun",
         )
+        fields = _field_options()
+        taken = set(parser._option_string_actions)
+        group = parser.add_argument_group(
+            "settings (each kind's config fields; see --list-options)"
+        )
+        for name, (spec, kinds) in fields.items():
+            if name in HAND_SET_FIELDS or "--" + name.replace("_", "-") in taken:
+                continue
+            _add_field_option(group, spec, kinds, every=len(kinds) == len(kind_names()))
 
     def handle(self, *args: Any, **options: Any) -> None:
         from transformers.utils import logging as hf_logging
@@ -150,6 +234,7 @@ class Command(BaseCommand):
             config_class,
             run_training,
         )
+        from training.recipes.kinds import kind_spec
 
         cls = config_class(options["kind"])
         if options["list_options"]:
@@ -159,8 +244,8 @@ class Command(BaseCommand):
                 self.stdout.write(f"{name:24} {default!r:>14}  {help_text}")
             return
 
-        if options["unpaired_file"] and options["kind"] != "kto":
-            raise CommandError("--unpaired-file: only with --kind kto")
+        spec = kind_spec(options["kind"])
+        self._refuse_foreign_options(spec, options)
         if options["unpaired_file"] and not options["data"]:
             options["data"] = options["unpaired_file"]  # the recipe reads the unpaired file only
         missing = [f"--{name}" for name in ("data", "model", "output") if not options[name]]
@@ -201,17 +286,20 @@ class Command(BaseCommand):
         for option in ("reward_model", "ref_model"):
             if options[option]:
                 values[option] = _model_folder(options[option])
-        if options["kind"] in ("dpo", "kto"):
+        if spec.has_reference_pass:
             values["reference_cache_dir"] = reference_cache_dir()
         if options["unpaired_file"]:
             if not Path(options["unpaired_file"]).is_file():
                 raise CommandError(f"--unpaired-file: no such file {options['unpaired_file']}")
             values["unpaired_data"] = options["unpaired_file"]
         if options["reward"] or options["reward_weight"]:
-            if options["kind"] != "grpo":
-                raise CommandError("--reward and --reward-weight: only with --kind grpo")
             values["rewards"] = tuple(options["reward"])
             values["reward_weights"] = tuple(options["reward_weight"])
+        for key, value in options.items():
+            if key.startswith(FIELD_DEST) and value is not None:
+                values[key.removeprefix(FIELD_DEST)] = (
+                    tuple(value) if isinstance(value, list) else value
+                )
         values.update(_parse_setting(text) for text in options["set"])
         if not Path(values["data"]).is_file():
             raise CommandError(f"--data: no such file {values['data']}")
@@ -276,6 +364,27 @@ class Command(BaseCommand):
             raise CommandError(
                 f"run {result.status} at step {result.steps}; run the same command to resume"
             )
+
+    def _refuse_foreign_options(self, spec: Any, options: dict[str, Any]) -> None:
+        """CommandError for an option that sets a field the chosen kind's config does not have,
+        naming the kinds that have it (nothing has run yet)."""
+        given = [
+            (field_name, option)
+            for field_name, option in HAND_SET_FIELDS.items()
+            if option in ("--unpaired-file", "--reward", "--reward-weight")
+            and options[option.removeprefix("--").replace("-", "_")]
+        ]
+        given += [
+            (key.removeprefix(FIELD_DEST), "--" + key.removeprefix(FIELD_DEST).replace("_", "-"))
+            for key, value in options.items()
+            if key.startswith(FIELD_DEST) and value is not None
+        ]
+        for field_name, option in given:
+            if not spec.has_field(field_name):
+                kinds = ", ".join(_kinds_with(field_name))
+                if option in ("--reward", "--reward-weight"):
+                    option = "--reward and --reward-weight"
+                raise CommandError(f"{option}: only with --kind {kinds}")
 
     def _launch(self, config: Any, nproc: int) -> None:
         """Run the recipe in ``nproc`` processes under torchrun, passing rank 0's lines through."""
