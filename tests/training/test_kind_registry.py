@@ -139,7 +139,7 @@ def test_a_reference_pass_needs_the_cache_field():
 def test_a_toy_run_shows_its_headline_in_the_runs_list(toy_kind, ml_engineer, tmp_path, settings):
     """The runs list reads the toy's headline from its spec: "toy score" at its last value, 0.875
     at step 2, beside the run's kind label."""
-    from monitoring import selectors
+    from monitoring.selectors import runs as selectors
 
     settings.EXPORT_DIR = tmp_path / "exports"
     run = TrainingRun.objects.create(
