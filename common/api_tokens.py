@@ -23,7 +23,8 @@ from common.models import ApiToken
 
 logger = logging.getLogger(__name__)
 
-TOKEN_PREFIX = "concord_"  # noqa: S105 - the fixed start of every token, not a secret
+# The fixed start of every token (so leaked tokens are recognisable), not a secret.
+TOKEN_PREFIX = "concord_"  # noqa: S105  # nosec B105
 PREFIX_CHARS = 8
 # The longest lifetime offered on the page (days); None there means "never expires".
 MAX_LIFETIME_DAYS = 366
