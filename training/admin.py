@@ -55,7 +55,8 @@ def _kind_spec(kind: str) -> Any:
 
 def _specs(kind: str) -> list[Any]:
     """The settable, typed fields (FieldSpec) of ``kind``'s dataclass, less those Concord fills."""
-    from training.recipes.config import config_class, config_fields
+    from training.recipes.config import config_fields
+    from training.recipes.kinds import config_class
 
     return [s for s in config_fields(config_class(kind)) if s.name not in services.MANAGED_FIELDS]
 

@@ -313,7 +313,8 @@ def run_config_rows(run: TrainingRun, *, with_paths: bool = True) -> list[dict[s
     from the run (model and reward-model folders, the snapshot's file, the run folder) hold those
     values, marked as set; without, their defaults (the compare page shows the run's model and
     data apart)."""
-    from training.recipes.config import config_class, config_help
+    from training.recipes.config import config_help
+    from training.recipes.kinds import config_class
 
     stored = dict(run.config or {})
     managed = training_services.run_managed_values(run) if with_paths else {}

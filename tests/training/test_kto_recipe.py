@@ -11,8 +11,9 @@ import torch
 from tests.helpers.recipes import StopAfter, tiny_pair_values
 from tests.helpers.tiny_models import PAIRS, write_jsonl
 from training.recipes import KTOConfig, run_training
-from training.recipes.config import ConfigError, config_from_dict
+from training.recipes.config import ConfigError
 from training.recipes.data import DataError, EpochSampler
+from training.recipes.kinds import config_from_dict
 from training.recipes.kto_data import load_kto_examples, mismatched_keys
 
 

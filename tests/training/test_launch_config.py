@@ -11,11 +11,9 @@ from training.recipes.config import (
     ConfigError,
     DPOConfig,
     PPOConfig,
-    config_class,
     config_fields,
-    config_from_dict,
 )
-from training.recipes.kinds import kind_names
+from training.recipes.kinds import config_class, config_from_dict, kind_names
 from training.recipes.presets import DEFAULT_PRESET, PRESETS, preset_get, preset_values
 
 PATHS = {"model": "/m", "data": "/d.jsonl", "output_dir": "/o"}

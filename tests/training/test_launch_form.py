@@ -16,8 +16,8 @@ from tests.factories import snapshot_of_pairs
 from training import services
 from training.admin import CONFIG_PREFIX, config_form_field
 from training.models import RunEvent, TrainingRun
-from training.recipes.config import config_class, config_fields
-from training.recipes.kinds import kind_names
+from training.recipes.config import config_fields
+from training.recipes.kinds import config_class, kind_names
 from training.recipes.presets import PRESETS, preset_values
 
 pytestmark = pytest.mark.django_db

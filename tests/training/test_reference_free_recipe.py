@@ -11,7 +11,8 @@ import torch
 from tests.helpers.recipes import StopAfter, tiny_pair_values
 from tests.helpers.tiny_models import PAIRS, write_jsonl
 from training.recipes import ORPOConfig, SimPOConfig, run_training
-from training.recipes.config import ConfigError, config_from_dict
+from training.recipes.config import ConfigError
+from training.recipes.kinds import config_from_dict
 
 CLASSES = {"simpo": SimPOConfig, "orpo": ORPOConfig}
 

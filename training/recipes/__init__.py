@@ -25,10 +25,9 @@ from training.recipes.config import (
     RLOOConfig,
     SimPOConfig,
     TrainingConfig,
-    config_class,
-    config_from_dict,
     config_help,
 )
+from training.recipes.kinds import config_class, config_from_dict
 
 if TYPE_CHECKING:
     from training.recipes.dpo import train_dpo

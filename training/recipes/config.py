@@ -2,7 +2,7 @@
 
 Defaults are PIPELINE.md's. ``__post_init__`` rejects impossible values naming the field. The resolved
 configuration is written as ``config.json`` in the run's output folder, so a run can be repeated
-exactly (``config_from_dict(json.load(...))``).
+exactly (``training.recipes.kinds.config_from_dict(json.load(...))``).
 
 Long module: one dataclass per kind beside the shared fields and the form descriptions, so that a
 kind's settings, defaults and checks read in one place (split when a kind's checks grow their own
@@ -771,25 +771,6 @@ class GRPOConfig(OnlineRLConfig):
     def needs_reference(self) -> bool:
         """GRPO reads the reference only for its KL term."""
         return self.kl_coef > 0
-
-
-def config_class(kind: str) -> type[TrainingConfig]:
-    """The config dataclass of ``kind`` (training.recipes.kinds); ConfigError naming the kinds."""
-    from training.recipes.kinds import kind_spec  # the registry imports this module
-
-    return kind_spec(kind).config_class
-
-
-def config_from_dict(values: dict[str, Any]) -> TrainingConfig:
-    """Rebuild a config from ``to_dict()`` output (``kind`` selects the class); unknown keys are an
-    error that names them."""
-    values = dict(values)
-    cls = config_class(values.pop("kind", ""))
-    known = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field", field=unknown[0])
-    return cls(**values)
 
 
 def config_help(cls: type[TrainingConfig]) -> list[tuple[str, Any, str]]:

@@ -344,3 +344,20 @@ def registered(spec: KindSpec) -> Iterator[KindSpec]:
         yield spec
     finally:
         del KINDS[spec.name]
+
+
+def config_class(kind: str) -> type[TrainingConfig]:
+    """The config dataclass of ``kind``; ConfigError naming the kinds."""
+    return kind_spec(kind).config_class
+
+
+def config_from_dict(values: dict[str, Any]) -> TrainingConfig:
+    """Rebuild a config from ``to_dict()`` output (``kind`` selects the class); unknown keys are an
+    error that names them."""
+    values = dict(values)
+    cls = config_class(values.pop("kind", ""))
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field", field=unknown[0])
+    return cls(**values)
