@@ -118,8 +118,16 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DATABASE_CONN_HEALTH_CHECKS", default=True)
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    # SQLite: wait for the worker's writes instead of failing at once with "database is locked".
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # SQLite (the demo: a web process and two workers write one file). Wait for another process's
+    # write instead of failing at once with "database is locked"; take the write lock when a
+    # transaction begins (IMMEDIATE), since a transaction that read first and then writes is refused
+    # at once, without waiting, while another process writes; and keep a write-ahead log, so the
+    # gpu worker's steady stream of metric writes never blocks the other processes' reads.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        timeout=20,
+        transaction_mode="IMMEDIATE",
+        init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    )
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -124,3 +124,32 @@ def test_api_basic_auth_is_off_in_production_unless_enabled(tmp_path):
     enabled = _setting(name, {**PRODUCTION_ENV, "CONCORD_API_BASIC_AUTH": "true"}, tmp_path)
     assert basic in enabled
     assert basic in _setting(name, {}, tmp_path)
+
+
+def test_the_demo_sqlite_database_takes_write_locks_up_front_and_keeps_a_write_ahead_log(tmp_path):
+    """The demo's web process and two workers share one SQLite file. A connection there runs in
+    WAL mode (the gpu worker's metric writes never block the others' reads) and begins every
+    transaction IMMEDIATE, so a writer waits its turn (timeout 20 s) instead of being refused at
+    once when it read first; before, an import sat in "validating" while a tiny run wrote
+    metrics."""
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='config.settings'; django.setup();"
+        "from django.db import connection;"
+        "cursor = connection.cursor(); cursor.execute('PRAGMA journal_mode');"
+        "options = connection.settings_dict['OPTIONS'];"
+        "print(cursor.fetchone()[0], options['transaction_mode'], options['timeout'])"
+    )
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "DATABASE_", "CELERY_", "CONCORD_"))
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "CONCORD_VAR_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.split() == ["wal", "IMMEDIATE", "20"]
