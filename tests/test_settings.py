@@ -58,6 +58,26 @@ def test_unknown_environment_name_is_rejected():
     assert "DJANGO_ENV must be 'development' or 'production'" in result.stderr
 
 
+def _run_settings_code(
+    code: str, tmp_path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh Python with none of the project's variables set (var files under
+    ``tmp_path``), plus ``env``: the settings as a new machine reads them."""
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "DATABASE_", "CELERY_", "CONCORD_", "CACHE_"))
+    }
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "CONCORD_VAR_DIR": str(tmp_path), **(env or {})},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
 def test_development_defaults_need_no_server(tmp_path):
     """With nothing set, the database is SQLite and the broker the local filesystem."""
     code = (
@@ -65,19 +85,7 @@ def test_development_defaults_need_no_server(tmp_path):
         "from django.conf import settings as s;"
         "print(s.DATABASES['default']['ENGINE'], s.CELERY_BROKER_URL)"
     )
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DJANGO_", "DATABASE_", "CELERY_", "CONCORD_"))
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**clean, "CONCORD_VAR_DIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    result = _run_settings_code(code, tmp_path)
     assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://localhost/"]
 
 
@@ -86,20 +94,7 @@ def _setting(name: str, env: dict[str, str], tmp_path) -> str:
         "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='config.settings'; django.setup();"
         f"from django.conf import settings as s; print(s.{name})"
     )
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DJANGO_", "DATABASE_", "CELERY_", "CONCORD_", "CACHE_"))
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**clean, "CONCORD_VAR_DIR": str(tmp_path), **env},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return result.stdout.strip()
+    return _run_settings_code(code, tmp_path, env).stdout.strip()
 
 
 def test_sessions_are_cached_only_in_a_shared_cache(tmp_path):
@@ -139,17 +134,5 @@ def test_the_demo_sqlite_database_takes_write_locks_up_front_and_keeps_a_write_a
         "options = connection.settings_dict['OPTIONS'];"
         "print(cursor.fetchone()[0], options['transaction_mode'], options['timeout'])"
     )
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DJANGO_", "DATABASE_", "CELERY_", "CONCORD_"))
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**clean, "CONCORD_VAR_DIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    result = _run_settings_code(code, tmp_path)
     assert result.stdout.split() == ["wal", "IMMEDIATE", "20"]
