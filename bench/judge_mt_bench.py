@@ -124,9 +124,29 @@ def _report(slug: str, judge: str) -> dict[str, Any]:
     return json.loads(manage("judge_report", "--project", slug, "--judge", judge, "--json"))
 
 
+def _import_projects(
+    experts: list[dict[str, Any]], subset: set[str], voted: set[str], args, folder: Path
+) -> None:
+    """Both projects (all expert votes; the subset's) and GPT-4's released verdicts on each."""
+    _import_votes(experts, PROJECT, args.mt_bench_dir, folder)
+    _import_votes(
+        [v for v in experts if external_id(v["question_id"], v["model_a"], v["model_b"])
+         in subset], SUBSET, args.mt_bench_dir, folder,
+    )  # fmt: skip
+    with GPT4.open(encoding="utf-8") as handle:
+        gpt4 = [json.loads(line) for line in handle if line.strip()]
+    what = "GPT-4's released pairwise verdicts, lmsys/mt_bench_human_judgments gpt4_pair"
+    for slug, keep in ((PROJECT, voted), (SUBSET, subset)):
+        lines = [json.dumps(r) for r in gpt4
+                 if external_id(r["question_id"], r["model_a"], r["model_b"]) in keep]  # fmt: skip
+        _import_verdicts(slug, "gpt-4-released", lines, "mt_bench", what, folder)
+
+
 def rm_fold_verdicts(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, Any]]:
-    """{external id: "a" | "b"} of the reward model on every comparison, each judged by the fold
-    model that never saw its question; and timings."""
+    """{external id: "a" | "b"} of the reward model on every comparison of the folds done, each
+    judged by the fold model that never saw its question; and timings. Each fold's verdicts and
+    times are appended to ``args.rm_verdicts`` as it finishes, and folds already there are not
+    trained again (a rerun resumes); no new fold starts after ``args.rm_deadline_s`` seconds."""
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_annotator_aware_rm import majority, mt_bench_items
 
@@ -135,9 +155,14 @@ def rm_fold_verdicts(args: argparse.Namespace) -> tuple[dict[str, str], dict[str
     items = mt_bench_items()
     questions = sorted({int(i.key.split("|")[0]) for i in items})
     per_fold = len(questions) // FOLDS
-    verdicts: dict[str, str] = {}
-    timings: dict[str, Any] = {"train_s": 0.0, "judge_s": 0.0, "answers": 0, "train_pairs": []}
+    store = Path(args.rm_verdicts)
+    done = [json.loads(line) for line in store.open()] if store.is_file() else []
+    started = time.perf_counter()
     for fold in range(FOLDS):
+        if any(row["fold"] == fold for row in done):
+            continue
+        if time.perf_counter() - started > args.rm_deadline_s:
+            break
         held = set(questions[fold * per_fold : (fold + 1) * per_fold])
         train = [i for i in items if int(i.key.split("|")[0]) not in held]
         judged = [i for i in items if int(i.key.split("|")[0]) in held]
@@ -157,8 +182,7 @@ def rm_fold_verdicts(args: argparse.Namespace) -> tuple[dict[str, str], dict[str
             )  # fmt: skip
             began = time.perf_counter()
             train_reward_model(config)
-            timings["train_s"] += time.perf_counter() - began
-            timings["train_pairs"].append(len(rows))
+            train_s = time.perf_counter() - began
             final = Path(folder) / "run" / "final"
             conversations = [[{"role": "user", "content": i.prompt}] for i in judged]
             began = time.perf_counter()
@@ -166,14 +190,26 @@ def rm_fold_verdicts(args: argparse.Namespace) -> tuple[dict[str, str], dict[str
                                 max_length=args.rm_max_length)  # fmt: skip
             r_b = reward_scores(final, conversations, [i.response_b for i in judged],
                                 max_length=args.rm_max_length)  # fmt: skip
-            timings["judge_s"] += time.perf_counter() - began
-            timings["answers"] += 2 * len(judged)  # both orders: the scores do not depend on it
+            judge_s = time.perf_counter() - began
+        verdicts = {}
         for item, a, b in zip(judged, r_a, r_b, strict=True):
             question, model_a, model_b = item.key.split("|")
             verdicts[external_id(question, model_a, model_b)] = "a" if a > b else "b"
-        print(f"rm fold {fold}: {len(rows)} training pairs, {len(judged)} judged",
-              file=sys.stderr, flush=True)  # fmt: skip
-    timings = {k: round(v, 1) if isinstance(v, float) else v for k, v in timings.items()}
+        row = {"fold": fold, "train_pairs": len(rows), "train_s": round(train_s, 1),
+               "judge_s": round(judge_s, 1), "verdicts": verdicts}  # fmt: skip
+        with store.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+        done.append(row)
+        print(f"rm fold {fold}: {len(rows)} training pairs, {len(judged)} judged, "
+              f"train {train_s:.0f} s, judge {judge_s:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+    verdicts = {key: v for row in done for key, v in row["verdicts"].items()}
+    timings = {
+        "folds_done": sorted(row["fold"] for row in done),
+        "train_s": round(sum(row["train_s"] for row in done), 1),
+        "judge_s": round(sum(row["judge_s"] for row in done), 1),
+        "answers": 2 * len(verdicts),  # both orders: the scores do not depend on the order
+        "train_pairs": [row["train_pairs"] for row in sorted(done, key=lambda r: r["fold"])],
+    }
     return verdicts, timings
 
 
@@ -221,9 +257,20 @@ def main() -> None:
     parser.add_argument("--rm-batch", type=int, default=8)
     parser.add_argument("--rm-max-length", type=int, default=192)
     parser.add_argument("--rm-learning-rate", type=float, default=5e-5)
+    parser.add_argument(
+        "--rm-verdicts", default="rm_fold_verdicts.jsonl", help="fold verdicts (resumable)"
+    )
+    parser.add_argument(
+        "--rm-deadline-s", type=float, default=float("inf"), help="start no fold after this"
+    )
     parser.add_argument("--llm-comparisons", type=int, default=40)
     parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--skip-llm", action="store_true")
+    parser.add_argument(
+        "--reuse-projects",
+        action="store_true",
+        help="the two projects and the GPT-4 judge are already imported (a rerun)",
+    )
     args = parser.parse_args()
     if not VOTES.is_file():
         raise SystemExit(f"{VOTES.name} is not in {VOTES.parent} (set CONCORD_SHARED_DATA)")
@@ -259,33 +306,24 @@ def main() -> None:
     subset = set(subset_ids)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        _import_votes(experts, PROJECT, args.mt_bench_dir, folder)
-        _import_votes(
-            [v for v in experts if external_id(v["question_id"], v["model_a"], v["model_b"])
-             in subset], SUBSET, args.mt_bench_dir, folder,
-        )  # fmt: skip
-        with GPT4.open(encoding="utf-8") as handle:
-            gpt4 = [json.loads(line) for line in handle if line.strip()]
-        what = "GPT-4's released pairwise verdicts, lmsys/mt_bench_human_judgments gpt4_pair"
-        for slug, keep in ((PROJECT, voted), (SUBSET, subset)):
-            lines = [json.dumps(r) for r in gpt4
-                     if external_id(r["question_id"], r["model_a"], r["model_b"]) in keep]  # fmt: skip
-            _import_verdicts(slug, "gpt-4-released", lines, "mt_bench", what, folder)
+        if not args.reuse_projects:
+            _import_projects(experts, subset, voted, args, folder)
         rm, rm_timings = rm_fold_verdicts(args)
         result["rm_timings"] = rm_timings
-        what = (f"MiniLM-L6 reward model, 8 folds of 10 questions, {args.rm_steps} steps x "
-                f"{args.rm_batch} pairs, max_length {args.rm_max_length}")  # fmt: skip
+        what = (f"MiniLM-L6 reward model, folds {rm_timings['folds_done']} of 8 folds of 10 "
+                f"questions, {args.rm_steps} steps x {args.rm_batch} pairs, max_length "
+                f"{args.rm_max_length}")  # fmt: skip
         for slug, keep in ((PROJECT, voted), (SUBSET, subset)):
             lines = [json.dumps({"id": key, "a_first": v, "b_first": v})
                      for key, v in sorted(rm.items()) if key in keep]  # fmt: skip
-            _import_verdicts(slug, "rm-8fold", lines, "jsonl", what, folder)
+            if lines:
+                _import_verdicts(slug, "rm-8fold", lines, "jsonl", what, folder)
     rm_per_s = rm_timings["answers"] / rm_timings["judge_s"] if rm_timings["judge_s"] else None
-    reports = {
-        (PROJECT, "gpt-4-released"): None,
-        (PROJECT, "rm-8fold"): rm_per_s,
-        (SUBSET, "gpt-4-released"): None,
-        (SUBSET, "rm-8fold"): rm_per_s,
-    }
+    reports = {(PROJECT, "gpt-4-released"): None, (SUBSET, "gpt-4-released"): None}
+    if rm:
+        reports |= {(PROJECT, "rm-8fold"): rm_per_s}
+        if subset & set(rm):
+            reports |= {(SUBSET, "rm-8fold"): rm_per_s}
     if not args.skip_llm:
         began = time.perf_counter()
         manage("judge_run", "--project", SUBSET, "--judge", "smollm2-short", "--model",
