@@ -435,7 +435,9 @@ class RewardEnsemble:
             rows.append(scorer.score_members(inputs, scorer.clusters_for(prompts)))
         rewards = torch.cat(rows)
         if rewards.shape[0] != self.size:
-            raise ValueError(f"the models gave {rewards.shape[0]} rewards per input, not {self.size}")
+            raise ValueError(
+                f"the models gave {rewards.shape[0]} rewards per input, not {self.size}"
+            )
         return rewards
 
     @torch.no_grad()
@@ -537,7 +539,9 @@ def load_reward_ensemble(
         scorers = [_scorer_for(folder, num_labels=manifest.size, **options)]
         outputs = scorers[0].model.config.num_labels
         if outputs != manifest.size:
-            raise ValueError(f"{folder}: {ENSEMBLE_FILE} says {manifest.size} heads, the model has {outputs}")
+            raise ValueError(
+                f"{folder}: {ENSEMBLE_FILE} says {manifest.size} heads, the model has {outputs}"
+            )
     else:
         scorers = [_scorer_for(folder / name, num_labels=1, **options) for name in manifest.members]
     return RewardEnsemble(manifest, scorers)
