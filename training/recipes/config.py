@@ -258,6 +258,11 @@ class RewardModelConfig(TrainingConfig):
         "K reward models trained as an ensemble on bootstrap resamples of the pairs, scoring with "
         "a mean and a spread (1: one plain reward model; 5 is the recommended ensemble)",
     )
+    warm_start: str | None = _f(
+        None,
+        "a reward-model folder of the same kind (same ensemble size and mode) whose weights this "
+        "run starts from instead of the base model's fresh head (continuous reward modelling)",
+    )
     ensemble_mode: str = _f(
         "heads",
         "'heads': one shared encoder with K output heads (one model's cost); 'independent': K "

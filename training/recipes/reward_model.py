@@ -389,7 +389,13 @@ def train_independent_ensemble(
     steps = 0
     for k in range(size):
         member_config = dataclasses.replace(
-            config, ensemble_size=1, seed=config.seed + k, output_dir=str(root / f"member_{k}")
+            config,
+            ensemble_size=1,
+            seed=config.seed + k,
+            output_dir=str(root / f"member_{k}"),
+            warm_start=None
+            if config.warm_start is None
+            else str(Path(config.warm_start) / f"member_{k}"),
         )
         finished = Path(member_config.output_dir) / "summary.json"
         if config.resume and finished.is_file() and '"completed"' in finished.read_text():
@@ -537,7 +543,7 @@ def load_reward_model(run: Run, config: RewardModelConfig) -> tuple[Any, Any, Re
     """Tokenizer, sequence classifier (from the checkpoint when resuming) in training mode, and
     the scorer that fits and scores pairs for it."""
     tokenizer = load_tokenizer(config.model)
-    path = run.resume_from or config.model
+    path = run.resume_from or config.warm_start or config.model
     resuming_adapters = require_same_lora(path, config)
     heads = config.ensemble_size if config.ensemble_mode == "heads" else 1
     model = load_sequence_classifier(
