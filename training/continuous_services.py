@@ -66,11 +66,7 @@ def continuous_rm_check(*, project: Project) -> str:
         return "off"
     ContinuousRewardModel.objects.get_or_create(project=project)
     with transaction.atomic():
-        state = (
-            ContinuousRewardModel.objects.select_for_update()
-            .select_related("current_run", "last_succeeded_run")
-            .get(project=project)
-        )
+        state = ContinuousRewardModel.objects.select_for_update(of=("self",)).get(project=project)
         labels = human_judgements(project)
         due = labels - state.labels_at_last_start >= project.continuous_rm_every
         if state.current_run is not None and state.current_run.status in ACTIVE:
