@@ -162,3 +162,27 @@ def test_changing_the_queue_order_setting_reorders_the_queue():
         .values_list("prompt__cluster", flat=True)[:BATCH_SIZE]
     )
     assert set(first) == {0, 1}
+
+
+def test_the_project_page_shows_the_queue_order_and_the_learning_curve(ml_engineer):
+    """The manage page names the strategy that orders the queue and its exploration share, and
+    draws one point per retrain: 40 labels at accuracy 0.6 on the left, 120 at 0.7 on the right
+    edge (x = 480 - 36), higher on the chart (smaller y) for the better accuracy."""
+    from django.urls import reverse
+
+    from annotation.models import LearningCurvePoint
+    from tests.conftest import logged_in
+
+    project = ProjectFactory(
+        queue_order=QueueOrder.UNCERTAINTY, exploration_share=0.25, continuous_rm=True
+    )
+    LearningCurvePoint.objects.create(project=project, run_id=1, labels=40, accuracy=0.6)
+    LearningCurvePoint.objects.create(project=project, run_id=2, labels=120, accuracy=0.7)
+    page = logged_in(ml_engineer).get(reverse("annotation:project-manage", args=[project.slug]))
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "Closeness to 50/50" in html and "25% exploration" in html
+    assert 'data-testid="learning-curve"' in html
+    assert "120 labels: accuracy 0.700" in html
+    assert 'cx="444.0" cy="74.4"' in html  # x: 36 + 408 * 120/120; y: 36 + 128 * (1 - 0.7)
+    assert 'cx="172.0" cy="87.2"' in html  # x: 36 + 408 * 40/120 = 172; y: 36 + 128 * 0.4
