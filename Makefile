@@ -19,8 +19,8 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 
 .PHONY: demo test venv models lint audit docs
 
-# Two install stamps: the demo needs only the project and its runtime dependencies; the tests (and
-# lint, audit, docs) need the `dev` extra and the `serve` extra too. `serve` is llama-cpp-python, which
+# Install stamps: the demo needs only the project and its runtime dependencies; the tests (and lint,
+# audit) need the `dev`, `serve` and `docs` extras too (tests/test_docs.py builds the site). `serve` is llama-cpp-python, which
 # compiles llama.cpp from its sdist (about 8 CPU-minutes on a first install): only the serving-engine
 # tests use it, so `make demo` never builds it.
 $(BIN)/.installed-base: pyproject.toml
@@ -31,14 +31,14 @@ $(BIN)/.installed-base: pyproject.toml
 	@touch $@
 
 $(BIN)/.installed-test: $(BIN)/.installed-base
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) -e '.[dev,serve]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) -e '.[dev,serve,docs]'
 	@touch $@
 
 $(BIN)/.installed-docs: $(BIN)/.installed-base
 	$(PIP) -e '.[docs]'
 	@touch $@
 
-## make venv: everything the tests, lint and audit need (the demo's packages, `dev` and `serve`)
+## make venv: everything the tests, lint and audit need (the demo's packages, `dev`, `serve`, `docs`)
 venv: $(BIN)/.installed-test
 
 models: $(BIN)/.installed-base
@@ -75,4 +75,4 @@ audit: venv
 ## or a page missing from the navigation fails) into site/
 docs: $(BIN)/.installed-docs
 	$(BIN)/python scripts/gen_docs_reference.py
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site

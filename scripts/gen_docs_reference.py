@@ -140,7 +140,7 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[tuple[str, str, str]]:
                     metavar = "{" + ",".join(str(c) for c in action.choices) + "}"
                 flags += f" {metavar}"
         else:
-            flags = action.metavar or action.dest.upper()
+            flags = action.metavar or action.dest  # as argparse shows a positional
         default = action.default
         shown_default = (
             ""
