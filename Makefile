@@ -49,9 +49,12 @@ models: $(BIN)/.installed-base
 demo: export CONCORD_STAGE_T0 := $(shell date +%s)
 demo:
 	@scripts/stage.sh "install (torch CPU wheel, the project)" $(MAKE) --no-print-directory $(BIN)/.installed-base
-	@scripts/stage.sh "migrate" $(BIN)/python manage.py migrate --no-input
-	@scripts/stage.sh "fetch the models" $(BIN)/python manage.py fetch_models
-	@scripts/stage.sh "load the demo project" $(BIN)/python manage.py load_demo
+	@# The models are fetched (downloaded, converted) while the database is migrated and loaded: the
+	@# two need nothing from each other, and rundemo starts once both are done.
+	@scripts/stage.sh "fetch the models" $(BIN)/python manage.py fetch_models & fetch=$$!; \
+	  scripts/stage.sh "migrate" $(BIN)/python manage.py migrate --no-input \
+	  && scripts/stage.sh "load the demo project" $(BIN)/python manage.py load_demo; \
+	  status=$$?; wait $$fetch || exit 1; exit $$status
 	@echo "[demo] starting the web server and the two workers (since the start: $$(( $$(date +%s) - $$CONCORD_STAGE_T0 )) s)"
 	$(BIN)/python manage.py rundemo --addr 127.0.0.1:$(PORT)
 
