@@ -1,7 +1,8 @@
 """Screenshots for the documentation, taken by browser tests so they never go stale.
 
 ``docs_screenshot(page, "labelling")`` writes ``docs/img/labelling.png`` when the environment has
-``CONCORD_DOCS_SCREENSHOTS=1`` (``make docs-screenshots``) and does nothing otherwise, so the normal
+``CONCORD_DOCS_SCREENSHOTS=1`` (``CONCORD_DOCS_SCREENSHOTS=1 make test
+PYTEST_ARGS=tests/browser/test_tutorial.py``) and does nothing otherwise, so the normal
 suite leaves the committed images alone. Images are the viewport only (1200 x 760) or one element,
 so each stays near a hundred kilobytes."""
 
