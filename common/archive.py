@@ -10,6 +10,17 @@ size in bytes and primary-key range. Restoring checks every member against the m
 first row is written, then loads all tables in one transaction: primary keys are kept when the
 archived range is free in this instance (so exports, which name comparison ids, hash the same) and
 remapped otherwise; foreign keys and the JSON fields that list ids follow the map.
+
+Three more things travel with the rows:
+
+- files a row names by folder (``Table.files``: an export's JSONL files), as ``files/<model>/<pk>/
+  <name>`` members checked like the tables; restoring writes them under this instance's folder
+  (``FolderFiles.destination``), checks them against the row and points the row at them;
+- each account's roles (``users.jsonl``): an account the restore creates gets them (inactive
+  still); an existing account keeps its own, plus what a part's ``after_restore`` gives (the
+  annotation part: the role each restored membership needs);
+- ids inside JSON payloads under conventional keys (``Table.json_ids``: an event's
+  ``"comparison_ids"``), mapped to the restored ids once every table is loaded.
 """
 
 from __future__ import annotations
@@ -19,6 +30,9 @@ import datetime as dt
 import hashlib
 import io
 import json
+import re
+import shutil
+import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,11 +49,15 @@ from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
 from common.errors import ConcordError
+from common.roles import ALL_ROLES, role_assign
 
 FORMAT = "concord-project-archive"
-VERSION = 1
+# 2: users carry their roles; rows' folders travel as files/ members.
+VERSION = 2
 MANIFEST = "manifest.json"
 USERS = "users.jsonl"
+FILES = "files"  # the manifest's "model" of a carried file
+_SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 CHUNK = 1000  # rows per bulk insert and per read
 
 
@@ -48,18 +66,35 @@ class ArchiveError(ConcordError):
 
 
 @dataclass(frozen=True)
+class FolderFiles:
+    """The files in the folder a row names (``field``: the column holding its path), carried in
+    the archive. ``destination(row, options)``: the folder they are written to on restore (the row
+    is the restored instance); ``check(row, folder)``: raises ``ArchiveError`` when the files there
+    do not belong to the row (e.g. an export's hash)."""
+
+    field: str
+    destination: Callable[[models.Model, dict[str, Any]], Path]
+    check: Callable[[models.Model, Path], None] | None = None
+
+
+@dataclass(frozen=True)
 class Table:
     """One model's rows of a project.
 
     ``rows(project)``: the queryset of those rows. ``id_lists``: JSON fields that hold lists of
     primary keys (``"field"``, or ``"field.key"`` for a list under a key of a JSON object), mapped
-    to the model label they point at (remapped on restore). ``prepare``: called
-    on each row dict before it is inserted, with the restore options (e.g. the project's new slug)."""
+    to the model label they point at (remapped on restore). ``json_ids``: JSON fields whose nested
+    objects may name rows under conventional keys, anywhere in the payload (``{"changes":
+    {"comparison_ids": "annotation.Comparison"}}``): an id or a list of ids, remapped once every
+    table is loaded. ``prepare``: called on each row dict before it is inserted, with the restore
+    options (e.g. the project's new slug). ``files``: the row's folder travels with it."""
 
     model: str
     rows: Callable[[Any], models.QuerySet]
     id_lists: dict[str, str] = field(default_factory=dict)
     prepare: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    json_ids: dict[str, dict[str, str]] = field(default_factory=dict)
+    files: FolderFiles | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +105,9 @@ class ArchivePart:
     name: str
     order: int
     tables: tuple[Table, ...]
+    # Called inside the restore's transaction once every row is in: (old -> new keys per model
+    # label, restore options). The annotation part gives members their roles.
+    after_restore: Callable[[dict[str, dict[Any, Any]], dict[str, Any]], None] | None = None
 
 
 _PARTS: dict[str, ArchivePart] = {}
@@ -117,6 +155,7 @@ def archive_write(project: Any, out: Path | io.IOBase, *, slug: str) -> dict[str
     names: dict[int, str] = {}
     written: dict[str, set[Any]] = {}
     members: list[dict[str, Any]] = []
+    folders: list[tuple[str, Any, Path]] = []  # (model label, pk, folder) of rows with files
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for table in archive_tables():
             model = apps.get_model(table.model)
@@ -137,6 +176,8 @@ def archive_write(project: Any, out: Path | io.IOBase, *, slug: str) -> dict[str
                             else:
                                 _check_reference(table.model, row[pk_name], f, value, written)
                         row[f.attname] = _encode(value)
+                    if table.files is not None:
+                        folders.append((table.model, row[pk_name], Path(row[table.files.field])))
                     line = _dump(row)
                     handle.write(line)
                     digest.update(line)
@@ -148,6 +189,8 @@ def archive_write(project: Any, out: Path | io.IOBase, *, slug: str) -> dict[str
                  "sha256": digest.hexdigest(), "min_pk": min(keys, default=None),
                  "max_pk": max(keys, default=None)}
             )  # fmt: skip
+        for label, pk, folder in folders:
+            members.extend(_write_files(zf, label, pk, folder))
         members.append(_write_users(zf, user_ids))
         manifest = {
             "format": FORMAT,
@@ -179,15 +222,41 @@ def _check_reference(
     )
 
 
+def _write_files(zf: zipfile.ZipFile, label: str, pk: Any, folder: Path) -> list[dict[str, Any]]:
+    """The files of a row's folder as ``files/<model>/<pk>/<name>`` members (their manifest
+    entries). A folder that is gone is refused: the restored row would name files that exist
+    nowhere."""
+    if not folder.is_dir():
+        raise ArchiveError(
+            f"{label} {pk} names the folder {folder}, which is not on this machine: its files "
+            "cannot be archived (make that export again, or restore the folder, then archive)."
+        )
+    entries = []
+    for path in sorted(p for p in folder.iterdir() if p.is_file()):
+        name = f"{FILES}/{label.lower()}/{pk}/{path.name}"
+        digest, n, size = hashlib.sha256(), 0, 0
+        with path.open("rb") as source, zf.open(name, "w", force_zip64=True) as handle:
+            for line in source:
+                handle.write(line)
+                digest.update(line)
+                n, size = n + 1, size + len(line)
+        entries.append({"name": name, "model": FILES, "owner": label, "pk": pk, "rows": n,
+                        "bytes": size, "sha256": digest.hexdigest()})  # fmt: skip
+    return entries
+
+
 def _write_users(zf: zipfile.ZipFile, user_ids: set[int]) -> dict[str, Any]:
     digest, n, size = hashlib.sha256(), 0, 0
     users = get_user_model().objects.filter(pk__in=user_ids).order_by("username")
+    roles: dict[int, list[str]] = {}
+    for user_id, role in users.filter(groups__name__in=ALL_ROLES).values_list("pk", "groups__name"):
+        roles.setdefault(user_id, []).append(role)
     with zf.open(USERS, "w", force_zip64=True) as handle:
-        for username, email, first, last in users.values_list(
-            "username", "email", "first_name", "last_name"
+        for user_id, username, email, first, last in users.values_list(
+            "pk", "username", "email", "first_name", "last_name"
         ).iterator(chunk_size=CHUNK):
             line = _dump({"username": username, "email": email, "first_name": first,
-                          "last_name": last})  # fmt: skip
+                          "last_name": last, "roles": sorted(roles.get(user_id, []))})  # fmt: skip
             handle.write(line)
             digest.update(line)
             n, size = n + 1, size + len(line)
@@ -226,12 +295,29 @@ def archive_check(path: Path) -> dict[str, Any]:
                 f"The archive is format version {manifest.get('version')}; this Concord reads "
                 f"version {VERSION}."
             )
-        known = {t.model for t in archive_tables()} | {"users"}
+        tables = {t.model: t for t in archive_tables()}
         for member in manifest["members"]:
-            if member["model"] not in known:
+            if member["model"] not in {*tables, "users", FILES}:
                 raise ArchiveError(f"The archive holds {member['model']}, unknown to this Concord.")
+            if member["model"] == FILES:
+                _check_file_member(member, tables)
             _check_member(zf, member)
     return manifest
+
+
+def _check_file_member(member: dict[str, Any], tables: dict[str, Table]) -> None:
+    """A carried file must belong to a table that carries files, under a plain file name (no
+    folder, no leading dot: it is written into this instance's folders)."""
+    owner = tables.get(member.get("owner", ""))
+    base = member["name"].rsplit("/", 1)[-1]
+    expected = f"{FILES}/{member.get('owner', '').lower()}/{member.get('pk')}/{base}"
+    if (
+        owner is None
+        or owner.files is None
+        or member["name"] != expected
+        or not _SAFE_FILE_NAME.fullmatch(base)
+    ):
+        raise ArchiveError(f"The archive's file {member['name']!r} belongs to no archived row.")
 
 
 def _check_member(zf: zipfile.ZipFile, member: dict[str, Any]) -> None:
@@ -284,11 +370,18 @@ def _restore_users(zf: zipfile.ZipFile) -> dict[str, int]:
     user_model = get_user_model()
     ids: dict[str, int] = {}
     for row in _rows(zf, USERS):
+        roles = row.pop("roles", [])
         user = user_model.objects.filter(username=row["username"]).first()
         if user is None:
             user = user_model(**row, is_active=False)
             user.set_unusable_password()
             user.save()
+            for role in roles:
+                if role not in ALL_ROLES:
+                    raise ArchiveError(
+                        f"The archive gives {row['username']} an unknown role {role!r}."
+                    )
+                role_assign(user=user, role=role)
         ids[row["username"]] = user.pk
     return ids
 
@@ -301,8 +394,10 @@ def archive_restore(
     table's ``prepare`` (the annotation part reads ``slug``)."""
     manifest = manifest if manifest is not None else archive_check(path)
     tables = {t.model: t for t in archive_tables()}
-    order = [m for m in manifest["members"] if m["model"] != "users"]
+    order = [m for m in manifest["members"] if m["model"] not in ("users", FILES)]
+    files = [m for m in manifest["members"] if m["model"] == FILES]
     counts: dict[str, int] = {}
+    made: list[Path] = []  # folders this restore created: removed again if it fails
     with _open(path) as zf, _keep_times([m["model"] for m in order]):
         try:
             with transaction.atomic():
@@ -319,14 +414,34 @@ def archive_restore(
                 for model, pk, attname, target, old in deferred:
                     if old in maps.get(target, {}):
                         model.objects.filter(pk=pk).update(**{attname: maps[target][old]})
+                for table in tables.values():
+                    if table.json_ids and table.model in maps:
+                        _remap_json_ids(table, maps)
+                _restore_files(zf, files, tables, maps, options, made)
+                for part in sorted(_PARTS.values(), key=lambda p: p.order):
+                    if part.after_restore is not None:
+                        part.after_restore(maps, options)
         except IntegrityError as exc:
-            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ArchiveError(
-                "The archive clashes with data already in this instance (an export with the same "
-                "hash, or a judge's account already bound to another judge: this happens when the "
-                f"project is restored beside itself). Nothing was restored. Database: {detail}"
-            ) from exc
+            _remove(made)
+            raise _clash(exc) from exc
+        except BaseException:
+            _remove(made)
+            raise
     return counts
+
+
+def _remove(folders: list[Path]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _clash(exc: IntegrityError) -> ArchiveError:
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ArchiveError(
+        "The archive clashes with data already in this instance (an export with the same "
+        "hash, or a judge's account already bound to another judge: this happens when the "
+        f"project is restored beside itself). Nothing was restored. Database: {detail}"
+    )
 
 
 def _user_lookup(user_ids: dict[str, int]) -> Callable[[str], int]:
@@ -416,6 +531,86 @@ def _restore_table(
     if keep and mapping:
         _reset_sequence(model)
     return len(mapping)
+
+
+def _remap_json_ids(table: Table, maps: dict[str, dict[Any, Any]]) -> None:
+    """Map the ids under ``table.json_ids``' keys, anywhere in the restored rows' JSON fields."""
+    model = apps.get_model(table.model)
+    new_pks = list(maps[table.model].values())
+    for attname, keys in table.json_ids.items():
+        for pk, value in model.objects.filter(pk__in=new_pks).values_list("pk", attname):
+            remapped = _remap_nested(value, keys, maps)
+            if remapped != value:
+                model.objects.filter(pk=pk).update(**{attname: remapped})
+
+
+def _remap_nested(value: Any, keys: dict[str, str], maps: dict[str, dict[Any, Any]]) -> Any:
+    """``value`` with every id (or list of ids) under one of ``keys`` mapped; ids the archive did
+    not hold are left as they were."""
+    if isinstance(value, list):
+        return [_remap_nested(item, keys, maps) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        target = maps.get(keys.get(key, ""), {})
+        if key in keys and isinstance(item, int) and not isinstance(item, bool):
+            out[key] = target.get(item, item)
+        elif key in keys and isinstance(item, list):
+            out[key] = [target.get(i, i) if isinstance(i, int) else i for i in item]
+        else:
+            out[key] = _remap_nested(item, keys, maps)
+    return out
+
+
+def _restore_files(
+    zf: zipfile.ZipFile,
+    files: list[dict[str, Any]],
+    tables: dict[str, Table],
+    maps: dict[str, dict[Any, Any]],
+    options: dict[str, Any],
+    made: list[Path],
+) -> None:
+    """Write the carried files into this instance's folders and point their rows at them; every
+    restored row of a table with files must have had its files in the archive."""
+    by_row: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for member in files:
+        by_row.setdefault((member["owner"], member["pk"]), []).append(member)
+    for table in tables.values():
+        if table.files is None:
+            continue
+        lacking = set(maps.get(table.model, {})) - {
+            pk for owner, pk in by_row if owner == table.model
+        }
+        if lacking:
+            raise ArchiveError(
+                f"The archive lacks the files of {table.model} {sorted(lacking)[0]}. Nothing was "
+                "restored."
+            )
+    for (owner, old_pk), members in by_row.items():
+        table = tables[owner]
+        assert table.files is not None  # archive_check refused files of other tables
+        if old_pk not in maps.get(owner, {}):
+            raise ArchiveError(
+                f"The archive's files name {owner} {old_pk}, which it does not hold."
+            )
+        model = apps.get_model(owner)
+        row = model.objects.get(pk=maps[owner][old_pk])
+        folder = Path(table.files.destination(row, options))
+        if not folder.exists():
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".restore-"))
+            made.append(staging)
+            for member in members:
+                with zf.open(member["name"]) as source:
+                    target = staging / member["name"].rsplit("/", 1)[-1]
+                    with target.open("wb") as handle:
+                        shutil.copyfileobj(source, handle)
+            staging.rename(folder)
+            made[-1] = folder
+        if table.files.check is not None:
+            table.files.check(row, folder)
+        model.objects.filter(pk=row.pk).update(**{table.files.field: str(folder)})
 
 
 def _remap_id_lists(
