@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 import jwt
+import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -138,7 +139,13 @@ class SsoBackend(OIDCAuthenticationBackend):
         # A password login whose URL happens to carry ?code=&state= must not start a token exchange.
         if not sso_enabled() or "nonce" not in kwargs:
             return None
-        return super().authenticate(request, **kwargs)
+        try:
+            return super().authenticate(request, **kwargs)
+        except requests.RequestException as error:  # the provider is down or refused the code
+            logger.warning(
+                "Single sign-on failed: the provider did not answer as expected: %s", error
+            )
+            return None
 
     def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:
         try:

@@ -278,3 +278,18 @@ def test_claims_without_a_subject_are_refused():
     with pytest.raises(SsoError, match="no subject"):
         sso_user_resolve(issuer=ISSUER, claims={"email": "x@x.org", "email_verified": True})
     assert not get_user_model().objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_provider_that_is_down_is_a_failed_sign_in_not_an_error(settings, caplog):
+    """The callback's token request cannot reach the provider: the browser goes back to the login
+    page with "did not sign you in" (not a 500), and the failure is logged."""
+    RunningProvider(url="http://127.0.0.1:9").configure(settings)
+    client = Client()
+    client.get("/accounts/sso/login/")
+    state = next(iter(client.session["oidc_states"]))
+    response = client.get(CALLBACK_PATH, {"code": "any", "state": state})
+    assert response.status_code == 302 and response["Location"] == "/accounts/login/?sso=failed"
+    assert "the provider did not answer as expected" in caplog.text
+    page = client.get(response["Location"]).content.decode()
+    assert "Single sign-on did not sign you in" in page
