@@ -152,3 +152,25 @@ def test_trusted_proxies_are_read_and_a_bad_entry_refuses_to_start(tmp_path):
             "import config.settings", tmp_path, {"CONCORD_TRUSTED_PROXIES": "10.0.0.0/8,proxy.lan"}
         )
     assert "CONCORD_TRUSTED_PROXIES: 'proxy.lan' is not an IP address" in failed.value.stderr
+
+
+def test_single_sign_on_is_off_by_default_and_a_half_configuration_refuses_to_start(tmp_path):
+    """No CONCORD_OIDC_CLIENT_ID: off. A client id without the issuer and endpoints, or a role map
+    naming a role that does not exist, stops the settings and says which variables."""
+    assert _setting("CONCORD_OIDC_ENABLED", {}, tmp_path) == "False"
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        _run_settings_code(
+            "import config.settings",
+            tmp_path,
+            {"CONCORD_OIDC_CLIENT_ID": "concord", "CONCORD_OIDC_ISSUER": "https://idp.example"},
+        )
+    assert (
+        "single sign-on needs CONCORD_OIDC_CLIENT_SECRET, CONCORD_OIDC_AUTHORIZATION_ENDPOINT, "
+        "CONCORD_OIDC_TOKEN_ENDPOINT, CONCORD_OIDC_USERINFO_ENDPOINT, CONCORD_OIDC_JWKS_ENDPOINT"
+        in failed.value.stderr
+    )
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        _run_settings_code(
+            "import config.settings", tmp_path, {"CONCORD_OIDC_ROLE_MAP": "admins=Superuser"}
+        )
+    assert "CONCORD_OIDC_ROLE_MAP names unknown roles ['Superuser']" in failed.value.stderr
