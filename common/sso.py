@@ -27,6 +27,7 @@ import jwt
 import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import SuspiciousOperation
 from django.db import transaction
@@ -146,6 +147,11 @@ class SsoBackend(OIDCAuthenticationBackend):
                 "Single sign-on failed: the provider did not answer as expected: %s", error
             )
             return None
+
+    def get_user(self, user_id: int) -> AbstractBaseUser | None:
+        # Django's rule, not mozilla-django-oidc's (which returns deactivated accounts too): a
+        # session signed in through the provider ends when the account is deactivated.
+        return ModelBackend.get_user(self, user_id)
 
     def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:
         try:

@@ -293,3 +293,15 @@ def test_a_provider_that_is_down_is_a_failed_sign_in_not_an_error(settings, capl
     assert "the provider did not answer as expected" in caplog.text
     page = client.get(response["Location"]).content.decode()
     assert "Single sign-on did not sign you in" in page
+
+
+@pytest.mark.django_db
+def test_a_deactivated_account_loses_its_single_sign_on_session():
+    """Signed in through the provider, then deactivated by an administrator: the next request is
+    anonymous (the backend applies Django's is_active rule to sessions)."""
+    user = UserFactory(username="leaver")
+    client = Client()
+    client.force_login(user, backend="common.sso.SsoBackend")
+    assert client.get("/").status_code == 200
+    get_user_model().objects.filter(pk=user.pk).update(is_active=False)
+    assert client.get("/")["Location"].startswith("/accounts/login/")
