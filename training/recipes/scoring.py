@@ -41,14 +41,20 @@ class RewardInput:
 
 
 def load_sequence_classifier(
-    path: str | Path, *, device: torch.device, tokenizer: Any, packing: bool = True
+    path: str | Path,
+    *,
+    device: torch.device,
+    tokenizer: Any,
+    packing: bool = True,
+    num_labels: int = 1,
 ) -> Any:
-    """A 1-label AutoModelForSequenceClassification in float32 (a new head when ``path`` holds a
-    base model), with the tokenizer's pad id so padded batches find each row's last token. A LoRA
-    run's adapter folder loads as its base with the adapters and trained head merged in."""
+    """An AutoModelForSequenceClassification with ``num_labels`` outputs (1: a reward model; K: an
+    ensemble of K heads on one encoder) in float32 (a new head when ``path`` holds a base model),
+    with the tokenizer's pad id so padded batches find each row's last token. A LoRA run's adapter
+    folder loads as its base with the adapters and trained head merged in."""
     from transformers import AutoModelForSequenceClassification
 
-    kwargs: dict[str, Any] = {"num_labels": 1, "dtype": torch.float32}
+    kwargs: dict[str, Any] = {"num_labels": num_labels, "dtype": torch.float32}
     model = None
     if packing:
         try:
@@ -272,9 +278,22 @@ class RewardScorer:
     def score(
         self, inputs: Sequence[RewardInput], clusters: Sequence[int] | None = None
     ) -> torch.Tensor:
-        """Rewards [S] float32 (with gradients when the model is training and grad is enabled).
+        """Rewards [S] float32 (with gradients when the model is training and grad is enabled);
+        a model with K heads (an ensemble) gives their mean.
 
         ``clusters``: each input's cluster id for the attached ``ClusterConditioning`` (0: none)."""
+        logits = self.score_members(inputs, clusters)
+        return logits[0] if logits.shape[0] == 1 else logits.mean(dim=0)
+
+    @property
+    def heads(self) -> int:
+        """Outputs of the model: 1 for a reward model, K for an ensemble of K heads."""
+        return int(self.model.config.num_labels)
+
+    def score_members(
+        self, inputs: Sequence[RewardInput], clusters: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        """Each head's rewards [K, S] float32 (K = ``heads``; row k: member k of an ensemble)."""
         if self.conditioning is None or clusters is None:
             return self._score(inputs)
         ids = torch.tensor(list(clusters))
@@ -291,6 +310,7 @@ class RewardScorer:
             self.conditioning.condition(None)
 
     def _score(self, inputs: Sequence[RewardInput]) -> torch.Tensor:
+        """Head outputs [K, S] float32."""
         device = next(self.model.parameters()).device
         if self.packed:
             sequences = [TokenizedSequence(x.input_ids, len(x.input_ids)) for x in inputs]
@@ -298,12 +318,12 @@ class RewardScorer:
                 sequences, packed=True, pad_token_id=self.tokenizer.pad_token_id, device=device
             )
             hidden = last_hidden_states(self.model, batch).index_select(0, batch.last_index)
-            return self.model.score(hidden).squeeze(-1).float()
+            return self.model.score(hidden).float().T
         if self.encoder_packed:
             logits = packed_encoder_logits(
                 self.model, [x.input_ids for x in inputs], [x.token_type_ids for x in inputs]
             )
-            return logits[:, 0].float()
+            return logits.float().T
         longest = max(len(x.input_ids) for x in inputs)
         ids = torch.full((len(inputs), longest), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -316,7 +336,7 @@ class RewardScorer:
         kwargs = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
         if any(x.token_type_ids is not None for x in inputs):
             kwargs["token_type_ids"] = types.to(device)
-        return self.model(**kwargs).logits[:, 0].float()
+        return self.model(**kwargs).logits.float().T
 
 
 def reward_scores(
