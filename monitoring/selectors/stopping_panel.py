@@ -201,7 +201,9 @@ def run_peak_line(
     corrected by gold points (a ``gold_reward_mean`` metric at evaluated steps, and the rated
     rounds' usefulness on the reward scale, ``_human_gold_points``), and the checkpoint nearest
     the estimate among the run's checkpoints (KL from its metrics or the metric points)."""
-    kl_by_step = _step_series(run, "kl")
+    # The logged KL is a sampled estimate (k1 can dip below zero near the reference); KL itself
+    # is >= 0, and the curve's axis is sqrt(KL).
+    kl_by_step = {step: max(value, 0.0) for step, value in _step_series(run, "kl").items()}
     proxy = _step_series(run, REWARD_METRICS[0])
     points = [(kl_by_step[s], r) for s, r in proxy.items() if s in kl_by_step]
     gold = [

@@ -395,9 +395,10 @@ def peak_line(
     n_boot: int = N_BOOT,
     seed: int = 0,
 ) -> PeakLine:
-    """ "estimated peak at KL x (interval), current KL y" from the evaluated proxy reward [n] at its
-    KL [n] (nats), corrected by gold (human-rated) points [m] (``estimate_peak``), and the
-    checkpoint nearest the peak (``recommend_checkpoint`` over ``checkpoint_kls``: key -> KL).
+    """The panel's line "estimated peak at KL x (interval), current KL y" from the evaluated proxy
+    reward [n] at its KL [n] (nats), corrected by gold (human-rated) points [m] (``estimate_peak``),
+    and the checkpoint nearest the peak (``recommend_checkpoint`` over ``checkpoint_kls``: key ->
+    KL).
 
     Worked example: the noise-free curve alpha 1, beta 0.5 (KL* = e^2 = 7.389) evaluated at KL 0.5
     .. 15, current KL 15, checkpoints at KL 4, 7 and 12: "Estimated peak at KL 7.39 (90% interval
