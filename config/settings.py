@@ -253,6 +253,7 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     # Exact names are matched before patterns: the reaper is bookkeeping, not GPU work.
     "training.tasks.reap_stale_runs": {"queue": "default"},
+    "training.tasks.continuous_rm_check_all": {"queue": "default"},
     "training.tasks.*": {"queue": "gpu"},
     "monitoring.tasks.generate_*": {"queue": "gpu"},
 }
@@ -331,6 +332,11 @@ CONCORD_ALERT_RULES = [
 ]  # fmt: skip
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-training-runs": {"task": "training.tasks.reap_stale_runs", "schedule": 60.0},
+    # Continuous reward modelling: a retrain starts when N judgements arrived (issue #33).
+    "continuous-reward-model-check": {
+        "task": "training.tasks.continuous_rm_check_all",
+        "schedule": 60.0,
+    },
 }
 
 # --- Models (offline) -------------------------------------------------------------------------------

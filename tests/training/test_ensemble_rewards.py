@@ -10,11 +10,11 @@ import torch
 
 from tests.helpers.recipes import grpo_config, ppo_config, rloo_config
 from training.recipes.config import RLOOConfig
-from training.recipes.ensemble_scoring import ENSEMBLE_FILE, read_ensemble_manifest
 from training.recipes.grpo import train_grpo
 from training.recipes.online import load_reward_scorer, objective_scores, score_rollout_members
 from training.recipes.ppo import train_ppo
 from training.recipes.rloo import train_rloo
+from training.recipes.scoring import ENSEMBLE_FILE
 
 CPU = torch.device("cpu")
 
@@ -175,24 +175,17 @@ def test_ppo_and_grpo_optimise_the_ensemble_objective(
     assert grpo_row["reward/reward_model_mean"] <= grpo_row["ensemble/member_mean"]
 
 
-@pytest.mark.parametrize(
-    ("manifest", "message"),
-    [
-        ({"mode": "bagged", "size": 2}, "mode must be one of"),
-        ({"mode": "heads", "size": 0}, "size must be a whole number >= 1"),
-        ({"mode": "heads", "size": 2, "members": ["a"]}, "members must list 2 members"),
-        ({"mode": "independent", "size": 2}, r"missing \['member_0', 'member_1'\]"),
-    ],
-)
-def test_a_malformed_ensemble_manifest_is_refused_naming_the_field(tmp_path, manifest, message):
-    """ensemble.json with a wrong field: ValueError naming the file and the field."""
-    (tmp_path / ENSEMBLE_FILE).write_text(json.dumps(manifest))
-    with pytest.raises(ValueError, match=message):
-        read_ensemble_manifest(tmp_path)
-
-
-def test_no_manifest_is_a_plain_reward_model(tmp_path):
-    assert read_ensemble_manifest(tmp_path) is None
+def test_a_malformed_ensemble_is_refused_before_training(tiny_reward_dir, prompts_file, tmp_path):
+    """An ensemble.json naming an unknown mode: the online recipe's loader refuses it naming the
+    file and the field (scoring.EnsembleManifest.read; its own tests cover every field)."""
+    folder = shutil.copytree(tiny_reward_dir, tmp_path / "bad")
+    (folder / ENSEMBLE_FILE).write_text(json.dumps({"mode": "bagged", "size": 2}))
+    config = RLOOConfig(
+        model=str(folder), reward_model=str(folder), data=str(prompts_file),
+        output_dir=str(tmp_path / "out"), device="cpu",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"ensemble\.json: mode must be one of"):
+        load_reward_scorer(config, CPU)
 
 
 def test_uwo_lambda_must_not_be_negative(tmp_path):

@@ -65,8 +65,6 @@ class SpreadByPrompt:
     def encode(self, prompt, response):
         return prompt
 
-    heads = 1  # a plain reward model, not an ensemble
-
     def clusters_for(self, prompts):
         return None  # not cluster-conditioned
 

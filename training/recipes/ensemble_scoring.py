@@ -6,68 +6,21 @@ A reward-model folder may hold ``ensemble.json`` = ``{"mode": "heads" | "indepen
 - ``heads``: one sequence classifier with ``num_labels = K``; logit k is member k's reward;
 - ``independent``: subfolders ``member_0`` .. ``member_{K-1}``, each a plain one-output reward model.
 
-No ``ensemble.json``: a plain reward model, K = 1. ``read_ensemble_manifest`` checks the file and
-says which field is wrong; ``EnsembleScorer`` scores K independent members as one [K, S] block, with
-the surface of ``RewardScorer`` the recipes use (a heads ensemble is a ``RewardScorer`` already:
-``RewardScorer.score_members``).
+No ``ensemble.json``: a plain reward model, K = 1. ``scoring.EnsembleManifest.read`` checks the
+file and says which field is wrong; ``EnsembleScorer`` scores K independent members as one [K, S]
+block, with the surface of ``RewardScorer`` the online recipes use (a heads ensemble is a
+``RewardScorer`` already: ``RewardScorer.score_members``). Outside the online recipes,
+``scoring.load_reward_ensemble`` loads the same folders.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from training.recipes.data import FitLog, Messages
 from training.recipes.scoring import RewardScorer
-
-ENSEMBLE_FILE = "ensemble.json"
-ENSEMBLE_MODES = ("heads", "independent")
-
-
-@dataclass(frozen=True)
-class EnsembleManifest:
-    """What ``ensemble.json`` says: the mode, the number of members K, and the members' names
-    (``member_k`` subfolders for ``independent``; free labels for ``heads``)."""
-
-    mode: str
-    size: int
-    members: tuple[str, ...]
-
-    def member_folders(self, folder: str | Path) -> list[Path]:
-        """The K member folders of an ``independent`` ensemble saved in ``folder``."""
-        return [Path(folder) / f"member_{k}" for k in range(self.size)]
-
-
-def read_ensemble_manifest(folder: str | Path) -> EnsembleManifest | None:
-    """The ensemble described beside the reward model in ``folder``, or None for a plain reward
-    model. ValueError naming the file and the field on a malformed manifest or a missing member."""
-    file = Path(folder) / ENSEMBLE_FILE
-    if not file.is_file():
-        return None
-    try:
-        payload = json.loads(file.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{file}: not JSON ({error})") from None
-    if not isinstance(payload, dict):
-        raise ValueError(f"{file}: expected an object with mode, size and members")
-    mode, size = payload.get("mode"), payload.get("size")
-    if mode not in ENSEMBLE_MODES:
-        raise ValueError(f"{file}: mode must be one of {ENSEMBLE_MODES}, got {mode!r}")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise ValueError(f"{file}: size must be a whole number >= 1, got {size!r}")
-    members = payload.get("members", [f"member_{k}" for k in range(size)])
-    if not isinstance(members, list) or len(members) != size:
-        raise ValueError(f"{file}: members must list {size} members (size), got {members!r}")
-    manifest = EnsembleManifest(mode, size, tuple(str(m) for m in members))
-    if mode == "independent":
-        missing = [p.name for p in manifest.member_folders(folder) if not p.is_dir()]
-        if missing:
-            raise ValueError(f"{file}: independent members need subfolders, missing {missing}")
-    return manifest
 
 
 class EnsembleScorer:
@@ -81,17 +34,17 @@ class EnsembleScorer:
         self.member_scorers = list(member_scorers)
         self.fit = fit
 
-    @property
-    def heads(self) -> int:
-        """Members in all (K)."""
-        return sum(s.heads for s in self.member_scorers)
-
     def share_clusters(self, variants: Sequence[Messages], originals: Sequence[Messages]) -> None:
         for scorer in self.member_scorers:
             scorer.share_clusters(variants, originals)
 
     def conditioned_clusters(self) -> int:
         return self.member_scorers[0].conditioned_clusters()
+
+
+def reward_members(scorer: RewardScorer | EnsembleScorer) -> int:
+    """K: the outputs of every model behind ``scorer`` (1 for a plain reward model)."""
+    return sum(int(s.model.config.num_labels) for s in member_scorers(scorer))
 
 
 def member_scorers(scorer: RewardScorer | EnsembleScorer) -> list[RewardScorer]:

@@ -33,11 +33,7 @@ from training.algorithms import (
 from training.recipes.config import ConfigError, OnlineRLConfig
 from training.recipes.data import ChatEncoder, FitLog, Messages, chunks, load_prompt_clusters
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
-from training.recipes.ensemble_scoring import (
-    EnsembleScorer,
-    read_ensemble_manifest,
-    score_member_texts,
-)
+from training.recipes.ensemble_scoring import EnsembleScorer, reward_members, score_member_texts
 from training.recipes.lora import is_lora_model
 from training.recipes.models import input_limit, load_policy, load_tokenizer, reference_model
 from training.recipes.packing import TokenizedSequence
@@ -46,6 +42,7 @@ from training.recipes.runtime import autocast, rng_state, set_rng_state
 from training.recipes.sampling import InverseCdfSampler
 from training.recipes.scoring import (
     ClusterConditioning,
+    EnsembleManifest,
     RewardScorer,
     load_sequence_classifier,
 )
@@ -103,9 +100,7 @@ def load_reward_scorer(
     """The frozen reward model of ``config.reward_model`` behind a scorer, conditioned on the
     prompts' clusters when it was trained per cluster. An ensemble (``ensemble.json`` beside it):
     one scorer with K heads, or an ``EnsembleScorer`` over its K member folders."""
-    manifest = read_ensemble_manifest(config.reward_model)
-    if manifest is None:
-        return _load_member_scorer(config.reward_model, config, device, FitLog("samples"))
+    manifest = EnsembleManifest.read(config.reward_model)  # a plain reward model: heads, K = 1
     if manifest.mode == "heads":
         return _load_member_scorer(
             config.reward_model, config, device, FitLog("samples"), num_labels=manifest.size
@@ -113,7 +108,7 @@ def load_reward_scorer(
     fit = FitLog("samples")
     members = [
         _load_member_scorer(folder, config, device, fit)
-        for folder in manifest.member_folders(config.reward_model)
+        for folder in (Path(config.reward_model) / name for name in manifest.members)
     ]
     return EnsembleScorer(members, fit)
 
@@ -516,7 +511,7 @@ def evaluate_policy(
     members, averaged over answers; the "ensemble disagreement rising" alert reads it).
     ``score(rollouts) -> [R]`` replaces the reward model (GRPO's verifiable rewards). Draws no
     randomness, so training continues exactly as without it."""
-    heads = 1 if score is not None or models.scorer is None else models.scorer.heads
+    heads = 1 if score is not None or models.scorer is None else reward_members(models.scorer)
     width = 3 if heads == 1 else 4 + heads  # score, length, EOS (+ K members, disagreement)
     rows: list[list[float]] = []
     with _rng_untouched(device):

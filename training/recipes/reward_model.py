@@ -13,12 +13,22 @@ annotator's own vote instead of the consensus, through a per-annotator reliabili
 of the prompt's cluster to every input token (``ClusterConditioning``), saved beside the model as
 ``cluster_conditioning.json``. With either, a plain model is trained first and its held-out accuracy
 is reported next to the conditioned one's.
+
+A reward ensemble (``ensemble_size`` K > 1, issue #33) trains K members on bootstrap resamples of the
+training pairs (``training.algorithms.bootstrap_counts``, seeded): ``ensemble_mode`` "heads" is one
+shared encoder with K output heads (each head's Bradley-Terry loss weighted by its resample's
+counts, ``bootstrap_weighted_bt``); "independent" trains K separately initialised plain reward
+models (seeds ``seed + k``) one after another, each on its resample, all holding out the same pairs.
+The final folder holds ``ensemble.json`` (``scoring.EnsembleManifest``, read by
+``scoring.load_reward_ensemble``); held-out metrics give the ensemble mean's accuracy and each
+member's (``ensemble_eval_metrics``). K = 1 is the plain recipe, number for number.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.algorithms import bradley_terry_loss
-from training.recipes.callbacks import TrainingCallback
+from training.algorithms import bootstrap_counts, bootstrap_weighted_bt, bradley_terry_loss
+from training.recipes.callbacks import CallbackList, TrainingCallback
 from training.recipes.config import RewardModelConfig
 from training.recipes.data import (
     AnnotatorVote,
@@ -70,11 +80,29 @@ from training.recipes.runtime import (
 )
 from training.recipes.scoring import (
     CONDITIONING_FILE,
+    ENSEMBLE_FILE,
     ClusterConditioning,
+    EnsembleManifest,
     RewardInput,
     RewardScorer,
     load_sequence_classifier,
 )
+
+
+def _pair_member_rewards(
+    scorer: RewardScorer,
+    encoded: list[tuple[RewardInput, RewardInput]],
+    index: Sequence[int],
+    clusters: Sequence[int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward over [chosen_1..m, rejected_1..m] -> (chosen rewards [K, m], rejected rewards
+    [K, m]), K the model's outputs (1, or an ensemble's heads). ``clusters``: every pair's cluster
+    id (indexed like ``encoded``), for cluster conditioning."""
+    pair_clusters = None if clusters is None else [clusters[i] for i in index] * 2
+    rewards = scorer.score_members(
+        [encoded[i][0] for i in index] + [encoded[i][1] for i in index], pair_clusters
+    )
+    return rewards[:, : len(index)], rewards[:, len(index) :]
 
 
 def _pair_rewards(
@@ -83,13 +111,37 @@ def _pair_rewards(
     index: Sequence[int],
     clusters: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One forward over [chosen_1..m, rejected_1..m] -> (chosen rewards [m], rejected rewards [m]).
-    ``clusters``: every pair's cluster id (indexed like ``encoded``), for cluster conditioning."""
-    pair_clusters = None if clusters is None else [clusters[i] for i in index] * 2
-    rewards = scorer.score(
-        [encoded[i][0] for i in index] + [encoded[i][1] for i in index], pair_clusters
-    )
-    return rewards[: len(index)], rewards[len(index) :]
+    """(chosen rewards [m], rejected rewards [m]) of a one-output reward model."""
+    chosen, rejected = _pair_member_rewards(scorer, encoded, index, clusters)
+    return chosen[0], rejected[0]
+
+
+def ensemble_eval_metrics(chosen: torch.Tensor, rejected: torch.Tensor) -> dict[str, float]:
+    """Held-out numbers from member rewards, chosen and rejected: [K, n] each.
+
+    The ensemble scores a response with the members' mean: ``eval/accuracy`` (mean chosen above
+    mean rejected), ``eval/loss`` (Bradley-Terry on the means), ``eval/reward_mean`` and
+    ``eval/reward_std`` (of all mean rewards; a std under 0.05 is PIPELINE.md's reward-collapse
+    alarm), ``eval/pairs``. With K > 1 also each member's accuracy (``eval/member_k/accuracy``),
+    their mean, and ``eval/ensemble_std``: the members' population std of the reward difference,
+    averaged over pairs. With K = 1 these are a single model's numbers."""
+    c, r = chosen.mean(dim=0), rejected.mean(dim=0)
+    everything = torch.cat([c, r])
+    metrics = {
+        "eval/accuracy": float((c > r).float().mean()),
+        "eval/loss": float(bradley_terry_loss(c, r)),
+        "eval/reward_mean": float(everything.mean()),
+        "eval/reward_std": float(everything.std()) if everything.numel() > 1 else 0.0,
+        "eval/pairs": float(chosen.shape[1]),
+    }
+    if chosen.shape[0] > 1:
+        member_accuracy = (chosen > rejected).float().mean(dim=1)
+        for k, accuracy in enumerate(member_accuracy.tolist()):
+            metrics[f"eval/member_{k}/accuracy"] = accuracy
+        metrics["eval/member_accuracy_mean"] = float(member_accuracy.mean())
+        spread = (chosen - rejected).var(dim=0, unbiased=False).sqrt()
+        metrics["eval/ensemble_std"] = float(spread.mean())
+    return metrics
 
 
 def evaluate_reward_model(
@@ -103,27 +155,37 @@ def evaluate_reward_model(
     clusters: Sequence[int] | None = None,
 ) -> dict[str, float]:
     """Held-out accuracy (chosen scored above rejected), BT loss, and the mean and standard deviation
-    of all rewards (a std under 0.05 is PIPELINE.md's reward-collapse alarm)."""
+    of all rewards, for every head of the model (``ensemble_eval_metrics``)."""
     if not index:
         return {}
+    c, r = held_out_rewards(
+        scorer, encoded, index, batch_size=batch_size, device=device, bf16=bf16, clusters=clusters
+    )
+    return ensemble_eval_metrics(c, r)
+
+
+def held_out_rewards(
+    scorer: RewardScorer,
+    encoded: list[tuple[RewardInput, RewardInput]],
+    index: Sequence[int],
+    *,
+    batch_size: int,
+    device: torch.device,
+    bf16: bool,
+    clusters: Sequence[int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every head's rewards of the pairs in ``index``, in eval mode: (chosen [K, n], rejected
+    [K, n]) float32 on the CPU."""
     was_training = scorer.model.training
     scorer.model.eval()
     chosen, rejected = [], []
     with torch.inference_mode(), autocast(device, bf16):
         for group in chunks(list(index), batch_size):
-            c, r = _pair_rewards(scorer, encoded, group, clusters)
-            chosen.append(c.cpu())
-            rejected.append(r.cpu())
+            c, r = _pair_member_rewards(scorer, encoded, group, clusters)
+            chosen.append(c.float().cpu())
+            rejected.append(r.float().cpu())
     scorer.model.train(was_training)
-    c, r = torch.cat(chosen), torch.cat(rejected)
-    everything = torch.cat([c, r])
-    return {
-        "eval/accuracy": float((c > r).float().mean()),
-        "eval/loss": float(bradley_terry_loss(c, r)),
-        "eval/reward_mean": float(everything.mean()),
-        "eval/reward_std": float(everything.std()) if everything.numel() > 1 else 0.0,
-        "eval/pairs": float(len(index)),
-    }
+    return torch.cat(chosen, dim=1), torch.cat(rejected, dim=1)
 
 
 CONSENSUS_VOTER = "(consensus)"
@@ -261,6 +323,8 @@ def train_reward_model(
     With ``annotator_aware`` or ``cluster_conditioning``, a plain model is trained first
     (``train_plain_baseline``) and its held-out accuracy is reported next to the conditioned one's.
     """
+    if config.ensemble_size > 1 and config.ensemble_mode == "independent":
+        return train_independent_ensemble(config, callback)
     needs_baseline = config.annotator_aware or config.cluster_conditioning
     plain_summary = train_plain_baseline(config) if needs_baseline else {}
     return _train_one(config, callback, plain_summary=plain_summary)
@@ -281,27 +345,163 @@ def train_plain_baseline(config: RewardModelConfig) -> dict[str, Any]:
     return _train_one(plain, None, plain_summary={}).summary
 
 
-def _train_one(
-    config: RewardModelConfig, callback: TrainingCallback | None, *, plain_summary: dict[str, Any]
+class MemberCallback(TrainingCallback):
+    """What member ``index`` of ``size`` tells the ensemble run's callbacks: its phases and
+    metrics named as the member's (``member_k/``), its steps counted on from the members before
+    it, the run's cancel; its own start and end stay inside (the ensemble run has one of each)."""
+
+    def __init__(self, parent: CallbackList, index: int, size: int) -> None:
+        self.parent, self.index, self.size = parent, index, size
+        self.offset = 0
+
+    def on_start(self, *, total_steps: int, config: Any) -> None:
+        self.offset = self.index * total_steps
+        if self.index == 0:
+            self.parent.on_start(total_steps=total_steps * self.size, config=config)
+
+    def on_phase(self, *, phase: str, done: int, total: int) -> None:
+        self.parent.on_phase(
+            phase=f"member {self.index + 1}/{self.size}: {phase}", done=done, total=total
+        )
+
+    def on_step(self, *, step: int, total_steps: int) -> None:
+        self.parent.on_step(step=self.offset + step, total_steps=total_steps * self.size)
+
+    def on_log(self, *, step: int, metrics: Any) -> None:
+        prefixed = {f"member_{self.index}/{name}": value for name, value in metrics.items()}
+        self.parent.on_log(step=self.offset + step, metrics=prefixed)
+
+    def should_stop(self) -> bool:
+        return self.parent.should_stop()
+
+
+def train_independent_ensemble(
+    config: RewardModelConfig, callback: TrainingCallback | None
 ) -> TrainResult:
-    """One reward model as configured: set up, step, evaluate on the held-out pairs, save."""
+    """K independently initialised reward models (``ensemble_mode`` "independent"), one after
+    another in ``output_dir/member_k`` (seed ``seed + k``, bootstrap row k, the ensemble's
+    held-out pairs); ``final/`` gets each member's final model as ``member_k/`` and
+    ``ensemble.json``. A resumed run keeps the members that completed. The held-out numbers are
+    the ensemble's (``ensemble_eval_metrics`` on the members' saved held-out rewards)."""
     run = start_run(config, callback)
-    state = setup_reward_model(run, config)
-    end = run_pair_steps(state, "rm", reward_model_step)
-    evaluation = evaluate_reward_model(
-        state.scorer,
-        state.encoded,
-        state.eval_index,
-        batch_size=state.micro_batch_size,
-        device=run.device,
-        bf16=config.bf16,
-        clusters=state.cluster_ids,
+    size, root = config.ensemble_size, Path(config.output_dir)
+    summaries: list[dict[str, Any]] = []
+    steps = 0
+    for k in range(size):
+        member_config = dataclasses.replace(
+            config,
+            ensemble_size=1,
+            seed=config.seed + k,
+            output_dir=str(root / f"member_{k}"),
+            warm_start=None
+            if config.warm_start is None
+            else str(Path(config.warm_start) / f"member_{k}"),
+        )
+        finished = Path(member_config.output_dir) / "summary.json"
+        if config.resume and finished.is_file() and '"completed"' in finished.read_text():
+            summaries.append(json.loads(finished.read_text()))
+            continue
+        result = _train_one(
+            member_config,
+            MemberCallback(run.callback, k, size),
+            plain_summary={},
+            member=EnsembleMember(index=k, size=size, split_seed=config.seed),
+        )
+        steps += result.steps
+        if result.status != "completed":
+            summary = {"kind": "rm", "ensemble_size": size, "members_completed": k}
+            return finish_run(
+                run, status=result.status, step=steps, model=None, tokenizer=None, summary=summary
+            )
+        summaries.append(result.summary)
+    evaluation = _independent_eval(root, size)
+    if evaluation:
+        run.callback.on_log(step=steps, metrics=evaluation)
+    if run.ranks.main:
+        final = root / "final"
+        final.mkdir(parents=True, exist_ok=True)
+        for k in range(size):
+            shutil.copytree(
+                root / f"member_{k}" / "final", final / f"member_{k}", dirs_exist_ok=True
+            )
+        manifest = EnsembleManifest.independent(size)
+        (final / ENSEMBLE_FILE).write_text(json.dumps(manifest.payload(), indent=2))
+        (final / "reward_stats.json").write_text(json.dumps(evaluation, indent=2))
+    first = summaries[0]
+    summary = {
+        "kind": "rm",
+        "ensemble_size": size,
+        "ensemble_mode": "independent",
+        **{key: first[key] for key in ("pairs", "train_pairs", "eval_pairs") if key in first},
+        "pairs_trained": sum(s.get("pairs_trained", 0) for s in summaries),
+        "train_seconds": sum(s.get("train_seconds", 0.0) for s in summaries),
+        "bf16": config.bf16,
+        **evaluation,
+    }
+    return finish_run(
+        run, status="completed", step=steps, model=None, tokenizer=None, summary=summary
     )
+
+
+def _independent_eval(root: Path, size: int) -> dict[str, float]:
+    """The ensemble's held-out numbers from each member's ``MEMBER_EVAL_FILE`` ({} without)."""
+    files = [root / f"member_{k}" / MEMBER_EVAL_FILE for k in range(size)]
+    if not all(f.is_file() for f in files):
+        return {}
+    rows = [json.loads(f.read_text()) for f in files]
+    chosen = torch.tensor([row["chosen"] for row in rows])
+    rejected = torch.tensor([row["rejected"] for row in rows])
+    return ensemble_eval_metrics(chosen, rejected)
+
+
+@dataclass(frozen=True)
+class EnsembleMember:
+    """Member ``index`` of an independent ensemble of ``size``: it trains on its own bootstrap row
+    of the training pairs and holds out the pairs ``split_seed`` (the ensemble's seed) holds out."""
+
+    index: int
+    size: int
+    split_seed: int
+
+
+MEMBER_EVAL_FILE = "eval_rewards.json"  # a member's held-out rewards, for the ensemble's numbers
+
+
+def _train_one(
+    config: RewardModelConfig,
+    callback: TrainingCallback | None,
+    *,
+    plain_summary: dict[str, Any],
+    member: EnsembleMember | None = None,
+) -> TrainResult:
+    """One reward model as configured (one encoder with K heads for a heads ensemble; one member
+    of an independent ensemble): set up, step, evaluate on the held-out pairs, save."""
+    run = start_run(config, callback)
+    state = setup_reward_model(run, config, member=member)
+    end = run_pair_steps(state, "rm", reward_model_step)
+    evaluation: dict[str, float] = {}
+    if state.eval_index:
+        chosen, rejected = held_out_rewards(
+            state.scorer,
+            state.encoded,
+            state.eval_index,
+            batch_size=state.micro_batch_size,
+            device=run.device,
+            bf16=config.bf16,
+            clusters=state.cluster_ids,
+        )
+        evaluation = ensemble_eval_metrics(chosen, rejected)
+        if member is not None and run.ranks.main:
+            (run.output_dir / MEMBER_EVAL_FILE).write_text(
+                json.dumps({"chosen": chosen[0].tolist(), "rejected": rejected[0].tolist()})
+            )
     if evaluation:
         run.callback.on_log(step=end.step, metrics=evaluation)
     files: dict[str, Any] = {"reward_stats.json": evaluation} if evaluation else {}
     if state.conditioning is not None:
         files[CONDITIONING_FILE] = state.conditioning.payload()
+    if config.ensemble_size > 1 and member is None:
+        files[ENSEMBLE_FILE] = EnsembleManifest("heads", config.ensemble_size).payload()
     return finish_run(
         run,
         status=end.status,
@@ -330,6 +530,7 @@ class RewardModelState(PairRecipeState):
     votes: VoteTable | None
     conditioning: ClusterConditioning | None
     cluster_ids: list[int] | None
+    bootstrap: torch.Tensor | None = None  # heads ensemble: [K, pairs] resample counts (0: eval)
 
     @property
     def extra_modules(self) -> dict[str, nn.Module] | None:
@@ -342,13 +543,15 @@ def load_reward_model(run: Run, config: RewardModelConfig) -> tuple[Any, Any, Re
     """Tokenizer, sequence classifier (from the checkpoint when resuming) in training mode, and
     the scorer that fits and scores pairs for it."""
     tokenizer = load_tokenizer(config.model)
-    path = run.resume_from or config.model
+    path = run.resume_from or config.warm_start or config.model
     resuming_adapters = require_same_lora(path, config)
+    heads = config.ensemble_size if config.ensemble_mode == "heads" else 1
     model = load_sequence_classifier(
         config.model if resuming_adapters else path,
         device=run.device,
         tokenizer=tokenizer,
         packing=config.packing,  # decoders with a chat template, and BERT-family encoders
+        num_labels=heads,
     )
     adapters = Path(path) if resuming_adapters else None
     model = with_lora(model, config, adapters=adapters, task="sequence_classification")
@@ -384,10 +587,14 @@ def _cluster_conditioning(
     return conditioning, conditioning.ids([p.cluster for p in pairs])
 
 
-def setup_reward_model(run: Run, config: RewardModelConfig) -> RewardModelState:
+def setup_reward_model(
+    run: Run, config: RewardModelConfig, *, member: EnsembleMember | None = None
+) -> RewardModelState:
     """Model, fitted pairs and their split, the optional annotator head and cluster
     conditioning, optimiser (the extra modules at ``annotator_head_learning_rate``) and schedule,
-    restored to where the run stopped."""
+    restored to where the run stopped. An ensemble's bootstrap resamples: a heads ensemble keeps
+    the counts [K, pairs] to weight each head's loss; an independent ``member`` trains on its
+    row's pairs, each repeated as often as it was drawn."""
     judgements = config.judgements or (
         judgements_file_for(config.data) if config.annotator_aware else None
     )
@@ -405,9 +612,24 @@ def setup_reward_model(run: Run, config: RewardModelConfig) -> RewardModelState:
     )
     if not pairs:
         raise ValueError(f"{config.data}: every pair was dropped when fitted to the model")
-    train_index, eval_index = split_eval(len(pairs), config.eval_fraction, config.seed)
+    split_seed = config.seed if member is None else member.split_seed
+    train_index, eval_index = split_eval(len(pairs), config.eval_fraction, split_seed)
     if not train_index:
         raise ValueError(f"{config.data}: no pairs left to train on after the eval split")
+    bootstrap = None
+    if member is not None:
+        row = bootstrap_counts(n_items=len(train_index), members=member.size, seed=split_seed)
+        train_index = [
+            pair
+            for pair, n in zip(train_index, row[member.index].tolist(), strict=True)
+            for _ in range(n)
+        ]
+    elif config.ensemble_size > 1:
+        counts = bootstrap_counts(
+            n_items=len(train_index), members=config.ensemble_size, seed=config.seed
+        )
+        bootstrap = torch.zeros(config.ensemble_size, len(pairs))
+        bootstrap[:, train_index] = counts.float()
     votes = VoteTable.build(raw_votes, len(pairs)) if config.annotator_aware else None
     head = AnnotatorBiasHead(votes.annotators).to(run.device) if votes is not None else None
     conditioning, cluster_ids = _cluster_conditioning(config, pairs, scorer, run.device)
@@ -437,6 +659,7 @@ def setup_reward_model(run: Run, config: RewardModelConfig) -> RewardModelState:
         votes=votes,
         conditioning=conditioning,
         cluster_ids=cluster_ids,
+        bootstrap=bootstrap,
         sampler=sampler,
         total_steps=total_steps,
         start_step=0,
@@ -465,12 +688,19 @@ def reward_model_step(state: RewardModelState, at: Position, throughput: Through
         step_votes = state.votes.count(index) if state.votes is not None else 0
         for group in chunks(run.ranks.shard(index), state.micro_batch_size):
             with autocast(run.device, config.bf16):
-                chosen, rejected = _pair_rewards(
+                members_chosen, members_rejected = _pair_member_rewards(
                     state.scorer, state.encoded, group, state.cluster_ids
                 )
-            objective, loss_sum = _micro_batch_loss(
-                state, group, chosen, rejected, step_pairs=len(index), step_votes=step_votes
-            )
+            if state.bootstrap is not None:  # a heads ensemble: each head on its resample
+                objective, loss_sum = _ensemble_micro_batch_loss(
+                    state, group, members_chosen, members_rejected, step_pairs=len(index)
+                )
+                chosen, rejected = members_chosen.mean(dim=0), members_rejected.mean(dim=0)
+            else:
+                chosen, rejected = members_chosen[0], members_rejected[0]
+                objective, loss_sum = _micro_batch_loss(
+                    state, group, chosen, rejected, step_pairs=len(index), step_votes=step_votes
+                )
             objective.backward()
             sums["loss"] += loss_sum
             sums["accuracy"] += float((chosen > rejected).float().sum())
@@ -493,6 +723,23 @@ def reward_model_step(state: RewardModelState, at: Position, throughput: Through
     metrics = {k: v / len(index) for k, v in sums.items()}
     metrics.update(grad_norm=grad_norm, learning_rate=state.scheduler.get_last_lr()[0])
     return StepOutcome(metrics)
+
+
+def _ensemble_micro_batch_loss(
+    state: RewardModelState,
+    group: Sequence[int],
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+    *,
+    step_pairs: int,
+) -> tuple[torch.Tensor, float]:
+    """A heads ensemble's micro-batch share of the step's objective and its loss summed over its
+    pairs: each head's Bradley-Terry loss weighted by its bootstrap counts, averaged over heads
+    (``bootstrap_weighted_bt``). chosen, rejected: member rewards [K, m] of ``group``'s pairs."""
+    assert state.bootstrap is not None
+    weights = state.bootstrap[:, list(group)].to(chosen.device)
+    loss = bootstrap_weighted_bt(chosen, rejected, weights, normaliser=float(step_pairs))
+    return loss, float(loss.detach()) * step_pairs
 
 
 def _micro_batch_loss(
@@ -550,6 +797,9 @@ def reward_model_summary(
         "peak_memory_bytes": peak_memory_bytes(state.run.device),
         **evaluation,
     }
+    if state.config.ensemble_size > 1:
+        summary["ensemble_size"] = state.config.ensemble_size
+        summary["ensemble_mode"] = state.config.ensemble_mode
     if state.head is not None:
         summary["annotators"] = state.head.report()
         summary["annotator_votes"] = len(state.raw_votes)
