@@ -12,7 +12,8 @@ from training.recipes import RewardModelConfig
 from training.recipes.config import ConfigError
 from training.recipes.data import load_preference_pairs
 from training.recipes.models import load_tokenizer
-from training.recipes.reward_model import ensemble_eval_metrics, train_reward_model
+from training.recipes.reward_ensemble import ensemble_eval_metrics
+from training.recipes.reward_model import train_reward_model
 from training.recipes.scoring import (
     ENSEMBLE_FILE,
     RewardScorer,

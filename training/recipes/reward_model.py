@@ -28,18 +28,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from training.algorithms import bootstrap_counts, bootstrap_weighted_bt, bradley_terry_loss
-from training.recipes.callbacks import CallbackList, TrainingCallback
+from training.recipes.annotator_head import AnnotatorBiasHead, VoteTable, annotator_loss
+from training.recipes.callbacks import TrainingCallback
 from training.recipes.config import RewardModelConfig
 from training.recipes.data import (
     AnnotatorVote,
@@ -68,6 +67,12 @@ from training.recipes.models import (
     load_tokenizer,
     require_same_lora,
     with_lora,
+)
+from training.recipes.reward_ensemble import (
+    MEMBER_EVAL_FILE,
+    EnsembleMember,
+    ensemble_eval_metrics,
+    train_independent_ensemble,
 )
 from training.recipes.runtime import (
     Throughput,
@@ -116,54 +121,6 @@ def _pair_rewards(
     return chosen[0], rejected[0]
 
 
-def ensemble_eval_metrics(chosen: torch.Tensor, rejected: torch.Tensor) -> dict[str, float]:
-    """Held-out numbers from member rewards, chosen and rejected: [K, n] each.
-
-    The ensemble scores a response with the members' mean: ``eval/accuracy`` (mean chosen above
-    mean rejected), ``eval/loss`` (Bradley-Terry on the means), ``eval/reward_mean`` and
-    ``eval/reward_std`` (of all mean rewards; a std under 0.05 is PIPELINE.md's reward-collapse
-    alarm), ``eval/pairs``. With K > 1 also each member's accuracy (``eval/member_k/accuracy``),
-    their mean, and ``eval/ensemble_std``: the members' population std of the reward difference,
-    averaged over pairs. With K = 1 these are a single model's numbers."""
-    c, r = chosen.mean(dim=0), rejected.mean(dim=0)
-    everything = torch.cat([c, r])
-    metrics = {
-        "eval/accuracy": float((c > r).float().mean()),
-        "eval/loss": float(bradley_terry_loss(c, r)),
-        "eval/reward_mean": float(everything.mean()),
-        "eval/reward_std": float(everything.std()) if everything.numel() > 1 else 0.0,
-        "eval/pairs": float(chosen.shape[1]),
-    }
-    if chosen.shape[0] > 1:
-        member_accuracy = (chosen > rejected).float().mean(dim=1)
-        for k, accuracy in enumerate(member_accuracy.tolist()):
-            metrics[f"eval/member_{k}/accuracy"] = accuracy
-        metrics["eval/member_accuracy_mean"] = float(member_accuracy.mean())
-        spread = (chosen - rejected).var(dim=0, unbiased=False).sqrt()
-        metrics["eval/ensemble_std"] = float(spread.mean())
-    return metrics
-
-
-def evaluate_reward_model(
-    scorer: RewardScorer,
-    encoded: list[tuple[RewardInput, RewardInput]],
-    index: Sequence[int],
-    *,
-    batch_size: int,
-    device: torch.device,
-    bf16: bool,
-    clusters: Sequence[int] | None = None,
-) -> dict[str, float]:
-    """Held-out accuracy (chosen scored above rejected), BT loss, and the mean and standard deviation
-    of all rewards, for every head of the model (``ensemble_eval_metrics``)."""
-    if not index:
-        return {}
-    c, r = held_out_rewards(
-        scorer, encoded, index, batch_size=batch_size, device=device, bf16=bf16, clusters=clusters
-    )
-    return ensemble_eval_metrics(c, r)
-
-
 def held_out_rewards(
     scorer: RewardScorer,
     encoded: list[tuple[RewardInput, RewardInput]],
@@ -186,96 +143,6 @@ def held_out_rewards(
             rejected.append(r.float().cpu())
     scorer.model.train(was_training)
     return torch.cat(chosen, dim=1), torch.cat(rejected, dim=1)
-
-
-CONSENSUS_VOTER = "(consensus)"
-
-
-class AnnotatorBiasHead(nn.Module):
-    """Per-annotator calibration of the base reward (PIPELINE.md's annotator-aware reward model).
-
-    P(annotator k prefers the chosen response) = sigmoid(s_k (r_chosen - r_rejected) + b_k side),
-    side = +1 when the chosen response was shown on the left, -1 on the right, 0 unknown. s_k = exp of
-    a learned log-scale (reliability: a noisy annotator's votes move the base reward less) and b_k is
-    the annotator's pull towards the left side. An additive per-annotator offset would cancel in the
-    difference, so these two are the biases a pairwise judgement can reveal. Trained jointly with the
-    reward model and dropped at inference: the saved model is the base reward model alone.
-    """
-
-    def __init__(self, annotators: Sequence[str]) -> None:
-        super().__init__()
-        self.annotators = list(annotators)
-        self.log_scale = nn.Parameter(torch.zeros(len(self.annotators)))
-        self.side_bias = nn.Parameter(torch.zeros(len(self.annotators)))
-
-    def forward(
-        self, reward_gap: torch.Tensor, annotator: torch.Tensor, side: torch.Tensor
-    ) -> torch.Tensor:
-        """reward_gap, side: [V] float, annotator: [V] long -> logits [V] of preferring chosen."""
-        return self.log_scale[annotator].exp() * reward_gap + self.side_bias[annotator] * side
-
-    def report(self) -> dict[str, dict[str, float]]:
-        scale, bias = self.log_scale.detach().exp().tolist(), self.side_bias.detach().tolist()
-        return {
-            name: {"scale": round(scale[i], 4), "left_bias": round(bias[i], 4)}
-            for i, name in enumerate(self.annotators)
-        }
-
-
-@dataclass
-class VoteTable:
-    """Votes grouped by pair: for each pair, (annotator ids, side, label) tensors."""
-
-    by_pair: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-    annotators: list[str]
-
-    @classmethod
-    def build(cls, votes: Sequence[AnnotatorVote], n_pairs: int) -> VoteTable:
-        annotators = sorted({v.annotator for v in votes} | {CONSENSUS_VOTER})
-        ids = {name: i for i, name in enumerate(annotators)}
-        rows: dict[int, list[tuple[int, float, float]]] = {}
-        for vote in votes:
-            side = (
-                0.0 if vote.chosen_shown_left is None else (1.0 if vote.chosen_shown_left else -1.0)
-            )
-            rows.setdefault(vote.pair, []).append(
-                (ids[vote.annotator], side, float(vote.prefers_chosen))
-            )
-        for pair in range(n_pairs):  # a pair with no recorded votes counts as one consensus vote
-            rows.setdefault(pair, [(ids[CONSENSUS_VOTER], 0.0, 1.0)])
-        table = {
-            pair: (
-                torch.tensor([r[0] for r in entries]),
-                torch.tensor([r[1] for r in entries]),
-                torch.tensor([r[2] for r in entries]),
-            )
-            for pair, entries in rows.items()
-        }
-        return cls(table, annotators)
-
-    def count(self, pairs: Sequence[int]) -> int:
-        return sum(len(self.by_pair[p][0]) for p in pairs)
-
-
-def _annotator_loss(
-    head: AnnotatorBiasHead,
-    votes: VoteTable,
-    group: Sequence[int],
-    chosen: torch.Tensor,
-    rejected: torch.Tensor,
-) -> tuple[torch.Tensor, int]:
-    """Summed binary cross-entropy of every vote on ``group``'s pairs, and the number of votes."""
-    device = chosen.device
-    gap = chosen - rejected
-    position = torch.cat(
-        [torch.full((len(votes.by_pair[p][0]),), i) for i, p in enumerate(group)]
-    ).to(device)
-    annotator, side, label = (
-        torch.cat([votes.by_pair[p][k] for p in group]).to(device) for k in range(3)
-    )
-    logits = head(gap.index_select(0, position), annotator, side)
-    loss = F.binary_cross_entropy_with_logits(logits, label, reduction="sum")
-    return loss, int(label.numel())
 
 
 # The work before the first step, reported to the run page as phases (``on_phase``).
@@ -324,7 +191,7 @@ def train_reward_model(
     (``train_plain_baseline``) and its held-out accuracy is reported next to the conditioned one's.
     """
     if config.ensemble_size > 1 and config.ensemble_mode == "independent":
-        return train_independent_ensemble(config, callback)
+        return train_independent_ensemble(config, callback, train_member=_train_member)
     needs_baseline = config.annotator_aware or config.cluster_conditioning
     plain_summary = train_plain_baseline(config) if needs_baseline else {}
     return _train_one(config, callback, plain_summary=plain_summary)
@@ -345,126 +212,11 @@ def train_plain_baseline(config: RewardModelConfig) -> dict[str, Any]:
     return _train_one(plain, None, plain_summary={}).summary
 
 
-class MemberCallback(TrainingCallback):
-    """What member ``index`` of ``size`` tells the ensemble run's callbacks: its phases and
-    metrics named as the member's (``member_k/``), its steps counted on from the members before
-    it, the run's cancel; its own start and end stay inside (the ensemble run has one of each)."""
-
-    def __init__(self, parent: CallbackList, index: int, size: int) -> None:
-        self.parent, self.index, self.size = parent, index, size
-        self.offset = 0
-
-    def on_start(self, *, total_steps: int, config: Any) -> None:
-        self.offset = self.index * total_steps
-        if self.index == 0:
-            self.parent.on_start(total_steps=total_steps * self.size, config=config)
-
-    def on_phase(self, *, phase: str, done: int, total: int) -> None:
-        self.parent.on_phase(
-            phase=f"member {self.index + 1}/{self.size}: {phase}", done=done, total=total
-        )
-
-    def on_step(self, *, step: int, total_steps: int) -> None:
-        self.parent.on_step(step=self.offset + step, total_steps=total_steps * self.size)
-
-    def on_log(self, *, step: int, metrics: Any) -> None:
-        prefixed = {f"member_{self.index}/{name}": value for name, value in metrics.items()}
-        self.parent.on_log(step=self.offset + step, metrics=prefixed)
-
-    def should_stop(self) -> bool:
-        return self.parent.should_stop()
-
-
-def train_independent_ensemble(
-    config: RewardModelConfig, callback: TrainingCallback | None
+def _train_member(
+    config: RewardModelConfig, callback: TrainingCallback, member: EnsembleMember
 ) -> TrainResult:
-    """K independently initialised reward models (``ensemble_mode`` "independent"), one after
-    another in ``output_dir/member_k`` (seed ``seed + k``, bootstrap row k, the ensemble's
-    held-out pairs); ``final/`` gets each member's final model as ``member_k/`` and
-    ``ensemble.json``. A resumed run keeps the members that completed. The held-out numbers are
-    the ensemble's (``ensemble_eval_metrics`` on the members' saved held-out rewards)."""
-    run = start_run(config, callback)
-    size, root = config.ensemble_size, Path(config.output_dir)
-    summaries: list[dict[str, Any]] = []
-    steps = 0
-    for k in range(size):
-        member_config = dataclasses.replace(
-            config,
-            ensemble_size=1,
-            seed=config.seed + k,
-            output_dir=str(root / f"member_{k}"),
-            warm_start=None
-            if config.warm_start is None
-            else str(Path(config.warm_start) / f"member_{k}"),
-        )
-        finished = Path(member_config.output_dir) / "summary.json"
-        if config.resume and finished.is_file() and '"completed"' in finished.read_text():
-            summaries.append(json.loads(finished.read_text()))
-            continue
-        result = _train_one(
-            member_config,
-            MemberCallback(run.callback, k, size),
-            plain_summary={},
-            member=EnsembleMember(index=k, size=size, split_seed=config.seed),
-        )
-        steps += result.steps
-        if result.status != "completed":
-            summary = {"kind": "rm", "ensemble_size": size, "members_completed": k}
-            return finish_run(
-                run, status=result.status, step=steps, model=None, tokenizer=None, summary=summary
-            )
-        summaries.append(result.summary)
-    evaluation = _independent_eval(root, size)
-    if evaluation:
-        run.callback.on_log(step=steps, metrics=evaluation)
-    if run.ranks.main:
-        final = root / "final"
-        final.mkdir(parents=True, exist_ok=True)
-        for k in range(size):
-            shutil.copytree(
-                root / f"member_{k}" / "final", final / f"member_{k}", dirs_exist_ok=True
-            )
-        manifest = EnsembleManifest.independent(size)
-        (final / ENSEMBLE_FILE).write_text(json.dumps(manifest.payload(), indent=2))
-        (final / "reward_stats.json").write_text(json.dumps(evaluation, indent=2))
-    first = summaries[0]
-    summary = {
-        "kind": "rm",
-        "ensemble_size": size,
-        "ensemble_mode": "independent",
-        **{key: first[key] for key in ("pairs", "train_pairs", "eval_pairs") if key in first},
-        "pairs_trained": sum(s.get("pairs_trained", 0) for s in summaries),
-        "train_seconds": sum(s.get("train_seconds", 0.0) for s in summaries),
-        "bf16": config.bf16,
-        **evaluation,
-    }
-    return finish_run(
-        run, status="completed", step=steps, model=None, tokenizer=None, summary=summary
-    )
-
-
-def _independent_eval(root: Path, size: int) -> dict[str, float]:
-    """The ensemble's held-out numbers from each member's ``MEMBER_EVAL_FILE`` ({} without)."""
-    files = [root / f"member_{k}" / MEMBER_EVAL_FILE for k in range(size)]
-    if not all(f.is_file() for f in files):
-        return {}
-    rows = [json.loads(f.read_text()) for f in files]
-    chosen = torch.tensor([row["chosen"] for row in rows])
-    rejected = torch.tensor([row["rejected"] for row in rows])
-    return ensemble_eval_metrics(chosen, rejected)
-
-
-@dataclass(frozen=True)
-class EnsembleMember:
-    """Member ``index`` of an independent ensemble of ``size``: it trains on its own bootstrap row
-    of the training pairs and holds out the pairs ``split_seed`` (the ensemble's seed) holds out."""
-
-    index: int
-    size: int
-    split_seed: int
-
-
-MEMBER_EVAL_FILE = "eval_rewards.json"  # a member's held-out rewards, for the ensemble's numbers
+    """One member of an independent ensemble (``reward_ensemble.train_independent_ensemble``)."""
+    return _train_one(config, callback, plain_summary={}, member=member)
 
 
 def _train_one(
@@ -758,7 +510,7 @@ def _micro_batch_loss(
     plus the centring term; plain: the Bradley-Terry loss (with margins when ``use_margin``)."""
     config, device = state.config, chosen.device
     if state.head is not None and state.votes is not None:
-        vote_loss, _ = _annotator_loss(state.head, state.votes, group, chosen, rejected)
+        vote_loss, _ = annotator_loss(state.head, state.votes, group, chosen, rejected)
         centering = ((chosen + rejected) ** 2).sum() / step_pairs
         objective = vote_loss / step_votes + config.center_rewards_coef * centering
         return objective, float(vote_loss.detach()) * step_pairs / step_votes
