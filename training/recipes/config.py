@@ -456,6 +456,14 @@ class OnlineRLConfig(TrainingConfig):
         "per-token KL estimator folded into the reward: 'k1', 'k2', 'k3'",
         choices=("k1", "k2", "k3"),
     )
+    reward_objective: str = _f(
+        "mean",
+        "with a reward-model ensemble (ensemble.json beside it): the reward is the members' "
+        "'mean', 'wco' (their minimum) or 'uwo' (mean - uwo_lambda * their variance); one model: "
+        "all three are its score",
+        choices=("mean", "wco", "uwo"),
+    )
+    uwo_lambda: float = _f(0.5, "uwo's weight on the members' variance (>= 0)")
     length_penalty_coef: float = _f(0.01, "reward -= coef * max(0, length - base) (0: off)")
     length_penalty_base: int = _f(256, "length (tokens) beyond which the length penalty applies")
     missing_eos_penalty: float = _f(1.0, "subtracted from responses that never emit EOS (0: off)")
@@ -496,6 +504,8 @@ class OnlineRLConfig(TrainingConfig):
             raise _invalid("top_p", f"must be in (0, 1], got {self.top_p}")
         if self.kl_coef < 0:
             raise _invalid("kl_coef", f"must be >= 0, got {self.kl_coef}")
+        if not self.uwo_lambda >= 0:  # also rejects NaN
+            raise _invalid("uwo_lambda", f"must be >= 0, got {self.uwo_lambda}")
         if self.lora_rank and self.deepspeed != "none":
             raise _invalid(
                 "deepspeed",
