@@ -46,7 +46,6 @@ class ProjectForm(forms.ModelForm):
         field.queryset = suggestion_judges(project=self.instance)
         field.empty_label = "(no suggestions)"
 
-
     def clean(self) -> dict:
         cleaned = super().clean()
         for name in self.OPTIONAL_SETTINGS:
