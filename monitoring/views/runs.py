@@ -9,7 +9,7 @@ from annotation.selectors.projects import projects_overview
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, has_role, role_required
 from monitoring.selectors import runs as selectors
-from monitoring.selectors import stopping_panel
+from monitoring.services.stopping_panel import stopping_panel_state
 from training.models import TrainingRun
 
 COMPARE_MAX_RUNS = 8
@@ -90,7 +90,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     if context["is_policy_run"]:
         trust = KappaThresholdForm(request.GET or None)
         threshold = trust.cleaned_data["kappa"] if trust.is_valid() else None
-        context["stopping"] = stopping_panel.run_stopping_panel(run, kappa_threshold=threshold)
+        context["stopping"] = stopping_panel_state(run=run, kappa_threshold=threshold)
         context["trust_form"] = trust
         context["checkpoint_choices"] = run.checkpoints.on_disk().order_by("-step")
     return render(request, "monitoring/run_detail.html", context)

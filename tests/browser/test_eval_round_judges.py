@@ -15,6 +15,7 @@ import re
 from playwright.sync_api import Page, expect
 
 from monitoring.models import EvalRound, StopDecision
+from monitoring.services.stopping_panel import stopping_panel_refresh
 from tests.helpers.browser import log_in
 from tests.monitoring_eval import conftest as eval_conftest
 from tests.monitoring_eval import judged_rounds
@@ -55,6 +56,7 @@ def test_a_judged_round_shows_two_intervals_and_the_panel_names_its_estimate(
         expect(saved).to_have_attribute("title", re.compile(r"n_eff - n = [\d.]+ - 24"))
     expect(judge.get_by_test_id("ppi-explained")).to_contain_text("the ratings the judge saved")
 
+    stopping_panel_refresh(run=rated_round.checkpoint.run)  # the task the ratings scheduled
     page.goto(f"/monitoring/runs/{rated_round.checkpoint.run_id}/")
     panel = page.get_by_test_id("stopping-panel")
     used = panel.get_by_test_id("estimate-used-usefulness")
