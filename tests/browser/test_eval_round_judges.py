@@ -4,7 +4,7 @@ run's stopping panel names the estimate it used, switches to the humans' when th
 the kappa threshold, and the decision shows the estimate it rested on. While the judge's job runs,
 the round page follows its progress without a reload.
 
-The round (tests/monitoring_eval/judged_rounds.py ``rated_round``): 30 items, 24 drawn for one
+The round (tests/helpers/judged_rounds.py ``rated_round``): 30 items, 24 drawn for one
 reviewer each and rated, the judge's verdicts stored through the service on all 30 (its job on a
 real tiny model is tested in tests/monitoring_eval/test_round_judges.py); kappa 0.875."""
 
@@ -16,14 +16,14 @@ from playwright.sync_api import Page, expect
 
 from monitoring.models import EvalRound, StopDecision
 from monitoring.services.stopping_panel import stopping_panel_refresh
+from tests.helpers import eval_rounds as eval_world
+from tests.helpers import judged_rounds
 from tests.helpers.browser import log_in
-from tests.monitoring_eval import conftest as eval_conftest
-from tests.monitoring_eval import judged_rounds
 
-models_dir = eval_conftest.models_dir
-reviewers = eval_conftest.reviewers
-run_with_checkpoints = eval_conftest.run_with_checkpoints
-tiny_tokenizer_dir = eval_conftest.tiny_tokenizer_dir
+models_dir = eval_world.models_dir
+reviewers = eval_world.reviewers
+run_with_checkpoints = eval_world.run_with_checkpoints
+tiny_tokenizer_dir = eval_world.tiny_tokenizer_dir
 rm_judge = judged_rounds.rm_judge
 rated_round = judged_rounds.rated_round
 

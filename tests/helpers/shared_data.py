@@ -7,9 +7,13 @@ CONCORD_SHARED_DATA.
 import csv
 import json
 import os
+from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from annotation import agreement
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA_DIR = Path(os.environ.get("CONCORD_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -44,3 +48,52 @@ def mt_bench_gpt4_verdicts() -> list[dict[str, object]]:
     """GPT-4's 910 released turn-1 pairwise verdicts on the voted comparisons (CC-BY-4.0)."""
     with require(MT_BENCH_GPT4).open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+# --- The data sets as judgement tables (agreement.JudgementTable) ----------------------------------
+
+CODE = {name: code for code, name in enumerate(agreement.CHOICES)}
+
+
+def pandalm_table() -> agreement.JudgementTable:
+    rows = pandalm_labels()
+    labels = np.array(
+        [[CODE[PANDALM_CHOICE[row[f"annotator{k}"]]] for k in (1, 2, 3)] for row in rows]
+    )
+    return agreement.JudgementTable(
+        item=np.repeat(np.arange(len(rows)), 3),
+        annotator=np.tile(np.arange(3), len(rows)),
+        choice=labels.ravel(),
+        n_items=len(rows),
+        n_annotators=3,
+    )
+
+
+def mt_bench_table() -> tuple[agreement.JudgementTable, list[str]]:
+    """Items are (question, unordered model pair); a vote for the alphabetically later model is "b".
+    One judge voted twice on one item (both orientations): the first vote is kept."""
+    items: dict[tuple, int] = {}
+    judges: dict[str, int] = {}
+    seen: set[tuple[int, int]] = set()
+    rows = defaultdict(list)
+    for vote in mt_bench_votes():
+        first, second, winner = vote["model_a"], vote["model_b"], vote["winner"]
+        if first > second:
+            first, second = second, first
+            winner = {"model_a": "model_b", "model_b": "model_a"}.get(winner, winner)
+        item = items.setdefault((vote["question_id"], first, second), len(items))
+        judge = judges.setdefault(vote["judge"], len(judges))
+        if (item, judge) in seen:
+            continue
+        seen.add((item, judge))
+        rows["item"].append(item)
+        rows["annotator"].append(judge)
+        rows["choice"].append({"model_a": "a", "model_b": "b", "tie": "tie"}[winner])
+    table = agreement.JudgementTable(
+        item=np.array(rows["item"]),
+        annotator=np.array(rows["annotator"]),
+        choice=np.array([CODE[c] for c in rows["choice"]]),
+        n_items=len(items),
+        n_annotators=len(judges),
+    )
+    return table, list(judges)

@@ -11,9 +11,9 @@ from monitoring.models import EvalItem, EvalRound
 from monitoring.selectors import eval_rounds as eval_selectors
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services.stopping_panel import stopping_panel_refresh
-from tests.conftest import logged_in
-from tests.monitoring_eval.conftest import make_round
-from tests.monitoring_eval.judged_rounds import (
+from tests.helpers.clients import logged_in
+from tests.helpers.eval_rounds import make_round
+from tests.helpers.judged_rounds import (
     judged_round,
     rate_drawn_items,
     rm_judge,

@@ -25,9 +25,9 @@ from monitoring.services.round_judges import (
 )
 from monitoring.services.stopping_panel import stopping_panel_refresh
 from monitoring.stats.ppi import ppi_mean
-from tests.conftest import logged_in
-from tests.monitoring_eval.conftest import make_round
-from tests.monitoring_eval.judged_rounds import (
+from tests.helpers.clients import logged_in
+from tests.helpers.eval_rounds import make_round
+from tests.helpers.judged_rounds import (
     human_verdict,
     judge_verdict,
     judged_round,

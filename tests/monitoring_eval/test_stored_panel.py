@@ -15,8 +15,8 @@ from monitoring.services import eval_rounds as eval_services
 from monitoring.services import stopping_panel as panel_services
 from monitoring.stats import stopping
 from monitoring.tasks import stopping_panel_refresh
-from tests.conftest import logged_in
-from tests.monitoring_eval.conftest import BASELINE
+from tests.helpers.clients import logged_in
+from tests.helpers.eval_rounds import BASELINE
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,8 @@ from django.urls import reverse
 from monitoring.models import EvalAssignment, EvalItem, EvalJudgement, EvalRound, StopDecision
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services.stopping_panel import stopping_panel_refresh
-from tests.conftest import logged_in
-from tests.monitoring_eval.conftest import BASELINE
+from tests.helpers.clients import logged_in
+from tests.helpers.eval_rounds import BASELINE
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.test import Client, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from tests.security.world import BOB_SECRET, World, world_build
+from tests.helpers.security_world import BOB_SECRET, World, world_build
 
 # Every test here reads the database (and declaring it makes pytest-django create the test database
 # before the module-scoped world is built).
