@@ -190,3 +190,22 @@ def test_ratings_make_the_figures_stale_and_a_burst_schedules_one_run(
 def test_the_task_skips_a_deleted_run(queued, db):
     """A run deleted between the schedule and the run: nothing to compute."""
     assert stopping_panel_refresh.apply(args=[987654]).get() == {"run": 987654, "status": "gone"}
+
+
+def test_a_new_metric_point_makes_the_figures_stale(run_with_checkpoints, reviewers, queued):
+    """Training writes metric points without telling monitoring: the fingerprint sees a new KL
+    value and a replaced reward (a resumed step), so the page marks the figures out of date and
+    queues a recomputation."""
+    from training import services as training_services
+
+    run = run_with_checkpoints
+    training_services.metrics_record(run_id=run.pk, step=1, metrics={"reward_mean": 0.5})
+    panel_services.stopping_panel_refresh(run=run)
+    fresh = panel_selectors.stopping_panel_fingerprint(run)
+    training_services.metrics_record(run_id=run.pk, step=1, metrics={"reward_mean": 0.75})
+    replaced = panel_selectors.stopping_panel_fingerprint(run)
+    training_services.metrics_record(run_id=run.pk, step=2, metrics={"kl": 0.1})
+    assert len({fresh, replaced, panel_selectors.stopping_panel_fingerprint(run)}) == 3
+    state = panel_services.stopping_panel_state(run=run)
+    assert state["stale"] and state["panel"] is not None
+    assert queued == [{"args": [run.pk], "countdown": panel_services.REFRESH_DELAY_SECONDS}]

@@ -4,10 +4,13 @@ a snapshot runs train on) the admin does not offer, and a refusal deletes nothin
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.urls import reverse
 
 from annotation.services.exporting import dataset_export
+from annotation.services.importing import comparisons_import
 from tests.factories import snapshot_of_pairs, training_run
 from tests.helpers.clients import logged_in
 from training import services
@@ -43,8 +46,8 @@ def test_the_admin_deletes_a_draft_run_through_the_service(snapshot, ml_engineer
 
 @pytest.mark.parametrize("status", ["queued", "running"])
 def test_an_active_run_is_not_deleted(snapshot, ml_engineer, status):
-    """Queued or running: the admin's delete page is refused (403), the bulk action lists it as not
-    allowed, and the service says to cancel first; the run stays."""
+    """Queued or running: the admin's delete page and the bulk delete are refused (403), and the
+    service says to cancel first; the run stays."""
     run = _with_status(training_run(snapshot=snapshot), status)
     client = logged_in(ml_engineer)
     assert (
@@ -54,7 +57,7 @@ def test_an_active_run_is_not_deleted(snapshot, ml_engineer, status):
         reverse("admin:training_trainingrun_changelist"),
         {"action": "delete_selected", "_selected_action": [run.pk], "post": "yes"},
     )
-    assert response.status_code == 200  # the page that says the permission is missing
+    assert response.status_code == 403  # the confirmation names a run it may not delete
     with pytest.raises(services.RunError, match=f"is {status}; cancel it before deleting it"):
         services.run_delete(run=run, user=ml_engineer)
     assert TrainingRun.objects.filter(pk=run.pk).exists()
@@ -88,11 +91,16 @@ def test_snapshots_are_created_renamed_and_deleted_through_the_services(
 
         monkeypatch.setattr(services, name, counted)
     client = logged_in(ml_engineer)
-    export = dataset_export(project=snapshot.export.project)  # a second export of the project
+    project = snapshot.export.project
+    row = {"prompt": "One more?", "response_a": "Yes.", "response_b": "No.",
+           "judgements": [{"annotator": "u1", "choice": "a", "strength": 2}]}  # fmt: skip
+    comparisons_import(project=project, lines=[json.dumps(row)])
+    export = dataset_export(project=project)  # a second export: the project has a new pair
+    assert export != snapshot.export
     response = client.post(
         reverse("admin:training_datasetsnapshot_add"), {"export": export.pk, "name": "second"}
     )
-    assert response.status_code == 302, response.content.decode()[:2000]
+    assert response.status_code == 302, response.context["adminform"].form.errors
     second = DatasetSnapshot.objects.get(export=export)
     change = reverse("admin:training_datasetsnapshot_change", args=[second.pk])
     assert client.post(change, {"name": "renamed"}).status_code == 302
