@@ -171,7 +171,7 @@ def test_the_project_page_shows_the_queue_order_and_the_learning_curve(ml_engine
     from django.urls import reverse
 
     from annotation.models import LearningCurvePoint
-    from tests.conftest import logged_in
+    from tests.helpers.clients import logged_in
 
     project = ProjectFactory(
         queue_order=QueueOrder.UNCERTAINTY, exploration_share=0.25, continuous_rm=True

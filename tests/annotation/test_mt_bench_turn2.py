@@ -8,7 +8,6 @@ turn-1 answers are the same text (checked below on the shared files when present
 """
 
 import itertools
-import json
 from pathlib import Path
 
 import pytest
@@ -17,39 +16,13 @@ from django.core.management import call_command
 from annotation.formats import mt_bench
 from annotation.formats.base import ReadOptions, RowError
 from annotation.models import Comparison
+from tests.helpers.mt_bench_files import QUESTION
+from tests.helpers.mt_bench_files import expert_vote as _vote
+from tests.helpers.mt_bench_files import fastchat_files as _fastchat
+from tests.helpers.mt_bench_files import write_jsonl as _jsonl
 from tests.helpers.shared_data import DATA_DIR
 
 NOTE = mt_bench.EARLIER_ANSWER_NOTE
-QUESTION = ["Write a haiku about rain.", "Now make it rhyme."]
-ANSWERS = {  # model -> (turn 1, turn 2); alpaca and llama gave the same first answer
-    "gpt-4": ("Soft rain on the roof", "Rain taps, the drains gulp"),
-    "claude-v1": ("Grey sky, wet stones", "Grey sky again, rain in the drain"),
-    "alpaca-13b": ("Rain falls.", "Rain falls, all."),
-    "llama-13b": ("Rain falls.", "Rain, rain, go away."),
-}
-
-
-def _jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def _fastchat(tmp_path: Path) -> tuple[Path, Path]:
-    """A one-question FastChat layout: question.jsonl and model_answer/<model>.jsonl."""
-    questions = _jsonl(tmp_path / "question.jsonl", [{"question_id": 81, "turns": QUESTION}])
-    folder = tmp_path / "model_answer"
-    folder.mkdir()
-    for model, turns in ANSWERS.items():
-        _jsonl(
-            folder / f"{model}.jsonl",
-            [{"question_id": 81, "model_id": model, "choices": [{"index": 0, "turns": turns}]}],
-        )
-    return questions, folder
-
-
-def _vote(model_a: str, model_b: str, winner: str, judge: str, turn: int = 2) -> dict:
-    return {"question_id": 81, "model_a": model_a, "model_b": model_b, "winner": winner,
-            "judge": judge, "turn": turn}  # fmt: skip
 
 
 def test_conversation_at_turn_shared_and_different_first_answers():

@@ -17,7 +17,7 @@ import json
 import pytest
 from django.core.management import call_command
 
-from tests.annotation.agreement.shared_data import DATA_DIR, MT_BENCH, MT_BENCH_GPT4, require
+from tests.helpers.shared_data import DATA_DIR, MT_BENCH, MT_BENCH_GPT4, require
 
 pytestmark = pytest.mark.django_db
 QUESTIONS = DATA_DIR / "mt_bench" / "question.jsonl"

@@ -20,8 +20,8 @@ from monitoring.models import Judge, JudgeOutput
 from monitoring.selectors.judges import judge_report_data, judge_report_summary
 from monitoring.services.judge_imports import VerdictFileError, judge_verdicts_import
 from monitoring.services.judges import JudgeError, judge_launch
-from tests.conftest import logged_in
-from tests.judges.conftest import ROWS
+from tests.helpers.clients import logged_in
+from tests.helpers.judge_world import ROWS
 
 pytestmark = pytest.mark.django_db
 PROVENANCE = "test verdicts written by hand"
@@ -174,7 +174,9 @@ def test_an_imported_judge_needs_a_description_and_has_no_job(judged_project):
 def test_mt_bench_rows_match_the_importers_pairs(tmp_path, db):
     """FastChat rows name their models either way round; g1/g2 give the two orders (game 1 shows
     model_1 first). claude-v1 < gpt-4, so a row with model_1 = gpt-4 is the stored pair swapped."""
-    from tests.annotation.test_mt_bench_turn2 import _fastchat, _jsonl, _vote
+    from tests.helpers.mt_bench_files import expert_vote as _vote
+    from tests.helpers.mt_bench_files import fastchat_files as _fastchat
+    from tests.helpers.mt_bench_files import write_jsonl as _jsonl
 
     questions, answers = _fastchat(tmp_path)
     votes = _jsonl(tmp_path / "votes.jsonl", [_vote("gpt-4", "claude-v1", "model_a", "e1", 1)])

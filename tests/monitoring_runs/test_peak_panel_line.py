@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from monitoring.selectors.stopping_panel import run_peak_line, run_stopping_panel
+from monitoring.services.stopping_panel import stopping_panel_refresh
 from monitoring.stats.peak import gao_curve
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
 from training.models import Checkpoint
 
 pytestmark = pytest.mark.django_db
@@ -47,6 +48,7 @@ def test_the_run_page_shows_the_peak_line(make_run, ml_engineer):
     """The stopping panel carries the line, and the run page shows it."""
     run = _run_with_curve(make_run)
     assert run_stopping_panel(run, n_boot=200)["peak"]["checkpoint"] == "step 60"
+    stopping_panel_refresh(run=run)  # the page reads the stored figures
     page = logged_in(ml_engineer).get(f"/monitoring/runs/{run.pk}/").content.decode()
     assert 'data-testid="peak-estimate"' in page and "Estimated peak at KL 7.39" in page
 
