@@ -256,6 +256,9 @@ _RESPONSES_INSERT = f"""
     ON CONFLICT (prompt_id, content_hash) DO NOTHING
 """  # noqa: S608 - constant table names; every value is a parameter  # nosec B608
 
+# A new comparison's overlap slots taken are its staged judgements (all of which the next statement
+# writes: it has none yet, and the file names an annotator once per comparison), set here rather
+# than by an UPDATE of every new row afterwards.
 _COMPARISONS_INSERT = f"""
     WITH first AS (
         SELECT DISTINCT ON (comparison_hash) * FROM {STAGE_ROWS}
@@ -264,6 +267,9 @@ _COMPARISONS_INSERT = f"""
         SELECT f.* FROM first f
         WHERE NOT EXISTS (SELECT 1 FROM annotation_comparison c
                           WHERE c.project_id = %(project)s AND c.content_hash = f.comparison_hash)
+    ), votes AS (
+        SELECT comparison_hash, count(*) AS n FROM {STAGE_JUDGEMENTS}
+        WHERE line BETWEEN %(low)s AND %(high)s GROUP BY comparison_hash
     ), top AS (
         SELECT coalesce(max(queue_position), 0) AS top FROM annotation_comparison
         WHERE project_id = %(project)s
@@ -271,8 +277,10 @@ _COMPARISONS_INSERT = f"""
         INSERT INTO annotation_comparison (project_id, prompt_id, response_a_id, response_b_id,
             gold, external_id, content_hash, metadata, queue_position, taken, served, created_at)
         SELECT %(project)s, p.id, ra.id, rb.id, f.gold, f.external_id, f.comparison_hash,
-               f.metadata, top.top + row_number() OVER (ORDER BY f.line), 0, 0, now()
+               f.metadata, top.top + row_number() OVER (ORDER BY f.line), coalesce(v.n, 0), 0,
+               now()
         FROM fresh f CROSS JOIN top
+        LEFT JOIN votes v ON v.comparison_hash = f.comparison_hash
         JOIN annotation_prompt p ON p.project_id = %(project)s AND p.content_hash = f.prompt_hash
         JOIN annotation_response ra ON ra.prompt_id = p.id AND ra.content_hash = f.hash_a
         JOIN annotation_response rb ON rb.prompt_id = p.id AND rb.content_hash = f.hash_b
@@ -299,22 +307,22 @@ _JUDGEMENTS_INSERT = """
     ), added AS (
         SELECT comparison_id, count(*) AS n FROM inserted GROUP BY comparison_id
     ), taken AS (
-        -- each imported judgement takes one of its comparison's overlap slots; taken + n in the
-        -- statement, so concurrent claims' increments are not lost
+        -- each imported judgement takes one of its comparison's overlap slots: comparisons this
+        -- range created (ids above %(before_id)s) were given theirs; older ones get taken + n in
+        -- the statement, so concurrent claims' increments are not lost
         UPDATE annotation_comparison c SET taken = c.taken + added.n
-        FROM added WHERE c.id = added.comparison_id
-        RETURNING added.n
+        FROM added WHERE c.id = added.comparison_id AND c.id <= %(before_id)s
     )
-    SELECT coalesce(sum(n), 0),
+    SELECT (SELECT count(*) FROM inserted),
            (SELECT count(*) FROM {stage} WHERE line BETWEEN %(low)s AND %(high)s)
-    FROM taken
 """
 
 
-def staged_write(*, project_id: int, low: int, high: int) -> RangeCounts:
+def staged_write(*, project_id: int, low: int, high: int, judged: bool = True) -> RangeCounts:
     """Write the staged rows on lines ``low`` to ``high`` (inclusive) into the project: prompts
     (with their reference answers), responses, comparisons, then judgements (their annotators'
-    accounts must exist: ``staged_annotators`` names them). Raises ImportValidationError when a
+    accounts must exist: ``staged_annotators`` names them; ``judged`` False: the range has none, and
+    the judgements statement is not run). Raises ImportValidationError when a
     stored prompt has another answer than a row gives it (written since the rows were checked)."""
     params = {"project": project_id, "low": low, "high": high}
     users = get_user_model()
@@ -341,11 +349,14 @@ def staged_write(*, project_id: int, low: int, high: int) -> RangeCounts:
             raise ImportValidationError([LineError(line, "answer", message)])
         cursor.execute(_ANSWERS_FILL, params)
         cursor.execute(_RESPONSES_INSERT, params)
+        cursor.execute("SELECT coalesce(max(id), 0) FROM annotation_comparison")
+        (params["before_id"],) = cursor.fetchone()
         cursor.execute(_COMPARISONS_INSERT, params)
         (created,) = cursor.fetchone()
-        cursor.execute(judgements_sql, params)
-        judged = cursor.fetchone()
-    judgements_created, staged_judgements = judged  # one row: an aggregate without GROUP BY
+        judgements_created, staged_judgements = 0, 0
+        if judged:
+            cursor.execute(judgements_sql, params)
+            judgements_created, staged_judgements = cursor.fetchone()
     return RangeCounts(
         rows=rows,
         comparisons_created=created,
