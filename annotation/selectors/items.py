@@ -9,7 +9,8 @@ Filters are independent ``Q`` builders: each status is one entry of ``STATUS_FIL
 a current verdict exists), agreement and origin are counts
 and ``Exists`` over judgements and assignments, the Dawid-Skene margin comes from the project's
 consensus (``annotation.services.items.item_consensus``). Search is PostgreSQL full-text search on
-the prompt and both responses, through the GIN indexes of migration 0006; on SQLite the same syntax
+the prompt and both responses, through each comparison's stored documents (``ComparisonSearch``,
+kept by triggers, one GIN index: migration 0009); on SQLite the same syntax
 (phrases, ``or``, -word) over case-insensitive contains (``contains_search``).
 """
 
@@ -28,13 +29,12 @@ from functools import reduce
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.postgres.search import SearchQuery
 from django.db import connection
 from django.db.models import (
-    BooleanField,
     Count,
     Exists,
     F,
-    Func,
     IntegerField,
     OuterRef,
     Q,
@@ -49,10 +49,9 @@ from annotation.models import (
     Adjudication,
     Assignment,
     Comparison,
+    ComparisonSearch,
     Judgement,
     Project,
-    Prompt,
-    Response,
 )
 from annotation.services.items import item_consensus
 from common.errors import ConcordError
@@ -77,20 +76,6 @@ ORIGINS = ("imported", "here")
 GOLD = ("yes", "no")
 # Sortable columns: name -> the annotation or field the keyset runs on.
 SORTS = {"id": "id", "queue": "queue_position", "judgements": "n_judged", "cluster": "cluster_key"}
-
-
-class FullTextMatch(Func):
-    """PostgreSQL: ``to_tsvector('english', column) @@ websearch_to_tsquery('english', words)``.
-
-    The tsvector is written exactly as migration 0006 indexes it (GIN on
-    ``to_tsvector('english'::regconfig, text)`` of prompts and responses), so the planner uses the
-    index. Arguments: the text column, the words (websearch syntax: "a phrase", or, -word).
-    """
-
-    arity = 2
-    template = "to_tsvector('english'::regconfig, %(expressions)s)"
-    arg_joiner = ") @@ websearch_to_tsquery('english'::regconfig, "
-    output_field = BooleanField()
 
 
 def _active_lease(now: datetime) -> Exists:
@@ -336,21 +321,17 @@ def contains_search(words: str) -> Q:
 
 def _search(project: Project, words: str) -> Q:
     """Comparisons whose prompt or either response matches ``words`` (websearch syntax: quoted
-    phrases, ``or``, -word): PostgreSQL's full-text search, ``contains_search`` elsewhere."""
+    phrases, ``or``, -word): PostgreSQL's full-text search over each comparison's stored documents
+    (``ComparisonSearch``, one GIN index), ``contains_search`` elsewhere. ``EXISTS`` lets the
+    planner choose: probe each comparison walked in page order by its key (a common word), or start
+    at the GIN index (a rare one)."""
     if connection.vendor != "postgresql":
         return contains_search(words)
-    prompt_ids = Prompt.objects.filter(project=project).filter(
-        FullTextMatch(F("text"), Value(words))
+    query = SearchQuery(words, search_type="websearch", config="english")
+    documents = ComparisonSearch.objects.filter(comparison_id=OuterRef("pk")).filter(
+        Q(prompt_document=query) | Q(a_document=query) | Q(b_document=query)
     )
-    # Responses need no project condition: the outer query keeps the project's comparisons, and a
-    # join to prompts here would stop the planner from starting at the GIN index.
-    response_ids = Response.objects.filter(FullTextMatch(F("text"), Value(words)))
-    prompt_ids, response_ids = prompt_ids.values("id"), response_ids.values("id")
-    return (
-        Q(prompt_id__in=prompt_ids)
-        | Q(response_a_id__in=response_ids)
-        | Q(response_b_id__in=response_ids)
-    )
+    return Q(Exists(documents))
 
 
 def _model_filter(model: str) -> Q:
