@@ -65,6 +65,9 @@ def _people_judgements() -> QuerySet:
 
 PAGE_SIZE = 50
 COUNT_CAP = 1_000  # matching rows are counted up to here ("more than 1000": counting costs a scan)
+# Above this many rows by the planner's estimate, the count shown is the estimate ("about N"): it
+# costs planning only, where counting a sparse filter walks the whole project (PostgreSQL only).
+ESTIMATE_FROM = 10_000
 PROMPT_PREVIEW_CHARS = 140
 
 
@@ -233,7 +236,8 @@ class ItemRow:
 @dataclass(frozen=True)
 class ItemPage:
     """A page of rows and the cursors of its neighbours (None at either end); ``matching`` counts
-    the rows that pass the filters up to COUNT_CAP (``matching_capped``: there are more)."""
+    the rows that pass the filters up to COUNT_CAP (``matching_capped``: there are more), or is
+    the planner's estimate, rounded, when that is above ESTIMATE_FROM (``matching_estimated``)."""
 
     rows: list[ItemRow]
     next_cursor: str | None
@@ -241,6 +245,7 @@ class ItemPage:
     total: int
     matching: int
     matching_capped: bool
+    matching_estimated: bool = False
 
 
 def cursor_encode(sort_value: Any, pk: int) -> str:
@@ -499,7 +504,10 @@ def items_page(
     ]
     has_next = (more and not backwards) or backwards
     has_previous = (more and backwards) or (after is not None)
-    matching = items_queryset(project=project, filters=filters).order_by()[: COUNT_CAP + 1].count()
+    matching, capped, estimated = _matching_count(
+        items_queryset(project=project, filters=filters).order_by(),
+        only_page=len(rows) if not has_next and not has_previous else None,
+    )
     return ItemPage(
         rows=rows,
         next_cursor=cursor_encode(rows[-1].sort_value, rows[-1].id) if rows and has_next else None,
@@ -507,6 +515,40 @@ def items_page(
             cursor_encode(rows[0].sort_value, rows[0].id) if rows and has_previous else None
         ),
         total=Comparison.objects.filter(project=project).count(),
-        matching=min(matching, COUNT_CAP),
-        matching_capped=matching > COUNT_CAP,
+        matching=matching,
+        matching_capped=capped,
+        matching_estimated=estimated,
     )
+
+
+def planner_estimate(queryset: QuerySet) -> int | None:
+    """The rows PostgreSQL's planner expects ``queryset`` to return (EXPLAIN, nothing run); None
+    on other databases."""
+    if connection.vendor != "postgresql":
+        return None
+    sql, params = queryset.values("pk").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+def _about(n: int) -> int:
+    """``n`` to two significant figures (an estimate shown as "about 270000", not "about 271,493")."""
+    digits = max(0, len(str(n)) - 2)
+    return round(n, -digits)
+
+
+def _matching_count(queryset: QuerySet, *, only_page: int | None) -> tuple[int, bool, bool]:
+    """(matching, capped, estimated) for the count line. ``only_page``: the rows of a page that has
+    no neighbour, which are all the matches, exactly. Else the planner's estimate above
+    ESTIMATE_FROM (about), else a count up to COUNT_CAP."""
+    if only_page is not None:
+        return only_page, False, False
+    estimate = planner_estimate(queryset)
+    if estimate is not None and estimate > ESTIMATE_FROM:
+        return _about(estimate), False, True
+    counted = queryset[: COUNT_CAP + 1].count()
+    return min(counted, COUNT_CAP), counted > COUNT_CAP, False

@@ -374,3 +374,33 @@ def test_a_damaged_cursor_is_a_clear_error(world, cursor):
     project, _ = world
     with pytest.raises(ConcordError, match="cursor is damaged"):
         items_page(project=project, filters=ItemFilters(), after=cursor)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the planner's estimate")
+def test_a_count_above_the_estimate_threshold_is_the_planners_estimate(monkeypatch):
+    """With ESTIMATE_FROM lowered to 5, 40 comparisons on two pages are counted by the planner's
+    estimate (EXPLAIN: nothing scanned), rounded to two figures and marked estimated ("About" on
+    the page); a filter the planner expects to match fewer is counted exactly."""
+    from annotation.selectors import items as items_selector
+
+    monkeypatch.setattr(items_selector, "ESTIMATE_FROM", 5)
+    project = ProjectFactory()
+    for i in range(40):
+        make_pair(project, prompt=f"prompt {i}")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE annotation_comparison")
+    page = items_page(project=project, filters=ItemFilters(), page_size=10)
+    estimate = items_selector.planner_estimate(Comparison.objects.filter(project=project))
+    assert estimate is not None and estimate > 5
+    assert page.matching_estimated and not page.matching_capped
+    assert page.matching == items_selector._about(estimate) and page.total == 40
+    gold = items_page(project=project, filters=ItemFilters(gold="yes"), page_size=10)
+    assert (gold.matching, gold.matching_estimated) == (0, False)  # one page: its rows, exactly
+
+
+def test_estimates_are_shown_to_two_figures():
+    from annotation.selectors.items import _about
+
+    assert [_about(n) for n in (7, 42, 271_493, 1_000_000, 99_960)] == [
+        7, 42, 270_000, 1_000_000, 100_000,
+    ]  # fmt: skip
