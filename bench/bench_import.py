@@ -163,11 +163,14 @@ def _one(path: Path, write_path: str, skip_invalid: bool) -> None:
 
 
 def _child(*args: str) -> dict:
-    """Run this script with ``args`` in a fresh process; its last line of output, parsed."""
+    """Run this script with ``args`` in a fresh process; its last line of output, parsed (and
+    echoed to stderr at once, so a long run's finished imports survive an interruption)."""
     child = subprocess.run(
         [sys.executable, __file__, *args], check=True, capture_output=True, text=True
     )
     lines = child.stdout.strip().splitlines()
+    if lines:
+        print(lines[-1], file=sys.stderr, flush=True)
     return json.loads(lines[-1]) if lines else {}
 
 
@@ -181,6 +184,11 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(CONTAINERS), help="containers to measure")
     parser.add_argument("--bad-percent", type=float, default=0.0)
     parser.add_argument("--bad-rows", type=int, default=100_000)
+    parser.add_argument(
+        "--paths",
+        default="copy,rows",
+        help="write paths to measure (copy: --rows, rows: --rows-path)",
+    )
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # child: one import
     parser.add_argument("--path", default="copy", help=argparse.SUPPRESS)  # child: copy or rows
     parser.add_argument("--skip-invalid", action="store_true", help=argparse.SUPPRESS)
@@ -203,7 +211,8 @@ def main() -> None:
     create_database(os.environ["DATABASE_URL"])
     subprocess.run([sys.executable, str(ROOT / "manage.py"), "migrate", "-v0"], check=True)
     results = []
-    runs = [("copy", args.rows)] + ([("rows", args.rows_path)] if args.rows_path else [])
+    sizes = {"copy": args.rows, "rows": args.rows_path}
+    runs = [(p, sizes[p]) for p in args.paths.split(",") if sizes.get(p)]
     with tempfile.TemporaryDirectory() as tmp:
         for container in args.only.split(","):
             if container not in CONTAINERS:
