@@ -125,15 +125,16 @@ def load(*, judged: int) -> dict[str, float]:
                                  (4, ARRAY[2, 4])) AS v(n, pair)""",
         "judgements": f"""
             INSERT INTO annotation_judgement (comparison_id, annotator_id, choice, strength, rationale,
-                shown_left, elapsed_ms, created_at, updated_at)
+                shown_left, elapsed_ms, suggested_choice, created_at, updated_at)
             SELECT c.id, {first_annotator} + (c.id + k) % {N_ANNOTATORS},
                    (ARRAY['a', 'b', 'a', 'tie', 'b', 'a', 'both_bad'])[1 + (c.id * 3 + k * k) % 7],
                    1 + (c.id + k) % 3, '', CASE WHEN k % 2 = 0 THEN 'a' ELSE 'b' END,
-                   2000 + (c.id * k) % 30000, now(), now()
+                   2000 + (c.id * k) % 30000, '', now(), now()
             FROM (SELECT id FROM annotation_comparison WHERE project_id = {project.pk}
                   ORDER BY id LIMIT {judged}) c, generate_series(0, 2) k
             UNION ALL
-            SELECT c.id, {first_annotator} + c.id % {N_ANNOTATORS}, 'b', 1, '', 'a', 5000, now(), now()
+            SELECT c.id, {first_annotator} + c.id % {N_ANNOTATORS}, 'b', 1, '', 'a', 5000, '', now(),
+                   now()
             FROM (SELECT id FROM annotation_comparison WHERE project_id = {project.pk}
                   ORDER BY id OFFSET {judged} LIMIT {judged // 3}) c""",
         "assignments": f"""
