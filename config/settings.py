@@ -321,6 +321,7 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     # Exact names are matched before patterns: the reaper is bookkeeping, not GPU work.
     "training.tasks.reap_stale_runs": {"queue": "default"},
+    "training.tasks.continuous_rm_check_all": {"queue": "default"},
     "training.tasks.*": {"queue": "gpu"},
     "monitoring.tasks.generate_*": {"queue": "gpu"},
 }
@@ -393,9 +394,20 @@ CONCORD_ALERT_RULES = [
     {"metric": "missing_eos_penalised", "direction": ">", "threshold": 0.5,
      "meaning": "most samples hit max_new_tokens without EOS: the missing-EOS penalty, not the "
                 "reward model, drives the policy", "diagnosis_step": 7},
+    # Relative: fires at twice the run's first evaluated value (PIPELINE.md, reward-model ensembles).
+    {"metric": "eval_ensemble_disagreement", "direction": ">", "threshold": 2.0,
+     "relative_to_first": True,
+     "meaning": "ensemble disagreement rising: the reward models disagree on the policy's answers "
+                "twice as much as at the first evaluation (early sign of reward gaming)",
+     "diagnosis_step": 2},
 ]  # fmt: skip
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-training-runs": {"task": "training.tasks.reap_stale_runs", "schedule": 60.0},
+    # Continuous reward modelling: a retrain starts when N judgements arrived (issue #33).
+    "continuous-reward-model-check": {
+        "task": "training.tasks.continuous_rm_check_all",
+        "schedule": 60.0,
+    },
 }
 
 # --- Models (offline) -------------------------------------------------------------------------------

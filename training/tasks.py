@@ -3,7 +3,7 @@ fresh process each, late ack); the reaper to the default queue. Tasks fetch ids 
 
 from celery import shared_task
 
-from training import services
+from training import continuous_services, services
 
 
 @shared_task(name="training.tasks.run_training_task", acks_late=True, reject_on_worker_lost=True)
@@ -11,10 +11,24 @@ def run_training_task(run_id: int) -> str:
     """Run a queued training run; a duplicate or redelivered message finds it claimed and does nothing."""
     from training.worker import run_execute
 
-    return run_execute(run_id=run_id)
+    status = run_execute(run_id=run_id)
+    continuous_services.retrain_finished_hook(run_id=run_id)
+    return status
 
 
 @shared_task(name="training.tasks.reap_stale_runs")
 def reap_stale_runs() -> list[int]:
     """Fail running runs whose heartbeat stopped; returns their ids."""
     return services.runs_reap_stale()
+
+
+@shared_task(name="training.tasks.continuous_rm_check_all")
+def continuous_rm_check_all() -> dict[str, str]:
+    """Start the continuous reward-model retrains that are due (periodic: the debounce)."""
+    return continuous_services.continuous_rm_check_all()
+
+
+@shared_task(name="training.tasks.continuous_rm_after_run", acks_late=True)
+def continuous_rm_after_run(run_id: int) -> str:
+    """A continuous retrain ended: learning-curve point, queue scores, the follow-up."""
+    return continuous_services.continuous_rm_after_run(run_id=run_id)
