@@ -6,7 +6,7 @@ each (6 model names), 1,000,000 comparisons (4 per prompt; every 500th gold), ju
 first ``--judged`` comparisons (3 annotators each out of 30; a further slice with one judgement),
 done assignments for half of the judgements (labelled here; the rest count as imported) and 1,000
 active leases. Everything is written by ``INSERT ... SELECT generate_series`` in SQL, not the ORM;
-the search documents (migration 0009's trigger off during the load) are written in one statement
+the search documents (migration 0010's trigger off during the load) are written in one statement
 after it, and their GIN index built then.
 
 Then times, through Django's test Client (view, selector, template, as a lead's browser gets it),

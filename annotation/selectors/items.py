@@ -10,7 +10,7 @@ a current verdict exists), agreement and origin are counts
 and ``Exists`` over judgements and assignments, the Dawid-Skene margin comes from the project's
 consensus (``annotation.services.items.item_consensus``). Search is PostgreSQL full-text search on
 the prompt and both responses, through each comparison's stored documents (``ComparisonSearch``,
-kept by triggers, one GIN index: migration 0009); on SQLite the same syntax
+kept by triggers, one GIN index: migration 0010); on SQLite the same syntax
 (phrases, ``or``, -word) over case-insensitive contains (``contains_search``).
 """
 

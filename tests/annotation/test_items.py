@@ -216,7 +216,7 @@ def test_search_syntax_without_full_text_search(world):
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")
 def test_the_search_reads_the_stored_documents_through_their_gin_index(world):
-    """Migration 0009's GIN index covers the three documents the search matches, and the planner
+    """Migration 0010's GIN index covers the three documents the search matches, and the planner
     can answer the search from it (sequential scans off, so the test does not hang on statistics
     of a tiny table); the 0006 expression indexes are gone (nothing reads them)."""
     project, _ = world

@@ -111,7 +111,7 @@ def drop_search(apps, schema_editor) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("annotation", "0008_suggestions")]
+    dependencies = [("annotation", "0009_active_learning_queue_and_curve")]
 
     operations = [
         migrations.CreateModel(
