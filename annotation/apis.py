@@ -51,6 +51,8 @@ class ImportJobOutput(serializers.Serializer):
     phase = serializers.CharField()
     rows_done = serializers.IntegerField(allow_null=True)
     rows_total = serializers.IntegerField(allow_null=True)
+    rows_per_s = serializers.IntegerField(allow_null=True)
+    eta_s = serializers.IntegerField(allow_null=True, help_text="Seconds left in this phase.")
     errors = serializers.ListField(child=serializers.DictField())
     error_count = serializers.IntegerField()
     summary = serializers.CharField(allow_blank=True)

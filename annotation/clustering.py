@@ -20,10 +20,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.cluster import KMeans, MiniBatchKMeans
-from sklearn.decomposition import PCA
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, CountVectorizer
-from sklearn.metrics import silhouette_score
+
+# scikit-learn is imported inside the functions that use it: this module is imported when Django
+# starts (through the clustering service), and scikit-learn with what it pulls in (SciPy, pandas,
+# pyarrow) is about 200 MB of every web and worker process that never clusters.
 
 # Above this many points KMeans is replaced by MiniBatchKMeans (full KMeans is O(n k d) per iteration
 # over all points; mini-batches keep a 100k-prompt project to seconds).
@@ -77,6 +77,8 @@ def _fit_kmeans(
     points: np.ndarray, k: int, *, seed: int, minibatch_threshold: int
 ) -> tuple[np.ndarray, np.ndarray]:
     if len(points) > minibatch_threshold:
+        from sklearn.cluster import MiniBatchKMeans
+
         model = MiniBatchKMeans(
             n_clusters=k, random_state=seed, n_init=3, batch_size=4096, max_no_improvement=20
         )
@@ -84,6 +86,8 @@ def _fit_kmeans(
         # Restarts are cheap on small inputs and make the fit (and the silhouette search) stable:
         # with 3-4 restarts the 72 demo prompts' search swings between k = 2 and k = 11.
         restarts = 10 if len(points) <= SMALL_INPUT else 3
+        from sklearn.cluster import KMeans
+
         model = KMeans(n_clusters=k, random_state=seed, n_init=restarts)
     labels = model.fit_predict(points)
     return labels.astype(np.int64), model.cluster_centers_.astype(np.float32)
@@ -113,6 +117,8 @@ def _silhouette(points: np.ndarray, labels: np.ndarray, *, seed: int) -> float |
     n_labels = len(np.unique(labels))
     if n_labels < 2 or n_labels >= len(points):
         return None
+    from sklearn.metrics import silhouette_score
+
     sample = min(len(points), SILHOUETTE_SAMPLE)
     return float(
         silhouette_score(points, labels, metric="cosine", sample_size=sample, random_state=seed)
@@ -228,6 +234,8 @@ def cluster_top_terms(
         " ".join(text for text, lab in zip(texts, labels, strict=True) if lab == label)
         for label in present
     ]
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, CountVectorizer
+
     stop = sorted(ENGLISH_STOP_WORDS | CONTRACTION_HEADS) if stop_words == "english" else None
     vectorizer = CountVectorizer(stop_words=stop, token_pattern=WORD_PATTERN)
     try:
@@ -257,6 +265,8 @@ def project_2d(embeddings: np.ndarray, *, seed: int = 0) -> np.ndarray:
     n_components = min(2, n, d)
     if n_components == 0 or n < 2:
         return out
+    from sklearn.decomposition import PCA
+
     out[:, :n_components] = PCA(n_components=n_components, random_state=seed).fit_transform(points)
     return out
 

@@ -10,6 +10,7 @@ them together), each model with its constraints next to it.
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.search import SearchVectorField
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
@@ -334,6 +335,25 @@ class Comparison(models.Model):
 
     def __str__(self) -> str:
         return f"comparison {self.pk} ({self.project.slug})"
+
+
+class ComparisonSearch(models.Model):
+    """A comparison's search documents, for the item browser's search on PostgreSQL: the English
+    ``tsvector`` of its prompt and of each response, kept by database triggers (migration
+    ``0010_comparison_search_documents``: on every insert of comparisons, the import's set-based
+    ones included, and when a comparison's texts change) and searched through one GIN index. Each
+    text has its own document, so a comparison matches when one of its texts satisfies the query
+    on its own, as the search has always read. Empty on SQLite, which searches with contains."""
+
+    comparison = models.OneToOneField(
+        Comparison, primary_key=True, on_delete=models.CASCADE, related_name="search"
+    )
+    prompt_document = SearchVectorField(null=True)
+    a_document = SearchVectorField(null=True)
+    b_document = SearchVectorField(null=True)
+
+    def __str__(self) -> str:
+        return f"search documents of comparison {self.comparison_id}"
 
 
 class Judgement(models.Model):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from annotation.formats.base import MAX_RECORD_BYTES, RowError, load_record
@@ -76,7 +77,10 @@ class ImportedJudgement:
 
 @dataclass(frozen=True)
 class ImportedComparison:
-    """One validated row. ``prompt_text`` is the text, or the last user turn of ``messages``."""
+    """One validated row. ``prompt_text`` is the text, or the last user turn of ``messages``.
+
+    Its hashes are computed once (cached on the instance): the import asks for each several times.
+    A changed copy is made with ``dataclasses.replace``, which leaves the cache behind."""
 
     line: int
     prompt_text: str
@@ -91,11 +95,11 @@ class ImportedComparison:
     metadata: dict[str, Any] = field(default_factory=dict)
     answer: str | None = None  # the prompt's reference answer (text), when the row gives one
 
-    @property
+    @cached_property
     def prompt_hash(self) -> str:
         return content_hash(self.messages if self.messages is not None else self.prompt_text)
 
-    @property
+    @cached_property
     def content_key(self) -> str:
         """Hash of what the comparison shows: prompt, both responses and, when named, the models."""
         prompt = self.messages if self.messages is not None else self.prompt_text
@@ -105,7 +109,7 @@ class ImportedComparison:
             )
         return content_hash([prompt, self.response_a, self.response_b])
 
-    @property
+    @cached_property
     def comparison_hash(self) -> str:
         """The comparison's identity in its project: its ``id`` when it has one, else its content.
 
@@ -207,6 +211,10 @@ def _parse_answer(row: _Row, metadata: dict[str, Any]) -> str | None:
     return found[0][1] if found else None
 
 
+_CHOICES = frozenset(c.value for c in Choice)  # read once: an enum's members are slow to walk
+_SIDES = frozenset(("", *(s.value for s in Side)))
+
+
 def _parse_judgements(row: _Row) -> tuple[ImportedJudgement, ...]:
     raw = row.data.get("judgements", [])
     if not isinstance(raw, list):
@@ -214,7 +222,7 @@ def _parse_judgements(row: _Row) -> tuple[ImportedJudgement, ...]:
         return ()
     parsed: list[ImportedJudgement] = []
     seen: set[str] = set()
-    choices = {c.value for c in Choice}
+    choices = _CHOICES
     for index, item in enumerate(raw):
         where = f"judgements[{index}]"
         if not isinstance(item, dict):
@@ -242,7 +250,7 @@ def _parse_judgements(row: _Row) -> tuple[ImportedJudgement, ...]:
             row.fail(f"{where}.strength", f"must be between 1 and {MAX_STRENGTH}, got {strength}")
             continue
         shown_left = item.get("shown_left", "")
-        if shown_left not in ("", *(s.value for s in Side)):
+        if shown_left not in _SIDES:
             row.fail(f"{where}.shown_left", "must be 'a' or 'b'")
             continue
         elapsed = item.get("elapsed_ms")

@@ -6,7 +6,8 @@ each (6 model names), 1,000,000 comparisons (4 per prompt; every 500th gold), ju
 first ``--judged`` comparisons (3 annotators each out of 30; a further slice with one judgement),
 done assignments for half of the judgements (labelled here; the rest count as imported) and 1,000
 active leases. Everything is written by ``INSERT ... SELECT generate_series`` in SQL, not the ORM;
-the two full-text GIN indexes of migration 0006 are dropped for the load and built after it.
+the search documents (migration 0010's trigger off during the load) are written in one statement
+after it, and their GIN index built then.
 
 Then times, through Django's test Client (view, selector, template, as a lead's browser gets it),
 as the superuser: the first page; 50 random deep pages reached by a keyset cursor (sorted by id and
@@ -91,7 +92,9 @@ def load(*, judged: int) -> dict[str, float]:
     n_topics, n_models = len(TOPICS), len(MODELS)
     n_comparisons = N_PROMPTS * PER_PROMPT
     steps = {
-        "drop_search_indexes": "DROP INDEX prompt_text_search; DROP INDEX response_text_search",
+        # the search documents are written in one pass after the load, as the migration's backfill
+        "search_off": "ALTER TABLE annotation_comparison DISABLE TRIGGER comparison_search_inserted; "
+        "DROP INDEX comparisonsearch_documents",
         "prompts": f"""
             INSERT INTO annotation_prompt (project_id, text, content_hash, metadata, cluster, created_at)
             SELECT {project.pk},
@@ -122,15 +125,16 @@ def load(*, judged: int) -> dict[str, float]:
                                  (4, ARRAY[2, 4])) AS v(n, pair)""",
         "judgements": f"""
             INSERT INTO annotation_judgement (comparison_id, annotator_id, choice, strength, rationale,
-                shown_left, elapsed_ms, created_at, updated_at)
+                shown_left, elapsed_ms, suggested_choice, created_at, updated_at)
             SELECT c.id, {first_annotator} + (c.id + k) % {N_ANNOTATORS},
                    (ARRAY['a', 'b', 'a', 'tie', 'b', 'a', 'both_bad'])[1 + (c.id * 3 + k * k) % 7],
                    1 + (c.id + k) % 3, '', CASE WHEN k % 2 = 0 THEN 'a' ELSE 'b' END,
-                   2000 + (c.id * k) % 30000, now(), now()
+                   2000 + (c.id * k) % 30000, '', now(), now()
             FROM (SELECT id FROM annotation_comparison WHERE project_id = {project.pk}
                   ORDER BY id LIMIT {judged}) c, generate_series(0, 2) k
             UNION ALL
-            SELECT c.id, {first_annotator} + c.id % {N_ANNOTATORS}, 'b', 1, '', 'a', 5000, now(), now()
+            SELECT c.id, {first_annotator} + c.id % {N_ANNOTATORS}, 'b', 1, '', 'a', 5000, '', now(),
+                   now()
             FROM (SELECT id FROM annotation_comparison WHERE project_id = {project.pk}
                   ORDER BY id OFFSET {judged} LIMIT {judged // 3}) c""",
         "assignments": f"""
@@ -148,11 +152,19 @@ def load(*, judged: int) -> dict[str, float]:
             UPDATE annotation_comparison c SET taken = n FROM (
                 SELECT comparison_id, count(*) n FROM annotation_judgement GROUP BY comparison_id
             ) j WHERE j.comparison_id = c.id AND c.project_id = {project.pk}""",
-        "search_indexes": """
-            CREATE INDEX prompt_text_search ON annotation_prompt
-                USING gin (to_tsvector('english'::regconfig, text));
-            CREATE INDEX response_text_search ON annotation_response
-                USING gin (to_tsvector('english'::regconfig, text))""",
+        "search_documents": f"""
+            INSERT INTO annotation_comparisonsearch (comparison_id, prompt_document, a_document,
+                b_document)
+            SELECT c.id, to_tsvector('english'::regconfig, p.text),
+                   to_tsvector('english'::regconfig, ra.text),
+                   to_tsvector('english'::regconfig, rb.text)
+            FROM annotation_comparison c JOIN annotation_prompt p ON p.id = c.prompt_id
+            JOIN annotation_response ra ON ra.id = c.response_a_id
+            JOIN annotation_response rb ON rb.id = c.response_b_id
+            WHERE c.project_id = {project.pk}""",
+        "search_index": "CREATE INDEX comparisonsearch_documents ON annotation_comparisonsearch "
+        "USING gin (prompt_document, a_document, b_document); "
+        "ALTER TABLE annotation_comparison ENABLE TRIGGER comparison_search_inserted",
         "analyze": "ANALYZE",
     }
     seconds = {}
@@ -179,8 +191,11 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-def measure(*, repeat: int, deep_pages: int, seed: int = 0) -> dict[str, dict]:
-    """Time the pages through the test Client; returns {case: percentiles}."""
+def measure(
+    *, repeat: int, deep_pages: int, seed: int = 0, cases: list[str] | None = None
+) -> dict[str, dict]:
+    """Time the pages through the test Client; returns {case: percentiles}. ``cases``: only these
+    filter cases (names of ``filters`` below), without the paging, Dawid-Skene and item cases."""
     from django.contrib.auth import get_user_model
     from django.test import Client
     from django.urls import reverse
@@ -233,7 +248,10 @@ def measure(*, repeat: int, deep_pages: int, seed: int = 0) -> dict[str, dict]:
         "search_common_deep": {"q": "volcanoes", "after": cursor_encode(middle, middle)},
     }
     for name, params in filters.items():
-        results[name] = _percentiles(timed(params, repeat))
+        if not cases or name in cases:
+            results[name] = _percentiles(timed(params, repeat))
+    if cases:
+        return results
     started = time.perf_counter()
     item_consensus(project=project)
     results["dawid_skene_first_computation_s"] = round(time.perf_counter() - started, 1)
@@ -266,6 +284,9 @@ def main() -> None:
     parser.add_argument("--deep-pages", type=int, default=50)
     parser.add_argument("--keep", action="store_true", help="keep the bench database")
     parser.add_argument("--reuse", action="store_true", help="measure a kept database again")
+    parser.add_argument(
+        "--cases", default="", help="comma-separated filter cases to time (default: all)"
+    )
     args = parser.parse_args()
 
     _ensure_database(args.database_url, fresh=not args.reuse)
@@ -290,7 +311,8 @@ def main() -> None:
             report["load_s"] = load(judged=args.judged)
             report["load_total_s"] = round(time.perf_counter() - started, 1)
         report["load_average_before"] = os.getloadavg()
-        report["pages"] = measure(repeat=args.repeat, deep_pages=args.deep_pages)
+        cases = [c for c in args.cases.split(",") if c]
+        report["pages"] = measure(repeat=args.repeat, deep_pages=args.deep_pages, cases=cases)
         report["load_average_after"] = os.getloadavg()
     finally:
         if not args.keep:

@@ -360,6 +360,9 @@ SESSION_ENGINE = (
 UPLOAD_DIR = VAR_DIR / "uploads"
 EXPORT_DIR = VAR_DIR / "exports"
 CONCORD_IMPORT_MAX_BYTES = env.int("CONCORD_IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
+# On PostgreSQL imports COPY into staging tables and write with set-based statements; off: the
+# ORM's chunks (SQLite's path, always used there). Same rules and counts either way.
+CONCORD_IMPORT_BULK = env.bool("CONCORD_IMPORT_BULK", default=True)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 
 # --- Training runs ------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ Filters are independent ``Q`` builders: each status is one entry of ``STATUS_FIL
 a current verdict exists), agreement and origin are counts
 and ``Exists`` over judgements and assignments, the Dawid-Skene margin comes from the project's
 consensus (``annotation.services.items.item_consensus``). Search is PostgreSQL full-text search on
-the prompt and both responses, through the GIN indexes of migration 0006; on SQLite the same syntax
+the prompt and both responses, through each comparison's stored documents (``ComparisonSearch``,
+kept by triggers, one GIN index: migration 0010); on SQLite the same syntax
 (phrases, ``or``, -word) over case-insensitive contains (``contains_search``).
 """
 
@@ -28,13 +29,12 @@ from functools import reduce
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.postgres.search import SearchQuery
 from django.db import connection
 from django.db.models import (
-    BooleanField,
     Count,
     Exists,
     F,
-    Func,
     IntegerField,
     OuterRef,
     Q,
@@ -49,10 +49,9 @@ from annotation.models import (
     Adjudication,
     Assignment,
     Comparison,
+    ComparisonSearch,
     Judgement,
     Project,
-    Prompt,
-    Response,
 )
 from annotation.services.items import item_consensus
 from common.errors import ConcordError
@@ -66,6 +65,9 @@ def _people_judgements() -> QuerySet:
 
 PAGE_SIZE = 50
 COUNT_CAP = 1_000  # matching rows are counted up to here ("more than 1000": counting costs a scan)
+# Above this many rows by the planner's estimate, the count shown is the estimate ("about N"): it
+# costs planning only, where counting a sparse filter walks the whole project (PostgreSQL only).
+ESTIMATE_FROM = 10_000
 PROMPT_PREVIEW_CHARS = 140
 
 
@@ -77,20 +79,6 @@ ORIGINS = ("imported", "here")
 GOLD = ("yes", "no")
 # Sortable columns: name -> the annotation or field the keyset runs on.
 SORTS = {"id": "id", "queue": "queue_position", "judgements": "n_judged", "cluster": "cluster_key"}
-
-
-class FullTextMatch(Func):
-    """PostgreSQL: ``to_tsvector('english', column) @@ websearch_to_tsquery('english', words)``.
-
-    The tsvector is written exactly as migration 0006 indexes it (GIN on
-    ``to_tsvector('english'::regconfig, text)`` of prompts and responses), so the planner uses the
-    index. Arguments: the text column, the words (websearch syntax: "a phrase", or, -word).
-    """
-
-    arity = 2
-    template = "to_tsvector('english'::regconfig, %(expressions)s)"
-    arg_joiner = ") @@ websearch_to_tsquery('english'::regconfig, "
-    output_field = BooleanField()
 
 
 def _active_lease(now: datetime) -> Exists:
@@ -248,7 +236,8 @@ class ItemRow:
 @dataclass(frozen=True)
 class ItemPage:
     """A page of rows and the cursors of its neighbours (None at either end); ``matching`` counts
-    the rows that pass the filters up to COUNT_CAP (``matching_capped``: there are more)."""
+    the rows that pass the filters up to COUNT_CAP (``matching_capped``: there are more), or is
+    the planner's estimate, rounded, when that is above ESTIMATE_FROM (``matching_estimated``)."""
 
     rows: list[ItemRow]
     next_cursor: str | None
@@ -256,6 +245,7 @@ class ItemPage:
     total: int
     matching: int
     matching_capped: bool
+    matching_estimated: bool = False
 
 
 def cursor_encode(sort_value: Any, pk: int) -> str:
@@ -336,21 +326,17 @@ def contains_search(words: str) -> Q:
 
 def _search(project: Project, words: str) -> Q:
     """Comparisons whose prompt or either response matches ``words`` (websearch syntax: quoted
-    phrases, ``or``, -word): PostgreSQL's full-text search, ``contains_search`` elsewhere."""
+    phrases, ``or``, -word): PostgreSQL's full-text search over each comparison's stored documents
+    (``ComparisonSearch``, one GIN index), ``contains_search`` elsewhere. ``EXISTS`` lets the
+    planner choose: probe each comparison walked in page order by its key (a common word), or start
+    at the GIN index (a rare one)."""
     if connection.vendor != "postgresql":
         return contains_search(words)
-    prompt_ids = Prompt.objects.filter(project=project).filter(
-        FullTextMatch(F("text"), Value(words))
+    query = SearchQuery(words, search_type="websearch", config="english")
+    documents = ComparisonSearch.objects.filter(comparison_id=OuterRef("pk")).filter(
+        Q(prompt_document=query) | Q(a_document=query) | Q(b_document=query)
     )
-    # Responses need no project condition: the outer query keeps the project's comparisons, and a
-    # join to prompts here would stop the planner from starting at the GIN index.
-    response_ids = Response.objects.filter(FullTextMatch(F("text"), Value(words)))
-    prompt_ids, response_ids = prompt_ids.values("id"), response_ids.values("id")
-    return (
-        Q(prompt_id__in=prompt_ids)
-        | Q(response_a_id__in=response_ids)
-        | Q(response_b_id__in=response_ids)
-    )
+    return Q(Exists(documents))
 
 
 def _model_filter(model: str) -> Q:
@@ -518,7 +504,10 @@ def items_page(
     ]
     has_next = (more and not backwards) or backwards
     has_previous = (more and backwards) or (after is not None)
-    matching = items_queryset(project=project, filters=filters).order_by()[: COUNT_CAP + 1].count()
+    matching, capped, estimated = _matching_count(
+        items_queryset(project=project, filters=filters).order_by(),
+        only_page=len(rows) if not has_next and not has_previous else None,
+    )
     return ItemPage(
         rows=rows,
         next_cursor=cursor_encode(rows[-1].sort_value, rows[-1].id) if rows and has_next else None,
@@ -526,6 +515,40 @@ def items_page(
             cursor_encode(rows[0].sort_value, rows[0].id) if rows and has_previous else None
         ),
         total=Comparison.objects.filter(project=project).count(),
-        matching=min(matching, COUNT_CAP),
-        matching_capped=matching > COUNT_CAP,
+        matching=matching,
+        matching_capped=capped,
+        matching_estimated=estimated,
     )
+
+
+def planner_estimate(queryset: QuerySet) -> int | None:
+    """The rows PostgreSQL's planner expects ``queryset`` to return (EXPLAIN, nothing run); None
+    on other databases."""
+    if connection.vendor != "postgresql":
+        return None
+    sql, params = queryset.values("pk").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+def _about(n: int) -> int:
+    """``n`` to two significant figures (an estimate shown as "about 270000", not "about 271,493")."""
+    digits = max(0, len(str(n)) - 2)
+    return round(n, -digits)
+
+
+def _matching_count(queryset: QuerySet, *, only_page: int | None) -> tuple[int, bool, bool]:
+    """(matching, capped, estimated) for the count line. ``only_page``: the rows of a page that has
+    no neighbour, which are all the matches, exactly. Else the planner's estimate above
+    ESTIMATE_FROM (about), else a count up to COUNT_CAP."""
+    if only_page is not None:
+        return only_page, False, False
+    estimate = planner_estimate(queryset)
+    if estimate is not None and estimate > ESTIMATE_FROM:
+        return _about(estimate), False, True
+    counted = queryset[: COUNT_CAP + 1].count()
+    return min(counted, COUNT_CAP), counted > COUNT_CAP, False

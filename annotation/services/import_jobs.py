@@ -22,6 +22,7 @@ from annotation import formats
 from annotation.formats.containers import compression_of
 from annotation.models import ImportJob, Project
 from annotation.parsing import ImportValidationError
+from annotation.services.import_result import ProgressMeter
 from annotation.services.importing import ImportOptions, comparisons_import
 from common.errors import ConcordError
 from common.jobs import task_send
@@ -122,12 +123,10 @@ def import_job_run(*, job_id: int) -> ImportJob:
         return job  # a redelivered message: the job already ran
     ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.VALIDATING)
 
+    meter = ProgressMeter()
+
     def progress(phase: str, done: int, total: int | None) -> None:
-        cache.set(
-            _progress_key(job.pk),
-            {"phase": phase, "rows_done": done, "rows_total": total},
-            PROGRESS_TTL_S,
-        )
+        cache.set(_progress_key(job.pk), meter.figures(phase, done, total), PROGRESS_TTL_S)
 
     chosen = job.result.get("options", {})
     options = ImportOptions(
@@ -164,7 +163,9 @@ def import_job_run(*, job_id: int) -> ImportJob:
 
 
 def import_job_progress(job: ImportJob) -> dict[str, object]:
-    """The job's state for the progress bar: status, phase, rows done and total, errors."""
+    """The job's state for the progress bar: status, phase, rows done and total (about, while
+    validating: the file's lines), the phase's rate (rows per second) and time left in seconds
+    (None until measured), errors."""
     live = cache.get(_progress_key(job.pk)) or {}
     return {
         "id": job.pk,
@@ -173,6 +174,8 @@ def import_job_progress(job: ImportJob) -> dict[str, object]:
         "phase": live.get("phase", job.status),
         "rows_done": live.get("rows_done", job.rows_done),
         "rows_total": live.get("rows_total", job.rows_total),
+        "rows_per_s": live.get("rows_per_s"),
+        "eta_s": live.get("eta_s"),
         "errors": job.errors[:200],
         "error_count": job.result.get("error_count", len(job.errors)),
         "summary": job.result.get("summary", ""),

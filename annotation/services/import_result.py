@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 
 def _count(n: int, one: str, many: str | None = None) -> str:
@@ -58,3 +60,62 @@ class ImportResult:
                 + (f" (listed in {self.rejects_path})" if self.rejects_path else "")
             )
         return f"{self.format} ({self.container}): {text}"
+
+
+def duration_text(seconds: float) -> str:
+    """A duration for people: "45 s", "3 min 20 s", "1 h 05 min"."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+@dataclass
+class ProgressMeter:
+    """Rate and time left of an import's phases, from the progress callback's figures.
+
+    ``figures(phase, rows_done, rows_total)`` is called with each report; the rate (rows per
+    second) is measured from the phase's first report, and the time left (``eta_s``) is the rows
+    still to do at that rate, when the total is known. ``rows_total`` may be an estimate (the
+    newlines of a JSONL file), so the time left is about. ``clock``: seconds, monotonic.
+    """
+
+    clock: Callable[[], float] = time.monotonic
+    _phase: str = field(default="", init=False)
+    _started: float = field(default=0.0, init=False)
+    _done_at_start: int = field(default=0, init=False)
+
+    def figures(self, phase: str, rows_done: int, rows_total: int | None) -> dict[str, object]:
+        now = self.clock()
+        if phase != self._phase:
+            self._phase, self._started, self._done_at_start = phase, now, rows_done
+        elapsed = now - self._started
+        done = rows_done - self._done_at_start
+        rate = done / elapsed if elapsed > 0 and done > 0 else None
+        eta = None
+        if rate and rows_total is not None and rows_total >= rows_done:
+            eta = (rows_total - rows_done) / rate
+        return {
+            "phase": phase,
+            "rows_done": rows_done,
+            "rows_total": rows_total,
+            "rows_per_s": round(rate) if rate is not None else None,
+            "eta_s": round(eta) if eta is not None else None,
+        }
+
+    def line(self, phase: str, rows_done: int, rows_total: int | None) -> str:
+        """One line for a terminal: "validating: 20000 of about 100000 rows, 5120 rows/s, 15 s left"."""
+        figures = self.figures(phase, rows_done, rows_total)
+        text = f"{phase}: {rows_done}"
+        if rows_total:
+            text += f" of about {rows_total}" if phase == "validating" else f" of {rows_total}"
+        text += " rows"
+        if figures["rows_per_s"] is not None:
+            text += f", {figures['rows_per_s']} rows/s"
+        if figures["eta_s"] is not None:
+            text += f", {duration_text(figures['eta_s'])} left"
+        return text

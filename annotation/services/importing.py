@@ -2,13 +2,20 @@
 
 Views, commands and tasks call these; none holds logic of its own.
 
-The import reads its source twice. Pass 1 reads every record in its format (annotation.formats),
-validates it (annotation.parsing) and keeps only each comparison's key, content hash and
-annotators' verdicts, so a bad file is refused before anything is written. Pass 2 reads the file
-again and writes it in chunks of CHUNK_ROWS rows with bulk queries, inside one transaction: a
-100,000-row file never sits in memory, and a failure half-way leaves nothing behind. With
-``skip_invalid`` the bad rows are written, with their reasons, to a rejects file beside the source
-and pass 2 leaves them out.
+Every row is read and checked once by ``_checked`` (its format by annotation.formats, its fields by
+annotation.parsing, duplicates and reference answers against the rows before it, keeping only each
+comparison's key, content hash and annotators' verdicts, packed small), so whether a row is bad is
+known as it is read. Then one of two write paths, with the same rules and the same result:
+
+- PostgreSQL (``_import_by_copy``): the checked rows go straight into temporary staging tables by
+  COPY, COPY_ROWS at a time, and set-based ``INSERT ... SELECT`` statements
+  (annotation.services.import_copy) write them, WRITE_LINES lines at a time. One pass over the file.
+- SQLite, the demo (``_import_by_rows``): pass 1 checks the whole file, pass 2 reads it again and
+  writes it with the ORM in chunks of CHUNK_ROWS rows.
+
+Either way everything happens inside one transaction: a bad row (all or nothing is the default) or a
+failure half-way leaves nothing behind, and the file never sits in memory. With ``skip_invalid`` the
+bad rows are written, with their reasons, to a rejects file beside the source and left out.
 """
 
 from __future__ import annotations
@@ -16,34 +23,34 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.hashers import make_password
-from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import Max
 from django.utils.text import slugify
 
 from annotation import formats
-from annotation.formats.containers import read_records
-from annotation.models import Comparison, Judgement, Project, Prompt, Response
+from annotation.formats.containers import read_records, records_estimate
+from annotation.models import Comparison, Project, Prompt
 from annotation.parsing import (
     ImportedComparison,
     ImportValidationError,
     LineError,
     parse_record,
     parse_row,
-    response_hash,
 )
+from annotation.services import import_copy
 from annotation.services.import_result import ImportResult
-from common.roles import ANNOTATOR
+from annotation.services.import_rows import ExistingSeen, ImportCounts, annotators_for, chunk_write
 
 CHUNK_ROWS = 1000
+COPY_ROWS = 5000  # rows held in memory between two COPYs into the staging tables
+WRITE_LINES = 100_000  # lines of the file written by one round of set-based statements
 MAX_ERRORS_KEPT = 1000
 REJECTS_SUFFIX = ".rejected.jsonl"
 
@@ -195,24 +202,43 @@ def _answer_errors(
     return []
 
 
-def _validate(
-    source: Source, options: ImportOptions, progress: Progress | None, project: Project
-) -> _Plan:
-    """Pass 1: every record read and checked; duplicates within the file checked.
+def _verdicts_packed(line: int, content_key: str, verdicts: dict[str, tuple[str, int]]) -> bytes:
+    """What pass 1 keeps of a comparison's first row, packed small (a million rows fit in about
+    200 MB): its line, the first 16 bytes of its content hash, and its annotators' verdicts."""
+    packed = json.dumps(sorted([n, c, s] for n, (c, s) in verdicts.items()), ensure_ascii=False)
+    return line.to_bytes(8, "little") + bytes.fromhex(content_key[:32]) + packed.encode()
+
+
+def _verdicts_unpacked(value: bytes) -> tuple[int, bytes, dict[str, tuple[str, int]]]:
+    line = int.from_bytes(value[:8], "little")
+    return line, value[8:24], {n: (c, s) for n, c, s in json.loads(value[24:].decode())}
+
+
+def _checked(
+    source: Source,
+    options: ImportOptions,
+    progress: Progress | None,
+    project: Project,
+    plan: _Plan,
+) -> Iterator[ImportedComparison]:
+    """Read every record of ``source`` once, check it, and yield the valid rows (a judge's repeated
+    vote left out where the format counts it once), filling ``plan`` as it goes.
 
     A comparison (one key: its id, or its content without one) may span several rows; each of its
     annotators judges it once, and rows with one id must show the same content. A prompt has one
-    reference answer: rows (and the project's stored prompt) that give it two are an error. Raises
-    ImportValidationError listing the errors unless ``skip_invalid`` (then the bad rows go to the
-    rejects file beside ``source``).
+    reference answer: rows (and the project's stored prompt) that give it two are an error. Every
+    check looks back only (a row is judged against the valid rows before it), so whether a row is
+    rejected is known when it is read. At the end raises ImportValidationError listing the errors
+    unless ``skip_invalid`` (then the bad rows go to the rejects file beside ``source``): a caller
+    that writes while it reads must do so inside a transaction that this error rolls back.
     """
-    plan = _plan_for(source, options)
     count_once = formats.repeats_count_once(plan.format)
     errors: list[LineError] = []
     n_errors = 0
-    # key -> (first line, content hash, {annotator: (choice, strength)})
-    seen: dict[str, tuple[int, str, dict[str, tuple[str, int]]]] = {}
+    # first 16 bytes of the key -> _verdicts_packed(first line, content hash, verdicts)
+    seen: dict[bytes, bytes] = {}
     answers: dict[str, tuple[int, str]] = {}  # prompt hash -> (first line, answer)
+    total = _rows_estimate(source, plan)
     rejects = None
     if options.skip_invalid and isinstance(source, Path):
         plan.rejects_path = str(source.with_name(source.name + REJECTS_SUFFIX))
@@ -225,12 +251,16 @@ def _validate(
                 plan.rows += 1
                 row_errors = [*item.errors, *_answer_errors(item, answers, stored)]
                 repeats: list[str] = []
+                first = None
                 if item.row is not None:
                     row = item.row
-                    first = seen.get(row.comparison_hash)
+                    key = bytes.fromhex(row.comparison_hash[:32])
+                    content_key = row.content_key
+                    packed = seen.get(key)
+                    first = _verdicts_unpacked(packed) if packed is not None else None
                     verdicts = {j.annotator: (j.choice, j.strength) for j in row.judgements}
                     if first is not None:
-                        if first[1] != row.content_key:
+                        if first[1] != bytes.fromhex(content_key[:32]):
                             row_errors.append(
                                 LineError(
                                     item.number,
@@ -275,11 +305,13 @@ def _validate(
                     if row.answer is not None:
                         answers.setdefault(row.prompt_hash, (item.number, row.answer))
                     if first is None:
-                        seen[row.comparison_hash] = (item.number, row.content_key, verdicts)
+                        seen[key] = _verdicts_packed(item.number, content_key, verdicts)
                     else:
-                        first[2].update(verdicts)
+                        merged = {**first[2], **verdicts}
+                        seen[key] = _verdicts_packed(first[0], content_key, merged)
+                    yield _without_repeats(row, plan)
                 if progress is not None and plan.rows % CHUNK_ROWS == 0:
-                    progress("validating", plan.rows, None)
+                    progress("validating", plan.rows, total)
     except BaseException:
         if rejects is not None:
             rejects.close()
@@ -290,204 +322,26 @@ def _validate(
         os.replace(rejects.name, plan.rejects_path)
     if n_errors and not options.skip_invalid:
         raise ImportValidationError(errors, total=n_errors)
-    return plan
 
 
-@dataclass
-class _Counts:
-    comparisons_created: int = 0
-    comparisons_existing: int = 0
-    judgements_created: int = 0
-    judgements_existing: int = 0
-    annotators_created: int = 0
-
-
-def _prompts_for(
-    project: Project, rows: list[ImportedComparison], answers: dict[str, tuple[int, str]]
-) -> dict[str, Prompt]:
-    """The rows' prompts, created when missing; ``answers`` (prompt hash -> (line, answer)) go to
-    ``Prompt.metadata["answer"]``, filling in a stored prompt that has none. A stored prompt with
-    another answer (written by a concurrent import since pass 1) is an ImportValidationError, which
-    rolls the whole import back."""
-    wanted = {row.prompt_hash: row for row in rows}
-    existing = Prompt.objects.filter(project=project, content_hash__in=wanted)
-    found = {prompt.content_hash: prompt for prompt in existing}
-    missing = [
-        Prompt(
-            project=project,
-            content_hash=h,
-            text=row.prompt_text,
-            messages=row.messages,
-            metadata={"answer": answers[h][1]} if h in answers else {},
-        )
-        for h, row in wanted.items()
-        if h not in found
-    ]
-    Prompt.objects.bulk_create(missing, ignore_conflicts=True)
-    if missing:
-        found = {
-            p.content_hash: p
-            for p in Prompt.objects.filter(project=project, content_hash__in=wanted)
-        }
-    filled = []
-    for h, (line, answer) in answers.items():
-        prompt = found[h]
-        metadata = prompt.metadata if isinstance(prompt.metadata, dict) else {}
-        stored = metadata.get("answer")
-        if stored is None:
-            prompt.metadata = {**metadata, "answer": answer}
-            filled.append(prompt)
-        elif str(stored) != answer:
-            message = (
-                f"{answer!r} differs from the answer {stored!r} the project has for this prompt"
-            )
-            raise ImportValidationError([LineError(line, "answer", message)])
-    Prompt.objects.bulk_update(filled, ["metadata"])
-    return found
-
-
-def _responses_for(
-    rows: list[ImportedComparison], prompts: dict[str, Prompt]
-) -> dict[tuple[int, str], Response]:
-    wanted: dict[tuple[int, str], tuple[str, str]] = {}
-    for row in rows:
-        prompt_id = prompts[row.prompt_hash].pk
-        wanted[(prompt_id, response_hash(row.response_a, row.model_a))] = (
-            row.response_a,
-            row.model_a,
-        )
-        wanted[(prompt_id, response_hash(row.response_b, row.model_b))] = (
-            row.response_b,
-            row.model_b,
-        )
-
-    def fetch() -> dict[tuple[int, str], Response]:
-        query = Response.objects.filter(
-            prompt_id__in={p for p, _ in wanted}, content_hash__in={h for _, h in wanted}
-        )
-        return {(r.prompt_id, r.content_hash): r for r in query}
-
-    found = fetch()
-    missing = [
-        Response(prompt_id=p, content_hash=h, text=text, model_name=model)
-        for (p, h), (text, model) in wanted.items()
-        if (p, h) not in found
-    ]
-    Response.objects.bulk_create(missing, ignore_conflicts=True)
-    return fetch() if missing else found
-
-
-def _annotators_for(
-    project: Project, rows: list[ImportedComparison], counts: _Counts
-) -> dict[str, AbstractBaseUser]:
-    """Accounts for the annotators named in the rows; new ones are inactive with no password."""
-    user_model = get_user_model()
-    names = {j.annotator for row in rows for j in row.judgements}
-    if not names:
-        return {}
-    found = {u.get_username(): u for u in user_model.objects.filter(username__in=names)}
-    missing = sorted(names - set(found))
-    if missing:
-        unusable = make_password(None)
-        user_model.objects.bulk_create(
-            [user_model(username=n, is_active=False, password=unusable) for n in missing]
-        )
-        found = {u.get_username(): u for u in user_model.objects.filter(username__in=names)}
-        group, _ = Group.objects.get_or_create(name=ANNOTATOR)
-        group.user_set.add(*(found[n] for n in missing))
-        counts.annotators_created += len(missing)
-    project.members.add(*found.values())
-    return found
-
-
-def _write_chunk(project: Project, rows: list[ImportedComparison], counts: _Counts) -> None:
-    # A prompt's answer may come on any of its rows (pass 1 checked they agree).
-    answers = {r.prompt_hash: (r.line, r.answer) for r in rows if r.answer is not None}
-    # Rows of one comparison inside the chunk are merged (pass 1 checked their judgements).
-    merged: dict[str, ImportedComparison] = {}
-    for row in rows:
-        first = merged.get(row.comparison_hash)
-        if first is not None:
-            row = ImportedComparison(
-                **{**first.__dict__, "judgements": first.judgements + row.judgements}
-            )
-        merged[row.comparison_hash] = row
-    rows = list(merged.values())
-    prompts = _prompts_for(project, rows, answers)
-    responses = _responses_for(rows, prompts)
-
-    existing = {
-        c.content_hash: c
-        for c in Comparison.objects.filter(project=project, content_hash__in=merged)
-    }
-    new = []
-    # New pairs join the end of the hand-out queue (after any cluster-balanced order).
-    next_position = (
-        Comparison.objects.filter(project=project).aggregate(top=Max("queue_position"))["top"] or 0
-    ) + 1
-    for row in rows:
-        if row.comparison_hash in existing:
-            counts.comparisons_existing += 1
-            continue
-        prompt = prompts[row.prompt_hash]
-        new.append(
-            Comparison(
-                project=project,
-                queue_position=next_position + len(new),
-                prompt=prompt,
-                response_a=responses[(prompt.pk, response_hash(row.response_a, row.model_a))],
-                response_b=responses[(prompt.pk, response_hash(row.response_b, row.model_b))],
-                gold=row.gold,
-                external_id=row.external_id,
-                content_hash=row.comparison_hash,
-                metadata=row.metadata,
-            )
-        )
-    Comparison.objects.bulk_create(new)
-    counts.comparisons_created += len(new)
-    comparisons = {
-        c.content_hash: c
-        for c in Comparison.objects.filter(project=project, content_hash__in=merged)
-    }
-
-    annotators = _annotators_for(project, rows, counts)
-    if not annotators:
-        return
-    judged = set(
-        Judgement.objects.filter(
-            comparison__in=comparisons.values(), annotator__in=annotators.values()
-        ).values_list("comparison_id", "annotator_id")
+def _rows_estimate(source: Source, plan: _Plan) -> int | None:
+    """About how many rows ``source`` holds (progress and time left), None when unknown."""
+    if not isinstance(source, Path):
+        return len(source)
+    return records_estimate(
+        source, max_bytes=settings.CONCORD_IMPORT_MAX_BYTES, container=plan.container
     )
-    fresh: list[Judgement] = []
-    for row in rows:
-        comparison = comparisons[row.comparison_hash]
-        for item in row.judgements:
-            annotator = annotators[item.annotator]
-            if (comparison.pk, annotator.pk) in judged:
-                counts.judgements_existing += 1
-                continue
-            fresh.append(
-                Judgement(
-                    comparison=comparison,
-                    annotator=annotator,
-                    choice=item.choice,
-                    strength=item.strength,
-                    rationale=item.rationale,
-                    shown_left=item.shown_left,
-                    elapsed_ms=item.elapsed_ms,
-                )
-            )
-    Judgement.objects.bulk_create(fresh)
-    counts.judgements_created += len(fresh)
-    # Each imported judgement takes one of its comparison's overlap slots.
-    added: dict[int, int] = {}
-    for judgement in fresh:
-        added[judgement.comparison_id] = added.get(judgement.comparison_id, 0) + 1
-    by_amount: dict[int, list[int]] = {}
-    for comparison_id, amount in added.items():
-        by_amount.setdefault(amount, []).append(comparison_id)
-    for amount, ids in by_amount.items():  # F() so concurrent claims' increments are not lost
-        Comparison.objects.filter(pk__in=ids).update(taken=F("taken") + amount)
+
+
+def _validate(
+    source: Source, options: ImportOptions, progress: Progress | None, project: Project
+) -> _Plan:
+    """Pass 1 of the row-by-row path: every record read and checked (``_checked``), nothing kept
+    but the plan. Raises ImportValidationError as ``_checked`` does."""
+    plan = _plan_for(source, options)
+    for _row in _checked(source, options, progress, project, plan):
+        pass
+    return plan
 
 
 def _without_repeats(row: ImportedComparison, plan: _Plan) -> ImportedComparison:
@@ -496,7 +350,74 @@ def _without_repeats(row: ImportedComparison, plan: _Plan) -> ImportedComparison
     kept = tuple(j for j in row.judgements if (row.line, j.annotator) not in plan.repeats)
     if len(kept) == len(row.judgements):
         return row
-    return ImportedComparison(**{**row.__dict__, "judgements": kept})
+    return replace(row, judgements=kept)
+
+
+def _import_by_rows(
+    project: Project, lines: Source, progress: Progress | None, options: ImportOptions
+) -> tuple[_Plan, ImportCounts]:
+    """SQLite's path (and PostgreSQL's with CONCORD_IMPORT_BULK off): pass 1 checks the whole
+    source, pass 2 reads it again and writes it in chunks of CHUNK_ROWS rows with the ORM."""
+    plan = _validate(lines, options, progress, project)
+    counts = ImportCounts()
+    done = 0
+    with transaction.atomic():
+        top = Comparison.objects.filter(project=project).aggregate(top=Max("id"))["top"]
+        found = ExistingSeen(before_id=top or 0)
+        rows = (
+            _without_repeats(item.row, plan)
+            for item in _source_reads(lines, plan, options)
+            if item.row is not None and item.number not in plan.rejected
+        )
+        while chunk := list(islice(rows, CHUNK_ROWS)):
+            chunk_write(project, chunk, counts, found)
+            done += len(chunk)
+            if progress is not None:
+                progress("importing", done, plan.rows)
+    return plan, counts
+
+
+def _import_by_copy(
+    project: Project, lines: Source, progress: Progress | None, options: ImportOptions
+) -> tuple[_Plan, ImportCounts]:
+    """PostgreSQL's path: one pass reads and checks the source and COPYs the valid rows into
+    staging tables, COPY_ROWS at a time; then set-based statements write them, WRITE_LINES lines
+    of the file at a time. All inside one transaction: a bad row (which raises at the end of the
+    reading, when every error is known) or any failure leaves nothing written."""
+    plan = _plan_for(lines, options)
+    counts = ImportCounts()
+    with transaction.atomic():
+        import_copy.staging_create()
+        rows = _checked(lines, options, progress, project, plan)
+        while chunk := list(islice(rows, COPY_ROWS)):
+            import_copy.staging_copy(chunk)
+        import_copy.staging_index()
+        staged, low, high = import_copy.staged_lines()
+        counts.comparisons_existing = import_copy.staged_existing(project_id=project.pk)
+        done = 0
+        if progress is not None:
+            progress("importing", 0, staged)
+        for start in range(low, high + 1, WRITE_LINES) if staged else ():
+            end = min(start + WRITE_LINES - 1, high)
+            names = import_copy.staged_annotators(low=start, high=end)
+            if names:
+                annotators_for(project, names, counts)
+            written = import_copy.staged_write(
+                project_id=project.pk, low=start, high=end, judged=bool(names)
+            )
+            counts.comparisons_created += written.comparisons_created
+            counts.judgements_created += written.judgements_created
+            counts.judgements_existing += written.judgements_existing
+            done += written.rows
+            if progress is not None:
+                progress("importing", done, staged)
+        import_copy.staging_drop()
+    return plan, counts
+
+
+def bulk_import_enabled() -> bool:
+    """Whether imports take the COPY path: on PostgreSQL, unless CONCORD_IMPORT_BULK is off."""
+    return import_copy.bulk_supported() and getattr(settings, "CONCORD_IMPORT_BULK", True)
 
 
 def comparisons_import(
@@ -509,27 +430,18 @@ def comparisons_import(
     """Import comparisons into ``project``: all or nothing (unless ``skip_invalid``), idempotent.
 
     ``lines`` is a list of Concord JSONL lines or the Path of a file in any format annotation.formats
-    reads (read twice, never held in memory). Any bad row raises ImportValidationError listing each
+    reads (streamed, never held in memory). Any bad row raises ImportValidationError listing each
     bad row and field, and nothing is written; with ``options.skip_invalid`` the good rows are
     imported and the bad ones listed in ``<file>.rejected.jsonl``. A row with an ``id`` is found
     again by that id on re-import; a row without one by its content (prompt, responses, models).
-    Judgements already present (same comparison and annotator) are kept as they are.
+    Judgements already present (same comparison and annotator) are kept as they are. On PostgreSQL
+    the rows go through COPY and set-based statements (``annotation.services.import_copy``); on
+    SQLite through the ORM in chunks; the rules and the result are the same.
     """
     options = options or ImportOptions()
-    plan = _validate(lines, options, progress, project)
-    counts = _Counts()
-    done = 0
+    by = _import_by_copy if bulk_import_enabled() else _import_by_rows
     with transaction.atomic():
-        rows = (
-            _without_repeats(item.row, plan)
-            for item in _source_reads(lines, plan, options)
-            if item.row is not None and item.number not in plan.rejected
-        )
-        while chunk := list(islice(rows, CHUNK_ROWS)):
-            _write_chunk(project, chunk, counts)
-            done += len(chunk)
-            if progress is not None:
-                progress("importing", done, plan.rows)
+        plan, counts = by(project, lines, progress, options)
         if counts.judgements_created:
             from annotation.services.labelling import judgements_changed
 

@@ -13,7 +13,7 @@ from annotation.services.importing import project_get_or_create
 from config.celery import app as celery_app
 from tests.helpers.clients import logged_in
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("import_path")]
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from annotation.models import Assignment, Comparison
+from annotation.models import Assignment, Comparison, ComparisonSearch
 from annotation.selectors.items import (
     ItemFilters,
     contains_search,
@@ -215,18 +215,69 @@ def test_search_syntax_without_full_text_search(world):
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")
-def test_the_gin_indexes_index_the_expression_the_search_writes():
-    """Migration 0006's indexes are on the very expression FullTextMatch writes (else unused)."""
+def test_the_search_reads_the_stored_documents_through_their_gin_index(world):
+    """Migration 0010's GIN index covers the three documents the search matches, and the planner
+    can answer the search from it (sequential scans off, so the test does not hang on statistics
+    of a tiny table); the 0006 expression indexes are gone (nothing reads them)."""
+    project, _ = world
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE indexname LIKE '%%_text_search'"
+            "SELECT indexname, indexdef FROM pg_indexes WHERE indexname LIKE '%%_text_search' "
+            "OR indexname = 'comparisonsearch_documents'"
         )
         indexes = dict(cursor.fetchall())
-    assert set(indexes) == {"prompt_text_search", "response_text_search"}
-    for definition in indexes.values():
-        assert "USING gin (to_tsvector('english'::regconfig, text))" in definition
-    sql = str(items_queryset(project=ProjectFactory(), filters=ItemFilters(q="x")).query)
-    assert "to_tsvector('english'::regconfig, U0.\"text\")" in sql
+    assert list(indexes) == ["comparisonsearch_documents"]
+    assert (
+        "USING gin (prompt_document, a_document, b_document)"
+        in indexes["comparisonsearch_documents"]
+    )
+    queryset = items_queryset(project=project, filters=ItemFilters(q="volcano"))
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        sql, params = queryset.values("id").query.sql_with_params()
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "comparisonsearch_documents" in plan or "annotation_comparisonsearch_pkey" in plan
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")
+def test_the_triggers_keep_the_documents_when_texts_change(world):
+    """A new comparison is searchable at once (the insert trigger), a prompt's or response's text
+    edited in place is searched as it now reads, and a deleted comparison takes its documents."""
+    project, _ = world
+    pair = make_pair(project, prompt="glaciers calving", a="icebergs", b="fjords")
+    assert _ids(project, q="glacier") == {pair.pk}
+    pair.prompt.text = "deserts spreading"
+    pair.prompt.save(update_fields=["text"])
+    pair.response_b.text = "dunes"
+    pair.response_b.save(update_fields=["text"])
+    assert _ids(project, q="glacier") == set()
+    assert _ids(project, q="desert") == {pair.pk}
+    assert _ids(project, q="dune") == {pair.pk}
+    assert _ids(project, q="fjord") == set()
+    pk = pair.pk
+    pair.delete()
+    assert not ComparisonSearch.objects.filter(comparison_id=pk).exists()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")
+@pytest.mark.parametrize("import_path", ["copy", "rows"], indirect=True)
+def test_imported_comparisons_are_searchable(import_path):
+    """Both import paths' inserts (COPY's set-based INSERT ... SELECT, the ORM's bulk_create) fire
+    the statement trigger: every imported comparison has its documents."""
+    import json
+
+    from annotation.services.importing import comparisons_import, project_get_or_create
+
+    project = project_get_or_create(slug="searchable")[0]
+    lines = [
+        json.dumps({"prompt": f"Question {i} about comets", "response_a": f"tail {i}",
+                    "response_b": f"nucleus {i}"})
+        for i in range(30)
+    ]  # fmt: skip
+    comparisons_import(project=project, lines=lines)
+    assert len(_ids(project, q="comet")) == 30
+    assert len(_ids(project, q="nucleus")) == 30
 
 
 def test_search_finds_nothing_in_another_project(world):
@@ -323,3 +374,33 @@ def test_a_damaged_cursor_is_a_clear_error(world, cursor):
     project, _ = world
     with pytest.raises(ConcordError, match="cursor is damaged"):
         items_page(project=project, filters=ItemFilters(), after=cursor)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the planner's estimate")
+def test_a_count_above_the_estimate_threshold_is_the_planners_estimate(monkeypatch):
+    """With ESTIMATE_FROM lowered to 5, 40 comparisons on two pages are counted by the planner's
+    estimate (EXPLAIN: nothing scanned), rounded to two figures and marked estimated ("About" on
+    the page); a filter the planner expects to match fewer is counted exactly."""
+    from annotation.selectors import items as items_selector
+
+    monkeypatch.setattr(items_selector, "ESTIMATE_FROM", 5)
+    project = ProjectFactory()
+    for i in range(40):
+        make_pair(project, prompt=f"prompt {i}")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE annotation_comparison")
+    page = items_page(project=project, filters=ItemFilters(), page_size=10)
+    estimate = items_selector.planner_estimate(Comparison.objects.filter(project=project))
+    assert estimate is not None and estimate > 5
+    assert page.matching_estimated and not page.matching_capped
+    assert page.matching == items_selector._about(estimate) and page.total == 40
+    gold = items_page(project=project, filters=ItemFilters(gold="yes"), page_size=10)
+    assert (gold.matching, gold.matching_estimated) == (0, False)  # one page: its rows, exactly
+
+
+def test_estimates_are_shown_to_two_figures():
+    from annotation.selectors.items import _about
+
+    assert [_about(n) for n in (7, 42, 271_493, 1_000_000, 99_960)] == [
+        7, 42, 270_000, 1_000_000, 100_000,
+    ]  # fmt: skip

@@ -1,5 +1,6 @@
 """python manage.py import_comparisons PATH --project SLUG [--format auto|NAME] [--skip-invalid]"""
 
+import time
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -7,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from annotation import formats
 from annotation.formats.mt_bench import load_answers, load_questions
 from annotation.parsing import ImportValidationError
+from annotation.services.import_result import ProgressMeter
 from annotation.services.importing import ImportOptions, project_import
 
 SHOWN_ERRORS = 50
@@ -54,8 +56,12 @@ class Command(BaseCommand):
         )
 
     def _progress(self, phase: str, done: int, total: int | None) -> None:
-        of = f" of {total}" if total else ""
-        self.stderr.write(f"{phase}: {done}{of} rows")
+        """One line with the rate and the time left; at most one a second, and each phase's end."""
+        line = self._meter.line(phase, done, total)  # always measured, so the rate stays exact
+        now = time.monotonic()
+        if phase != self._shown[0] or now - self._shown[1] >= 1.0 or done == total:
+            self.stderr.write(line)
+            self._shown = (phase, now)
 
     def handle(
         self,
@@ -72,6 +78,8 @@ class Command(BaseCommand):
     ) -> None:
         if not path.is_file():
             raise CommandError(f"{path} does not exist")
+        self._meter = ProgressMeter()
+        self._shown = ("", 0.0)
         try:
             read = formats.ReadOptions(
                 scalars_as_text=scalars_as_text,
