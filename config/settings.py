@@ -251,8 +251,7 @@ CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or _default
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
-    # Exact names are matched before patterns: the reaper is bookkeeping, not GPU work.
-    "training.tasks.reap_stale_runs": {"queue": "default"},
+    # The reaper (common.tasks.jobs_reap_stale) is bookkeeping: the default queue, with no route.
     "training.tasks.*": {"queue": "gpu"},
     "monitoring.tasks.generate_*": {"queue": "gpu"},
 }
@@ -297,7 +296,8 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # The queue training and generation tasks are sent to (workers: --queues gpu).
 CONCORD_GPU_QUEUE = env.str("CONCORD_GPU_QUEUE", default="gpu")
 CONCORD_RUNS_DIR = Path(env.str("CONCORD_RUNS_DIR", default=str(VAR_DIR / "runs")))
-# A running run whose heartbeat is older than this is declared dead by the reaper (seconds).
+# A running job (any kind: import, clustering, judge, eval round, training run) whose heartbeat is
+# older than this is failed by the reaper (seconds); workers beat every CONCORD_HEARTBEAT_EVERY_S.
 CONCORD_HEARTBEAT_STALE_S = env.int("CONCORD_HEARTBEAT_STALE_S", default=180)
 CONCORD_HEARTBEAT_EVERY_S = env.float("CONCORD_HEARTBEAT_EVERY_S", default=10.0)
 # Training calls this after each logged step (a dotted path, so training never imports monitoring).
@@ -324,7 +324,7 @@ CONCORD_ALERT_RULES = [
                 "reward model, drives the policy", "diagnosis_step": 7},
 ]  # fmt: skip
 CELERY_BEAT_SCHEDULE = {
-    "reap-stale-training-runs": {"task": "training.tasks.reap_stale_runs", "schedule": 60.0},
+    "reap-stale-jobs": {"task": "common.tasks.jobs_reap_stale", "schedule": 60.0},
 }
 
 # --- Models (offline) -------------------------------------------------------------------------------

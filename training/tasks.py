@@ -1,9 +1,8 @@
 """Celery tasks of training. ``run_training_task`` goes to the gpu queue (one task at a time, a
-fresh process each, late ack); the reaper to the default queue. Tasks fetch ids and call services."""
+fresh process each, late ack). The reaper of dead runs is the one job lifecycle's
+(``common.tasks.jobs_reap_stale``). Tasks fetch ids and call services."""
 
 from celery import shared_task
-
-from training import services
 
 
 @shared_task(name="training.tasks.run_training_task", acks_late=True, reject_on_worker_lost=True)
@@ -12,9 +11,3 @@ def run_training_task(run_id: int) -> str:
     from training.worker import run_execute
 
     return run_execute(run_id=run_id)
-
-
-@shared_task(name="training.tasks.reap_stale_runs")
-def reap_stale_runs() -> list[int]:
-    """Fail running runs whose heartbeat stopped; returns their ids."""
-    return services.runs_reap_stale()
