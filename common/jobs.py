@@ -75,8 +75,9 @@ class JobKind:
     its judge, names other fields for each); ``error_value`` turns an error message into what
     ``error_field`` stores (default: the text itself); ``cancel_field``: a flag a running job polls
     to stop early ("" when a running job cannot be stopped); ``reap_advice``: a sentence added to
-    the reaper's message (what the user can do); ``on_reaped(job)``: more to write when the reaper
-    fails one (in the same transaction).
+    the reaper's message (what the user can do); ``reap_updates``: (field, value) pairs the reaper
+    writes with the failed state (an eval round fails with its generation); ``on_reaped(job)``:
+    more to write when the reaper fails one (in the same transaction).
     """
 
     model: str  # "app_label.ModelName"
@@ -94,6 +95,7 @@ class JobKind:
     error_value: Callable[[str], Any] | None = None
     cancel_field: str = ""
     reap_advice: str = ""
+    reap_updates: tuple[tuple[str, Any], ...] = ()
     on_reaped: Callable[[Any], None] | None = None
 
 

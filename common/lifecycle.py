@@ -239,6 +239,7 @@ def jobs_reap_stale(
         )
         for pk, beat in stale.values_list("pk", kind.heartbeat_field):
             values: dict[str, Any] = {
+                **dict(kind.reap_updates),
                 kind.status_field: FAILED,
                 kind.error_field: _error_value(kind, stale_message(kind, beat, stale_after)),
             }

@@ -23,11 +23,12 @@ def _generation_queue(round_) -> str:
 
 
 def _generation_reaped(round_) -> None:
-    """A round whose generation the reaper failed fails too, and so does its judge's job, which
-    waited for the answers (what a failed generation does, ``eval_services.round_generate``)."""
-    from monitoring.services.eval_rounds import round_generation_failed
+    """The judge's job of a round whose generation the reaper failed (the round itself fails
+    with it: ``reap_updates``) waited for the answers: it fails too, as when the generation fails
+    on the worker (``eval_services.round_generate``)."""
+    from monitoring.services.round_judges import round_judge_without_answers
 
-    round_generation_failed(round_id=round_.pk, error=round_.error)
+    round_judge_without_answers(round_id=round_.pk)
 
 
 class MonitoringConfig(AppConfig):
@@ -61,5 +62,6 @@ class MonitoringConfig(AppConfig):
                     worker_field="generation_worker", heartbeat_field="generation_heartbeat_at",
                     started_field="generation_started_at",
                     finished_field="generation_finished_at", on_reaped=_generation_reaped,
+                    reap_updates=(("status", "failed"),),
                     reap_advice="Create a new round once the worker is back.")
         )  # fmt: skip

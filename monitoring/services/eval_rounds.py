@@ -272,18 +272,16 @@ def _baseline_dir(round_: EvalRound) -> str:
     return str(model_path(round_.baseline_model))
 
 
-# The round's field that holds its generation job's lifecycle state (``status`` is the round's).
-GENERATION = "generation_status"
+GENERATION = "generation_status"  # the round's generation job's state (``status`` is the round's)
 
 
 def round_generate(*, round_id: int, worker: str | None = None) -> EvalRound:
     """Worker side: generate both models' responses and open the round, in-process with the chat
     template (gpu queue) or through the round's endpoint (default queue), counting the answers
     done (``answers_done`` of ``answers_total``) as it goes. The generation job follows the one
-    job lifecycle: claimed (queued -> running) by one conditional update, so a redelivered message
-    that finds it running or finished does nothing; a heartbeat thread keeps it alive. A failure
-    marks it and the round failed, and its judge's job, which waits for the answers, failed too.
-    Answers are stored with ``storable_text`` (a NUL becomes U+FFFD)."""
+    job lifecycle: a redelivered message that finds it running or finished does nothing. A
+    failure marks it and the round failed, and its judge's job, which waits for the answers,
+    failed too. Answers are stored with ``storable_text`` (a NUL becomes U+FFFD)."""
     if not job_claim(model=EvalRound, pk=round_id, worker=worker, status_field=GENERATION):
         return EvalRound.objects.get(pk=round_id)
     round_ = EvalRound.objects.select_related(
@@ -291,7 +289,41 @@ def round_generate(*, round_id: int, worker: str | None = None) -> EvalRound:
     ).get(pk=round_id)
     try:
         with JobHeartbeat(model=EvalRound, pk=round_.pk, status_field=GENERATION):
-            _generate(round_)
+            items = list(round_.items.select_related("prompt").order_by("position"))
+            conversations = [_conversation(item.prompt) for item in items]
+            config = _sampling_config(round_.sampling)
+            EvalRound.objects.filter(pk=round_.pk).update(
+                answers_done=0, answers_total=2 * len(items)
+            )
+            if round_.endpoint:
+                outputs = _generate_through_endpoint(round_, conversations, config)
+            else:
+                outputs = _generate_in_process(round_, conversations, config)
+            for item, mine, theirs in zip(
+                items, outputs["checkpoint"], outputs["baseline"], strict=True
+            ):
+                item.checkpoint_text, item.checkpoint_tokens = (
+                    storable_text(mine.text),
+                    mine.n_tokens,
+                )
+                item.baseline_text, item.baseline_tokens = (
+                    storable_text(theirs.text),
+                    theirs.n_tokens,
+                )
+            scores = _reward_scores_for(round_, conversations, [i.checkpoint_text for i in items])
+        for item, score in zip(items, scores, strict=False):
+            item.reward_score = score
+        with transaction.atomic():
+            EvalItem.objects.bulk_update(
+                items,
+                ["checkpoint_text", "checkpoint_tokens", "baseline_text", "baseline_tokens"]
+                + (["reward_score"] if scores else []),
+            )
+            if not job_finish(
+                model=EvalRound, pk=round_.pk, state=SUCCEEDED, status_field=GENERATION,
+                updates={"status": EvalRound.Status.OPEN},
+            ):  # fmt: skip
+                raise EvalError(f"the generation of round {round_.pk} was stopped (reaped)")
     except Exception as exc:
         log.exception("generation of eval round %s failed", round_id)
         # Our own refusals read as a sentence; anything else keeps its type for the engineer.
@@ -299,9 +331,9 @@ def round_generate(*, round_id: int, worker: str | None = None) -> EvalRound:
         with transaction.atomic():
             if job_finish(
                 model=EvalRound, pk=round_.pk, state=FAILED, error=error[:5000],
-                status_field=GENERATION,
+                status_field=GENERATION, updates={"status": EvalRound.Status.FAILED},
             ):  # fmt: skip
-                round_generation_failed(round_id=round_.pk, error=error)
+                round_judge_services.round_judge_without_answers(round_id=round_.pk)
     else:
         _close_when_rated(round_id=round_.pk)  # every answer identical: nothing to rate
         if round_.judge_id:
@@ -313,57 +345,6 @@ def round_generate(*, round_id: int, worker: str | None = None) -> EvalRound:
                 log.warning("the judge of eval round %s was not launched", round_.pk)
     round_.refresh_from_db()
     return round_
-
-
-def _generate(round_: EvalRound) -> None:
-    """The work of a claimed generation: both sides' answers, the reward model's scores, then the
-    items and the round's opening in one transaction (rolled back when the job is no longer
-    running: the reaper failed it meanwhile)."""
-    items = list(round_.items.select_related("prompt").order_by("position"))
-    conversations = [_conversation(item.prompt) for item in items]
-    config = _sampling_config(round_.sampling)
-    EvalRound.objects.filter(pk=round_.pk).update(answers_done=0, answers_total=2 * len(items))
-    if round_.endpoint:
-        outputs = _generate_through_endpoint(round_, conversations, config)
-    else:
-        outputs = _generate_in_process(round_, conversations, config)
-    for item, mine, theirs in zip(items, outputs["checkpoint"], outputs["baseline"], strict=True):
-        item.checkpoint_text, item.checkpoint_tokens = storable_text(mine.text), mine.n_tokens
-        item.baseline_text, item.baseline_tokens = storable_text(theirs.text), theirs.n_tokens
-    scores = _reward_scores_for(round_, conversations, [i.checkpoint_text for i in items])
-    for item, score in zip(items, scores, strict=False):
-        item.reward_score = score
-    with transaction.atomic():
-        EvalItem.objects.bulk_update(
-            items,
-            ["checkpoint_text", "checkpoint_tokens", "baseline_text", "baseline_tokens"]
-            + (["reward_score"] if scores else []),
-        )
-        if not job_finish(
-            model=EvalRound, pk=round_.pk, state=SUCCEEDED, status_field=GENERATION,
-            updates={"status": EvalRound.Status.OPEN},
-        ):  # fmt: skip
-            raise EvalError(f"the generation of round {round_.pk} was stopped before it finished")
-
-
-def round_generation_failed(*, round_id: int, error: str) -> None:
-    """The round could not get its answers: it fails with ``error``, and so does its judge's job,
-    which waits for them. The generation job's own state is its caller's to write (``job_finish``
-    on the worker, the reaper)."""
-    with transaction.atomic():
-        EvalRound.objects.filter(pk=round_id).update(
-            status=EvalRound.Status.FAILED, error=error[:5000]
-        )
-        EvalRound.objects.filter(pk=round_id, judge_status=JudgeStatus.WAITING).update(
-            judge_status=JudgeStatus.FAILED, judge_error=JUDGE_WITHOUT_ANSWERS
-        )
-
-
-# The judge's error when the round it waits for could not generate its answers.
-JUDGE_WITHOUT_ANSWERS = (
-    "The round's answers could not be generated (see the round's error), so the judge had "
-    "nothing to rate. Create a new round once the cause is fixed."
-)
 
 
 def _answers_counter(round_: EvalRound, offset: int):

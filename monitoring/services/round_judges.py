@@ -81,6 +81,23 @@ def round_judge_launch(*, round_: EvalRound) -> EvalRound:
     return round_
 
 
+# The judge's error when the round it waits for could not generate its answers.
+JUDGE_WITHOUT_ANSWERS = (
+    "The round's answers could not be generated (see the round's error), so the judge had "
+    "nothing to rate. Create a new round once the cause is fixed."
+)
+
+
+def round_judge_without_answers(*, round_id: int) -> bool:
+    """The round's answers could not be generated (its generation failed, or the reaper failed
+    it): its judge's job, which waits for them, fails too. False when no judge was waiting."""
+    return bool(
+        EvalRound.objects.filter(pk=round_id, judge_status=Status.WAITING).update(
+            judge_status=Status.FAILED, judge_error=JUDGE_WITHOUT_ANSWERS
+        )
+    )
+
+
 @dataclass(frozen=True)
 class RoundAnswer:
     """The judge's answer on one item in one order, in the round's terms. preference: "a" the
