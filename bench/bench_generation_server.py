@@ -2,10 +2,10 @@
 
 The same prompts (chat turns of the eval rounds' kind), greedy, the same ``max_new_tokens``:
 
-- ``in_process``: ``training.recipes.generation.ChatGenerator`` on SmolLM2-135M-Instruct as
+- ``in_process``: ``training.inference.generation.ChatGenerator`` on SmolLM2-135M-Instruct as
   ``fetch_models`` converts it (float32 Hugging Face weights, batches of 8, what ``round_generate``
   runs on a CPU gpu-queue worker);
-- ``server``: ``training.recipes.chat_client.ChatClient`` (what a round with an endpoint runs) against
+- ``server``: ``training.inference.chat_client.ChatClient`` (what a round with an endpoint runs) against
   ``python -m llama_cpp.server`` serving the Q4_1 GGUF the same model comes from (4-bit weights).
 
 Both decode greedily and stop at the end-of-turn token or ``max_new_tokens``, so the two models (fp32
@@ -72,8 +72,8 @@ def main() -> None:
         start_llama_server,
         stop_llama_server,
     )
-    from training.recipes.chat_client import ChatClient, EndpointConfig
-    from training.recipes.generation import ChatGenerator, SamplingConfig
+    from training.inference.chat_client import ChatClient, EndpointConfig
+    from training.inference.generation import ChatGenerator, SamplingConfig
 
     torch.set_num_threads(args.threads)
     conversations = prompts(args.prompts)

@@ -34,7 +34,7 @@ from annotation.simulation import (  # noqa: E402
 )
 from common.text import storable_text  # noqa: E402
 from monitoring.stats.stopping import text_repetition_rate  # noqa: E402
-from training.recipes.generation import ChatGenerator, Generation, SamplingConfig  # noqa: E402
+from training.inference.generation import ChatGenerator, Generation, SamplingConfig  # noqa: E402
 
 # A budget most answers finish within; the rest are cut back to their last whole sentence.
 CAREFUL = SamplingConfig(max_new_tokens=384, temperature=0.3, top_p=0.9, seed=11)

@@ -103,7 +103,7 @@ def test_conversion_from_wheel_is_complete_and_idempotent(tmp_path, settings):
 @pytest.mark.slow
 def test_converted_smollm2_generates_offline():
     """The converted model answers through its chat template with no hub access."""
-    from training.recipes.generation import ChatGenerator, SamplingConfig
+    from training.inference.generation import ChatGenerator, SamplingConfig
 
     assert os.environ["HF_HUB_OFFLINE"] == "1"
     generator = ChatGenerator(model_path("smollm2-135m-instruct"), device="cpu")

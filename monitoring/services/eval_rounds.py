@@ -214,7 +214,7 @@ def _check_round_judge(
 
 
 def _sampling_config(config: Mapping[str, Any]):
-    from training.recipes.generation import SamplingConfig  # pure dataclass module; torch lazily
+    from training.inference.generation import SamplingConfig  # pure dataclass module; torch lazily
 
     try:
         return SamplingConfig(**config)
@@ -231,7 +231,7 @@ ENDPOINT_KEYS = (
 def _endpoint_configs(endpoint: Mapping[str, Any]):
     """The (checkpoint, baseline) ``EndpointConfig`` of a round's endpoint settings, or EvalError
     naming what is wrong."""
-    from training.recipes.chat_client import EndpointConfig  # stdlib only; no torch
+    from training.inference.chat_client import EndpointConfig  # stdlib only; no torch
 
     unknown = sorted(set(endpoint) - set(ENDPOINT_KEYS))
     if unknown:
@@ -358,7 +358,7 @@ def _answers_counter(round_: EvalRound, offset: int):
 
 def _generate_in_process(round_: EvalRound, conversations, config) -> dict[str, list]:
     """Both sides' ``Generation``s with the models loaded here, one after the other."""
-    from training.recipes.generation import ChatGenerator
+    from training.inference.generation import ChatGenerator
 
     for checkpoint in (round_.checkpoint, round_.baseline_checkpoint):
         if checkpoint is not None and not checkpoint.on_disk:
@@ -384,7 +384,7 @@ def _generate_through_endpoint(round_: EvalRound, conversations, config) -> dict
     """Both sides' ``Completion``s (text and token count, as the server counted) from the served
     models. The server applies its model's chat template; repetition_penalty is not part of the
     OpenAI API and is not sent."""
-    from training.recipes.chat_client import ChatClient
+    from training.inference.chat_client import ChatClient
 
     outputs: dict[str, list] = {}
     for k, (side, endpoint) in enumerate(

@@ -105,7 +105,7 @@ def judge_create(
     ``max_new_tokens``, ``endpoint_url`` (the API's base URL, e.g. http://host:8000/v1) and
     ``model_name`` (the served model's name); ``api_key_env`` names the worker's environment
     variable holding the key (never the key), ``max_concurrency`` caps requests in flight and
-    ``timeout_s`` bounds each one (``training.recipes.chat_client.EndpointConfig`` checks them).
+    ``timeout_s`` bounds each one (``training.inference.chat_client.EndpointConfig`` checks them).
     """
     if not name or slugify(name) != name:
         raise JudgeError(f"name {name!r} must be a slug (lowercase letters, digits, hyphens)")
@@ -163,7 +163,7 @@ def judge_create(
 
 def _endpoint_config(url: str, model: str, api_key_env: str, concurrency: int, timeout_s: float):
     """The judge's ``EndpointConfig``, or JudgeError naming the field that is wrong."""
-    from training.recipes.chat_client import EndpointConfig  # stdlib only; no torch
+    from training.inference.chat_client import EndpointConfig  # stdlib only; no torch
 
     try:
         return EndpointConfig(
@@ -388,7 +388,7 @@ def _parsed_answers(
 
 def _llm_answerer(judge: Judge) -> Answerer:
     """Greedy generation with the registry model; each answer parsed by the judge's template."""
-    from training.recipes.generation import ChatGenerator, SamplingConfig
+    from training.inference.generation import ChatGenerator, SamplingConfig
 
     template = JudgingTemplate(judge.template, asks_usefulness=asks_for_usefulness(judge.template))
     generator = ChatGenerator(model_get(judge.model_name).path)
@@ -410,7 +410,7 @@ def _endpoint_answerer(judge: Judge) -> Answerer:
     most ``max_concurrency`` requests in flight; each answer parsed by the judge's template. A
     request that fails for good (after the client's retries) fails the job; the answers of the
     batches before it are kept, so launching it again resumes."""
-    from training.recipes.chat_client import ChatClient
+    from training.inference.chat_client import ChatClient
 
     template = JudgingTemplate(judge.template)
     client = ChatClient(

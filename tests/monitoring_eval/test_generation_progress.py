@@ -6,7 +6,7 @@ import pytest
 from monitoring.services import eval_rounds as eval_services
 from tests.helpers.fake_chat_server import completion, fake_chat_server
 from tests.monitoring_eval.conftest import BASELINE, TINY_SAMPLING, make_round
-from training.recipes.generation import ChatGenerator, SamplingConfig
+from training.inference.generation import ChatGenerator, SamplingConfig
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ import pytest
 from monitoring.services import eval_rounds as eval_services
 from tests.helpers.llama_server import llama_server  # noqa: F401 (fixture)
 from tests.monitoring_eval.conftest import make_round
-from training.recipes.chat_client import ChatClient, EndpointConfig
+from training.inference.chat_client import ChatClient, EndpointConfig
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 

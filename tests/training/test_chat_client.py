@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.helpers.fake_chat_server import Reply, completion, echo_last_message, fake_chat_server
-from training.recipes.chat_client import ChatClient, EndpointConfig, EndpointError
+from training.inference.chat_client import ChatClient, EndpointConfig, EndpointError
 
 # The package's documented retry waits (openai/_constants.py): 0.5 s doubling, at most 8 s, less up
 # to 25 % of jitter; a Retry-After of up to 120 s is waited for as it is, a longer one not at all.

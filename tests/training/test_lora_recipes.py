@@ -313,7 +313,7 @@ def test_scoring_with_a_lora_reward_model_and_training_against_it(dirs, tmp_path
 def test_generating_from_a_lora_policy(dirs, tmp_path):
     """``ChatGenerator`` (eval rounds, judges) on a LoRA policy's adapter folder generates what the
     merged weights generate, greedily."""
-    from training.recipes.generation import ChatGenerator, SamplingConfig
+    from training.inference.generation import ChatGenerator, SamplingConfig
 
     result = _train("dpo", dirs, tmp_path, merge_lora=True, learning_rate=5e-2)
     conversations = [(("user", "Add 2 and 3."),), (("user", "Is water wet?"),)]

@@ -1,7 +1,8 @@
 """Batched chat generation with a causal LM (torch + transformers, no Django).
 
-Used for the demo's responses, for human-eval rounds and for rollouts. Prompts are rendered with the
-model's own chat template and left-padded, so every row's generation starts right after its prompt.
+Used for the demo's responses, for human-eval rounds and for local-model judges. Prompts are rendered
+with the model's own chat template and left-padded, so every row's generation starts right after its
+prompt.
 """
 
 from __future__ import annotations
