@@ -31,7 +31,6 @@ from common.lifecycle import (
     job_cancel,
     job_claim,
     job_finish,
-    job_heartbeat,
     jobs_reap_stale,
 )
 from common.model_registry import model_get, model_path
@@ -409,15 +408,6 @@ def run_config_resolved(run: TrainingRun) -> dict[str, Any]:
     if kind_spec(run.kind).has_reference_pass and not values.get("reference_cache_dir"):
         values["reference_cache_dir"] = reference_cache_dir()  # runs stored before it was
     return values
-
-
-def run_heartbeat(*, run_id: int) -> bool:
-    """Refresh the heartbeat (``common.lifecycle.job_heartbeat``); returns whether cancel was
-    requested."""
-    job_heartbeat(model=TrainingRun, pk=run_id)
-    return bool(
-        TrainingRun.objects.filter(pk=run_id).values_list("cancel_requested", flat=True).first()
-    )
 
 
 def run_progress(*, run_id: int, step: int, total_steps: int | None) -> None:
