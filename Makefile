@@ -17,25 +17,45 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/concord
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: demo test venv models lint audit
+.PHONY: demo test venv models lint audit docs
 
-$(BIN)/.installed: pyproject.toml
+# Install stamps: the demo needs only the project and its runtime dependencies; the tests (and lint,
+# audit) need the `dev`, `serve` and `docs` extras too (tests/test_docs.py builds the site). `serve` is llama-cpp-python, which
+# compiles llama.cpp from its sdist (about 8 CPU-minutes on a first install): only the serving-engine
+# tests use it, so `make demo` never builds it.
+$(BIN)/.installed-base: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) "$(TORCH_SPEC)"
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) -e '.[dev,serve]'
+	$(PIP) -e .
 	@touch $@
 
-venv: $(BIN)/.installed
+$(BIN)/.installed-test: $(BIN)/.installed-base
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) -e '.[dev,serve,docs]'
+	@touch $@
 
-models: venv
+$(BIN)/.installed-docs: $(BIN)/.installed-base
+	$(PIP) -e '.[docs]'
+	@touch $@
+
+## make venv: everything the tests, lint and audit need (the demo's packages, `dev`, `serve`, `docs`)
+venv: $(BIN)/.installed-test
+
+models: $(BIN)/.installed-base
 	$(BIN)/python manage.py fetch_models
 
 ## make demo: install, migrate, fetch the models, load the demo project, serve on http://127.0.0.1:8000
-demo: venv
-	$(BIN)/python manage.py migrate --no-input
-	$(BIN)/python manage.py fetch_models
-	$(BIN)/python manage.py load_demo
+## (each stage prints how long it took; the `dev` and `serve` extras are not installed)
+demo: export CONCORD_STAGE_T0 := $(shell date +%s)
+demo:
+	@scripts/stage.sh "install (torch CPU wheel, the project)" $(MAKE) --no-print-directory $(BIN)/.installed-base
+	@# The models are fetched (downloaded, converted) while the database is migrated and loaded: the
+	@# two need nothing from each other, and rundemo starts once both are done.
+	@scripts/stage.sh "fetch the models" $(BIN)/python manage.py fetch_models & fetch=$$!; \
+	  scripts/stage.sh "migrate" $(BIN)/python manage.py migrate --no-input \
+	  && scripts/stage.sh "load the demo project" $(BIN)/python manage.py load_demo; \
+	  status=$$?; wait $$fetch || exit 1; exit $$status
+	@echo "[demo] starting the web server and the two workers (since the start: $$(( $$(date +%s) - $$CONCORD_STAGE_T0 )) s)"
 	$(BIN)/python manage.py rundemo --addr 127.0.0.1:$(PORT)
 
 ## make test: the whole suite against PostgreSQL and Redis (browser tests in headless Chromium)
@@ -53,3 +73,9 @@ lint: venv
 audit: venv
 	$(BIN)/python scripts/audit_dependencies.py
 	$(BIN)/bandit -c pyproject.toml -q -r config common annotation training monitoring
+
+## make docs: the reference pages generated from the code, then the MkDocs site (strict: a broken link
+## or a page missing from the navigation fails) into site/
+docs: $(BIN)/.installed-docs
+	$(BIN)/python scripts/gen_docs_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site

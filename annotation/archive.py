@@ -1,20 +1,64 @@
 """The annotation app's tables in a project archive (see ``common.archive``), in insertion order.
 
+Exports carry their files (pairs, raw judgements, manifest): restored under this instance's
+``EXPORT_DIR/<slug>/<sha256>/`` and checked against the export's hash. Restored members get the
+role their membership needs. Audit events name rows in ``changes`` only under ``EVENT_ID_KEYS``,
+which the restore maps to the restored ids.
+
 Left out on purpose: import jobs (they name uploaded files of the old instance) and prompt
 embeddings (a cache that clustering recomputes). Registered from ``AnnotationConfig.ready``.
 """
 
+from pathlib import Path
 from typing import Any
 
-from django.db.models import QuerySet
+from django.conf import settings
+from django.db.models import Model, QuerySet
 
 from annotation import models as m
-from common.archive import ArchivePart, Table
+from annotation.services.exporting import export_folder_sha256
+from annotation.services.projects import MEMBERSHIP_ROLES
+from common.archive import ArchiveError, ArchivePart, FolderFiles, Table
+from common.roles import role_assign
+
+# Keys of a ProjectEvent's ``changes`` (at any depth) that hold an id or a list of ids of these
+# models: an event that names rows uses them, so a restore beside other projects remaps them.
+EVENT_ID_KEYS = {
+    "comparison_id": "annotation.Comparison",
+    "comparison_ids": "annotation.Comparison",
+    "prompt_id": "annotation.Prompt",
+    "prompt_ids": "annotation.Prompt",
+    "export_id": "annotation.DatasetExport",
+    "adjudication_id": "annotation.Adjudication",
+    "clustering_run_id": "annotation.ClusteringRun",
+    "guidelines_version_id": "annotation.GuidelinesVersion",
+}
 
 
 def _rename(row: dict[str, Any], options: dict[str, Any]) -> None:
     """The restored project takes the slug it is restored under."""
     row["slug"] = options["slug"]
+
+
+def _export_folder(export: Model, options: dict[str, Any]) -> Path:
+    """Where a restored export's files go: the folder ``dataset_export`` would make for it."""
+    return Path(settings.EXPORT_DIR) / options["slug"] / export.sha256
+
+
+def _export_files_check(export: Model, folder: Path) -> None:
+    if export_folder_sha256(folder) != export.sha256:
+        raise ArchiveError(
+            f"The files of export {export.sha256[:12]} do not hash to it (in {folder}). Nothing "
+            "was restored."
+        )
+
+
+def _members_get_their_roles(maps: dict[str, dict[Any, Any]], options: dict[str, Any]) -> None:
+    """Each restored member holds the global role their membership needs (as ``member_add``
+    gives it): an account matched by username may not have it on this instance."""
+    restored = maps.get("annotation.ProjectMembership", {}).values()
+    for membership in m.ProjectMembership.objects.filter(pk__in=restored).select_related("user"):
+        role_assign(user=membership.user, role=MEMBERSHIP_ROLES[membership.role])
 
 
 def _of(model: type, path: str):
@@ -30,7 +74,11 @@ ANNOTATION_PART = ArchivePart(
     tables=(
         Table("annotation.Project", lambda p: m.Project.objects.filter(pk=p.pk), prepare=_rename),
         Table("annotation.ProjectMembership", _of(m.ProjectMembership, "project")),
-        Table("annotation.ProjectEvent", _of(m.ProjectEvent, "project")),
+        Table(
+            "annotation.ProjectEvent",
+            _of(m.ProjectEvent, "project"),
+            json_ids={"changes": EVENT_ID_KEYS},
+        ),
         Table("annotation.GuidelinesVersion", _of(m.GuidelinesVersion, "project")),
         Table("annotation.GuidelinesSeen", _of(m.GuidelinesSeen, "project")),
         Table("annotation.Prompt", _of(m.Prompt, "project")),
@@ -51,6 +99,13 @@ ANNOTATION_PART = ArchivePart(
             _of(m.PromptCluster, "run__project"),
             id_lists={"central_prompt_ids": "annotation.Prompt"},
         ),
-        Table("annotation.DatasetExport", _of(m.DatasetExport, "project")),
+        Table(
+            "annotation.DatasetExport",
+            _of(m.DatasetExport, "project"),
+            files=FolderFiles(
+                field="folder", destination=_export_folder, check=_export_files_check
+            ),
+        ),
     ),
+    after_restore=_members_get_their_roles,
 )

@@ -26,8 +26,18 @@ class ProjectForm(forms.ModelForm):
         widgets = {"guidelines": forms.Textarea(attrs={"rows": 8})}
         field_classes = {"suggestion_judge": SuggestionJudgeField}
 
+    # Active preference collection's settings: a form that leaves them out keeps their values.
+    OPTIONAL_SETTINGS = (
+        "queue_order",
+        "exploration_share",
+        "continuous_rm_every",
+        "continuous_rm_ensemble_size",
+    )
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        for name in self.OPTIONAL_SETTINGS:
+            self.fields[name].required = False
         if self.instance.pk is None:  # a new project has no judge yet: nothing to choose
             del self.fields["suggestion_judge"]
             return
@@ -35,6 +45,13 @@ class ProjectForm(forms.ModelForm):
         field = self.fields["suggestion_judge"]
         field.queryset = suggestion_judges(project=self.instance)
         field.empty_label = "(no suggestions)"
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        for name in self.OPTIONAL_SETTINGS:
+            if cleaned.get(name) in (None, ""):
+                cleaned[name] = getattr(self.instance, name)
+        return cleaned
 
 
 class MemberAddForm(forms.Form):

@@ -40,6 +40,15 @@ MAX_STRENGTH = 3
 MAX_OVERLAP = 20
 
 
+class QueueOrder(models.TextChoices):
+    """What orders a project's labelling queue (annotation.acquisition's strategies)."""
+
+    BALANCED = "balanced", "Cluster-balanced"
+    DISAGREEMENT = "disagreement", "Ensemble disagreement"
+    UNCERTAINTY = "uncertainty", "Closeness to 50/50"
+    JUDGE_DISAGREEMENT = "judge_disagreement", "Judge vs ensemble disagreement"
+
+
 class Project(models.Model):
     """A labelling project: its guidelines, how many annotators judge each pair, what verdicts exist."""
 
@@ -95,6 +104,39 @@ class Project(models.Model):
         help_text="Off when empty. A trusted model judge of this project whose verdict the labelling "
         "screen pre-selects (marked as its suggestion); annotators confirm or change it.",
     )
+    queue_order = models.CharField(
+        max_length=20,
+        choices=QueueOrder.choices,
+        default=QueueOrder.BALANCED,
+        help_text="How the labelling queue is ordered: cluster-balanced, or by an acquisition score "
+        "of the latest reward-model ensemble (still cluster-balanced, with an exploration share).",
+    )
+    exploration_share = models.FloatField(
+        default=0.2,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="With an acquisition order: the share of the queue placed at random (0 to 1).",
+    )
+    overlap_reduction = models.BooleanField(
+        default=False,
+        help_text="Give one annotator (instead of the overlap) to comparisons on which the latest "
+        "reward-model ensemble and the trusted judge agree with high confidence.",
+    )
+    continuous_rm = models.BooleanField(
+        default=False,
+        verbose_name="Continuous reward modelling",
+        help_text="Retrain a reward-model ensemble from the consensus every N new judgements.",
+    )
+    continuous_rm_every = models.PositiveIntegerField(
+        default=50,
+        validators=[MinValueValidator(1)],
+        verbose_name="Retrain every N judgements",
+    )
+    continuous_rm_ensemble_size = models.PositiveSmallIntegerField(
+        default=5,
+        validators=[MinValueValidator(1), MaxValueValidator(16)],
+        verbose_name="Ensemble size",
+        help_text="Members of the continuously retrained reward ensemble (shared encoder, K heads).",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -105,6 +147,10 @@ class Project(models.Model):
             models.CheckConstraint(
                 condition=Q(strength_scale__gte=1, strength_scale__lte=MAX_STRENGTH),
                 name="project_strength_scale_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(exploration_share__gte=0.0, exploration_share__lte=1.0),
+                name="project_exploration_share_range",
             ),
         ]
 
@@ -252,6 +298,20 @@ class Comparison(models.Model):
     served = models.PositiveIntegerField(
         default=0, help_text="Times handed out; its parity alternates the side shown on the left."
     )
+    ensemble_preference = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="The latest reward-model ensemble's P(A > B) (mean of its members' sigmoids).",
+    )
+    ensemble_disagreement = models.FloatField(
+        null=True, blank=True, help_text="The ensemble members' std of r_A - r_B (reward units)."
+    )
+    target_overlap = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Annotators this comparison needs when overlap reduction lowered it (>= 1); "
+        "empty: the project's overlap.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -265,6 +325,10 @@ class Comparison(models.Model):
             ),
             models.CheckConstraint(
                 condition=~Q(response_a=F("response_b")), name="comparison_distinct_responses"
+            ),
+            models.CheckConstraint(
+                condition=Q(target_overlap__isnull=True) | Q(target_overlap__gte=1),
+                name="comparison_target_overlap_at_least_one",
             ),
         ]
 
@@ -701,3 +765,23 @@ class Adjudication(models.Model):
 
     def __str__(self) -> str:
         return f"adjudication of {self.comparison_id}: {self.choice}"
+
+
+class LearningCurvePoint(models.Model):
+    """One continuous reward-model retrain's held-out accuracy against the labels it learnt from
+    (the project page's learning curve). ``run_id``: the training run (training app), by id."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="learning_curve")
+    run_id = models.PositiveIntegerField()
+    labels = models.PositiveIntegerField(help_text="Consensus pairs the retrain learnt from.")
+    accuracy = models.FloatField(help_text="Held-out accuracy of the ensemble mean, 0 to 1.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["labels", "created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "run_id"], name="curve_point_once_per_run")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}: {self.labels} labels -> {self.accuracy:.3f}"

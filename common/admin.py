@@ -11,7 +11,7 @@ from django.contrib.auth.admin import UserAdmin
 from django.http import HttpRequest
 
 from common.login_throttle import login_lockout_end
-from common.models import LoginLockout
+from common.models import LoginLockout, SsoIdentity
 
 User = get_user_model()
 
@@ -53,3 +53,16 @@ class LoginLockoutAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
         for lockout in queryset:
             login_lockout_end(lockout=lockout)
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(admin.ModelAdmin):
+    """Which account each single sign-on identity (issuer, sub) reaches. Deleting a row unlinks it:
+    the next sign-in matches by verified email or makes a new account."""
+
+    list_display = ["user", "issuer", "subject", "created_at", "last_login_at"]
+    search_fields = ["user__username", "user__email", "subject"]
+    readonly_fields = ["user", "issuer", "subject", "created_at", "last_login_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -22,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
 from common.api_tokens import api_token_authenticate
+from common.client_address import client_address
 from common.models import ApiToken
 
 if TYPE_CHECKING:  # rest_framework.views reads the settings that name this module: no import cycle
@@ -93,5 +94,5 @@ class ApiRateThrottle(SimpleRateThrottle):
         elif request.user and request.user.is_authenticated:
             ident = f"user-{request.user.pk}"
         else:
-            ident = f"address-{self.get_ident(request)}"
+            ident = f"address-{client_address(request)}"
         return self.cache_format % {"scope": self.scope, "ident": ident}

@@ -6,10 +6,22 @@ annotation part writes projects, comparisons and judgements, training its runs, 
 and judges. The file is a zip of one JSON-lines member per table (rows in primary-key order, every
 concrete field by its column name, user references as usernames) plus ``users.jsonl`` and a
 ``manifest.json`` with the format version, the member order, and per member its row count, SHA-256,
-size in bytes and primary-key range. Restoring checks every member against the manifest before the
-first row is written, then loads all tables in one transaction: primary keys are kept when the
-archived range is free in this instance (so exports, which name comparison ids, hash the same) and
-remapped otherwise; foreign keys and the JSON fields that list ids follow the map.
+size in bytes and primary-key range. Restoring (``common.archive_restore``) checks every member
+against the manifest before the first row is written, then loads all tables in one transaction:
+primary keys are kept when the archived range is free in this instance (so exports, which name
+comparison ids, hash the same) and remapped otherwise; foreign keys and the JSON fields that list
+ids follow the map.
+
+Three more things travel with the rows:
+
+- files a row names by folder (``Table.files``: an export's JSONL files), as ``files/<model>/<pk>/
+  <name>`` members checked like the tables; restoring writes them under this instance's folder
+  (``FolderFiles.destination``), checks them against the row and points the row at them;
+- each account's roles (``users.jsonl``): an account the restore creates gets them (inactive
+  still); an existing account keeps its own, plus what a part's ``after_restore`` gives (the
+  annotation part: the role each restored membership needs);
+- ids inside JSON payloads under conventional keys (``Table.json_ids``: an event's
+  ``"comparison_ids"``), mapped to the restored ids once every table is loaded.
 """
 
 from __future__ import annotations
@@ -19,9 +31,9 @@ import datetime as dt
 import hashlib
 import io
 import json
+import re
 import zipfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -30,16 +42,19 @@ from uuid import UUID
 
 from django.apps import apps
 from django.contrib.auth import get_user_model
-from django.core.management.color import no_style
-from django.db import IntegrityError, connection, models, transaction
+from django.db import models
 from django.utils import timezone
 
 from common.errors import ConcordError
+from common.roles import ALL_ROLES
 
 FORMAT = "concord-project-archive"
-VERSION = 1
+# 2: users carry their roles; rows' folders travel as files/ members.
+VERSION = 2
 MANIFEST = "manifest.json"
 USERS = "users.jsonl"
+FILES = "files"  # the manifest's "model" of a carried file
+_SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 CHUNK = 1000  # rows per bulk insert and per read
 
 
@@ -48,18 +63,35 @@ class ArchiveError(ConcordError):
 
 
 @dataclass(frozen=True)
+class FolderFiles:
+    """The files in the folder a row names (``field``: the column holding its path), carried in
+    the archive. ``destination(row, options)``: the folder they are written to on restore (the row
+    is the restored instance); ``check(row, folder)``: raises ``ArchiveError`` when the files there
+    do not belong to the row (e.g. an export's hash)."""
+
+    field: str
+    destination: Callable[[models.Model, dict[str, Any]], Path]
+    check: Callable[[models.Model, Path], None] | None = None
+
+
+@dataclass(frozen=True)
 class Table:
     """One model's rows of a project.
 
     ``rows(project)``: the queryset of those rows. ``id_lists``: JSON fields that hold lists of
     primary keys (``"field"``, or ``"field.key"`` for a list under a key of a JSON object), mapped
-    to the model label they point at (remapped on restore). ``prepare``: called
-    on each row dict before it is inserted, with the restore options (e.g. the project's new slug)."""
+    to the model label they point at (remapped on restore). ``json_ids``: JSON fields whose nested
+    objects may name rows under conventional keys, anywhere in the payload (``{"changes":
+    {"comparison_ids": "annotation.Comparison"}}``): an id or a list of ids, remapped once every
+    table is loaded. ``prepare``: called on each row dict before it is inserted, with the restore
+    options (e.g. the project's new slug). ``files``: the row's folder travels with it."""
 
     model: str
     rows: Callable[[Any], models.QuerySet]
     id_lists: dict[str, str] = field(default_factory=dict)
     prepare: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    json_ids: dict[str, dict[str, str]] = field(default_factory=dict)
+    files: FolderFiles | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +102,9 @@ class ArchivePart:
     name: str
     order: int
     tables: tuple[Table, ...]
+    # Called inside the restore's transaction once every row is in: (old -> new keys per model
+    # label, restore options). The annotation part gives members their roles.
+    after_restore: Callable[[dict[str, dict[Any, Any]], dict[str, Any]], None] | None = None
 
 
 _PARTS: dict[str, ArchivePart] = {}
@@ -80,16 +115,21 @@ def archive_part_register(part: ArchivePart) -> None:
     _PARTS[part.name] = part
 
 
+def archive_parts() -> list[ArchivePart]:
+    """Every registered part, by order."""
+    return sorted(_PARTS.values(), key=lambda p: p.order)
+
+
 def archive_tables() -> list[Table]:
     """Every registered table, parts by order, tables in their part's order."""
-    return [t for p in sorted(_PARTS.values(), key=lambda p: p.order) for t in p.tables]
+    return [t for p in archive_parts() for t in p.tables]
 
 
 def _member(label: str) -> str:
     return f"{label.lower()}.jsonl"
 
 
-def _user_fk(f: models.Field) -> bool:
+def is_user_reference(f: models.Field) -> bool:
     return f.is_relation and f.related_model is get_user_model()
 
 
@@ -117,6 +157,7 @@ def archive_write(project: Any, out: Path | io.IOBase, *, slug: str) -> dict[str
     names: dict[int, str] = {}
     written: dict[str, set[Any]] = {}
     members: list[dict[str, Any]] = []
+    folders: list[tuple[str, Any, Path]] = []  # (model label, pk, folder) of rows with files
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for table in archive_tables():
             model = apps.get_model(table.model)
@@ -131,12 +172,14 @@ def archive_write(project: Any, out: Path | io.IOBase, *, slug: str) -> dict[str
                     for f in fields:
                         value = row[f.attname]
                         if f.is_relation and value is not None:
-                            if _user_fk(f):
+                            if is_user_reference(f):
                                 user_ids.add(value)
                                 value = _username(value, names)
                             else:
                                 _check_reference(table.model, row[pk_name], f, value, written)
                         row[f.attname] = _encode(value)
+                    if table.files is not None:
+                        folders.append((table.model, row[pk_name], Path(row[table.files.field])))
                     line = _dump(row)
                     handle.write(line)
                     digest.update(line)
@@ -148,6 +191,8 @@ def archive_write(project: Any, out: Path | io.IOBase, *, slug: str) -> dict[str
                  "sha256": digest.hexdigest(), "min_pk": min(keys, default=None),
                  "max_pk": max(keys, default=None)}
             )  # fmt: skip
+        for label, pk, folder in folders:
+            members.extend(_write_files(zf, label, pk, folder))
         members.append(_write_users(zf, user_ids))
         manifest = {
             "format": FORMAT,
@@ -179,15 +224,41 @@ def _check_reference(
     )
 
 
+def _write_files(zf: zipfile.ZipFile, label: str, pk: Any, folder: Path) -> list[dict[str, Any]]:
+    """The files of a row's folder as ``files/<model>/<pk>/<name>`` members (their manifest
+    entries). A folder that is gone is refused: the restored row would name files that exist
+    nowhere."""
+    if not folder.is_dir():
+        raise ArchiveError(
+            f"{label} {pk} names the folder {folder}, which is not on this machine: its files "
+            "cannot be archived (make that export again, or restore the folder, then archive)."
+        )
+    entries = []
+    for path in sorted(p for p in folder.iterdir() if p.is_file()):
+        name = f"{FILES}/{label.lower()}/{pk}/{path.name}"
+        digest, n, size = hashlib.sha256(), 0, 0
+        with path.open("rb") as source, zf.open(name, "w", force_zip64=True) as handle:
+            for line in source:
+                handle.write(line)
+                digest.update(line)
+                n, size = n + 1, size + len(line)
+        entries.append({"name": name, "model": FILES, "owner": label, "pk": pk, "rows": n,
+                        "bytes": size, "sha256": digest.hexdigest()})  # fmt: skip
+    return entries
+
+
 def _write_users(zf: zipfile.ZipFile, user_ids: set[int]) -> dict[str, Any]:
     digest, n, size = hashlib.sha256(), 0, 0
     users = get_user_model().objects.filter(pk__in=user_ids).order_by("username")
+    roles: dict[int, list[str]] = {}
+    for user_id, role in users.filter(groups__name__in=ALL_ROLES).values_list("pk", "groups__name"):
+        roles.setdefault(user_id, []).append(role)
     with zf.open(USERS, "w", force_zip64=True) as handle:
-        for username, email, first, last in users.values_list(
-            "username", "email", "first_name", "last_name"
+        for user_id, username, email, first, last in users.values_list(
+            "pk", "username", "email", "first_name", "last_name"
         ).iterator(chunk_size=CHUNK):
             line = _dump({"username": username, "email": email, "first_name": first,
-                          "last_name": last})  # fmt: skip
+                          "last_name": last, "roles": sorted(roles.get(user_id, []))})  # fmt: skip
             handle.write(line)
             digest.update(line)
             n, size = n + 1, size + len(line)
@@ -196,7 +267,7 @@ def _write_users(zf: zipfile.ZipFile, user_ids: set[int]) -> dict[str, Any]:
 
 
 # --- Checking --------------------------------------------------------------------------------------------
-def _open(path: Path) -> zipfile.ZipFile:
+def archive_open(path: Path) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(path)
     except FileNotFoundError as exc:
@@ -210,7 +281,7 @@ def _open(path: Path) -> zipfile.ZipFile:
 def archive_check(path: Path) -> dict[str, Any]:
     """Read the manifest and verify every member's row count, size and SHA-256 (streamed); returns
     the manifest. Raises ``ArchiveError`` naming the first member that does not match."""
-    with _open(path) as zf:
+    with archive_open(path) as zf:
         try:
             manifest = json.loads(zf.read(MANIFEST))
         except KeyError as exc:
@@ -226,12 +297,29 @@ def archive_check(path: Path) -> dict[str, Any]:
                 f"The archive is format version {manifest.get('version')}; this Concord reads "
                 f"version {VERSION}."
             )
-        known = {t.model for t in archive_tables()} | {"users"}
+        tables = {t.model: t for t in archive_tables()}
         for member in manifest["members"]:
-            if member["model"] not in known:
+            if member["model"] not in {*tables, "users", FILES}:
                 raise ArchiveError(f"The archive holds {member['model']}, unknown to this Concord.")
+            if member["model"] == FILES:
+                _check_file_member(member, tables)
             _check_member(zf, member)
     return manifest
+
+
+def _check_file_member(member: dict[str, Any], tables: dict[str, Table]) -> None:
+    """A carried file must belong to a table that carries files, under a plain file name (no
+    folder, no leading dot: it is written into this instance's folders)."""
+    owner = tables.get(member.get("owner", ""))
+    base = member["name"].rsplit("/", 1)[-1]
+    expected = f"{FILES}/{member.get('owner', '').lower()}/{member.get('pk')}/{base}"
+    if (
+        owner is None
+        or owner.files is None
+        or member["name"] != expected
+        or not _SAFE_FILE_NAME.fullmatch(base)
+    ):
+        raise ArchiveError(f"The archive's file {member['name']!r} belongs to no archived row.")
 
 
 def _check_member(zf: zipfile.ZipFile, member: dict[str, Any]) -> None:
@@ -253,196 +341,6 @@ def _check_member(zf: zipfile.ZipFile, member: dict[str, Any]) -> None:
         )
 
 
-# --- Restoring -------------------------------------------------------------------------------------------
-@contextmanager
-def _keep_times(labels: list[str]) -> Iterator[None]:
-    """Turn off auto_now / auto_now_add on the restored models so archived times are kept."""
-    saved = []
-    for label in labels:
-        for f in apps.get_model(label)._meta.concrete_fields:
-            if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
-                saved.append((f, f.auto_now, f.auto_now_add))
-                f.auto_now = f.auto_now_add = False
-    try:
-        yield
-    finally:
-        for f, now, now_add in saved:
-            f.auto_now, f.auto_now_add = now, now_add
-
-
-def _rows(zf: zipfile.ZipFile, name: str, digest: Any = None) -> Iterator[dict[str, Any]]:
-    """The member's rows; ``digest`` (a hashlib object), when given, is fed every line read."""
-    with zf.open(name) as handle:
-        for line in handle:
-            if digest is not None:
-                digest.update(line)
-            yield json.loads(line)
-
-
-def _restore_users(zf: zipfile.ZipFile) -> dict[str, int]:
-    """Username -> user id here; missing accounts are created inactive, with no usable password."""
-    user_model = get_user_model()
-    ids: dict[str, int] = {}
-    for row in _rows(zf, USERS):
-        user = user_model.objects.filter(username=row["username"]).first()
-        if user is None:
-            user = user_model(**row, is_active=False)
-            user.set_unusable_password()
-            user.save()
-        ids[row["username"]] = user.pk
-    return ids
-
-
-def archive_restore(
-    path: Path, *, options: dict[str, Any], manifest: dict[str, Any] | None = None
-) -> dict[str, int]:
-    """Check the archive (unless ``manifest``, what ``archive_check`` returned for it, is given),
-    then load it in one transaction; returns rows restored per model label. ``options`` reach each
-    table's ``prepare`` (the annotation part reads ``slug``)."""
-    manifest = manifest if manifest is not None else archive_check(path)
-    tables = {t.model: t for t in archive_tables()}
-    order = [m for m in manifest["members"] if m["model"] != "users"]
-    counts: dict[str, int] = {}
-    with _open(path) as zf, _keep_times([m["model"] for m in order]):
-        try:
-            with transaction.atomic():
-                id_of_user = _user_lookup(_restore_users(zf))
-                maps: dict[str, dict[Any, Any]] = {}
-                deferred: list[tuple[type[models.Model], Any, str, str, Any]] = []
-                pending = {m["model"] for m in order}
-                for member in order:
-                    table = tables[member["model"]]
-                    counts[table.model] = _restore_table(
-                        zf, member, table, options, id_of_user, maps, deferred, pending
-                    )
-                    pending.discard(table.model)
-                for model, pk, attname, target, old in deferred:
-                    if old in maps.get(target, {}):
-                        model.objects.filter(pk=pk).update(**{attname: maps[target][old]})
-        except IntegrityError as exc:
-            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ArchiveError(
-                "The archive clashes with data already in this instance (an export with the same "
-                "hash, or a judge's account already bound to another judge: this happens when the "
-                f"project is restored beside itself). Nothing was restored. Database: {detail}"
-            ) from exc
-    return counts
-
-
-def _user_lookup(user_ids: dict[str, int]) -> Callable[[str], int]:
-    """Rows name users by username (see ``archive_write``): map it to the local id."""
-
-    def lookup(username: str) -> int:
-        if username not in user_ids:
-            raise ArchiveError(f"The archive names user {username!r} but does not list them.")
-        return user_ids[username]
-
-    return lookup
-
-
-def _restore_table(
-    zf: zipfile.ZipFile,
-    member: dict[str, Any],
-    table: Table,
-    options: dict[str, Any],
-    user_id: Callable[[str], int],
-    maps: dict[str, dict[Any, Any]],
-    deferred: list[tuple[type[models.Model], Any, str, str, Any]],
-    pending: set[str],
-) -> int:
-    model = apps.get_model(table.model)
-    meta = model._meta
-    pk_name = meta.pk.attname
-    keep = (
-        member["min_pk"] is None
-        or not model.objects.filter(pk__gte=member["min_pk"], pk__lte=member["max_pk"]).exists()
-    )
-    mapping = maps.setdefault(table.model, {})
-    fields = meta.concrete_fields
-    batch: list[tuple[Any, models.Model, list[tuple[str, str, Any]]]] = []
-
-    def flush() -> None:
-        made = model.objects.bulk_create([obj for _, obj, _ in batch])
-        for (old, _, later), obj in zip(batch, made, strict=True):
-            mapping[old] = obj.pk
-            deferred.extend((model, obj.pk, a, t, o) for a, t, o in later)
-        batch.clear()
-
-    digest = hashlib.sha256()
-    for row in _rows(zf, member["name"], digest):
-        old_pk = row[pk_name]
-        if table.prepare is not None:
-            table.prepare(row, options)
-        values: dict[str, Any] = {}
-        later: list[tuple[str, str, Any]] = []
-        for f in fields:
-            if f.attname not in row:
-                continue
-            value = row[f.attname]
-            if f.primary_key:
-                if keep:
-                    values[f.attname] = value
-                continue
-            if f.is_relation and value is not None:
-                if _user_fk(f):
-                    value = user_id(value)
-                else:
-                    target = f.related_model._meta.label
-                    if value in maps.get(target, {}):
-                        value = maps[target][value]
-                    elif f.null:
-                        if target in pending:  # a later table or a later row of this one
-                            later.append((f.attname, target, value))
-                        value = None
-                    else:
-                        raise ArchiveError(
-                            f"{table.model} {old_pk} refers to {target} {value}, which the archive "
-                            "does not hold."
-                        )
-            elif value is not None and any(
-                path.split(".")[0] == f.attname for path in table.id_lists
-            ):
-                value = _remap_id_lists(value, f.attname, table.id_lists, maps)
-            else:
-                value = f.to_python(value) if value is not None else None
-            values[f.attname] = value
-        batch.append((old_pk, model(**values), later))
-        if len(batch) >= CHUNK:
-            flush()
-    if batch:
-        flush()
-    if digest.hexdigest() != member["sha256"]:  # the file changed since it was checked
-        raise ArchiveError(f"{member['name']} changed while it was restored. Nothing was restored.")
-    if keep and mapping:
-        _reset_sequence(model)
-    return len(mapping)
-
-
-def _remap_id_lists(
-    value: Any, attname: str, id_lists: dict[str, str], maps: dict[str, dict[Any, Any]]
-) -> Any:
-    """Map the id lists of JSON field ``attname``: ``id_lists`` keys are the field's name (the
-    value is the list) or ``field.key`` (the list under that key of a JSON object)."""
-    for path, target in id_lists.items():
-        head, _, key = path.partition(".")
-        if head != attname:
-            continue
-        target_map = maps.get(target, {})
-        if not key:
-            value = [target_map.get(v, v) for v in value]
-        elif isinstance(value, dict) and isinstance(value.get(key), list):
-            value = {**value, key: [target_map.get(v, v) for v in value[key]]}
-    return value
-
-
-def _reset_sequence(model: type[models.Model]) -> None:
-    """After inserting explicit keys, move the key sequence past them (PostgreSQL)."""
-    statements = connection.ops.sequence_reset_sql(no_style(), [model])
-    with connection.cursor() as cursor:
-        for sql in statements:
-            cursor.execute(sql)
-
-
 def archive_filename(slug: str) -> str:
     """The download name: ``SLUG-YYYYMMDD-HHMM.concord.zip`` (UTC)."""
     stamp = timezone.now().astimezone(dt.UTC).strftime("%Y%m%d-%H%M")
@@ -452,11 +350,14 @@ def archive_filename(slug: str) -> str:
 __all__ = [
     "ArchiveError",
     "ArchivePart",
+    "FolderFiles",
     "Table",
     "archive_check",
     "archive_filename",
+    "archive_open",
     "archive_part_register",
-    "archive_restore",
+    "archive_parts",
     "archive_tables",
     "archive_write",
+    "is_user_reference",
 ]

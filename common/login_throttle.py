@@ -1,5 +1,8 @@
 """Throttled logins: failures are counted per address and per account, in the shared cache.
 
+The address is ``common.client_address``'s: ``REMOTE_ADDR``, or behind a proxy listed in
+``CONCORD_TRUSTED_PROXIES`` the client's hop of ``X-Forwarded-For``.
+
 Every password check goes through ``ThrottledModelBackend`` (the login page, the admin's login, HTTP
 Basic on the API), so one count covers them all. For each subject (the client's address, the account
 tried) the cache holds the failure count and the last failure's time for ``CONCORD_LOGIN_WINDOW_S``,
@@ -32,16 +35,12 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
+from common.client_address import client_address
 from common.models import LoginLockout
 
 logger = logging.getLogger(__name__)
 
 CACHE_PREFIX = "concord:throttle:login:"
-
-
-def client_address(request: HttpRequest) -> str:
-    """The address the request came from (REMOTE_ADDR: a proxy in front must pass the client's)."""
-    return request.META.get("REMOTE_ADDR") or "unknown"
 
 
 def _key(kind: str, subject: str) -> str:

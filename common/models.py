@@ -1,4 +1,4 @@
-"""Who gets in: personal API tokens and the record of login lockouts.
+"""Who gets in: personal API tokens, the record of login lockouts, single sign-on identities.
 
 A token's secret is never stored: only a keyed SHA-256 digest of the whole token and a short random
 prefix (shown on the page, used to find the row). A token scoped to a project reaches that project's
@@ -72,3 +72,29 @@ class LoginLockout(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.subject} locked until {self.locked_until:%Y-%m-%d %H:%M}"
+
+
+class SsoIdentity(models.Model):
+    """A user's account at an OpenID Connect provider: the provider (issuer) and its ``sub`` for the
+    user. Single sign-on finds the user by this pair first, so a changed email at the provider
+    still reaches the same account (common/sso.py)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identities"
+    )
+    issuer = models.CharField(max_length=255, help_text="The provider's issuer URL (iss).")
+    subject = models.CharField(max_length=255, help_text="The provider's id for the user (sub).")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "single sign-on identity"
+        verbose_name_plural = "single sign-on identities"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["issuer", "subject"], name="sso_identity_unique_subject"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer} for {self.user}"

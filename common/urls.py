@@ -2,18 +2,13 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from common import views
-from common.forms import LoginForm
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("favicon.ico", views.favicon, name="favicon"),
-    path(
-        "accounts/login/",
-        auth_views.LoginView.as_view(
-            redirect_authenticated_user=True, authentication_form=LoginForm
-        ),
-        name="login",
-    ),
+    path("accounts/login/", views.LoginView.as_view(), name="login"),
+    path("accounts/sso/login/", views.sso_login, name="sso-login"),
+    path("accounts/sso/callback/", views.sso_callback, name="sso-callback"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/me/", views.account, name="account"),
     path(

@@ -1,9 +1,12 @@
-"""Home: send each role to its work. The user's own page (API tokens). The pages shown when a
-request fails."""
+"""Home: send each role to its work. The login page and single sign-on's two steps. The user's own
+page (API tokens). The pages shown when a request fails."""
 
 import sys
+from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -11,12 +14,14 @@ from django.shortcuts import redirect, render
 from django.template import loader
 from django.templatetags.static import static
 from django.utils import timezone
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
+from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from common.api_tokens import api_token_create, api_token_revoke, api_tokens_of, scope_projects
 from common.errors import ConcordError
-from common.forms import ApiTokenForm
+from common.forms import ApiTokenForm, LoginForm
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, has_role, user_roles
+from common.sso import sso_enabled
 
 # When a user holds several roles, the first match wins: the work done most often comes first.
 _ROLE_HOMES = (
@@ -32,6 +37,40 @@ def favicon(request: HttpRequest) -> HttpResponse:
     response = redirect(static("favicon.ico"))
     response["Cache-Control"] = "public, max-age=86400"
     return response
+
+
+class LoginView(auth_views.LoginView):
+    """Django's login page (username or email, throttled), with a "Sign in with <provider>" button
+    when single sign-on is configured, and a note when a sign-on came back refused."""
+
+    authentication_form = LoginForm
+    redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["sso_provider_name"] = (
+            settings.CONCORD_OIDC_PROVIDER_NAME if sso_enabled() else None
+        )
+        context["sso_failed"] = self.request.GET.get("sso") == "failed"
+        return context
+
+
+@require_GET
+def sso_login(request: HttpRequest) -> HttpResponse:
+    """Single sign-on, step one: off (404) unless configured; else to the provider with a fresh
+    state, nonce and PKCE challenge kept in the session (mozilla-django-oidc)."""
+    if not sso_enabled():
+        raise Http404("Single sign-on is not configured.")
+    return OIDCAuthenticationRequestView.as_view()(request)
+
+
+@require_GET
+def sso_callback(request: HttpRequest) -> HttpResponse:
+    """Single sign-on, step two: the provider's redirect with a code. An unknown state or a token
+    that fails a check answers 400 and signs nobody in (common.sso.SsoBackend)."""
+    if not sso_enabled():
+        raise Http404("Single sign-on is not configured.")
+    return OIDCAuthenticationCallbackView.as_view()(request)
 
 
 @login_required

@@ -11,6 +11,7 @@
 Every variable is listed with a safe default in ``.env.example``.
 """
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -143,7 +144,63 @@ LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 # Every password check (login page, admin, API Basic auth) goes through the login throttle
 # (common/login_throttle.py): failures counted per address and per account in the cache.
-AUTHENTICATION_BACKENDS = ["common.login_throttle.ThrottledModelBackend"]
+AUTHENTICATION_BACKENDS = [
+    "common.login_throttle.ThrottledModelBackend",
+    # Answers only the single sign-on callback, and only when it is configured.
+    "common.sso.SsoBackend",
+]
+# Single sign-on (OpenID Connect, mozilla-django-oidc; common/sso.py): off unless a client id is set.
+# Then the issuer and the provider's endpoints are required (see the provider's
+# /.well-known/openid-configuration); the login page shows "Sign in with <CONCORD_OIDC_PROVIDER_NAME>".
+CONCORD_OIDC_CLIENT_ID = env.str("CONCORD_OIDC_CLIENT_ID", default="")
+CONCORD_OIDC_ENABLED = bool(CONCORD_OIDC_CLIENT_ID)
+CONCORD_OIDC_PROVIDER_NAME = env.str("CONCORD_OIDC_PROVIDER_NAME", default="single sign-on")
+CONCORD_OIDC_ISSUER = env.str("CONCORD_OIDC_ISSUER", default="")
+# A claim (in the user info) whose values map to roles: "value=Role" pairs, e.g.
+# CONCORD_OIDC_ROLE_CLAIM=groups CONCORD_OIDC_ROLE_MAP="labellers=Annotator,ml-team=ML engineer".
+# Without it a new user gets no role until one is given in the admin.
+CONCORD_OIDC_ROLE_CLAIM = env.str("CONCORD_OIDC_ROLE_CLAIM", default="")
+CONCORD_OIDC_ROLE_MAP = dict(
+    pair.split("=", 1) for pair in env.list("CONCORD_OIDC_ROLE_MAP", default=[]) if "=" in pair
+)
+_oidc_required = {
+    "CONCORD_OIDC_ISSUER": CONCORD_OIDC_ISSUER,
+    "CONCORD_OIDC_CLIENT_SECRET": env.str("CONCORD_OIDC_CLIENT_SECRET", default=""),
+    "CONCORD_OIDC_AUTHORIZATION_ENDPOINT": env.str(
+        "CONCORD_OIDC_AUTHORIZATION_ENDPOINT", default=""
+    ),
+    "CONCORD_OIDC_TOKEN_ENDPOINT": env.str("CONCORD_OIDC_TOKEN_ENDPOINT", default=""),
+    "CONCORD_OIDC_USERINFO_ENDPOINT": env.str("CONCORD_OIDC_USERINFO_ENDPOINT", default=""),
+    "CONCORD_OIDC_JWKS_ENDPOINT": env.str("CONCORD_OIDC_JWKS_ENDPOINT", default=""),
+}
+if CONCORD_OIDC_ENABLED:
+    _missing = [name for name, value in _oidc_required.items() if not value]
+    if _missing:
+        raise ImproperlyConfigured(
+            f"CONCORD_OIDC_CLIENT_ID is set, so single sign-on needs {', '.join(_missing)}"
+        )
+_bad_roles = sorted(
+    set(CONCORD_OIDC_ROLE_MAP.values()) - {"Annotator", "Reviewer", "ML engineer", "Adjudicator"}
+)
+if _bad_roles:
+    raise ImproperlyConfigured(
+        f"CONCORD_OIDC_ROLE_MAP names unknown roles {_bad_roles}: "
+        "Annotator, Reviewer, ML engineer or Adjudicator"
+    )
+# mozilla-django-oidc's own settings, from the ones above.
+OIDC_RP_CLIENT_ID = CONCORD_OIDC_CLIENT_ID
+OIDC_RP_CLIENT_SECRET = _oidc_required["CONCORD_OIDC_CLIENT_SECRET"]
+OIDC_OP_AUTHORIZATION_ENDPOINT = _oidc_required["CONCORD_OIDC_AUTHORIZATION_ENDPOINT"]
+OIDC_OP_TOKEN_ENDPOINT = _oidc_required["CONCORD_OIDC_TOKEN_ENDPOINT"]
+OIDC_OP_USER_ENDPOINT = _oidc_required["CONCORD_OIDC_USERINFO_ENDPOINT"]
+OIDC_OP_JWKS_ENDPOINT = _oidc_required["CONCORD_OIDC_JWKS_ENDPOINT"]
+OIDC_RP_SIGN_ALGO = env.str("CONCORD_OIDC_SIGN_ALGO", default="RS256")
+OIDC_RP_SCOPES = env.str("CONCORD_OIDC_SCOPES", default="openid email profile")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = env.int("CONCORD_OIDC_TIMEOUT_S", default=10)
+OIDC_AUTHENTICATION_CALLBACK_URL = "sso-callback"
+LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
+
 # Failed logins for one account / from one address before it is locked out.
 CONCORD_LOGIN_ACCOUNT_LIMIT = env.int("CONCORD_LOGIN_ACCOUNT_LIMIT", default=10)
 CONCORD_LOGIN_ADDRESS_LIMIT = env.int("CONCORD_LOGIN_ADDRESS_LIMIT", default=50)
@@ -152,6 +209,17 @@ CONCORD_LOGIN_SLOW_AFTER = env.int("CONCORD_LOGIN_SLOW_AFTER", default=5)
 # How long a lockout lasts, and how long failures are remembered (seconds).
 CONCORD_LOGIN_LOCKOUT_S = env.int("CONCORD_LOGIN_LOCKOUT_S", default=900)
 CONCORD_LOGIN_WINDOW_S = env.int("CONCORD_LOGIN_WINDOW_S", default=900)
+# The reverse proxies in front (CIDRs or addresses). Only a request from one of them has its
+# X-Forwarded-For read for the client's address (login throttle, anonymous API rate); with none
+# listed the address is REMOTE_ADDR and X-Forwarded-For is ignored (common/client_address.py).
+CONCORD_TRUSTED_PROXIES = env.list("CONCORD_TRUSTED_PROXIES", default=[])
+for _proxy in CONCORD_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy.strip(), strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"CONCORD_TRUSTED_PROXIES: {_proxy!r} is not an IP address or network (CIDR)"
+        ) from None
 
 # --- I18N / static ----------------------------------------------------------------------------------
 LANGUAGE_CODE = "en-gb"
@@ -251,7 +319,9 @@ CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or _default
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
-    # The reaper (common.tasks.jobs_reap_stale) is bookkeeping: the default queue, with no route.
+    # Exact names are matched before patterns: the retrain check is bookkeeping, not GPU work. The
+    # reaper (common.tasks.jobs_reap_stale) goes to the default queue with no route.
+    "training.tasks.continuous_rm_check_all": {"queue": "default"},
     "training.tasks.*": {"queue": "gpu"},
     "monitoring.tasks.generate_*": {"queue": "gpu"},
 }
@@ -322,9 +392,20 @@ CONCORD_ALERT_RULES = [
     {"metric": "missing_eos_penalised", "direction": ">", "threshold": 0.5,
      "meaning": "most samples hit max_new_tokens without EOS: the missing-EOS penalty, not the "
                 "reward model, drives the policy", "diagnosis_step": 7},
+    # Relative: fires at twice the run's first evaluated value (PIPELINE.md, reward-model ensembles).
+    {"metric": "eval_ensemble_disagreement", "direction": ">", "threshold": 2.0,
+     "relative_to_first": True,
+     "meaning": "ensemble disagreement rising: the reward models disagree on the policy's answers "
+                "twice as much as at the first evaluation (early sign of reward gaming)",
+     "diagnosis_step": 2},
 ]  # fmt: skip
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-jobs": {"task": "common.tasks.jobs_reap_stale", "schedule": 60.0},
+    # Continuous reward modelling: a retrain starts when N judgements arrived (issue #33).
+    "continuous-reward-model-check": {
+        "task": "training.tasks.continuous_rm_check_all",
+        "schedule": 60.0,
+    },
 }
 
 # --- Models (offline) -------------------------------------------------------------------------------

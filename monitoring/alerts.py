@@ -3,6 +3,10 @@
 ``evaluate_metrics`` is the hook training calls after each logged step (settings.CONCORD_METRICS_HOOK
 names it, so training never imports monitoring). A metric beyond its threshold opens an alert (one
 open alert per run and metric); back within the threshold, the open alert is resolved.
+
+A rule with ``relative_to_first`` compares against a multiple of the run's first logged value of its
+metric instead of a fixed number: "ensemble disagreement rising" opens when the members' disagreement
+on the policy's held-out answers reaches twice its value at the first evaluation (PIPELINE.md).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from monitoring.models import Alert
+from training.models import MetricPoint
 
 # PIPELINE.md's diagnosis order, step by step.
 DIAGNOSIS = {
@@ -32,18 +37,31 @@ DIAGNOSIS = {
 
 @dataclass(frozen=True)
 class Rule:
-    """metric (name as logged), direction ('>' or '<'), threshold, meaning, diagnosis step."""
+    """metric (name as logged), direction ('>' or '<'), threshold, meaning, diagnosis step;
+    ``relative_to_first``: the threshold is a factor on the run's first logged value of the metric
+    (the limit is threshold x first value), not a value of its own."""
 
     metric: str
     direction: str
     threshold: float
     meaning: str
     diagnosis_step: int
+    relative_to_first: bool = False
 
-    def breached(self, value: float) -> bool:
+    def limit(self, first: float | None) -> float | None:
+        """The threshold in the metric's units: ``threshold``, or for a relative rule
+        ``threshold * first`` (None while the run has no earlier value: nothing to compare)."""
+        if not self.relative_to_first:
+            return self.threshold
+        return None if first is None or not math.isfinite(first) else self.threshold * first
+
+    def breached(self, value: float, limit: float | None = None) -> bool:
+        """Whether ``value`` is beyond ``limit`` (default: the rule's own threshold); a value that
+        is not finite always is."""
         if not math.isfinite(value):
             return True
-        return value > self.threshold if self.direction == ">" else value < self.threshold
+        bound = self.threshold if limit is None else limit
+        return value > bound if self.direction == ">" else value < bound
 
 
 def alert_rules() -> list[Rule]:
@@ -59,8 +77,11 @@ def evaluate_metrics(*, run_id: int, step: int, metrics: Mapping[str, float]) ->
         if rule.metric not in metrics:
             continue
         value = float(metrics[rule.metric])
+        limit = rule.limit(_first_value(run_id, rule.metric, before=step))
+        if limit is None:
+            continue  # a relative rule's first value: the baseline, nothing to compare yet
         open_alerts = Alert.objects.filter(run_id=run_id, metric=rule.metric, resolved_at=None)
-        if not rule.breached(value):
+        if not rule.breached(value, limit):
             open_alerts.update(resolved_at=now)
             continue
         if open_alerts.exists():
@@ -72,7 +93,7 @@ def evaluate_metrics(*, run_id: int, step: int, metrics: Mapping[str, float]) ->
                         run_id=run_id,
                         metric=rule.metric,
                         value=value if math.isfinite(value) else 0.0,
-                        threshold=rule.threshold,
+                        threshold=limit,
                         direction=rule.direction,
                         step=step,
                         meaning=rule.meaning,
@@ -82,3 +103,13 @@ def evaluate_metrics(*, run_id: int, step: int, metrics: Mapping[str, float]) ->
         except IntegrityError:
             pass  # opened by a concurrent evaluation
     return opened
+
+
+def _first_value(run_id: int, metric: str, *, before: int) -> float | None:
+    """The run's value of ``metric`` at its earliest logged step before ``before``, or None."""
+    return (
+        MetricPoint.objects.filter(run_id=run_id, name=metric, step__lt=before)
+        .order_by("step")
+        .values_list("value", flat=True)
+        .first()
+    )

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCTION_ENV = {
     "DJANGO_ENV": "production",
@@ -136,3 +138,39 @@ def test_the_demo_sqlite_database_takes_write_locks_up_front_and_keeps_a_write_a
     )
     result = _run_settings_code(code, tmp_path)
     assert result.stdout.split() == ["wal", "IMMEDIATE", "20"]
+
+
+def test_trusted_proxies_are_read_and_a_bad_entry_refuses_to_start(tmp_path):
+    """CONCORD_TRUSTED_PROXIES is a comma-separated list of networks (empty by default); an entry
+    that is no address or network stops the settings with the variable's name and the entry."""
+    assert _setting("CONCORD_TRUSTED_PROXIES", {}, tmp_path) == "[]"
+    assert _setting(
+        "CONCORD_TRUSTED_PROXIES", {"CONCORD_TRUSTED_PROXIES": "10.0.0.0/8,::1"}, tmp_path
+    ) == str(["10.0.0.0/8", "::1"])
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        _run_settings_code(
+            "import config.settings", tmp_path, {"CONCORD_TRUSTED_PROXIES": "10.0.0.0/8,proxy.lan"}
+        )
+    assert "CONCORD_TRUSTED_PROXIES: 'proxy.lan' is not an IP address" in failed.value.stderr
+
+
+def test_single_sign_on_is_off_by_default_and_a_half_configuration_refuses_to_start(tmp_path):
+    """No CONCORD_OIDC_CLIENT_ID: off. A client id without the issuer and endpoints, or a role map
+    naming a role that does not exist, stops the settings and says which variables."""
+    assert _setting("CONCORD_OIDC_ENABLED", {}, tmp_path) == "False"
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        _run_settings_code(
+            "import config.settings",
+            tmp_path,
+            {"CONCORD_OIDC_CLIENT_ID": "concord", "CONCORD_OIDC_ISSUER": "https://idp.example"},
+        )
+    assert (
+        "single sign-on needs CONCORD_OIDC_CLIENT_SECRET, CONCORD_OIDC_AUTHORIZATION_ENDPOINT, "
+        "CONCORD_OIDC_TOKEN_ENDPOINT, CONCORD_OIDC_USERINFO_ENDPOINT, CONCORD_OIDC_JWKS_ENDPOINT"
+        in failed.value.stderr
+    )
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        _run_settings_code(
+            "import config.settings", tmp_path, {"CONCORD_OIDC_ROLE_MAP": "admins=Superuser"}
+        )
+    assert "CONCORD_OIDC_ROLE_MAP names unknown roles ['Superuser']" in failed.value.stderr

@@ -14,7 +14,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.choices import BaseChoiceIterator
 
-from annotation.models import DatasetExport
+from annotation.models import DatasetExport, Project
 
 
 class DatasetSnapshot(models.Model):
@@ -297,3 +297,38 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id}: {self.action} by {self.user or 'system'}"
+
+
+class ContinuousRewardModel(models.Model):
+    """A project's continuous reward modelling (issue #33): which retrain is the latest, how many
+    consensus labels it learnt from, and whether one follow-up retrain is owed.
+
+    One row per project, locked (SELECT ... FOR UPDATE) by every check, so two checks never both
+    start a retrain: while ``current_run`` is queued or running, a due check only sets
+    ``followup`` (one follow-up, however many checks come), started when the run has finished."""
+
+    project = models.OneToOneField(
+        Project, on_delete=models.CASCADE, related_name="continuous_reward_model"
+    )
+    current_run = models.ForeignKey(
+        TrainingRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    last_succeeded_run = models.ForeignKey(
+        TrainingRun,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The latest retrain that succeeded: the next one starts from its weights.",
+    )
+    labels_at_last_start = models.PositiveIntegerField(
+        default=0, help_text="Judgements in the project when the latest retrain was started."
+    )
+    followup = models.BooleanField(
+        default=False, help_text="A retrain came due while one ran: start one when it finishes."
+    )
+    retrains = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"continuous RM of {self.project.slug} ({self.retrains} retrains)"

@@ -8,7 +8,7 @@ from datetime import datetime
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from annotation.models import (
@@ -97,9 +97,11 @@ def labelling_progress(*, annotator: AbstractBaseUser, project: Project) -> Labe
     cached = cache.get(key)
     if cached is None:
         counted_at = timezone.now()
-        open_count = Comparison.objects.filter(
-            project=project, taken__lt=project.overlap, gold=""
-        ).count()
+        open_count = (
+            Comparison.objects.filter(project=project, taken__lt=project.overlap, gold="")
+            .exclude(target_overlap__lte=F("taken"))  # overlap reduction left it fewer slots
+            .count()
+        )
         cache.set(key, (open_count, counted_at), OPEN_PAIRS_CACHE_S)
     else:
         open_count, counted_at = cached

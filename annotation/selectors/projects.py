@@ -10,7 +10,14 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Count, Exists, F, OuterRef, QuerySet
 
-from annotation.models import Assignment, Comparison, Judgement, Project, ProjectMembership
+from annotation.models import (
+    Assignment,
+    Comparison,
+    Judgement,
+    Project,
+    ProjectMembership,
+    QueueOrder,
+)
 from annotation.selectors.labelling import BATCH_SIZE
 from common.roles import (
     human_judgements,
@@ -173,3 +180,60 @@ def suggestion_judges(*, project: Project | None) -> QuerySet:
         return users.none()
     judged = Judgement.objects.filter(annotator=OuterRef("pk"), comparison__project=project)
     return users.filter(Exists(judged)).order_by("username")
+
+
+# The learning curve's drawing area in SVG units (viewBox), with margins for the axis labels.
+CURVE_WIDTH, CURVE_HEIGHT, CURVE_MARGIN = 480, 200, 36
+
+
+@dataclass(frozen=True)
+class ActiveLearningPanel:
+    """What the project page shows of active preference collection: the queue's order in words,
+    its exploration share, overlap reduction, continuous reward modelling, and the learning curve
+    (accuracy against labels, one point per retrain) as SVG coordinates: ``points`` [(x, y, labels,
+    accuracy)], ``polyline`` "x,y x,y ...", axis ticks ``y_ticks`` [(y, label)] and ``x_ticks``."""
+
+    queue_order: str
+    acquisition: bool
+    exploration_percent: int
+    overlap_reduction: bool
+    continuous_rm: bool
+    every: int
+    ensemble_size: int
+    points: list[tuple[float, float, int, float]]
+    polyline: str
+    x_ticks: list[tuple[float, str]]
+    y_ticks: list[tuple[float, str]]
+    width: int = CURVE_WIDTH
+    height: int = CURVE_HEIGHT
+
+
+def active_learning_panel(*, project: Project) -> ActiveLearningPanel:
+    """The project's active-learning settings and its learning curve, drawn on [0, 1] accuracy
+    against 0..max labels (server-rendered SVG)."""
+    rows = list(
+        project.learning_curve.order_by("labels", "created_at").values_list("labels", "accuracy")
+    )
+    inner_w, inner_h = CURVE_WIDTH - 2 * CURVE_MARGIN, CURVE_HEIGHT - 2 * CURVE_MARGIN
+    top = max((labels for labels, _ in rows), default=1) or 1
+
+    def x(labels: float) -> float:
+        return round(CURVE_MARGIN + inner_w * labels / top, 1)
+
+    def y(accuracy: float) -> float:
+        return round(CURVE_MARGIN + inner_h * (1 - accuracy), 1)
+
+    points = [(x(labels), y(acc), labels, acc) for labels, acc in rows]
+    return ActiveLearningPanel(
+        queue_order=QueueOrder(project.queue_order).label,
+        acquisition=project.queue_order != QueueOrder.BALANCED,
+        exploration_percent=round(100 * project.exploration_share),
+        overlap_reduction=project.overlap_reduction,
+        continuous_rm=project.continuous_rm,
+        every=project.continuous_rm_every,
+        ensemble_size=project.continuous_rm_ensemble_size,
+        points=points,
+        polyline=" ".join(f"{px},{py}" for px, py, _, _ in points),
+        x_ticks=[(x(v), str(v)) for v in sorted({0, top // 2, top})],
+        y_ticks=[(y(v), f"{v:.1f}") for v in (0.0, 0.5, 1.0)],
+    )

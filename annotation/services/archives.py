@@ -12,7 +12,8 @@ from typing import Any
 from django.db import connection, transaction
 
 from annotation.models import Project
-from common.archive import ArchiveError, archive_check, archive_restore, archive_write
+from common.archive import ArchiveError, archive_check, archive_write
+from common.archive_restore import archive_restore
 
 
 def project_archive_write(*, project: Project, out: Path | io.IOBase) -> dict[str, Any]:

@@ -125,6 +125,12 @@ def _sha256_files(*paths: Path) -> str:
     return digest.hexdigest()
 
 
+def export_folder_sha256(folder: Path) -> str:
+    """The SHA-256 an export's folder holds (its pairs then its raw judgements): the export's
+    ``sha256`` when the files are the export's."""
+    return _sha256_files(folder / PAIRS_FILE, folder / JUDGEMENTS_FILE)
+
+
 def _dump(row: dict) -> str:
     return json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
 

@@ -184,12 +184,15 @@ def _with_screen(assignment: Assignment, project: Project) -> Assignment:
 # judged, in one statement: the inner SELECT locks the row (skipping rows other claims hold), and
 # PostgreSQL re-checks ``taken < overlap`` on the locked row, so the last slot goes to one claim only.
 # Hand-written: built through the ORM (two NOT EXISTS subqueries, then an UPDATE) it cost more CPU
-# than the rest of a claim, on every pair shown. Parameters: project, overlap, annotator (twice).
+# than the rest of a claim, on every pair shown. A comparison's ``target_overlap`` (overlap reduction,
+# never below 1) lowers its slots below the project's overlap; NULL compares false, so it keeps the
+# overlap. Parameters: project, overlap (twice), annotator (twice).
 _CLAIM_NEXT_SQL = """
 UPDATE {comparison} SET taken = taken + 1, served = served + 1
 WHERE id = (
     SELECT c.id FROM {comparison} c
-    WHERE c.project_id = %s AND c.taken < %s AND c.gold = ''
+    WHERE c.project_id = %s AND c.gold = ''
+      AND c.taken < CASE WHEN c.target_overlap < %s THEN c.target_overlap ELSE %s END
       AND NOT EXISTS (SELECT 1 FROM {assignment} a
                       WHERE a.comparison_id = c.id AND a.annotator_id = %s)
       AND NOT EXISTS (SELECT 1 FROM {judgement} j
@@ -219,7 +222,9 @@ def _claim_normal(
     skip_locked = connection.features.has_select_for_update_skip_locked
     sql = _labelling_sql(_CLAIM_NEXT_SQL, " FOR UPDATE SKIP LOCKED" if skip_locked else "")
     with connection.cursor() as cursor:
-        cursor.execute(sql, [project.pk, project.overlap, annotator.pk, annotator.pk])
+        cursor.execute(
+            sql, [project.pk, project.overlap, project.overlap, annotator.pk, annotator.pk]
+        )
         row = cursor.fetchone()
     if row is None:
         return None

@@ -26,6 +26,7 @@ from django.utils.http import urlsafe_base64_encode
 
 from annotation.models import Assignment, Comparison, Project, ProjectEvent, ProjectMembership
 from annotation.selectors.projects import suggestion_judges
+from annotation.services.active_queue import overlap_targets_update, queue_order_apply
 from annotation.services.adjudication import guidelines_update
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, REVIEWER, role_assign
@@ -43,7 +44,16 @@ PROJECT_FIELDS = (
     "gold_every",
     "repeat_every",
     "suggestion_judge",
+    "queue_order",
+    "exploration_share",
+    "overlap_reduction",
+    "continuous_rm",
+    "continuous_rm_every",
+    "continuous_rm_ensemble_size",
 )
+# Settings whose change re-orders the queue, or recomputes which comparisons need fewer humans.
+QUEUE_SETTINGS = frozenset({"queue_order", "exploration_share"})
+OVERLAP_SETTINGS = frozenset({"overlap_reduction", "overlap", "suggestion_judge"})
 
 # The global role a membership needs for its pages (the labelling screen asks for Annotator).
 MEMBERSHIP_ROLES = {
@@ -158,6 +168,10 @@ def project_update(*, project: Project, actor: AbstractBaseUser, **fields: Any) 
             if "guidelines" in changes:
                 # A new numbered version: judgements are stamped with it, annotators see the diff once.
                 guidelines_update(project=locked, text=locked.guidelines, user=actor)
+            if OVERLAP_SETTINGS & set(changes):
+                overlap_targets_update(project=locked)
+            if QUEUE_SETTINGS & set(changes):
+                queue_order_apply(project=locked)
             _event(locked, actor, Kind.EDITED, changes=changes)
     return locked
 

@@ -50,6 +50,7 @@ def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
         "project": project,
         "jobs": jobs,
         "annotators": selectors.annotator_progress(project=project),
+        "active": selectors.active_learning_panel(project=project),
         "batches": selectors.batch_progress(project=project),
         "agreement_alerts": agreement_alerts(project=project),
         "exports": project.exports.all()[:20],

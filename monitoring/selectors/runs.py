@@ -382,8 +382,10 @@ def runs_series(*, runs: Sequence[TrainingRun]) -> dict[str, dict[str, list[list
 
 
 def alert_thresholds() -> dict[str, dict[str, object]]:
-    """{metric: {threshold, direction, meaning}} to draw as lines on the charts."""
+    """{metric: {threshold, direction, meaning}} to draw as lines on the charts (fixed thresholds
+    only: a rule relative to the run's first value has no line of its own)."""
     return {
         rule["metric"]: {k: rule[k] for k in ("threshold", "direction", "meaning")}
         for rule in settings.CONCORD_ALERT_RULES
+        if not rule.get("relative_to_first")
     }

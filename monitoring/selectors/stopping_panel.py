@@ -15,10 +15,14 @@ from monitoring.models import EvalRound
 from monitoring.selectors import round_judges as ppi_selectors
 from monitoring.selectors.eval_rounds import round_judgements, round_outcomes
 from monitoring.stats import stopping
+from monitoring.stats.peak import PeakLine, peak_line
 from training.models import MetricPoint, TrainingRun
 
 # Metric names whose per-evaluation mean reward the plateau is judged on (first one logged wins).
 REWARD_METRICS = ("eval_reward_mean", "reward_mean")
+# A gold scorer's mean reward of the policy's held-out answers, logged beside the proxy's (the farm's
+# gold reward model, or a team's own stand-in for people): gold points of the peak estimate.
+GOLD_METRIC = "gold_reward_mean"
 
 
 def _series(run: TrainingRun, name: str) -> list[float]:
@@ -123,6 +127,7 @@ def run_stopping_panel(
         "length_ratio": length_ratio,
         "repetition": repetition,
         "bradley_terry": run_bradley_terry(run, n_boot=min(n_boot, 300)),
+        "peak": run_peak_line(run, rated_rounds=rated_rounds, n_boot=n_boot),
         "panel": panel,
         "estimates": estimates,
         "kappa_threshold": kappa_threshold,
@@ -134,6 +139,91 @@ def run_stopping_panel(
         "best_checkpoint": best_checkpoint,
         "decisions": list(run.stop_decisions.select_related("reviewer", "checkpoint")[:20]),
     }
+
+
+def _step_series(run: TrainingRun, name: str) -> dict[int, float]:
+    return dict(
+        MetricPoint.objects.filter(run=run, name=name).order_by("step").values_list("step", "value")
+    )
+
+
+def _kl_at(kl_by_step: dict[int, float], step: int) -> float | None:
+    """The KL logged at ``step``, else the last one before it (None before any)."""
+    before = [s for s in kl_by_step if s <= step]
+    return kl_by_step[max(before)] if before else None
+
+
+def _human_gold_points(
+    rated_rounds: list[EvalRound], kl_by_step: dict[int, float]
+) -> tuple[list[float], list[float]]:
+    """(KL, reward) of each rated round's checkpoint with its mean usefulness put on the reward
+    model's scale: a least-squares line reward_score ~ usefulness over the first rated round's
+    items (the least optimised answers, before the proxy drifts from people), then each round's
+    mean usefulness through it. ([], []) when the first round cannot calibrate (fewer than 3 scored
+    items, or every item rated alike) or no round's checkpoint has a KL."""
+    if not rated_rounds:
+        return [], []
+    pairs = _item_usefulness_and_scores(rated_rounds[0])
+    if len(pairs) < 3 or len({u for u, _ in pairs}) < 2:
+        return [], []
+    slope, offset = np.polyfit([u for u, _ in pairs], [r for _, r in pairs], 1)
+    kls, rewards = [], []
+    for round_ in rated_rounds:
+        kl = round_.checkpoint.metrics.get("kl", _kl_at(kl_by_step, round_.checkpoint.step))
+        values = [j.usefulness for j in round_judgements(round_) if j.usefulness is not None]
+        if kl is None or not values:
+            continue
+        kls.append(float(kl))
+        rewards.append(float(offset + slope * np.mean(values)))
+    return kls, rewards
+
+
+def _item_usefulness_and_scores(round_: EvalRound) -> list[tuple[float, float]]:
+    """(mean usefulness, reward-model score) of each rated item of ``round_`` that has a score."""
+    per_item: dict[int, list[int]] = defaultdict(list)
+    score_of: dict[int, float | None] = {}
+    for j in round_judgements(round_):
+        if j.usefulness is not None:
+            per_item[j.assignment.item_id].append(j.usefulness)
+            score_of[j.assignment.item_id] = j.assignment.item.reward_score
+    return [
+        (float(np.mean(values)), float(score_of[item]))
+        for item, values in per_item.items()
+        if score_of[item] is not None
+    ]
+
+
+def run_peak_line(
+    run: TrainingRun, *, rated_rounds: list[EvalRound], n_boot: int = 1000
+) -> PeakLine:
+    """The panel's "estimated peak at KL x (interval), current KL y" (``peak.peak_line``): the
+    run's evaluated proxy reward (``eval_reward_mean``) against the KL logged at the same step,
+    corrected by gold points (a ``gold_reward_mean`` metric at evaluated steps, and the rated
+    rounds' usefulness on the reward scale, ``_human_gold_points``), and the checkpoint nearest
+    the estimate among the run's checkpoints (KL from its metrics or the metric points)."""
+    # The logged KL is a sampled estimate (k1 can dip below zero near the reference); KL itself
+    # is >= 0, and the curve's axis is sqrt(KL).
+    kl_by_step = {step: max(value, 0.0) for step, value in _step_series(run, "kl").items()}
+    proxy = _step_series(run, REWARD_METRICS[0])
+    points = [(kl_by_step[s], r) for s, r in proxy.items() if s in kl_by_step]
+    gold = [
+        (kl_by_step[s], r) for s, r in _step_series(run, GOLD_METRIC).items() if s in kl_by_step
+    ]
+    human_kl, human_reward = _human_gold_points(rated_rounds, kl_by_step)
+    checkpoint_kls = {}
+    for checkpoint in run.checkpoints.all():
+        kl = checkpoint.metrics.get("kl", _kl_at(kl_by_step, checkpoint.step))
+        if kl is not None:
+            checkpoint_kls[f"step {checkpoint.step}"] = float(kl)
+    return peak_line(
+        eval_kl=[k for k, _ in points],
+        eval_reward=[r for _, r in points],
+        gold_kl=[k for k, _ in gold] + human_kl,
+        gold_reward=[r for _, r in gold] + human_reward,
+        current_kl=kl_by_step[max(kl_by_step)] if kl_by_step else None,
+        checkpoint_kls=checkpoint_kls,
+        n_boot=max(n_boot, 100),
+    )
 
 
 def run_bradley_terry(run: TrainingRun, *, n_boot: int = 300) -> list[dict[str, Any]]:

@@ -369,3 +369,75 @@ def recommend_checkpoint(
     distance = np.abs(np.sqrt(values) - np.sqrt(target))
     best = min(range(len(keys)), key=lambda i: (distance[i], values[i]))
     return keys[best]
+
+
+@dataclass(frozen=True)
+class PeakLine:
+    """The stopping panel's peak line: the estimate, the run's current KL (nats; None before any),
+    the checkpoint nearest the estimated peak (a key of the checkpoints given; None without a peak
+    or checkpoints) and ``text``, the sentence the panel shows."""
+
+    estimate: PeakEstimate
+    current_kl: float | None
+    checkpoint: object | None
+    text: str
+
+
+def peak_line(
+    *,
+    eval_kl: ArrayLike,
+    eval_reward: ArrayLike,
+    gold_kl: ArrayLike = (),
+    gold_reward: ArrayLike = (),
+    current_kl: float | None,
+    checkpoint_kls: Mapping[K, float] | None = None,
+    level: float = 0.9,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> PeakLine:
+    """The panel's line "estimated peak at KL x (interval), current KL y" from the evaluated proxy
+    reward [n] at its KL [n] (nats), corrected by gold (human-rated) points [m] (``estimate_peak``),
+    and the checkpoint nearest the peak (``recommend_checkpoint`` over ``checkpoint_kls``: key ->
+    KL).
+
+    Worked example: the noise-free curve alpha 1, beta 0.5 (KL* = e^2 = 7.389) evaluated at KL 0.5
+    .. 15, current KL 15, checkpoints at KL 4, 7 and 12: "Estimated peak at KL 7.39 (90% interval
+    7.39 to 7.39), current KL 15: past the peak; checkpoint nearest the peak: 7" (7 is nearest on
+    the d = sqrt(KL) axis). Malformed input raises ValueError naming the argument (``estimate_peak``).
+    """
+    if current_kl is not None and not (np.isfinite(current_kl) and current_kl >= 0):
+        raise ValueError(f"current_kl must be a KL >= 0 (nats) or None, got {current_kl}")
+    estimate = estimate_peak(
+        eval_kl,
+        eval_reward,
+        gold_kl=gold_kl,
+        gold_reward=gold_reward,
+        level=level,
+        n_boot=n_boot,
+        seed=seed,
+    )
+    now = "no KL logged yet" if current_kl is None else f"current KL {current_kl:.3g}"
+    checkpoint = None
+    if estimate.status == "peak" and estimate.kl is not None:
+        assert estimate.low is not None and estimate.high is not None
+        where = ""
+        if current_kl is not None:
+            where = ": past the peak" if current_kl > estimate.kl else ": before the peak"
+        text = (
+            f"Estimated peak at KL {estimate.kl:.3g} ({level:.0%} interval {estimate.low:.3g} to "
+            f"{_upper(estimate.high)}), {now}{where}"
+        )
+        if checkpoint_kls:
+            checkpoint = recommend_checkpoint(estimate, checkpoint_kls)
+            text += f"; checkpoint nearest the peak: {checkpoint}"
+    elif estimate.status == "no_peak":
+        text = f"No peak estimated yet: the reward is still rising along the fitted curve, {now}"
+    else:
+        text = (
+            f"Too few evaluations to estimate the peak ({estimate.n_proxy}; at least "
+            f"4 at two or more KL values above zero), {now}"
+        )
+    gold = f" (corrected by {estimate.n_gold} gold-rated point{'s' * (estimate.n_gold != 1)})"
+    return PeakLine(
+        estimate, current_kl, checkpoint, text + (gold if estimate.n_gold else "") + "."
+    )

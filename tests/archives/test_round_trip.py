@@ -273,7 +273,8 @@ def test_a_file_that_is_not_an_archive_is_refused(tmp_path, exports):
 def test_a_file_changed_after_its_check_is_rolled_back(tmp_path, exports):
     """The rows are hashed again as they are loaded: a member that no longer matches the checked
     manifest (the file replaced between check and load) rolls the whole restore back."""
-    from common.archive import ArchiveError, archive_check, archive_restore
+    from common.archive import ArchiveError, archive_check
+    from common.archive_restore import archive_restore
 
     demo_load()
     path = tmp_path / "demo.zip"

@@ -1,4 +1,5 @@
-"""Schemathesis fuzz of the served OpenAPI schema (/api/schema/) through the WSGI app, per role.
+"""Schemathesis fuzz of the served OpenAPI schema (/api/schema/) through the WSGI app, per role;
+and a Hypothesis fuzz of the single sign-on callback (not part of the API schema).
 
 For anonymous users, an annotator and an ML engineer (HTTP Basic auth, which the API accepts in
 development), an ML engineer's personal API token and one scoped to project ``fuzz``
@@ -16,7 +17,9 @@ import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
-from hypothesis import HealthCheck, settings
+from django.test import Client
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from common.api_tokens import api_token_create
 from common.roles import ANNOTATOR, ML_ENGINEER
@@ -88,3 +91,42 @@ def test_api_never_answers_5xx_and_matches_its_schema(case, auth_headers):
             schemathesis.checks.content_type_conformance,
         ],
     )
+
+
+_QUERY_TEXT = st.text(max_size=80)
+_CALLBACK_QUERY = st.dictionaries(
+    st.sampled_from(["code", "state", "error", "error_description", "session_state", "iss"]),
+    _QUERY_TEXT,
+    max_size=4,
+)
+
+
+@pytest.fixture
+def sso_client(db, settings) -> Client:
+    """Single sign-on switched on against a provider that is not running, and a browser session
+    that started a sign-in (so one state is known to it)."""
+    from tests.helpers.oidc_provider import RunningProvider
+
+    RunningProvider(url="http://127.0.0.1:9").configure(settings)
+    client = Client(raise_request_exception=False)
+    assert client.get("/accounts/sso/login/").status_code == 302
+    return client
+
+
+@settings(
+    max_examples=FUZZ_EXAMPLES * 4,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=not FUZZ_RANDOM,
+)
+@given(query=_CALLBACK_QUERY, use_issued_state=st.booleans())
+def test_sso_callback_never_answers_5xx_nor_signs_anyone_in(sso_client, query, use_issued_state):
+    """Any query string on the callback (forged codes, states, provider errors; or the state this
+    session issued with a made-up code while the provider is down): 302 or 400, never a 5xx, and
+    nobody is signed in."""
+    states = sso_client.session.get("oidc_states", {})
+    if use_issued_state and states and "code" in query:
+        query = {**query, "state": next(iter(states))}
+    response = sso_client.get("/accounts/sso/callback/", query)
+    assert response.status_code in (302, 400), response.content[:300]
+    assert "_auth_user_id" not in sso_client.session

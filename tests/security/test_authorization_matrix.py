@@ -122,6 +122,10 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     # annie's: only she may revoke it; anyone else's attempt answers 404.
     "account":                        {"get": (302, 200, 200, 200, 200), "post": (302, 400, 400, 400, 400)},
     "account-token-revoke":           {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
+    # Single sign-on is off in the tests' settings: both steps answer 404 (GET only: 405 for POST).
+    # test_single_sign_on_urls_when_configured covers them switched on.
+    "sso-login":                      {"get": (404, 404, 404, 404, 404), "post": (405, 405, 405, 405, 405)},
+    "sso-callback":                   {"get": (404, 404, 404, 404, 404), "post": (405, 405, 405, 405, 405)},
     "annotation:my-projects":         {"get": (302, 200, 403, 403, 200), "post": (302, 200, 403, 403, 200)},
     "annotation:project-overview":    {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
     "annotation:project-manage":      {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
@@ -229,6 +233,11 @@ for _name in ("project_delete", "promptcluster_add", "promptcluster_delete"):
 # throttle writes them); ML engineers hold no permission of the common app.
 for _action, _method in (("add", "get"), ("add", "post"), ("change", "post")):
     ADMIN_MODEL_EXCEPTIONS[(f"admin:common_loginlockout_{_action}", _method)] = REFUSED
+# Single sign-on identities (common): the superuser sees and may delete them (unlinking an account);
+# nobody adds one (sign-ins do) and every field is read only (a POST saves nothing and redirects).
+for _method in ("get", "post"):
+    ADMIN_MODEL_EXCEPTIONS[("admin:common_ssoidentity_add", _method)] = REFUSED
+ADMIN_MODEL_EXCEPTIONS[("admin:common_ssoidentity_change", "post")] = (302, 302, 302, 403, 302)
 # An empty POST to a cluster's page is a valid rename to no name (cluster_rename clears it): saved.
 ADMIN_MODEL_EXCEPTIONS[("admin:annotation_promptcluster_change", "post")] = (
     302,
@@ -426,3 +435,22 @@ def test_ml_engineer_opens_the_user_list_of_a_raw_id_widget_but_cannot_change_a_
     assert emily.post(f"/admin/auth/user/{bob.pk}/delete/", {"post": "yes"}).status_code == 403
     bob.refresh_from_db()
     assert bob.username == "bob"
+
+
+def test_single_sign_on_urls_when_configured(world, settings):
+    """Switched on (a provider that is not running): every role, signed in or not, is sent on by
+    the first step (302 to the provider) and by a callback without a code (302 to the login page);
+    a callback with a state the session never issued is refused (400); POST is 405."""
+    from tests.helpers.oidc_provider import RunningProvider
+
+    RunningProvider(url="http://127.0.0.1:9").configure(settings)
+    for role in ROLES:
+        client = client_for(role, world)
+        start = client.get("/accounts/sso/login/")
+        assert start.status_code == 302, role
+        assert start["Location"].startswith("http://127.0.0.1:9/openid/authorize?"), role
+        assert client.get("/accounts/sso/callback/").status_code == 302, role
+        forged = client.get("/accounts/sso/callback/", {"code": "c", "state": "not-issued"})
+        assert forged.status_code == 400, role
+        assert client.post("/accounts/sso/login/").status_code == 405, role
+        assert client.post("/accounts/sso/callback/").status_code == 405, role

@@ -33,7 +33,7 @@ from annotation.models import (
 from annotation.services.exporting import dataset_export
 from annotation.services.importing import comparisons_import, project_get_or_create
 from common.api_tokens import api_token_create
-from common.models import LoginLockout
+from common.models import LoginLockout, SsoIdentity
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_assign
 from monitoring.models import EvalItem, EvalRound, Judge, JudgeOutput
 from monitoring.services import eval_rounds as eval_services
@@ -191,6 +191,10 @@ def world_build(
         subject="bob",
         failures=10,
         locked_until=timezone.now() + timedelta(minutes=15),
+    )
+    # annie signed in once through single sign-on (the provider's subject: text it chose).
+    SsoIdentity.objects.create(
+        user=users["annotator"], issuer="https://idp.example", subject=text("sso subject", 0)[:255]
     )
     return World(
         users=users, own=own, other=other, annie_assignment=annie_assignment,

@@ -181,15 +181,16 @@ def test_the_train_command_offers_the_toy_kind_and_its_options(toy_kind):
         )  # fmt: skip
 
 
-def test_the_readme_kind_table_lists_the_registry_kinds_and_labels():
-    """README's "Choosing a kind" table: one row per registered kind, in the registry's order, its
-    name in the first column and its label in the second, nothing else."""
+def test_the_docs_kind_table_lists_the_registry_kinds_and_labels():
+    """The user guide's "Choosing a kind" table (docs/guide/training-recipes.md, once the README's):
+    one row per registered kind, in the registry's order, its name in the first column and its label
+    in the second, nothing else."""
     from pathlib import Path
 
     from training.recipes.kinds import KINDS
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = text.split("### Choosing a kind", 1)[1].split("\n\n", 2)[1]
+    page = Path(__file__).resolve().parents[2] / "docs" / "guide" / "training-recipes.md"
+    table = page.read_text().split("## Choosing a kind", 1)[1].split("\n\n", 2)[1]
     rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
     assert [(name.strip().strip("`"), label.strip()) for name, label in rows] == [
         (spec.name, spec.label) for spec in KINDS.values()

@@ -68,6 +68,9 @@ class SpreadByPrompt:
     def clusters_for(self, prompts):
         return None  # not cluster-conditioned
 
+    def score_members(self, prompts, clusters=None):
+        return self.score(prompts)[None]
+
     def score(self, prompts, clusters=None):
         values = []
         for prompt in prompts:
@@ -108,7 +111,9 @@ def test_high_variance_prompts_get_twice_the_samples(
             dataclasses.replace(models, scorer=SpreadByPrompt()), asked, sources, config, CPU
         )
 
-    rollouts, scores, doubled = collect()
+    rollouts, members, doubled = collect()
+    assert members.shape == (1, 12)
+    scores = members[0]
     assert doubled == [True, True, False, False]
     counts = [sum(r.prompt == p for r in rollouts) for p in asked]
     assert counts == [4, 4, 2, 2]

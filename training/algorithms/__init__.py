@@ -10,6 +10,8 @@ from training.algorithms.ensemble import (
     ENSEMBLE_OBJECTIVES,
     UWO_LAMBDA,
     EnsembleDisagreement,
+    bootstrap_counts,
+    bootstrap_weighted_bt,
     ensemble_disagreement,
     ensemble_reward,
 )
@@ -76,6 +78,8 @@ __all__ = [
     "ORPOOutput",
     "RewardNormalizer",
     "VarianceKLScheduler",
+    "bootstrap_counts",
+    "bootstrap_weighted_bt",
     "bradley_terry_loss",
     "clipped_value_loss",
     "dpo_loss",

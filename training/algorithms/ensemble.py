@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 ENSEMBLE_OBJECTIVES = ("mean", "wco", "uwo")
@@ -99,3 +100,50 @@ def ensemble_disagreement(member_rewards: Tensor) -> EnsembleDisagreement:
     return EnsembleDisagreement(
         std=std, range=spread, mean_std=std.mean(), max_std=std.max(), mean_range=spread.mean()
     )
+
+
+def bootstrap_counts(*, n_items: int, members: int, seed: int) -> Tensor:
+    """How often each of ``n_items`` training items is drawn in each member's bootstrap resample
+    (Efron's bootstrap: n_items draws with replacement, uniform): [members, n_items] int64.
+
+    Every row sums to n_items; about 1 - (1 - 1/n)^n ~ 63.2% of the items appear in a row (the rest
+    have count 0). Row k depends on (seed, k) only, so adding members never changes the first ones.
+    A member trains on its row: each item's loss weighted by its count (``bootstrap_weighted_bt``)
+    or the item repeated count times. Raises ValueError for n_items < 1 or members < 1.
+    """
+    if n_items < 1:
+        raise ValueError(f"n_items must be >= 1, got {n_items}")
+    if members < 1:
+        raise ValueError(f"members must be >= 1, got {members}")
+    rows = []
+    for member in range(members):
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + member)
+        draws = torch.randint(n_items, (n_items,), generator=generator)
+        rows.append(torch.bincount(draws, minlength=n_items))
+    return torch.stack(rows)
+
+
+def bootstrap_weighted_bt(
+    chosen_rewards: Tensor, rejected_rewards: Tensor, weights: Tensor, *, normaliser: float
+) -> Tensor:
+    """The members' Bradley-Terry losses on their bootstrap resamples, averaged over members:
+
+        loss = (1/M) sum_k (1/N) sum_i w_ki * -log sigmoid(r^c_ki - r^r_ki)
+
+    chosen_rewards, rejected_rewards: [M, B] member rewards; weights: [M, B] the items' bootstrap
+    counts (``bootstrap_counts`` columns); normaliser N > 0: the number of items the step averages
+    over (a batch's size: expected weights are 1, so this is each member's mean loss on its
+    resample). With M = 1 and all weights 1 and N = B it is ``bradley_terry_loss``. Returns a
+    scalar.
+    """
+    if chosen_rewards.shape != rejected_rewards.shape or chosen_rewards.shape != weights.shape:
+        raise ValueError(
+            f"chosen {tuple(chosen_rewards.shape)}, rejected {tuple(rejected_rewards.shape)} and "
+            f"weights {tuple(weights.shape)} must all be [M, B]"
+        )
+    if chosen_rewards.dim() != 2:
+        raise ValueError(f"rewards must be [M, B], got {tuple(chosen_rewards.shape)}")
+    if not normaliser > 0:
+        raise ValueError(f"normaliser must be > 0, got {normaliser}")
+    per_item = -torch.nn.functional.logsigmoid(chosen_rewards.float() - rejected_rewards.float())
+    return (weights.float() * per_item).sum(dim=1).mean() / normaliser

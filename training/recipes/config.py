@@ -30,6 +30,8 @@ ZERO_STAGES = ("none", "zero2", "zero2_offload", "zero3", "zero3_offload")
 # training.algorithms.grpo's ADVANTAGE_SCALES and GRPO_LOSS_NORMS, repeated for the same reason.
 GRPO_SCALES = ("group", "batch", "none")
 GRPO_LOSS_NORMS = ("token", "sequence", "constant")
+# training.recipes.scoring.ENSEMBLE_MODES, repeated for the same reason.
+ENSEMBLE_MODES = ("heads", "independent")
 
 
 def _f(
@@ -251,10 +253,41 @@ class RewardModelConfig(TrainingConfig):
         "add a learned embedding of each prompt's cluster to every input token (PIPELINE.md's "
         "domain conditioning); a plain model is trained too for comparison",
     )
+    ensemble_size: int = _f(
+        1,
+        "K reward models trained as an ensemble on bootstrap resamples of the pairs, scoring with "
+        "a mean and a spread (1: one plain reward model; 5 is the recommended ensemble)",
+    )
+    warm_start: str | None = _f(
+        None,
+        "a reward-model folder of the same kind (same ensemble size and mode) whose weights this "
+        "run starts from instead of the base model's fresh head (continuous reward modelling)",
+    )
+    ensemble_mode: str = _f(
+        "heads",
+        "'heads': one shared encoder with K output heads (one model's cost); 'independent': K "
+        "separately initialised models (K times the cost, more diverse)",
+        choices=ENSEMBLE_MODES,
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.kind = "rm"
+        if self.ensemble_size < 1:
+            raise _invalid("ensemble_size", f"must be >= 1, got {self.ensemble_size}")
+        if self.ensemble_size > 1 and (self.annotator_aware or self.cluster_conditioning):
+            raise _invalid(
+                "ensemble_size",
+                "an ensemble (> 1) trains plain members: not with annotator_aware or "
+                "cluster_conditioning",
+            )
+        heads_ensemble = self.ensemble_size > 1 and self.ensemble_mode == "heads"
+        if heads_ensemble and (self.use_margin or self.center_rewards_coef):
+            raise _invalid(
+                "ensemble_mode",
+                "'heads' trains on bootstrap-weighted plain Bradley-Terry losses: not with "
+                "use_margin or center_rewards_coef ('independent' takes them)",
+            )
         if not 0 <= self.eval_fraction < 1:
             raise _invalid("eval_fraction", f"must be in [0, 1), got {self.eval_fraction}")
         if self.center_rewards_coef < 0:
@@ -423,6 +456,14 @@ class OnlineRLConfig(TrainingConfig):
         "per-token KL estimator folded into the reward: 'k1', 'k2', 'k3'",
         choices=("k1", "k2", "k3"),
     )
+    reward_objective: str = _f(
+        "mean",
+        "with a reward-model ensemble (ensemble.json beside it): the reward is the members' "
+        "'mean', 'wco' (their minimum) or 'uwo' (mean - uwo_lambda * their variance); one model: "
+        "all three are its score",
+        choices=("mean", "wco", "uwo"),
+    )
+    uwo_lambda: float = _f(0.5, "uwo's weight on the members' variance (>= 0)")
     length_penalty_coef: float = _f(0.01, "reward -= coef * max(0, length - base) (0: off)")
     length_penalty_base: int = _f(256, "length (tokens) beyond which the length penalty applies")
     missing_eos_penalty: float = _f(1.0, "subtracted from responses that never emit EOS (0: off)")
@@ -463,6 +504,8 @@ class OnlineRLConfig(TrainingConfig):
             raise _invalid("top_p", f"must be in (0, 1], got {self.top_p}")
         if self.kl_coef < 0:
             raise _invalid("kl_coef", f"must be >= 0, got {self.kl_coef}")
+        if not self.uwo_lambda >= 0:  # also rejects NaN
+            raise _invalid("uwo_lambda", f"must be >= 0, got {self.uwo_lambda}")
         if self.lora_rank and self.deepspeed != "none":
             raise _invalid(
                 "deepspeed",

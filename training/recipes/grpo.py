@@ -50,7 +50,8 @@ from training.recipes.samples import rollout_samples
 @dataclass
 class Scored:
     """Rewards of R samples: ``total`` [R] (weighted sum, shaped) and each component's raw
-    values [R] by key (``reward_model`` for the reward model's raw score)."""
+    values [R] by key (``reward_model`` for the reward model's raw score under the ensemble
+    objective; with an ensemble, ``ensemble/disagreement_std`` and ``ensemble/member_mean``)."""
 
     total: torch.Tensor
     components: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -74,10 +75,12 @@ class GRPORewards:
         components: dict[str, torch.Tensor] = {}
         if scorer is not None:
             with autocast(state.run.device, config.bf16):
-                raw = score_rollouts(scorer, rollouts, batch_size=len(rollouts)).float()
+                scored = score_rollouts(scorer, rollouts, len(rollouts), config)
+            raw = scored.reward.float()
             normalizer = fitted_normalizer(state, raw) if fit else state.normalizer
             total += config.reward_model_weight * (normalizer(raw) if normalizer else raw)
             components["reward_model"] = raw
+            components.update(scored.columns)
         if self.components:
             combined = combine(
                 self.components,
@@ -239,7 +242,11 @@ def grpo_step(
         device=run.device,
         missing_eos_penalty=config.missing_eos_penalty,
         negative_logp=update.pop("negative_logp"),
-        **{f"reward/{key}_mean": column for key, column in draw.scored.components.items()},
+        # a component's mean as reward/<name>_mean; the ensemble's columns keep their own names
+        **{
+            key if key.startswith("ensemble/") else f"reward/{key}_mean": column
+            for key, column in draw.scored.components.items()
+        },
     )
     metrics["entropy"] = metrics.pop("negative_logp") / max(metrics["response_length"], 1e-9)
     kl_coef = state.count(throughput, metrics, n_all, tokens)

@@ -2,7 +2,7 @@
 
 The model's kind choices, the recipe dispatch (``run_training``), the admin's kind picker, form
 sections and presets, the services' reward-model and reference checks, the ``train`` command's
-``--kind`` choices and guards, the runs list's headline columns and the README's kind table all
+``--kind`` choices and guards, the runs list's headline columns and the user guide's kind table all
 read ``KINDS``. Adding a kind is one ``KindSpec`` here (plus its config class and recipe).
 
 Pure and torch-free: a spec names its recipe as a dotted path, imported on first use, so the web
@@ -141,7 +141,8 @@ FORM_SECTIONS: tuple[tuple[str, bool, str, str], ...] = (
         "cluster_conditioning rloo_k samples_per_prompt double_sample_variance ppo_epochs "
         "minibatch_size gamma lam clip_ratio value_clip vf_coef entropy_coef whiten_advantages "
         "target_kl_stop kl_controller kl_coef kl_target kl_horizon kl_linear_start kl_linear_end "
-        "kl_estimator reward_range length_penalty_coef length_penalty_base missing_eos_penalty "
+        "kl_estimator reward_objective uwo_lambda reward_range length_penalty_coef "
+        "length_penalty_base missing_eos_penalty "
         "group_size scale_rewards loss_normalisation clip_low clip_high updates_per_batch "
         "dynamic_sampling dynamic_sampling_rounds rewards reward_weights reward_model_weight "
         "reward_modules",
@@ -203,7 +204,7 @@ _ONLINE_HEADLINES: tuple[Headline, ...] = ((("reward/score_mean",), "reward"), (
 _CPU_PAIRS = {"batch_size": 4}
 _GPU_PAIRS = {"batch_size": 32, "micro_batch_size": 8}
 
-# In the order people see them (the kind picker, selects, the README table).
+# In the order people see them (the kind picker, selects, the docs' kind table).
 KINDS: dict[str, KindSpec] = {
     spec.name: spec
     for spec in (
@@ -217,7 +218,7 @@ KINDS: dict[str, KindSpec] = {
                 (("eval/loss", "loss"), "loss"),
             ),
             presets={"cpu": {"batch_size": 4, "learning_rate": 1e-5}, "gpu": _GPU_PAIRS},
-            # The encoder the README recommends for reward models: MiniLM (22M parameters, against
+            # The encoder the docs recommend for reward models: MiniLM (22M parameters, against
             # SmolLM2's 135M) trained the 72 demo pairs' 17 steps in 142 s on a busy 2-core
             # machine, where SmolLM2 had taken 8.7 minutes for 15.
             preset_base_models={"cpu": "all-minilm-l6-v2"},

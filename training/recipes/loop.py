@@ -305,16 +305,18 @@ def finish_run(
     """Save the final model (completed runs only, rank 0) and the summary; tell the callbacks.
 
     With LoRA, ``final/`` holds the adapters (peft's format, on the base ``config.model``) and,
-    when ``merge_lora``, ``final/merged/`` the full weights with the adapters merged in."""
+    when ``merge_lora``, ``final/merged/`` the full weights with the adapters merged in.
+    ``model`` None: the recipe wrote ``final/`` itself (an independent reward ensemble)."""
     final_dir = merged_dir = None
-    lora = is_lora_model(model)
+    lora = model is not None and is_lora_model(model)
     if lora:
         summary = {**summary, "lora_trainable_parameters": trainable_parameters(model)[0]}
     if status == "completed" and not run.ranks.main:
         final_dir = str(run.output_dir / "final")
     elif status == "completed":
         final = run.output_dir / "final"
-        save_model_folder(final, model, tokenizer, extra_files)
+        if model is not None:
+            save_model_folder(final, model, tokenizer, extra_files)
         final_dir = str(final)
         if lora and run.config.merge_lora:  # last use of the model: merged in place
             save_model_folder(final / "merged", lora_merge(model), tokenizer, extra_files)

@@ -24,6 +24,8 @@ from training.algorithms import (
     LinearKLSchedule,
     RewardNormalizer,
     VarianceKLScheduler,
+    ensemble_disagreement,
+    ensemble_reward,
     length_penalty,
     mask_after_first_eos,
     missing_eos_penalty,
@@ -31,6 +33,7 @@ from training.algorithms import (
 from training.recipes.config import ConfigError, OnlineRLConfig
 from training.recipes.data import ChatEncoder, FitLog, Messages, chunks, load_prompt_clusters
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
+from training.recipes.ensemble_scoring import EnsembleScorer, reward_members, score_member_texts
 from training.recipes.lora import is_lora_model
 from training.recipes.models import input_limit, load_policy, load_tokenizer, reference_model
 from training.recipes.packing import TokenizedSequence
@@ -39,6 +42,7 @@ from training.recipes.runtime import autocast, rng_state, set_rng_state
 from training.recipes.sampling import InverseCdfSampler
 from training.recipes.scoring import (
     ClusterConditioning,
+    EnsembleManifest,
     RewardScorer,
     load_sequence_classifier,
 )
@@ -52,14 +56,15 @@ EVAL_SPLIT_SEED = 20_240_601
 class OnlineModels:
     """What an online recipe loads: the trainable policy (``packed``: packed batches work with it),
     the frozen reference (None when the config needs none: GRPO with kl_coef 0), and the frozen
-    reward model behind ``scorer`` (None when GRPO scores with verifiable rewards alone)."""
+    reward model behind ``scorer`` (None when GRPO scores with verifiable rewards alone; an
+    ``EnsembleScorer`` for an ensemble of independent reward models)."""
 
     tokenizer: Any  # the policy's, left padding for generation
     encoder: ChatEncoder
     policy: Any
     packed: bool
     reference: Any | None
-    scorer: RewardScorer | None
+    scorer: RewardScorer | EnsembleScorer | None
 
 
 def load_online_models(
@@ -89,16 +94,42 @@ def load_online_models(
     return OnlineModels(tokenizer, encoder, policy, packed, reference, scorer)
 
 
-def load_reward_scorer(config: OnlineRLConfig, device: torch.device) -> RewardScorer:
+def load_reward_scorer(
+    config: OnlineRLConfig, device: torch.device
+) -> RewardScorer | EnsembleScorer:
     """The frozen reward model of ``config.reward_model`` behind a scorer, conditioned on the
-    prompts' clusters when it was trained per cluster."""
-    reward_tokenizer = load_tokenizer(config.reward_model)
+    prompts' clusters when it was trained per cluster. An ensemble (``ensemble.json`` beside it):
+    one scorer with K heads, or an ``EnsembleScorer`` over its K member folders."""
+    manifest = EnsembleManifest.read(config.reward_model)  # a plain reward model: heads, K = 1
+    if manifest.mode == "heads":
+        return _load_member_scorer(
+            config.reward_model, config, device, FitLog("samples"), num_labels=manifest.size
+        )
+    fit = FitLog("samples")
+    members = [
+        _load_member_scorer(folder, config, device, fit)
+        for folder in (Path(config.reward_model) / name for name in manifest.members)
+    ]
+    return EnsembleScorer(members, fit)
+
+
+def _load_member_scorer(
+    folder: str | Path,
+    config: OnlineRLConfig,
+    device: torch.device,
+    fit: FitLog,
+    *,
+    num_labels: int = 1,
+) -> RewardScorer:
+    """One frozen reward model (``num_labels`` heads) in ``folder`` behind a scorer."""
+    reward_tokenizer = load_tokenizer(folder)
     reward_model = (
         load_sequence_classifier(
-            config.reward_model,
+            folder,
             device=device,
             tokenizer=reward_tokenizer,
             packing=config.packing and bool(getattr(reward_tokenizer, "chat_template", None)),
+            num_labels=num_labels,
         )
         .eval()
         .requires_grad_(False)
@@ -110,10 +141,10 @@ def load_reward_scorer(config: OnlineRLConfig, device: torch.device) -> RewardSc
         reward_tokenizer,
         max_length=config.max_length + config.max_new_tokens,
         prompt_budget=config.prompt_budget,
-        fit=FitLog("samples"),
+        fit=fit,
     )
     hidden = reward_model.get_input_embeddings().embedding_dim
-    conditioning = ClusterConditioning.load(config.reward_model, hidden)
+    conditioning = ClusterConditioning.load(folder, hidden)
     if conditioning is not None:  # the reward model was trained per prompt cluster
         scorer.condition_on(
             conditioning.to(device).requires_grad_(False), load_prompt_clusters(config.data)
@@ -268,17 +299,55 @@ def sample_rollouts(
 
 
 @torch.no_grad()
-def score_rollouts(
-    scorer: RewardScorer, rollouts: Sequence[Rollout], batch_size: int
+def score_rollout_members(
+    scorer: RewardScorer | EnsembleScorer, rollouts: Sequence[Rollout], batch_size: int
 ) -> torch.Tensor:
-    """Reward-model scores [R] float32 (the reward model reads text, so its tokenizer may differ;
-    a cluster-conditioned one reads each prompt's cluster too)."""
+    """Every reward-model member's scores [K, R] float32 (K = 1 for a plain reward model; the
+    reward model reads text, so its tokenizer may differ; a cluster-conditioned one reads each
+    prompt's cluster too)."""
     scores = []
     for start in range(0, len(rollouts), batch_size):
         part = rollouts[start : start + batch_size]
-        inputs = [scorer.encode(r.prompt, r.text) for r in part]
-        scores.append(scorer.score(inputs, scorer.clusters_for([r.prompt for r in part])).cpu())
-    return torch.cat(scores)
+        scores.append(score_member_texts(scorer, [r.prompt for r in part], [r.text for r in part]))
+    return torch.cat(scores, dim=1)
+
+
+@dataclass(frozen=True)
+class ObjectiveScores:
+    """A batch's reward under the configured ensemble objective, ``reward`` [R], with the columns
+    to log per rollout (``columns``: name -> [R]; empty for a single reward model, whose objective
+    is its score)."""
+
+    reward: torch.Tensor
+    columns: dict[str, torch.Tensor]
+
+
+def objective_scores(
+    members: torch.Tensor, config: OnlineRLConfig, prefix: str = "ensemble/"
+) -> ObjectiveScores:
+    """``members`` [K, R] -> the configured ``reward_objective`` [R] (``ensemble_reward``), and,
+    for an ensemble (K > 1), per-rollout columns: the members' disagreement (population std over
+    members) and their plain mean, so the gap the objective opens shows beside it."""
+    reward = ensemble_reward(members, config.reward_objective, uwo_lambda=config.uwo_lambda)
+    if members.shape[0] == 1:
+        return ObjectiveScores(reward, {})
+    spread = ensemble_disagreement(members)
+    return ObjectiveScores(
+        reward,
+        {f"{prefix}disagreement_std": spread.std, f"{prefix}member_mean": members.mean(dim=0)},
+    )
+
+
+@torch.no_grad()
+def score_rollouts(
+    scorer: RewardScorer | EnsembleScorer,
+    rollouts: Sequence[Rollout],
+    batch_size: int,
+    config: OnlineRLConfig,
+) -> ObjectiveScores:
+    """The reward model's scores [R] under ``config.reward_objective`` (a plain reward model: its
+    score, bit for bit), with the ensemble's logging columns (``objective_scores``)."""
+    return objective_scores(score_rollout_members(scorer, rollouts, batch_size), config)
 
 
 def shape_rewards(
@@ -434,11 +503,17 @@ def evaluate_policy(
     score: Callable[[list[Rollout]], torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """Greedy responses of the policy to the held-out ``prompts`` (each rank answers its block),
-    scored by the reward model: eval_reward_mean and eval_reward_std (raw scores: the training
-    normaliser clamps to its range, which would flatten the curve the plateau rule reads), mean
-    response length and EOS rate. ``score(rollouts) -> [R]`` replaces the reward model (GRPO's
-    verifiable rewards). Draws no randomness, so training continues exactly as without it."""
-    rows: list[tuple[float, float, float]] = []
+    scored by the reward model: eval_reward_mean and eval_reward_std (raw scores under the
+    configured ensemble objective: the training normaliser clamps to its range, which would
+    flatten the curve the plateau rule reads), mean response length and EOS rate. With an
+    ensemble of K reward models, also each member's mean (eval_reward_member_0 .. K-1) and the
+    members' mean disagreement on these answers (eval_ensemble_disagreement: population std over
+    members, averaged over answers; the "ensemble disagreement rising" alert reads it).
+    ``score(rollouts) -> [R]`` replaces the reward model (GRPO's verifiable rewards). Draws no
+    randomness, so training continues exactly as without it."""
+    heads = 1 if score is not None or models.scorer is None else reward_members(models.scorer)
+    width = 3 if heads == 1 else 4 + heads  # score, length, EOS (+ K members, disagreement)
+    rows: list[list[float]] = []
     with _rng_untouched(device):
         for part in chunks(ranks.block(prompts), config.batch_size):
             with autocast(device, config.bf16):
@@ -451,22 +526,33 @@ def evaluate_policy(
                     greedy=True,
                 )
                 if score is not None:
-                    scores = score(rollouts)
+                    scores, members = score(rollouts), None
                 else:
-                    scores = score_rollouts(models.scorer, rollouts, batch_size=len(rollouts))
+                    members = score_rollout_members(
+                        models.scorer, rollouts, batch_size=len(rollouts)
+                    )
+                    scores = objective_scores(members, config).reward
+            extra: list[list[float]] = [[] for _ in rollouts]
+            if members is not None and heads > 1:
+                extra = torch.cat([members, ensemble_disagreement(members).std[None]]).T.tolist()
             rows += [
-                (float(s), float(len(r.response_ids)), float(r.finished))
-                for s, r in zip(scores.tolist(), rollouts, strict=True)
+                [float(s), float(len(r.response_ids)), float(r.finished), *more]
+                for s, r, more in zip(scores.tolist(), rollouts, extra, strict=True)
             ]
-    local = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), 3)
+    local = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), width)
     every = all_gather_rows(local.to(device), ranks).cpu()
-    scores, lengths, finished = every.unbind(dim=1)
-    return {
+    scores, lengths, finished = every[:, 0], every[:, 1], every[:, 2]
+    metrics = {
         "eval_reward_mean": float(scores.mean()),
         "eval_reward_std": float(scores.std()) if len(scores) > 1 else 0.0,
         "eval_response_length": float(lengths.mean()),
         "eval_eos_rate": float(finished.mean()),
     }
+    if heads > 1:
+        for k in range(heads):
+            metrics[f"eval_reward_member_{k}"] = float(every[:, 3 + k].mean())
+        metrics["eval_ensemble_disagreement"] = float(every[:, -1].mean())
+    return metrics
 
 
 def rank_rng_states(ranks: Ranks) -> list[dict[str, Any]] | None:

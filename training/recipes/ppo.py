@@ -55,9 +55,10 @@ from training.recipes.loop import Position, StepOutcome, mean_metrics, start_run
 from training.recipes.online import (
     OnlineModels,
     Rollout,
+    objective_scores,
     rollout_metrics,
     sample_rollouts,
-    score_rollouts,
+    score_rollout_members,
     shape_rewards,
 )
 from training.recipes.online_run import OnlineState, fitted_normalizer, run_online, setup_online
@@ -173,9 +174,11 @@ def ppo_step(state: OnlineState, at: Position, throughput: Throughput) -> StepOu
     models.scorer.share_clusters(asked, batch_prompts)
     mine = ranks.block(range(len(asked)))
     with throughput.timing():
-        rollouts, scores, doubled = collect_rollouts(
+        rollouts, members, doubled = collect_rollouts(
             models, [asked[i] for i in mine], [sources[i] for i in mine], config, device
         )
+        scored = objective_scores(members, config)
+        scores = scored.reward
         shaped = shape_rewards(scores, rollouts, config, fitted_normalizer(state, scores)).to(
             device
         )
@@ -191,6 +194,7 @@ def ppo_step(state: OnlineState, at: Position, throughput: Throughput) -> StepOu
         ranks=ranks,
         device=device,
         missing_eos_penalty=config.missing_eos_penalty,
+        **scored.columns,
     )
     doubled_count = all_reduce_sum({"doubled": float(sum(doubled))}, ranks, device)
     kl_coef = state.count(throughput, metrics, n_all, tokens)
@@ -310,27 +314,31 @@ def collect_rollouts(
     config: PPOConfig,
     device: torch.device,
 ) -> tuple[list[Rollout], torch.Tensor, list[bool]]:
-    """A step's rollouts for these prompts, with their raw scores [R], and which prompts were
-    doubled.
+    """A step's rollouts for these prompts, every reward-model member's raw scores [K, R] (K = 1
+    for a plain reward model), and which prompts were doubled.
 
-    Each prompt gets ``samples_per_prompt`` responses; those whose scores' variance passes
-    ``double_sample_variance`` get as many again from the same source. Rollouts come prompt by
-    prompt (a prompt's first samples, then its extra ones), so blocks of prompts on several ranks
-    concatenate into the single-process order.
+    Each prompt gets ``samples_per_prompt`` responses; those whose scores' variance (under the
+    configured ensemble objective) passes ``double_sample_variance`` get as many again from the
+    same source. Rollouts come prompt by prompt (a prompt's first samples, then its extra ones),
+    so blocks of prompts on several ranks concatenate into the single-process order.
     """
     per_prompt = config.samples_per_prompt
 
     def scored(groups: list[list[Rollout]]) -> torch.Tensor:
+        """Members' scores [K, G, per_prompt] of G groups of samples."""
         flat = [r for group in groups for r in group]
         with autocast(device, config.bf16):
-            scores = score_rollouts(models.scorer, flat, batch_size=len(flat))
-        return scores.view(len(groups), per_prompt)
+            members = score_rollout_members(models.scorer, flat, batch_size=len(flat))
+        return members.view(members.shape[0], len(groups), per_prompt)
 
     base = _sample_from_sources(models, asked, sources, per_prompt, config, device)
-    base_scores = scored(base)
+    base_members = scored(base)
     doubled = [False] * len(asked)
     if config.double_sample_variance is not None:
-        doubled = high_variance_prompts(base_scores, config.double_sample_variance).tolist()
+        base_scores = objective_scores(base_members.flatten(1), config).reward
+        doubled = high_variance_prompts(
+            base_scores.view(len(asked), per_prompt), config.double_sample_variance
+        ).tolist()
     chosen = [i for i, flag in enumerate(doubled) if flag]
     extra: dict[int, tuple[list[Rollout], torch.Tensor]] = {}
     if chosen:
@@ -338,16 +346,16 @@ def collect_rollouts(
             models, [asked[i] for i in chosen], [sources[i] for i in chosen], per_prompt, config,
             device,
         )  # fmt: skip
-        extra = dict(zip(chosen, zip(groups, scored(groups), strict=True), strict=True))
+        extra = dict(zip(chosen, zip(groups, scored(groups).unbind(1), strict=True), strict=True))
     rollouts: list[Rollout] = []
-    scores: list[torch.Tensor] = []
+    members: list[torch.Tensor] = []
     for index in range(len(asked)):
         rollouts += base[index]
-        scores.append(base_scores[index])
+        members.append(base_members[:, index])
         if index in extra:
             rollouts += extra[index][0]
-            scores.append(extra[index][1])
-    return rollouts, torch.cat(scores), doubled
+            members.append(extra[index][1])
+    return rollouts, torch.cat(members, dim=1), doubled
 
 
 def _whiten(

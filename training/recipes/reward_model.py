@@ -13,6 +13,15 @@ annotator's own vote instead of the consensus, through a per-annotator reliabili
 of the prompt's cluster to every input token (``ClusterConditioning``), saved beside the model as
 ``cluster_conditioning.json``. With either, a plain model is trained first and its held-out accuracy
 is reported next to the conditioned one's.
+
+A reward ensemble (``ensemble_size`` K > 1, issue #33) trains K members on bootstrap resamples of the
+training pairs (``training.algorithms.bootstrap_counts``, seeded): ``ensemble_mode`` "heads" is one
+shared encoder with K output heads (each head's Bradley-Terry loss weighted by its resample's
+counts, ``bootstrap_weighted_bt``); "independent" trains K separately initialised plain reward
+models (seeds ``seed + k``) one after another, each on its resample, all holding out the same pairs.
+The final folder holds ``ensemble.json`` (``scoring.EnsembleManifest``, read by
+``scoring.load_reward_ensemble``); held-out metrics give the ensemble mean's accuracy and each
+member's (``ensemble_eval_metrics``). K = 1 is the plain recipe, number for number.
 """
 
 from __future__ import annotations
@@ -25,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from training.algorithms import bradley_terry_loss
+from training.algorithms import bootstrap_counts, bootstrap_weighted_bt, bradley_terry_loss
+from training.recipes.annotator_head import AnnotatorBiasHead, VoteTable, annotator_loss
 from training.recipes.callbacks import TrainingCallback
 from training.recipes.config import RewardModelConfig
 from training.recipes.data import (
@@ -59,6 +68,12 @@ from training.recipes.models import (
     require_same_lora,
     with_lora,
 )
+from training.recipes.reward_ensemble import (
+    MEMBER_EVAL_FILE,
+    EnsembleMember,
+    ensemble_eval_metrics,
+    train_independent_ensemble,
+)
 from training.recipes.runtime import (
     Throughput,
     TrainResult,
@@ -70,11 +85,29 @@ from training.recipes.runtime import (
 )
 from training.recipes.scoring import (
     CONDITIONING_FILE,
+    ENSEMBLE_FILE,
     ClusterConditioning,
+    EnsembleManifest,
     RewardInput,
     RewardScorer,
     load_sequence_classifier,
 )
+
+
+def _pair_member_rewards(
+    scorer: RewardScorer,
+    encoded: list[tuple[RewardInput, RewardInput]],
+    index: Sequence[int],
+    clusters: Sequence[int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward over [chosen_1..m, rejected_1..m] -> (chosen rewards [K, m], rejected rewards
+    [K, m]), K the model's outputs (1, or an ensemble's heads). ``clusters``: every pair's cluster
+    id (indexed like ``encoded``), for cluster conditioning."""
+    pair_clusters = None if clusters is None else [clusters[i] for i in index] * 2
+    rewards = scorer.score_members(
+        [encoded[i][0] for i in index] + [encoded[i][1] for i in index], pair_clusters
+    )
+    return rewards[:, : len(index)], rewards[:, len(index) :]
 
 
 def _pair_rewards(
@@ -83,16 +116,12 @@ def _pair_rewards(
     index: Sequence[int],
     clusters: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One forward over [chosen_1..m, rejected_1..m] -> (chosen rewards [m], rejected rewards [m]).
-    ``clusters``: every pair's cluster id (indexed like ``encoded``), for cluster conditioning."""
-    pair_clusters = None if clusters is None else [clusters[i] for i in index] * 2
-    rewards = scorer.score(
-        [encoded[i][0] for i in index] + [encoded[i][1] for i in index], pair_clusters
-    )
-    return rewards[: len(index)], rewards[len(index) :]
+    """(chosen rewards [m], rejected rewards [m]) of a one-output reward model."""
+    chosen, rejected = _pair_member_rewards(scorer, encoded, index, clusters)
+    return chosen[0], rejected[0]
 
 
-def evaluate_reward_model(
+def held_out_rewards(
     scorer: RewardScorer,
     encoded: list[tuple[RewardInput, RewardInput]],
     index: Sequence[int],
@@ -101,119 +130,19 @@ def evaluate_reward_model(
     device: torch.device,
     bf16: bool,
     clusters: Sequence[int] | None = None,
-) -> dict[str, float]:
-    """Held-out accuracy (chosen scored above rejected), BT loss, and the mean and standard deviation
-    of all rewards (a std under 0.05 is PIPELINE.md's reward-collapse alarm)."""
-    if not index:
-        return {}
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every head's rewards of the pairs in ``index``, in eval mode: (chosen [K, n], rejected
+    [K, n]) float32 on the CPU."""
     was_training = scorer.model.training
     scorer.model.eval()
     chosen, rejected = [], []
     with torch.inference_mode(), autocast(device, bf16):
         for group in chunks(list(index), batch_size):
-            c, r = _pair_rewards(scorer, encoded, group, clusters)
-            chosen.append(c.cpu())
-            rejected.append(r.cpu())
+            c, r = _pair_member_rewards(scorer, encoded, group, clusters)
+            chosen.append(c.float().cpu())
+            rejected.append(r.float().cpu())
     scorer.model.train(was_training)
-    c, r = torch.cat(chosen), torch.cat(rejected)
-    everything = torch.cat([c, r])
-    return {
-        "eval/accuracy": float((c > r).float().mean()),
-        "eval/loss": float(bradley_terry_loss(c, r)),
-        "eval/reward_mean": float(everything.mean()),
-        "eval/reward_std": float(everything.std()) if everything.numel() > 1 else 0.0,
-        "eval/pairs": float(len(index)),
-    }
-
-
-CONSENSUS_VOTER = "(consensus)"
-
-
-class AnnotatorBiasHead(nn.Module):
-    """Per-annotator calibration of the base reward (PIPELINE.md's annotator-aware reward model).
-
-    P(annotator k prefers the chosen response) = sigmoid(s_k (r_chosen - r_rejected) + b_k side),
-    side = +1 when the chosen response was shown on the left, -1 on the right, 0 unknown. s_k = exp of
-    a learned log-scale (reliability: a noisy annotator's votes move the base reward less) and b_k is
-    the annotator's pull towards the left side. An additive per-annotator offset would cancel in the
-    difference, so these two are the biases a pairwise judgement can reveal. Trained jointly with the
-    reward model and dropped at inference: the saved model is the base reward model alone.
-    """
-
-    def __init__(self, annotators: Sequence[str]) -> None:
-        super().__init__()
-        self.annotators = list(annotators)
-        self.log_scale = nn.Parameter(torch.zeros(len(self.annotators)))
-        self.side_bias = nn.Parameter(torch.zeros(len(self.annotators)))
-
-    def forward(
-        self, reward_gap: torch.Tensor, annotator: torch.Tensor, side: torch.Tensor
-    ) -> torch.Tensor:
-        """reward_gap, side: [V] float, annotator: [V] long -> logits [V] of preferring chosen."""
-        return self.log_scale[annotator].exp() * reward_gap + self.side_bias[annotator] * side
-
-    def report(self) -> dict[str, dict[str, float]]:
-        scale, bias = self.log_scale.detach().exp().tolist(), self.side_bias.detach().tolist()
-        return {
-            name: {"scale": round(scale[i], 4), "left_bias": round(bias[i], 4)}
-            for i, name in enumerate(self.annotators)
-        }
-
-
-@dataclass
-class VoteTable:
-    """Votes grouped by pair: for each pair, (annotator ids, side, label) tensors."""
-
-    by_pair: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-    annotators: list[str]
-
-    @classmethod
-    def build(cls, votes: Sequence[AnnotatorVote], n_pairs: int) -> VoteTable:
-        annotators = sorted({v.annotator for v in votes} | {CONSENSUS_VOTER})
-        ids = {name: i for i, name in enumerate(annotators)}
-        rows: dict[int, list[tuple[int, float, float]]] = {}
-        for vote in votes:
-            side = (
-                0.0 if vote.chosen_shown_left is None else (1.0 if vote.chosen_shown_left else -1.0)
-            )
-            rows.setdefault(vote.pair, []).append(
-                (ids[vote.annotator], side, float(vote.prefers_chosen))
-            )
-        for pair in range(n_pairs):  # a pair with no recorded votes counts as one consensus vote
-            rows.setdefault(pair, [(ids[CONSENSUS_VOTER], 0.0, 1.0)])
-        table = {
-            pair: (
-                torch.tensor([r[0] for r in entries]),
-                torch.tensor([r[1] for r in entries]),
-                torch.tensor([r[2] for r in entries]),
-            )
-            for pair, entries in rows.items()
-        }
-        return cls(table, annotators)
-
-    def count(self, pairs: Sequence[int]) -> int:
-        return sum(len(self.by_pair[p][0]) for p in pairs)
-
-
-def _annotator_loss(
-    head: AnnotatorBiasHead,
-    votes: VoteTable,
-    group: Sequence[int],
-    chosen: torch.Tensor,
-    rejected: torch.Tensor,
-) -> tuple[torch.Tensor, int]:
-    """Summed binary cross-entropy of every vote on ``group``'s pairs, and the number of votes."""
-    device = chosen.device
-    gap = chosen - rejected
-    position = torch.cat(
-        [torch.full((len(votes.by_pair[p][0]),), i) for i, p in enumerate(group)]
-    ).to(device)
-    annotator, side, label = (
-        torch.cat([votes.by_pair[p][k] for p in group]).to(device) for k in range(3)
-    )
-    logits = head(gap.index_select(0, position), annotator, side)
-    loss = F.binary_cross_entropy_with_logits(logits, label, reduction="sum")
-    return loss, int(label.numel())
+    return torch.cat(chosen, dim=1), torch.cat(rejected, dim=1)
 
 
 # The work before the first step, reported to the run page as phases (``on_phase``).
@@ -261,6 +190,8 @@ def train_reward_model(
     With ``annotator_aware`` or ``cluster_conditioning``, a plain model is trained first
     (``train_plain_baseline``) and its held-out accuracy is reported next to the conditioned one's.
     """
+    if config.ensemble_size > 1 and config.ensemble_mode == "independent":
+        return train_independent_ensemble(config, callback, train_member=_train_member)
     needs_baseline = config.annotator_aware or config.cluster_conditioning
     plain_summary = train_plain_baseline(config) if needs_baseline else {}
     return _train_one(config, callback, plain_summary=plain_summary)
@@ -281,27 +212,48 @@ def train_plain_baseline(config: RewardModelConfig) -> dict[str, Any]:
     return _train_one(plain, None, plain_summary={}).summary
 
 
-def _train_one(
-    config: RewardModelConfig, callback: TrainingCallback | None, *, plain_summary: dict[str, Any]
+def _train_member(
+    config: RewardModelConfig, callback: TrainingCallback, member: EnsembleMember
 ) -> TrainResult:
-    """One reward model as configured: set up, step, evaluate on the held-out pairs, save."""
+    """One member of an independent ensemble (``reward_ensemble.train_independent_ensemble``)."""
+    return _train_one(config, callback, plain_summary={}, member=member)
+
+
+def _train_one(
+    config: RewardModelConfig,
+    callback: TrainingCallback | None,
+    *,
+    plain_summary: dict[str, Any],
+    member: EnsembleMember | None = None,
+) -> TrainResult:
+    """One reward model as configured (one encoder with K heads for a heads ensemble; one member
+    of an independent ensemble): set up, step, evaluate on the held-out pairs, save."""
     run = start_run(config, callback)
-    state = setup_reward_model(run, config)
+    state = setup_reward_model(run, config, member=member)
     end = run_pair_steps(state, "rm", reward_model_step)
-    evaluation = evaluate_reward_model(
-        state.scorer,
-        state.encoded,
-        state.eval_index,
-        batch_size=state.micro_batch_size,
-        device=run.device,
-        bf16=config.bf16,
-        clusters=state.cluster_ids,
-    )
+    evaluation: dict[str, float] = {}
+    if state.eval_index:
+        chosen, rejected = held_out_rewards(
+            state.scorer,
+            state.encoded,
+            state.eval_index,
+            batch_size=state.micro_batch_size,
+            device=run.device,
+            bf16=config.bf16,
+            clusters=state.cluster_ids,
+        )
+        evaluation = ensemble_eval_metrics(chosen, rejected)
+        if member is not None and run.ranks.main:
+            (run.output_dir / MEMBER_EVAL_FILE).write_text(
+                json.dumps({"chosen": chosen[0].tolist(), "rejected": rejected[0].tolist()})
+            )
     if evaluation:
         run.callback.on_log(step=end.step, metrics=evaluation)
     files: dict[str, Any] = {"reward_stats.json": evaluation} if evaluation else {}
     if state.conditioning is not None:
         files[CONDITIONING_FILE] = state.conditioning.payload()
+    if config.ensemble_size > 1 and member is None:
+        files[ENSEMBLE_FILE] = EnsembleManifest("heads", config.ensemble_size).payload()
     return finish_run(
         run,
         status=end.status,
@@ -330,6 +282,7 @@ class RewardModelState(PairRecipeState):
     votes: VoteTable | None
     conditioning: ClusterConditioning | None
     cluster_ids: list[int] | None
+    bootstrap: torch.Tensor | None = None  # heads ensemble: [K, pairs] resample counts (0: eval)
 
     @property
     def extra_modules(self) -> dict[str, nn.Module] | None:
@@ -342,13 +295,15 @@ def load_reward_model(run: Run, config: RewardModelConfig) -> tuple[Any, Any, Re
     """Tokenizer, sequence classifier (from the checkpoint when resuming) in training mode, and
     the scorer that fits and scores pairs for it."""
     tokenizer = load_tokenizer(config.model)
-    path = run.resume_from or config.model
+    path = run.resume_from or config.warm_start or config.model
     resuming_adapters = require_same_lora(path, config)
+    heads = config.ensemble_size if config.ensemble_mode == "heads" else 1
     model = load_sequence_classifier(
         config.model if resuming_adapters else path,
         device=run.device,
         tokenizer=tokenizer,
         packing=config.packing,  # decoders with a chat template, and BERT-family encoders
+        num_labels=heads,
     )
     adapters = Path(path) if resuming_adapters else None
     model = with_lora(model, config, adapters=adapters, task="sequence_classification")
@@ -384,10 +339,14 @@ def _cluster_conditioning(
     return conditioning, conditioning.ids([p.cluster for p in pairs])
 
 
-def setup_reward_model(run: Run, config: RewardModelConfig) -> RewardModelState:
+def setup_reward_model(
+    run: Run, config: RewardModelConfig, *, member: EnsembleMember | None = None
+) -> RewardModelState:
     """Model, fitted pairs and their split, the optional annotator head and cluster
     conditioning, optimiser (the extra modules at ``annotator_head_learning_rate``) and schedule,
-    restored to where the run stopped."""
+    restored to where the run stopped. An ensemble's bootstrap resamples: a heads ensemble keeps
+    the counts [K, pairs] to weight each head's loss; an independent ``member`` trains on its
+    row's pairs, each repeated as often as it was drawn."""
     judgements = config.judgements or (
         judgements_file_for(config.data) if config.annotator_aware else None
     )
@@ -405,9 +364,24 @@ def setup_reward_model(run: Run, config: RewardModelConfig) -> RewardModelState:
     )
     if not pairs:
         raise ValueError(f"{config.data}: every pair was dropped when fitted to the model")
-    train_index, eval_index = split_eval(len(pairs), config.eval_fraction, config.seed)
+    split_seed = config.seed if member is None else member.split_seed
+    train_index, eval_index = split_eval(len(pairs), config.eval_fraction, split_seed)
     if not train_index:
         raise ValueError(f"{config.data}: no pairs left to train on after the eval split")
+    bootstrap = None
+    if member is not None:
+        row = bootstrap_counts(n_items=len(train_index), members=member.size, seed=split_seed)
+        train_index = [
+            pair
+            for pair, n in zip(train_index, row[member.index].tolist(), strict=True)
+            for _ in range(n)
+        ]
+    elif config.ensemble_size > 1:
+        counts = bootstrap_counts(
+            n_items=len(train_index), members=config.ensemble_size, seed=config.seed
+        )
+        bootstrap = torch.zeros(config.ensemble_size, len(pairs))
+        bootstrap[:, train_index] = counts.float()
     votes = VoteTable.build(raw_votes, len(pairs)) if config.annotator_aware else None
     head = AnnotatorBiasHead(votes.annotators).to(run.device) if votes is not None else None
     conditioning, cluster_ids = _cluster_conditioning(config, pairs, scorer, run.device)
@@ -437,6 +411,7 @@ def setup_reward_model(run: Run, config: RewardModelConfig) -> RewardModelState:
         votes=votes,
         conditioning=conditioning,
         cluster_ids=cluster_ids,
+        bootstrap=bootstrap,
         sampler=sampler,
         total_steps=total_steps,
         start_step=0,
@@ -465,12 +440,19 @@ def reward_model_step(state: RewardModelState, at: Position, throughput: Through
         step_votes = state.votes.count(index) if state.votes is not None else 0
         for group in chunks(run.ranks.shard(index), state.micro_batch_size):
             with autocast(run.device, config.bf16):
-                chosen, rejected = _pair_rewards(
+                members_chosen, members_rejected = _pair_member_rewards(
                     state.scorer, state.encoded, group, state.cluster_ids
                 )
-            objective, loss_sum = _micro_batch_loss(
-                state, group, chosen, rejected, step_pairs=len(index), step_votes=step_votes
-            )
+            if state.bootstrap is not None:  # a heads ensemble: each head on its resample
+                objective, loss_sum = _ensemble_micro_batch_loss(
+                    state, group, members_chosen, members_rejected, step_pairs=len(index)
+                )
+                chosen, rejected = members_chosen.mean(dim=0), members_rejected.mean(dim=0)
+            else:
+                chosen, rejected = members_chosen[0], members_rejected[0]
+                objective, loss_sum = _micro_batch_loss(
+                    state, group, chosen, rejected, step_pairs=len(index), step_votes=step_votes
+                )
             objective.backward()
             sums["loss"] += loss_sum
             sums["accuracy"] += float((chosen > rejected).float().sum())
@@ -495,6 +477,23 @@ def reward_model_step(state: RewardModelState, at: Position, throughput: Through
     return StepOutcome(metrics)
 
 
+def _ensemble_micro_batch_loss(
+    state: RewardModelState,
+    group: Sequence[int],
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+    *,
+    step_pairs: int,
+) -> tuple[torch.Tensor, float]:
+    """A heads ensemble's micro-batch share of the step's objective and its loss summed over its
+    pairs: each head's Bradley-Terry loss weighted by its bootstrap counts, averaged over heads
+    (``bootstrap_weighted_bt``). chosen, rejected: member rewards [K, m] of ``group``'s pairs."""
+    assert state.bootstrap is not None
+    weights = state.bootstrap[:, list(group)].to(chosen.device)
+    loss = bootstrap_weighted_bt(chosen, rejected, weights, normaliser=float(step_pairs))
+    return loss, float(loss.detach()) * step_pairs
+
+
 def _micro_batch_loss(
     state: RewardModelState,
     group: Sequence[int],
@@ -511,7 +510,7 @@ def _micro_batch_loss(
     plus the centring term; plain: the Bradley-Terry loss (with margins when ``use_margin``)."""
     config, device = state.config, chosen.device
     if state.head is not None and state.votes is not None:
-        vote_loss, _ = _annotator_loss(state.head, state.votes, group, chosen, rejected)
+        vote_loss, _ = annotator_loss(state.head, state.votes, group, chosen, rejected)
         centering = ((chosen + rejected) ** 2).sum() / step_pairs
         objective = vote_loss / step_votes + config.center_rewards_coef * centering
         return objective, float(vote_loss.detach()) * step_pairs / step_votes
@@ -550,6 +549,9 @@ def reward_model_summary(
         "peak_memory_bytes": peak_memory_bytes(state.run.device),
         **evaluation,
     }
+    if state.config.ensemble_size > 1:
+        summary["ensemble_size"] = state.config.ensemble_size
+        summary["ensemble_mode"] = state.config.ensemble_mode
     if state.head is not None:
         summary["annotators"] = state.head.report()
         summary["annotator_votes"] = len(state.raw_votes)

@@ -59,7 +59,8 @@ def rloo_step(state: OnlineState, at: Position, throughput: Throughput) -> StepO
                 top_p=config.top_p,
                 max_new_tokens=config.max_new_tokens,
             )
-            scores = score_rollouts(models.scorer, rollouts, batch_size=len(rollouts))
+            scored = score_rollouts(models.scorer, rollouts, len(rollouts), config)
+            scores = scored.reward
         shaped = shape_rewards(scores, rollouts, config, fitted_normalizer(state, scores)).to(
             device
         )
@@ -77,7 +78,7 @@ def rloo_step(state: OnlineState, at: Position, throughput: Throughput) -> StepO
         ranks=run.ranks,
         device=device,
         missing_eos_penalty=config.missing_eos_penalty,
-        **{"reward/total_mean": rewards, "negative_logp": -sequence_logps},
+        **{"reward/total_mean": rewards, "negative_logp": -sequence_logps, **scored.columns},
     )
     # Entropy per response token, estimated by the sampled tokens' -log pi (unbiased: they
     # were drawn from this tempered distribution); the monitoring alert reads "entropy".

@@ -41,14 +41,20 @@ class RewardInput:
 
 
 def load_sequence_classifier(
-    path: str | Path, *, device: torch.device, tokenizer: Any, packing: bool = True
+    path: str | Path,
+    *,
+    device: torch.device,
+    tokenizer: Any,
+    packing: bool = True,
+    num_labels: int = 1,
 ) -> Any:
-    """A 1-label AutoModelForSequenceClassification in float32 (a new head when ``path`` holds a
-    base model), with the tokenizer's pad id so padded batches find each row's last token. A LoRA
-    run's adapter folder loads as its base with the adapters and trained head merged in."""
+    """An AutoModelForSequenceClassification in float32 with ``num_labels`` outputs (1: a reward
+    model; K: a reward ensemble's K heads on one encoder), a new head when ``path`` holds a base
+    model, with the tokenizer's pad id so padded batches find each row's last token. A LoRA run's
+    adapter folder loads as its base with the adapters and trained head merged in."""
     from transformers import AutoModelForSequenceClassification
 
-    kwargs: dict[str, Any] = {"num_labels": 1, "dtype": torch.float32}
+    kwargs: dict[str, Any] = {"num_labels": num_labels, "dtype": torch.float32}
     model = None
     if packing:
         try:
@@ -272,9 +278,22 @@ class RewardScorer:
     def score(
         self, inputs: Sequence[RewardInput], clusters: Sequence[int] | None = None
     ) -> torch.Tensor:
-        """Rewards [S] float32 (with gradients when the model is training and grad is enabled).
+        """Rewards [S] float32 (with gradients when the model is training and grad is enabled):
+        the first output of the model's head.
 
         ``clusters``: each input's cluster id for the attached ``ClusterConditioning`` (0: none)."""
+        return self.score_members(inputs, clusters)[0]
+
+    def score_members(
+        self, inputs: Sequence[RewardInput], clusters: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        """Every output of the model's head, member-major: [K, S] float32, K = ``num_labels``
+        (1 for a plain reward model, K for a reward ensemble's shared encoder with K heads)."""
+        return self._conditioned_logits(inputs, clusters).T
+
+    def _conditioned_logits(
+        self, inputs: Sequence[RewardInput], clusters: Sequence[int] | None
+    ) -> torch.Tensor:
         if self.conditioning is None or clusters is None:
             return self._score(inputs)
         ids = torch.tensor(list(clusters))
@@ -291,6 +310,7 @@ class RewardScorer:
             self.conditioning.condition(None)
 
     def _score(self, inputs: Sequence[RewardInput]) -> torch.Tensor:
+        """The head's outputs [S, K] float32 for S inputs."""
         device = next(self.model.parameters()).device
         if self.packed:
             sequences = [TokenizedSequence(x.input_ids, len(x.input_ids)) for x in inputs]
@@ -298,12 +318,12 @@ class RewardScorer:
                 sequences, packed=True, pad_token_id=self.tokenizer.pad_token_id, device=device
             )
             hidden = last_hidden_states(self.model, batch).index_select(0, batch.last_index)
-            return self.model.score(hidden).squeeze(-1).float()
+            return self.model.score(hidden).float()
         if self.encoder_packed:
             logits = packed_encoder_logits(
                 self.model, [x.input_ids for x in inputs], [x.token_type_ids for x in inputs]
             )
-            return logits[:, 0].float()
+            return logits.float()
         longest = max(len(x.input_ids) for x in inputs)
         ids = torch.full((len(inputs), longest), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -316,7 +336,215 @@ class RewardScorer:
         kwargs = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
         if any(x.token_type_ids is not None for x in inputs):
             kwargs["token_type_ids"] = types.to(device)
-        return self.model(**kwargs).logits[:, 0].float()
+        return self.model(**kwargs).logits.float()
+
+
+ENSEMBLE_FILE = "ensemble.json"
+ENSEMBLE_MODES = ("heads", "independent")
+
+
+@dataclass(frozen=True)
+class EnsembleManifest:
+    """What ``ensemble.json`` in a reward-model folder says (the saved format the RL recipes read):
+
+    - ``{"mode": "heads", "size": K, "members": []}``: the folder is one sequence classifier whose
+      config has ``num_labels = K``; logit k is member k's reward;
+    - ``{"mode": "independent", "size": K, "members": ["member_0", ..., "member_{K-1}"]}``: each
+      member is a subfolder holding a plain single-output reward model.
+
+    A folder without ``ensemble.json`` is a plain reward model, read as ``heads`` with K = 1."""
+
+    mode: str
+    size: int
+    members: tuple[str, ...] = ()
+
+    def payload(self) -> dict[str, Any]:
+        return {"mode": self.mode, "size": self.size, "members": list(self.members)}
+
+    @classmethod
+    def independent(cls, size: int) -> EnsembleManifest:
+        return cls("independent", size, tuple(f"member_{k}" for k in range(size)))
+
+    @classmethod
+    def read(cls, folder: str | Path) -> EnsembleManifest:
+        """The manifest of ``folder`` (a plain reward model: heads, K = 1), checked against the
+        folder; ValueError naming the file and the field when it does not hold."""
+        file = Path(folder) / ENSEMBLE_FILE
+        if not file.is_file():
+            return cls("heads", 1)
+        try:
+            payload = json.loads(file.read_text())
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{file}: not JSON ({error})") from error
+        if not isinstance(payload, dict):
+            raise ValueError(f"{file}: expected an object with mode, size and members")
+        mode, size, members = payload.get("mode"), payload.get("size"), payload.get("members", [])
+        if mode not in ENSEMBLE_MODES:
+            raise ValueError(f"{file}: mode must be one of {ENSEMBLE_MODES}, got {mode!r}")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"{file}: size must be an integer >= 1, got {size!r}")
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            raise ValueError(f"{file}: members must be a list of folder names")
+        if mode == "heads" and members:
+            raise ValueError(f"{file}: members must be [] in mode 'heads', got {members}")
+        if mode == "independent":
+            if len(members) != size:
+                raise ValueError(f"{file}: {len(members)} members listed for size {size}")
+            for name in members:
+                if Path(name).name != name or not (Path(folder) / name).is_dir():
+                    raise ValueError(f"{file}: member {name!r} is not a subfolder of {folder}")
+        return cls(mode, size, tuple(members))
+
+
+class RewardEnsemble:
+    """K reward models scoring the same (prompt, response) pairs: ``score`` -> [K, B].
+
+    ``scorers``: one ``RewardScorer`` whose model has K outputs (mode ``heads``) or K scorers of
+    one output each (mode ``independent``). A plain reward model is an ensemble of one."""
+
+    def __init__(self, manifest: EnsembleManifest, scorers: Sequence[RewardScorer]) -> None:
+        expected = 1 if manifest.mode == "heads" else manifest.size
+        if len(scorers) != expected:
+            raise ValueError(f"mode {manifest.mode!r} needs {expected} scorers, got {len(scorers)}")
+        self.manifest = manifest
+        self.scorers = list(scorers)
+
+    @property
+    def mode(self) -> str:
+        return self.manifest.mode
+
+    @property
+    def size(self) -> int:
+        return self.manifest.size
+
+    def eval(self) -> RewardEnsemble:
+        for scorer in self.scorers:
+            scorer.model.eval().requires_grad_(False)
+        return self
+
+    def score_inputs(
+        self,
+        prompts: Sequence[Messages],
+        responses: Sequence[str],
+    ) -> torch.Tensor:
+        """Member rewards [K, B] float32 for one batch of B (prompt, response) pairs, on the
+        models' device, with gradients when the models train and grad is enabled."""
+        rows = []
+        for scorer in self.scorers:
+            inputs = [scorer.encode(p, r) for p, r in zip(prompts, responses, strict=True)]
+            rows.append(scorer.score_members(inputs, scorer.clusters_for(prompts)))
+        rewards = torch.cat(rows)
+        if rewards.shape[0] != self.size:
+            raise ValueError(
+                f"the models gave {rewards.shape[0]} rewards per input, not {self.size}"
+            )
+        return rewards
+
+    @torch.no_grad()
+    def score(
+        self,
+        prompts: Sequence[Messages | str],
+        responses: Sequence[str],
+        *,
+        batch_size: int = 8,
+    ) -> torch.Tensor:
+        """Member rewards [K, B] float32 on the CPU for B (prompt, response) pairs, ``batch_size``
+        pairs a forward. A prompt is ``((role, content), ...)`` (``data.Messages``) or a plain
+        string, read as one user turn."""
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        if not prompts:
+            return torch.zeros(self.size, 0)
+        messages = [(("user", p),) if isinstance(p, str) else tuple(p) for p in prompts]
+        parts = [
+            self.score_inputs(
+                messages[start : start + batch_size], responses[start : start + batch_size]
+            ).cpu()
+            for start in range(0, len(messages), batch_size)
+        ]
+        return torch.cat(parts, dim=1)
+
+
+def ensemble_mean_std(member_rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ensemble's reward and its spread per response: [K, B] -> (mean [B], std [B]), std the
+    population standard deviation over the K members (0 for one member), as in
+    ``training.algorithms.ensemble``."""
+    if member_rewards.dim() != 2 or member_rewards.shape[0] == 0:
+        raise ValueError(f"member_rewards must be [K, B], got {tuple(member_rewards.shape)}")
+    return member_rewards.mean(dim=0), member_rewards.var(dim=0, unbiased=False).sqrt()
+
+
+def _scorer_for(
+    folder: Path,
+    *,
+    device: torch.device,
+    num_labels: int,
+    max_length: int,
+    prompt_budget: int,
+    packing: bool,
+    prompt_clusters: dict[Messages, str] | None,
+) -> RewardScorer:
+    from training.recipes.models import load_tokenizer
+
+    tokenizer = load_tokenizer(folder)
+    model = load_sequence_classifier(
+        folder,
+        device=device,
+        tokenizer=tokenizer,
+        packing=packing and bool(getattr(tokenizer, "chat_template", None)),
+        num_labels=num_labels,
+    )
+    model.eval().requires_grad_(False)
+    scorer = RewardScorer(
+        model, tokenizer, max_length=max_length, prompt_budget=prompt_budget, fit=FitLog("samples")
+    )
+    conditioning = ClusterConditioning.load(folder, model.get_input_embeddings().embedding_dim)
+    if conditioning is not None:
+        scorer.condition_on(conditioning.to(device).requires_grad_(False), prompt_clusters or {})
+    return scorer
+
+
+def load_reward_ensemble(
+    path: str | Path,
+    device: torch.device | str,
+    *,
+    max_length: int = 1024,
+    prompt_budget: int = 512,
+    packing: bool = False,
+    prompt_clusters: dict[Messages, str] | None = None,
+) -> RewardEnsemble:
+    """The reward ensemble saved in ``path``, frozen in eval mode on ``device``: its ``score``
+    gives member rewards [K, B] for B (prompt, response) pairs (``ensemble_mean_std`` gives the
+    mean and std [B]).
+
+    ``path`` is a reward-model run's final folder: with ``ensemble.json`` (``EnsembleManifest``)
+    mode ``heads`` (one classifier with K outputs) or ``independent`` (K member subfolders, each
+    a plain reward model); without it, a plain reward model (K = 1), scored exactly as
+    ``RewardScorer`` scores it. Inputs are fitted to ``max_length`` tokens with ``prompt_budget``
+    kept for the prompt; ``packing`` packs a chat decoder's batch; ``prompt_clusters`` places
+    prompts in clusters for a member trained with cluster conditioning. ValueError naming the file
+    when the folder does not match its manifest."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: no such reward-model folder")
+    manifest = EnsembleManifest.read(folder)
+    options: dict[str, Any] = {
+        "device": torch.device(device),
+        "max_length": max_length,
+        "prompt_budget": prompt_budget,
+        "packing": packing,
+        "prompt_clusters": prompt_clusters,
+    }
+    if manifest.mode == "heads":
+        scorers = [_scorer_for(folder, num_labels=manifest.size, **options)]
+        outputs = scorers[0].model.config.num_labels
+        if outputs != manifest.size:
+            raise ValueError(
+                f"{folder}: {ENSEMBLE_FILE} says {manifest.size} heads, the model has {outputs}"
+            )
+    else:
+        scorers = [_scorer_for(folder / name, num_labels=1, **options) for name in manifest.members]
+    return RewardEnsemble(manifest, scorers)
 
 
 def reward_scores(

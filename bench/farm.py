@@ -1,0 +1,562 @@
+"""The gold-reward farm (issue #34): the whole RLHF loop run on itself, on CPU, through Concord's own
+services and recipes, with a frozen "gold" reward model standing in for what people want.
+
+One pipeline run (``run_pipeline``), all through the app:
+
+1. a project (``project_get_or_create``) with the pairs imported (``comparisons_import``): HH-RLHF
+   harmless prompts, each with its chosen and rejected answer (sides shuffled);
+2. simulated annotators (``annotation.simulation``: gold's Bradley-Terry probability bent by the
+   demo habits: careful, position bias, length bias, fast and noisy) label through the labelling
+   services: ``assignment_claim`` (claims, leases, overlap, the side shown left) and
+   ``judgement_submit``, until the label budget is spent;
+3. consensus and export (``dataset_export``: majority for *plain*, Dawid-Skene for *Concord*), a
+   snapshot, a reward-model run and an RLOO run against it (``run_create``, ``run_launch``, the
+   worker's ``run_execute``: metrics, checkpoints, samples and alerts land in the database);
+4. gold scores the policy's answers at every evaluation (the run's stored samples): a
+   ``gold_reward_mean`` metric point beside the proxy's ``eval_reward_mean``;
+5. the stop rule: *plain* keeps the last step (fixed steps); *Concord* reads the stopping panel's
+   peak line (``run_peak_line``: the proxy curve corrected by gold) and rolls back to the
+   checkpoint nearest the estimated peak, or keeps the checkpoint of the best gold point when the
+   curve shows no peak. Either way the decision is recorded (``decision_record``);
+6. gold win rate of the kept checkpoint against the starting policy on held-out prompts (greedy
+   answers, gold scores; a tie counts a half).
+
+``--small`` (the CI configuration, tiny 2-layer Llamas built from configs, a few minutes on a loaded
+CPU) checks the loop closes; it does not say anything about quality. The default configuration is
+bigger but still CPU-sized; see the README's stopping section for what it measured.
+
+Run: ``python bench/farm.py --small --seeds 0 1 2`` (a fresh test database is made and dropped;
+DATABASE_URL names the server). Writes bench/results/farm[-small].json and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PIPELINES = ("plain", "concord")
+HH_FILE = "hh-rlhf_harmless-base_test.jsonl.gz"
+
+
+@dataclass(frozen=True)
+class FarmConfig:
+    """One farm's sizes. Pairs: HH-RLHF harmless rows (prompt, chosen, rejected) for labelling;
+    gold_pairs: other rows gold trains on (held_out of them for its accuracy); label_budget:
+    judgements the annotators may submit (both pipelines alike); overlap: annotators per pair;
+    rm_steps / rl_steps: optimiser steps of the reward model and of RLOO; eval_every: RLOO
+    evaluates and checkpoints this often; max_chars: texts are cut to this many characters."""
+
+    name: str
+    pairs: int = 24
+    gold_pairs: int = 160
+    held_out: int = 40
+    eval_prompts: int = 8
+    label_budget: int = 48
+    overlap: int = 2
+    rm_steps: int = 12
+    rl_steps: int = 6
+    eval_every: int = 2
+    rloo_k: int = 2
+    batch_size: int = 4
+    max_new_tokens: int = 8
+    max_chars: int = 160
+    gold_steps: int = 40
+    tiny: bool = True
+    annotators: tuple[str, ...] = ("careful", "left", "longer", "random")
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+SMALL = FarmConfig(name="small")
+FULL = FarmConfig(
+    name="full", pairs=64, gold_pairs=600, held_out=120, eval_prompts=16, label_budget=128,
+    rm_steps=40, rl_steps=24, eval_every=4, max_new_tokens=16, gold_steps=200,
+)  # fmt: skip
+
+
+# --- data -------------------------------------------------------------------------------------------
+
+
+def hh_rows(data_dir: Path, limit: int, max_chars: int) -> list[tuple[str, str, str]]:
+    """(prompt, chosen, rejected) from HH-RLHF harmless-base: the last human turn as the prompt and
+    the two final assistant turns as the answers, cut to ``max_chars`` characters; rows whose
+    answers are the same once cut are skipped."""
+    rows = []
+    with gzip.open(data_dir / HH_FILE, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line)
+            parts = [_last_turns(row["chosen"]), _last_turns(row["rejected"])]
+            if None in parts:
+                continue
+            (prompt, chosen), (_, rejected) = parts  # type: ignore[misc]
+            chosen, rejected = chosen[:max_chars].strip(), rejected[:max_chars].strip()
+            if chosen and rejected and chosen != rejected:
+                rows.append((prompt[:max_chars].strip(), chosen, rejected))
+            if len(rows) >= limit:
+                break
+    return rows
+
+
+def _last_turns(text: str) -> tuple[str, str] | None:
+    human, sep, answer = text.rpartition("\n\nAssistant:")
+    if not sep:
+        return None
+    prompt = human.rpartition("\n\nHuman:")[2]
+    return (prompt.strip(), answer.strip()) if prompt.strip() and answer.strip() else None
+
+
+# --- gold -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Gold:
+    """The frozen gold reward model: its folder, its held-out pairwise accuracy, and a scorer."""
+
+    folder: Path
+    accuracy: float
+    n_held_out: int
+
+    def score(self, prompts: Sequence[str], answers: Sequence[str]) -> np.ndarray:
+        """Gold rewards [N] of (prompt, answer) pairs."""
+        from training.recipes import reward_scores
+
+        conversations = [[{"role": "user", "content": p}] for p in prompts]
+        return np.asarray(reward_scores(self.folder, conversations, list(answers), max_length=256))
+
+
+def tiny_models(folder: Path, corpus: list[str]) -> tuple[Path, Path]:
+    """A tiny tokenizer trained on ``corpus`` and a 2-layer Llama policy (``policy``) and reward
+    model (``rm``) on it: the --small configuration's models (tests.helpers.tiny_models)."""
+    from tests.helpers.tiny_models import chatml_tokenizer, tiny_llama
+
+    tokenizer = chatml_tokenizer(folder / "tokenizer", corpus, vocab_size=600)
+    policy = tiny_llama(folder / "policy", tokenizer)
+    rm = tiny_llama(folder / "rm", tokenizer, seed=1, for_classification=True)
+    return policy, rm
+
+
+def train_gold(config: FarmConfig, rows: list[tuple[str, str, str]], base: Path, out: Path) -> Gold:
+    """Gold: a reward model trained by the reward-model recipe on ``rows`` minus ``held_out`` of
+    them, its accuracy measured on those (share of pairs where chosen scores above rejected)."""
+    from training.recipes import RewardModelConfig, run_training
+
+    train, test = rows[config.held_out :], rows[: config.held_out]
+    data = out / "gold-pairs.jsonl"
+    data.write_text(
+        "".join(json.dumps({"prompt": p, "chosen": c, "rejected": r}) + "\n" for p, c, r in train)
+    )
+    result = run_training(
+        RewardModelConfig(
+            model=str(base), data=str(data), output_dir=str(out / "gold"), batch_size=8,
+            max_steps=config.gold_steps, learning_rate=1e-3 if config.tiny else 2e-5,
+            max_length=256, checkpoint_every=0, device="cpu", eval_fraction=0.0,
+        )
+    )  # fmt: skip
+    gold = Gold(Path(result.final_model_dir), 0.0, len(test))
+    chosen = gold.score([p for p, _, _ in test], [c for _, c, _ in test])
+    rejected = gold.score([p for p, _, _ in test], [r for _, _, r in test])
+    gold.accuracy = float(np.mean(chosen > rejected))
+    return gold
+
+
+# --- one pipeline -----------------------------------------------------------------------------------
+
+
+def _annotators(names: Sequence[str]) -> list[tuple[Any, Any]]:
+    """(user, profile) per habit: the demo profiles of annotation.simulation, as annotator accounts."""
+    from django.contrib.auth import get_user_model
+
+    from annotation.simulation import DEMO_ANNOTATORS
+    from common.roles import ANNOTATOR, role_assign
+
+    by_habit = {p.habit: p for p in DEMO_ANNOTATORS.values()}
+    people = []
+    for habit in names:
+        user, _ = get_user_model().objects.get_or_create(username=f"farm-{habit}")
+        role_assign(user=user, role=ANNOTATOR)
+        people.append((user, by_habit[habit]))
+    return people
+
+
+def label_through_services(
+    project: Any, gold_of: dict[int, tuple[float, float]], people: list, budget: int, seed: int
+) -> int:
+    """Simulated annotators claim pairs and submit verdicts through the labelling services until
+    ``budget`` judgements are in or nothing is left. ``gold_of``: comparison id -> gold rewards
+    (A, B). Each verdict: gold's Bradley-Terry draw or the annotator's habit (simulate_judgements),
+    on the side the claim showed left (a position-biased annotator picks that side). Returns the
+    number of judgements submitted."""
+    from annotation.services.labelling import Verdict, assignment_claim, judgement_submit
+    from annotation.simulation import simulate_judgements
+    from common.sides import LEFT, RIGHT
+
+    rng = np.random.default_rng(seed)
+    done, idle = 0, 0
+    while done < budget and idle < len(people):
+        idle = 0
+        for user, profile in people:
+            if done >= budget:
+                break
+            assignment = assignment_claim(annotator=user, project=project)
+            if assignment is None:
+                idle += 1
+                continue
+            comparison = assignment.comparison
+            r_a, r_b = gold_of[comparison.pk]
+            drawn = simulate_judgements(
+                profile, [r_a], [r_b], [len(comparison.response_a.text)],
+                [len(comparison.response_b.text)], rng,
+            )  # fmt: skip
+            choice = str(drawn.choice[0])
+            if profile.habit == "left" and bool(drawn.habit_decided[0]):
+                choice = assignment.shown_left
+            pick = choice
+            if choice in ("a", "b"):
+                pick = LEFT if choice == assignment.shown_left else RIGHT
+            judgement_submit(
+                annotator=user, assignment_id=assignment.pk,
+                verdict=Verdict(pick=pick, strength=int(drawn.strength[0])),
+                elapsed_ms=int(drawn.elapsed_ms[0]), project=project,
+            )  # fmt: skip
+            done += 1
+    return done
+
+
+def _execute(run: Any, user: Any) -> Any:
+    """Launch the run through the service and run it on this process's worker path."""
+    from training import services
+    from training.models import TrainingRun
+    from training.worker import run_execute
+
+    services.run_launch(run=run, user=user)
+    run.refresh_from_db()
+    if run.status == TrainingRun.Status.QUEUED:  # the broker did not run it eagerly
+        run_execute(run_id=run.pk, worker="farm")
+    run.refresh_from_db()
+    if run.status != TrainingRun.Status.SUCCEEDED:
+        raise RuntimeError(
+            f"farm run #{run.pk} ({run.kind}) ended {run.status}: {run.error[-2000:]}"
+        )
+    return run
+
+
+def gold_curve(run: Any, gold: Gold) -> list[dict[str, float]]:
+    """Gold's mean reward of the run's stored samples at each evaluated step, recorded as the
+    ``gold_reward_mean`` metric (the stopping panel's gold points); [{step, kl, proxy, gold}]."""
+    from training import services
+    from training.models import MetricPoint
+
+    rows = []
+    steps = sorted(set(run.samples.values_list("step", flat=True)))
+    for step in steps:
+        samples = list(run.samples.filter(step=step))
+        value = float(
+            np.mean(gold.score([s.prompt for s in samples], [s.response for s in samples]))
+        )
+        services.metrics_record(run_id=run.pk, step=step, metrics={"gold_reward_mean": value})
+        point = dict(MetricPoint.objects.filter(run=run, step=step).values_list("name", "value"))
+        rows.append(
+            {"step": step, "kl": point.get("kl"), "proxy": point.get("eval_reward_mean"),
+             "gold": value}
+        )  # fmt: skip
+    return rows
+
+
+def greedy_answers(model_dir: str | Path, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+    """The model's greedy answers to ``prompts`` (chat template), for the gold win rate."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    answers = []
+    with torch.inference_mode():
+        for prompt in prompts:
+            encoded = tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True,
+                return_tensors="pt", return_dict=True,
+            )  # fmt: skip
+            ids = encoded["input_ids"]
+            out = model.generate(
+                input_ids=ids, attention_mask=encoded["attention_mask"],
+                max_new_tokens=max_new_tokens, do_sample=False,
+                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+            )  # fmt: skip
+            answers.append(tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
+    return answers
+
+
+def win_rate(ours: np.ndarray, theirs: np.ndarray) -> float:
+    """Share of prompts where ours scores above theirs under gold, a tie counting a half: [N] x2."""
+    return float(np.mean((ours > theirs) + 0.5 * (ours == theirs)))
+
+
+def run_pipeline(
+    config: FarmConfig,
+    pipeline: str,
+    seed: int,
+    *,
+    rows: list[tuple[str, str, str]],
+    eval_prompts: list[str],
+    gold: Gold,
+    base_model: str,
+    start_policy: Path,
+) -> dict[str, Any]:
+    """One pipeline (``plain`` or ``concord``) at one seed, end to end (module docstring)."""
+    from django.contrib.auth import get_user_model
+
+    from annotation.services.exporting import dataset_export
+    from annotation.services.importing import comparisons_import, project_get_or_create
+    from common.roles import ML_ENGINEER, role_assign
+    from monitoring.selectors.stopping_panel import run_peak_line
+    from monitoring.services.eval_rounds import decision_record
+    from training import services
+
+    if pipeline not in PIPELINES:
+        raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
+    started = time.process_time()
+    rng = np.random.default_rng(seed)
+    engineer, _ = get_user_model().objects.get_or_create(username="farm-engineer")
+    role_assign(user=engineer, role=ML_ENGINEER)
+    project, _ = project_get_or_create(slug=f"farm-{pipeline}-{seed}", overlap=config.overlap)
+    lines, golden = [], {}
+    for i, (prompt, chosen, rejected) in enumerate(rows):
+        a, b = (chosen, rejected) if rng.random() < 0.5 else (rejected, chosen)
+        lines.append(
+            json.dumps({"prompt": prompt, "response_a": a, "response_b": b, "id": f"hh-{i}"})
+        )
+        golden[f"hh-{i}"] = (prompt, a, b)
+    comparisons_import(project=project, lines=lines)
+    scores_a = gold.score([g[0] for g in golden.values()], [g[1] for g in golden.values()])
+    scores_b = gold.score([g[0] for g in golden.values()], [g[2] for g in golden.values()])
+    by_external = dict(zip(golden, zip(scores_a, scores_b, strict=True), strict=True))
+    gold_of = {c.pk: by_external[c.external_id] for c in project.comparisons.all()}
+    labels = label_through_services(
+        project, gold_of, _annotators(config.annotators), config.label_budget, seed
+    )
+    consensus = "majority" if pipeline == "plain" else "dawid_skene"
+    snapshot = services.snapshot_for(export=dataset_export(project=project, consensus=consensus))
+    common = {"max_length": 256, "learning_rate": 1e-3 if config.tiny else 1e-5, "seed": seed}
+    rm = _execute(
+        services.run_create(
+            name=f"farm rm {pipeline} {seed}", kind="rm", base_model=base_model,
+            snapshot=snapshot, created_by=engineer,
+            config={**common, "max_steps": config.rm_steps, "batch_size": 4,
+                    "checkpoint_every": 0, "eval_fraction": 0.0},
+        ),
+        engineer,
+    )  # fmt: skip
+    rl = _execute(
+        services.run_create(
+            name=f"farm rloo {pipeline} {seed}", kind="rloo", base_model=base_model,
+            snapshot=snapshot, created_by=engineer, reward_model_run=rm,
+            config={**common, "max_steps": config.rl_steps, "epochs": 50,
+                    "batch_size": config.batch_size,
+                    "rloo_k": config.rloo_k, "max_new_tokens": config.max_new_tokens,
+                    "eval_every": config.eval_every, "checkpoint_every": config.eval_every,
+                    "eval_prompts": config.eval_prompts, "missing_eos_penalty": 0.0},
+        ),
+        engineer,
+    )  # fmt: skip
+    curve = gold_curve(rl, gold)
+    peak = run_peak_line(rl, rated_rounds=[], n_boot=300)
+    checkpoints = {f"step {c.step}": c for c in rl.checkpoints.all()}
+    last = rl.checkpoints.order_by("-step").first()
+    if pipeline == "plain" or not curve:
+        kept, rule = last, "fixed steps"
+    elif peak.checkpoint is not None:
+        kept, rule = checkpoints[str(peak.checkpoint)], "peak estimate"
+    else:
+        best = max(curve, key=lambda row: row["gold"])["step"]
+        kept = min(rl.checkpoints.all(), key=lambda c: (abs(c.step - best), c.step))
+        rule = "best gold point (no peak estimated)"
+    decision_record(
+        run=rl, decision="rollback", reviewer=engineer, checkpoint=kept,
+        note=f"farm {pipeline}: {rule}; {peak.text}",
+    )  # fmt: skip
+    prompts = eval_prompts
+    start = gold.score(prompts, greedy_answers(start_policy, prompts, config.max_new_tokens))
+    ours = gold.score(prompts, greedy_answers(kept.path, prompts, config.max_new_tokens))
+    alerts = list(rl.alerts.values_list("metric", "step"))
+    return {
+        "pipeline": pipeline,
+        "seed": seed,
+        "labels": labels,
+        "consensus": consensus,
+        "rm_run": rm.pk,
+        "rl_run": rl.pk,
+        "kept_step": kept.step,
+        "stop_rule": rule,
+        "peak_line": peak.text,
+        "gold_win_rate": win_rate(ours, start),
+        "gold_reward": float(ours.mean()),
+        "gold_reward_start": float(start.mean()),
+        "curve": curve,
+        "alerts": [{"metric": m, "step": s} for m, s in alerts],
+        "cpu_s": time.process_time() - started,
+    }
+
+
+# --- the farm ---------------------------------------------------------------------------------------
+
+
+def mean_interval(
+    values: Sequence[float], *, level: float = 0.9, seed: int = 0
+) -> dict[str, float]:
+    """Mean of ``values`` with a percentile bootstrap interval (2000 resamples; one value: a point)."""
+    array = np.asarray(values, dtype=float)
+    if array.size < 2:
+        value = float(array.mean()) if array.size else float("nan")
+        return {"mean": value, "low": value, "high": value, "n": int(array.size)}
+    rng = np.random.default_rng(seed)
+    means = rng.choice(array, size=(2000, array.size)).mean(axis=1)
+    tail = (1 - level) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return {"mean": float(array.mean()), "low": float(low), "high": float(high), "n": array.size}
+
+
+def run_farm(config: FarmConfig, seeds: Sequence[int], workdir: Path) -> dict[str, Any]:
+    """Gold, then both pipelines at every seed; the summary with intervals. Needs Django set up with
+    a database, and ``settings.CONCORD_MODELS_DIR`` writable (the base model goes there)."""
+    from django.conf import settings
+
+    data_dir = Path(os.environ.get("CONCORD_SHARED_DATA", ROOT.parent / "shared" / "data"))
+    started = time.process_time()
+    needed = config.pairs + config.gold_pairs + config.eval_prompts
+    every = hh_rows(data_dir, needed, config.max_chars)
+    if len(every) < needed:
+        raise ValueError(f"{HH_FILE} gave {len(every)} usable rows, the config needs {needed}")
+    gold_rows = every[: config.gold_pairs]
+    rows = every[config.gold_pairs : config.gold_pairs + config.pairs]
+    eval_prompts = [p for p, _, _ in every[config.gold_pairs + config.pairs :]]
+    models = Path(settings.CONCORD_MODELS_DIR)
+    base_model = "smollm2-135m-instruct"
+    if config.tiny:
+        corpus = [text for row in every for text in row] * 2
+        policy, rm_base = tiny_models(workdir / "tiny", corpus)
+        import shutil
+
+        shutil.copytree(policy, models / base_model, dirs_exist_ok=True)
+        gold_base, start_policy = rm_base, policy
+    else:
+        start_policy = models / base_model
+        gold_base = start_policy
+    gold = train_gold(config, gold_rows, gold_base, workdir)
+    gold_cpu = time.process_time() - started
+    results = [
+        run_pipeline(
+            config, pipeline, seed, rows=rows, eval_prompts=eval_prompts, gold=gold,
+            base_model=base_model, start_policy=start_policy,
+        )
+        for seed in seeds
+        for pipeline in PIPELINES
+    ]  # fmt: skip
+    summary = {}
+    for pipeline in PIPELINES:
+        mine = [r for r in results if r["pipeline"] == pipeline]
+        summary[pipeline] = {
+            key: mean_interval([r[key] for r in mine])
+            for key in ("gold_win_rate", "gold_reward", "labels", "cpu_s")
+        }
+    return {
+        "config": asdict(config),
+        "seeds": list(seeds),
+        "gold": {"accuracy": gold.accuracy, "held_out_pairs": gold.n_held_out, "cpu_s": gold_cpu},
+        "summary": summary,
+        "runs": results,
+        "cpu_s_total": time.process_time() - started,
+    }
+
+
+def plot(report: dict[str, Any], out: Path) -> None:
+    """Gold and proxy reward against sqrt(KL) at every evaluation, one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    colours = {"plain": "tab:grey", "concord": "tab:blue"}
+    for run in report["runs"]:
+        points = [p for p in run["curve"] if p["kl"] is not None]
+        d = [max(p["kl"], 0.0) ** 0.5 for p in points]
+        label = f"{run['pipeline']} seed {run['seed']}"
+        axes[0].plot(d, [p["gold"] for p in points], "o-", color=colours[run["pipeline"]],
+                     alpha=0.7, label=label)  # fmt: skip
+        axes[1].plot(d, [p["proxy"] for p in points], "o-", color=colours[run["pipeline"]],
+                     alpha=0.7, label=label)  # fmt: skip
+    axes[0].set(title="gold reward", xlabel="sqrt(KL)", ylabel="reward")
+    axes[1].set(title="proxy reward (eval_reward_mean)", xlabel="sqrt(KL)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Concord farm ({report['config']['name']}), seeds {report['seeds']}")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def _setup_django() -> Any:
+    """Django with a fresh test database (created here, dropped by the caller's teardown) and the
+    broker answered in-process (runs execute on this process, as the tests do)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test.utils import setup_test_environment
+
+    from config.celery import app
+
+    app.conf.task_always_eager = True
+    setup_test_environment()
+    old_name = connection.settings_dict["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    return old_name
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="the CI configuration: tiny models")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    config = SMALL if args.small else FULL
+    old_name = _setup_django()
+    from django.conf import settings
+    from django.db import connection
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="concord-farm-") as scratch:
+            work = Path(scratch)
+            settings.EXPORT_DIR = work / "exports"
+            settings.CONCORD_RUNS_DIR = work / "runs"
+            if config.tiny:
+                settings.CONCORD_MODELS_DIR = work / "models"
+                (work / "models").mkdir()
+            report = run_farm(config, args.seeds, work)
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+    report["machine"] = {"cpu_count": os.cpu_count(), "precision": "float32", "device": "cpu"}
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = "farm-small" if args.small else "farm"
+    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=float) + "\n")
+    plot(report, args.out / f"{stem}.png")
+    print(json.dumps({"gold": report["gold"], "summary": report["summary"]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
