@@ -15,5 +15,6 @@ urlpatterns = [
     path("monitoring/", include("monitoring.urls")),
     path("admin/", admin.site.urls),
     path("api/", include("annotation.api_urls")),
+    path("api/", include("monitoring.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

@@ -345,13 +345,16 @@ class Judge(models.Model):
     A version never changes once created: editing a judge (its template, its tie band) creates the
     next version, with its own machine annotator, so its verdicts never overwrite the last ones.
     The job judges every comparison of the project in both orders (``JudgeOutput``) and stores the
-    combined verdict per comparison as a ``Judgement`` of ``annotator``.
+    combined verdict per comparison as a ``Judgement`` of ``annotator``. An imported judge has no
+    job: its verdicts come from a file (``judge_verdicts_import``), its ``description`` says whose
+    they are and where they come from.
     """
 
     class Kind(models.TextChoices):
         REWARD_MODEL = "reward_model", "Reward model (score difference)"
         LOCAL_LLM = "local_llm", "Local LLM (judging prompt)"
         OPENAI = "openai", "OpenAI-compatible endpoint (judging prompt)"
+        IMPORTED = "imported", "Imported verdicts (from a file)"
 
     class Status(models.TextChoices):
         DRAFT = "draft", "Not run yet"
@@ -393,6 +396,13 @@ class Judge(models.Model):
         "model's name.",
     )
     template = models.TextField(blank=True, help_text="local_llm, openai: the judging prompt.")
+    description = models.TextField(
+        blank=True,
+        help_text="imported: whose verdicts these are and where they come from (provenance).",
+    )
+    source_name = models.CharField(
+        max_length=255, blank=True, help_text="imported: the name of the file imported."
+    )
     max_new_tokens = models.PositiveIntegerField(default=256)
     endpoint_url = models.CharField(
         max_length=500,
@@ -442,7 +452,8 @@ class Judge(models.Model):
                     & ~models.Q(model_name="")
                     & ~models.Q(template="")
                     & ~models.Q(endpoint_url="")
-                ),
+                )
+                | (models.Q(kind="imported") & ~models.Q(description="")),
                 name="judge_kind_has_its_model",
             ),
             models.CheckConstraint(
@@ -459,16 +470,28 @@ class JudgeOutput(models.Model):
     """The judge's answer on one comparison in one order: ``shown_first`` is the stored response it
     saw as "Response A". ``verdict`` is in stored terms (a, b or tie), blank when the answer could
     not be parsed (``parse_error`` says why); ``raw`` is the answer as generated (for a reward model
-    its two scores as JSON)."""
+    its two scores as JSON; for an imported verdict the label as the file gave it).
+
+    An imported judge's file may give only the verdict its source combined from both orders:
+    ``shown_first`` is then blank (one such row per comparison, never beside per-order rows), and
+    ``orders_disagree`` marks a source's "inconsistent across orders" (its verdict a tie)."""
 
     judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="outputs")
     comparison = models.ForeignKey(
         "annotation.Comparison", on_delete=models.CASCADE, related_name="judge_outputs"
     )
-    shown_first = models.CharField(max_length=1, choices=[("a", "A first"), ("b", "B first")])
+    shown_first = models.CharField(
+        max_length=1,
+        blank=True,
+        choices=[("a", "A first"), ("b", "B first"), ("", "Both orders, combined by the source")],
+    )
     raw = models.TextField(blank=True)
     verdict = models.CharField(
         max_length=3, blank=True, choices=[("a", "A better"), ("b", "B better"), ("tie", "Tie")]
+    )
+    orders_disagree = models.BooleanField(
+        default=False,
+        help_text="imported, both orders combined: the source says the two orders disagreed.",
     )
     parse_error = models.CharField(max_length=300, blank=True)
     usefulness = models.FloatField(null=True, blank=True)
@@ -488,10 +511,16 @@ class JudgeOutput(models.Model):
                 condition=models.Q(verdict="") ^ models.Q(parse_error=""),
                 name="judge_output_verdict_or_error",
             ),
+            models.CheckConstraint(
+                condition=models.Q(orders_disagree=False)
+                | (models.Q(shown_first="") & models.Q(verdict="tie")),
+                name="judge_output_disagreement_is_a_combined_tie",
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.judge} on {self.comparison_id} ({self.shown_first} first): {self.verdict or '?'}"
+        order = f"{self.shown_first} first" if self.shown_first else "both orders"
+        return f"{self.judge} on {self.comparison_id} ({order}): {self.verdict or '?'}"
 
 
 class EvalJudgeVerdict(models.Model):

@@ -21,6 +21,7 @@ urlpatterns = [
     path("eval/<int:round_id>/rate/", eval_views.rate, name="eval-rate"),
     path("eval/<int:round_id>/progress.json", eval_views.round_progress, name="eval-progress"),
     path("projects/<slug:slug>/judges/", judge_views.judges, name="judges"),
+    path("projects/<slug:slug>/judges/import/", judge_views.judge_import, name="judge-import"),
     path("judges/<int:judge_id>/", judge_views.judge_report, name="judge-report"),
     path("judges/<int:judge_id>/launch/", judge_views.judge_relaunch, name="judge-relaunch"),
 ]

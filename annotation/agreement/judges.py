@@ -4,6 +4,11 @@ A judge (a reward model or an LLM) gives pairwise verdicts on the same compariso
 pair in both orders (A shown first, then B shown first). Its verdicts use the stored choice codes of
 ``CHOICES`` (a=0, b=1, tie=2, both_bad=3), in terms of the stored responses, never of the screen.
 
+A judge whose verdicts were imported from a file (released verdicts, e.g. GPT-4's on MT-Bench) may
+give, for an item, only the verdict its source combined from both orders (``JudgeVerdicts.combined``),
+and say when the two orders disagreed without saying how (``JudgeVerdicts.inconsistent``).
+
+- ``verdicts_from_rows``: ``JudgeVerdicts`` from stored rows (per order, or combined by a source).
 - ``combine_orders``: one verdict per item from the two orders (consistent, or a tie).
 - ``swap_consistency``: how often the preferred response changes when the two answers swap places.
 - ``position_bias``: share of decisive verdicts that picked the response shown first, beyond 0.5.
@@ -43,12 +48,19 @@ class JudgeVerdicts:
 
     item: [V]; choice: [V] stored choice code; shown_first: [V] A or B, the stored response the judge
     saw first. At most one verdict per (item, order): a judge configuration answers each order once.
+
+    combined: [I] or None, a verdict its source combined from both orders without giving them
+    (an imported judge's released verdict), MISSING where there is none; an item has per-order
+    verdicts or a combined one, never both. inconsistent: [I] bool or None, True where the source
+    says the two orders disagreed (its combined verdict must then be a tie).
     """
 
     item: np.ndarray
     choice: np.ndarray
     shown_first: np.ndarray
     n_items: int
+    combined: np.ndarray | None = None
+    inconsistent: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         v = np.shape(self.item)
@@ -69,22 +81,97 @@ class JudgeVerdicts:
         keys = item * 2 + first
         if np.unique(keys).size != keys.size:
             raise ValueError("at most one verdict per item and order (shown_first)")
+        combined, inconsistent = self.combined_codes(), self.inconsistent_items()
+        if not np.isin(combined, (*range(N_CHOICES), MISSING)).all():
+            raise ValueError(f"combined codes must lie in 0..{N_CHOICES - 1} or be MISSING")
+        if (combined[item] != MISSING).any():
+            raise ValueError("an item has per-order verdicts or a combined one, not both")
+        if (inconsistent & (combined != TIE)).any():
+            raise ValueError("an item whose orders disagreed must have a combined tie")
+
+    def combined_codes(self) -> np.ndarray:
+        """[I] the source-combined verdicts, MISSING where none (all MISSING without)."""
+        if self.combined is None:
+            return np.full(self.n_items, MISSING, dtype=np.int64)
+        combined = np.asarray(self.combined, np.int64)
+        if combined.shape != (self.n_items,):
+            raise ValueError(f"combined must have shape ({self.n_items},), got {combined.shape}")
+        return combined
+
+    def inconsistent_items(self) -> np.ndarray:
+        """[I] bool: the source says the two orders disagreed (all False without)."""
+        if self.inconsistent is None:
+            return np.zeros(self.n_items, bool)
+        inconsistent = np.asarray(self.inconsistent, bool)
+        if inconsistent.shape != (self.n_items,):
+            raise ValueError(
+                f"inconsistent must have shape ({self.n_items},), got {inconsistent.shape}"
+            )
+        return inconsistent
 
     def by_order(self) -> tuple[np.ndarray, np.ndarray]:
         """([I], [I]): the verdict with A shown first and the one with B shown first, MISSING where
-        that order was not judged."""
+        that order was not judged (or only a source-combined verdict is known)."""
         out = np.full((2, self.n_items), MISSING, dtype=np.int64)
         out[np.asarray(self.shown_first, np.int64), np.asarray(self.item, np.int64)] = self.choice
         return out[A], out[B]
+
+    def every_verdict(self) -> tuple[np.ndarray, np.ndarray]:
+        """([W], [W]) item and choice of every verdict: the per-order ones, then the
+        source-combined ones (one per item)."""
+        combined = self.combined_codes()
+        extra = np.flatnonzero(combined != MISSING)
+        item = np.concatenate([np.asarray(self.item, np.int64), extra])
+        return item, np.concatenate([np.asarray(self.choice, np.int64), combined[extra]])
+
+
+def verdicts_from_rows(
+    *,
+    item: np.ndarray,
+    shown_first: np.ndarray,
+    choice: np.ndarray,
+    orders_disagree: np.ndarray,
+    n_items: int,
+) -> JudgeVerdicts:
+    """``JudgeVerdicts`` from stored rows, each a verdict in one order or combined by its source.
+
+    item: [V] item index; shown_first: [V] A or B, MISSING for a source-combined verdict;
+    choice: [V] choice code; orders_disagree: [V] bool, a combined verdict whose source says the
+    orders disagreed (its choice a tie).
+    """
+    item, first, choice = (np.asarray(x, np.int64) for x in (item, shown_first, choice))
+    disagree = np.asarray(orders_disagree, bool)
+    if not item.shape == first.shape == choice.shape == disagree.shape:
+        raise ValueError("item, shown_first, choice and orders_disagree must have one shape")
+    if (disagree & (first != MISSING)).any():
+        raise ValueError("only a source-combined verdict (shown_first MISSING) can disagree")
+    per_order = first != MISSING
+    combined = np.full(n_items, MISSING, dtype=np.int64)
+    whole = item[~per_order]
+    if np.unique(whole).size != whole.size:
+        raise ValueError("at most one source-combined verdict per item")
+    combined[whole] = choice[~per_order]
+    inconsistent = np.zeros(n_items, bool)
+    inconsistent[item[disagree]] = True
+    return JudgeVerdicts(
+        item=item[per_order],
+        choice=choice[per_order],
+        shown_first=first[per_order],
+        n_items=n_items,
+        combined=combined,
+        inconsistent=inconsistent,
+    )
 
 
 def combine_orders(verdicts: JudgeVerdicts) -> np.ndarray:
     """[I] one verdict per item: the verdict of both orders when they agree, a tie when they do not
     (a preference that does not survive the swap is no preference; Zheng et al. 2023, MT-Bench), the
-    only verdict when one order was judged, MISSING when none was."""
+    only verdict when one order was judged, the source's verdict where only a combined one is known
+    (a tie where its orders disagreed), MISSING when none was."""
     a_first, b_first = verdicts.by_order()
     both = (a_first != MISSING) & (b_first != MISSING)
     single = np.where(a_first != MISSING, a_first, b_first)
+    single = np.where(single != MISSING, single, verdicts.combined_codes())
     return np.where(both, np.where(a_first == b_first, a_first, TIE), single)
 
 
@@ -96,6 +183,13 @@ class SwapConsistency:
     decisive_pairs: pairs decisive (A or B) in both orders; flips: those whose preferred response
     changed (A in one order, B in the other); flip_rate = flips / decisive_pairs.
     half_flips: pairs decisive in one order only (the other a tie or both bad).
+
+    A source-combined verdict (an imported judge) says both orders gave that verdict, or (an
+    inconsistent item) that they disagreed without saying how: such items count among ``pairs``
+    (a consistent decisive one among ``decisive_pairs`` with no flip); ``undetailed`` counts the
+    inconsistent ones, which may be flips or half flips, so flip_rate is then a lower bound and
+    flip_rate_high = (flips + undetailed) / (decisive_pairs + undetailed) the upper one (equal to
+    flip_rate when undetailed is 0).
     """
 
     pairs: int
@@ -104,6 +198,8 @@ class SwapConsistency:
     flips: int
     flip_rate: float
     half_flips: int
+    undetailed: int = 0
+    flip_rate_high: float = float("nan")
 
 
 def _share(numerator: float, denominator: float) -> float:
@@ -114,18 +210,26 @@ def swap_consistency(verdicts: JudgeVerdicts) -> SwapConsistency:
     """How the judge's verdict changes when the two responses swap places (in stored terms, so a
     judge without position bias gives the same code in both orders)."""
     a_first, b_first = verdicts.by_order()
+    combined, inconsistent = verdicts.combined_codes(), verdicts.inconsistent_items()
+    known = (combined != MISSING) & ~inconsistent  # both orders gave this verdict
+    a_first = np.where(known, combined, a_first)
+    b_first = np.where(known, combined, b_first)
     both = (a_first != MISSING) & (b_first != MISSING)
     x, y = a_first[both], b_first[both]
     decisive_x, decisive_y = x <= B, y <= B
     decisive = decisive_x & decisive_y
     flips = int((decisive & (x != y)).sum())
+    undetailed = int(inconsistent.sum())
+    pairs = int(both.sum()) + undetailed
     return SwapConsistency(
-        pairs=int(both.sum()),
-        same_rate=_share((x == y).sum(), both.sum()),
+        pairs=pairs,
+        same_rate=_share((x == y).sum(), pairs),
         decisive_pairs=int(decisive.sum()),
         flips=flips,
         flip_rate=_share(flips, decisive.sum()),
         half_flips=int((decisive_x != decisive_y).sum()),
+        undetailed=undetailed,
+        flip_rate_high=_share(flips + undetailed, decisive.sum() + undetailed),
     )
 
 
@@ -159,7 +263,8 @@ def clopper_pearson(successes: int, n: int, *, confidence: float = 0.95) -> tupl
 
 
 def position_bias(verdicts: JudgeVerdicts, *, confidence: float = 0.95) -> PositionBias:
-    """Share of the judge's decisive verdicts that picked the response it saw first."""
+    """Share of the judge's decisive verdicts that picked the response it saw first (per-order
+    verdicts only: a source-combined verdict does not say what was shown first)."""
     choice = np.asarray(verdicts.choice)
     decisive = choice <= B
     n = int(decisive.sum())
@@ -194,9 +299,10 @@ class LengthBias:
 
 def length_bias(verdicts: JudgeVerdicts, humans: JudgementTable) -> LengthBias:
     """The judge's preference for the longer answer beyond the humans' own (humans often do prefer
-    the longer answer a little; the bias is what the judge adds)."""
+    the longer answer a little; the bias is what the judge adds). Source-combined verdicts count
+    once each."""
     longer = _longer(humans.length_a, humans.length_b)
-    item, choice = np.asarray(verdicts.item), np.asarray(verdicts.choice)
+    item, choice = verdicts.every_verdict()
     own = (choice <= B) & (longer[item] != MISSING)
     picks = int((own & (choice == longer[item])).sum())
     judged = np.zeros(humans.n_items, bool)
@@ -356,7 +462,7 @@ class JudgeReport:
     """Everything the judge report page shows. gold_n / gold_accuracy: items with a known answer
     that the judge judged, and the share its combined verdict got right (NaN without gold)."""
 
-    n_verdicts: int
+    n_verdicts: int  # per-order verdicts plus source-combined ones
     n_items: int  # items with at least one verdict
     tie_rate: float  # share of verdicts that are ties
     swap: SwapConsistency
@@ -390,7 +496,7 @@ def judge_report(
             _share((combined[has] == gold[has]).sum(), has.sum()),
         )
     has_lengths = humans.length_a is not None and humans.length_b is not None
-    choice = np.asarray(verdicts.choice)
+    _, choice = verdicts.every_verdict()
     return JudgeReport(
         n_verdicts=int(choice.size),
         n_items=int(judged.sum()),

@@ -17,8 +17,13 @@ import numpy as np
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.urls import reverse
 
-from annotation.agreement import CHOICES, JudgementTable, item_counts, majority_vote
-from annotation.agreement.judges import JudgeReport, JudgeVerdicts, judge_report
+from annotation.agreement import CHOICES, MISSING, JudgementTable, item_counts, majority_vote
+from annotation.agreement.judges import (
+    JudgeReport,
+    JudgeVerdicts,
+    judge_report,
+    verdicts_from_rows,
+)
 from annotation.models import Project
 from annotation.selectors.agreement import project_judgements
 from common.roles import machine_account_ids
@@ -71,23 +76,27 @@ def human_majority_labels(*, project: Project) -> dict[int, int]:
 
 def judge_verdicts(*, judge: Judge, comparison_ids: np.ndarray) -> JudgeVerdicts:
     """The judge's parsed answers as ``JudgeVerdicts`` over items indexed like ``comparison_ids``
-    (sorted); answers on comparisons not in it are left out."""
+    (sorted); answers on comparisons not in it are left out. An imported judge's verdicts given
+    with both orders combined (``shown_first`` blank) are its ``combined`` ones."""
     rows = np.array(
         list(
             JudgeOutput.objects.filter(judge=judge)
             .exclude(verdict="")
-            .values_list("comparison_id", "shown_first", "verdict")
+            .values_list("comparison_id", "shown_first", "verdict", "orders_disagree")
         ),
         dtype=object,
-    ).reshape(-1, 3)
+    ).reshape(-1, 4)
     ids = rows[:, 0].astype(np.int64)
     position = np.clip(np.searchsorted(comparison_ids, ids), 0, max(comparison_ids.size - 1, 0))
     known = comparison_ids.size > 0
     found = (comparison_ids[position] == ids) if known else np.zeros(ids.size, bool)
-    return JudgeVerdicts(
+    return verdicts_from_rows(
         item=position[found],
+        shown_first=np.array(
+            [ORDERS.index(s) if s else MISSING for s in rows[found, 1]], dtype=np.int64
+        ),
         choice=np.array([CHOICES.index(v) for v in rows[found, 2]], dtype=np.int64),
-        shown_first=np.array([ORDERS.index(s) for s in rows[found, 1]], dtype=np.int64),
+        orders_disagree=rows[found, 3].astype(bool),
         n_items=int(comparison_ids.size),
     )
 
@@ -126,7 +135,11 @@ def judge_report_data(*, judge: Judge, humans: HumanJudgements | None = None) ->
         n_outputs=len(seconds),
         unparsed=failed.count(),
         unparsed_examples=examples,
-        seconds_per_answer=float(np.mean(seconds)) if seconds else float("nan"),
+        seconds_per_answer=(
+            float(np.mean(seconds))
+            if seconds and judge.kind != Judge.Kind.IMPORTED  # a file's verdicts have no timing
+            else float("nan")
+        ),
     )
 
 
@@ -148,6 +161,7 @@ def judge_report_summary(data: JudgeReportData) -> dict[str, Any]:
         "project": judge.project.slug,
         "status": judge.status,
         "tie_band": None if judge.tie_band is None else _number(judge.tie_band, 6),
+        "description": judge.description,
         "answers": data.n_outputs,
         "verdicts": r.n_verdicts,
         "items": r.n_items,
@@ -168,6 +182,8 @@ def judge_report_summary(data: JudgeReportData) -> dict[str, Any]:
         "swap_decisive_pairs": r.swap.decisive_pairs,
         "swap_flips": r.swap.flips,
         "swap_flip_rate": _number(r.swap.flip_rate),
+        "swap_undetailed": r.swap.undetailed,  # orders disagreed, per-order verdicts not given
+        "swap_flip_rate_high": _number(r.swap.flip_rate_high),
         "position_n": r.position.n,
         "position_first_share": _number(r.position.share),
         "position_bias": _number(r.position.bias),

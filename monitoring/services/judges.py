@@ -32,10 +32,10 @@ from django.utils.text import slugify
 
 from annotation.agreement import CHOICES, MISSING
 from annotation.agreement.judges import (
-    JudgeVerdicts,
     calibrate_tie_band,
     combine_orders,
     reward_verdicts,
+    verdicts_from_rows,
 )
 from annotation.models import Comparison, Judgement, Project
 from common.errors import ConcordError
@@ -92,6 +92,7 @@ def judge_create(
     api_key_env: str = "",
     max_concurrency: int = 4,
     timeout_s: float = 60.0,
+    description: str = "",
 ) -> Judge:
     """The next version of the judge ``name`` of ``project`` (version 1 for a new name), with a
     machine annotator that cannot log in. Nothing is written when an argument is wrong.
@@ -106,6 +107,8 @@ def judge_create(
     ``model_name`` (the served model's name); ``api_key_env`` names the worker's environment
     variable holding the key (never the key), ``max_concurrency`` caps requests in flight and
     ``timeout_s`` bounds each one (``training.inference.chat_client.EndpointConfig`` checks them).
+    kind "imported" needs only ``description`` (whose verdicts, from where); it has no job, its
+    verdicts come from a file (``monitoring.services.judge_imports.judge_verdicts_import``).
     """
     if not name or slugify(name) != name:
         raise JudgeError(f"name {name!r} must be a slug (lowercase letters, digits, hyphens)")
@@ -129,6 +132,12 @@ def judge_create(
         if max_new_tokens < 1:
             raise JudgeError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         reward_run, tie_band = None, None
+    elif kind == Judge.Kind.IMPORTED:
+        if not description.strip():
+            raise JudgeError(
+                "an imported judge needs a description of where its verdicts come from"
+            )
+        reward_run, tie_band, model_name, template = None, None, "", ""
     else:
         raise JudgeError(f"kind must be one of {', '.join(Judge.Kind.values)}, got {kind!r}")
     with transaction.atomic():
@@ -156,6 +165,7 @@ def judge_create(
             api_key_env=api_key_env,
             max_concurrency=max_concurrency,
             timeout_s=timeout_s,
+            description=description.strip() if kind == Judge.Kind.IMPORTED else "",
             annotator=machine,
             created_by=created_by,
         )
@@ -189,7 +199,9 @@ def _check_reward_run(run: TrainingRun | None) -> None:
 def judge_launch(*, judge: Judge) -> Judge:
     """Queue the judge's job (after commit): on the gpu queue for a local model, on the default
     queue for an endpoint (HTTP only). A finished or failed job may be launched again: it judges
-    only what is missing (new comparisons, answers of a crashed job)."""
+    only what is missing (new comparisons, answers of a crashed job). An imported judge has no
+    job (JudgeError)."""
+    _refuse_imported(judge)
     with transaction.atomic():
         claimed = Judge.objects.filter(
             pk=judge.pk,
@@ -207,9 +219,18 @@ def judge_launch(*, judge: Judge) -> Judge:
     return judge
 
 
+def _refuse_imported(judge: Judge) -> None:
+    if judge.kind == Judge.Kind.IMPORTED:
+        raise JudgeError(
+            f"judge {judge} is imported: it has no job, its verdicts come from a file "
+            "(import_judge_verdicts makes its next version)"
+        )
+
+
 def judge_run_here(*, judge: Judge) -> Judge:
     """Run a new (draft) judge's job in this process instead of on a worker (the ``judge_run``
     command: scripts and measurements)."""
+    _refuse_imported(judge)
     if not Judge.objects.filter(pk=judge.pk, status=Judge.Status.DRAFT).update(
         status=Judge.Status.QUEUED
     ):
@@ -484,6 +505,10 @@ def _calibrated_band(judge: Judge, folder: Path):
     return calibrate_tie_band(diff, np.array([labelled[c.pk] for c in comparisons]))
 
 
+def _origin(judge: Judge) -> str:
+    return "imported" if judge.kind == Judge.Kind.IMPORTED else "model"
+
+
 def judge_verdicts_store(*, judge: Judge) -> int:
     """Store (or refresh) one judgement of the machine annotator per comparison answered in at
     least one order: the combined verdict of ``combine_orders``. shown_left is the order when one
@@ -491,22 +516,23 @@ def judge_verdicts_store(*, judge: Judge) -> int:
     rows = list(
         JudgeOutput.objects.filter(judge=judge)
         .exclude(verdict="")
-        .values_list("comparison_id", "shown_first", "verdict", "seconds")
+        .values_list("comparison_id", "shown_first", "verdict", "seconds", "orders_disagree")
     )
     if not rows:
         return 0
     ids = np.array(sorted({r[0] for r in rows}))
     index = {int(pk): k for k, pk in enumerate(ids)}
-    verdicts = JudgeVerdicts(
+    verdicts = verdicts_from_rows(
         item=np.array([index[r[0]] for r in rows]),
+        shown_first=np.array([ORDERS.index(r[1]) if r[1] else MISSING for r in rows]),
         choice=np.array([CHOICES.index(r[2]) for r in rows]),
-        shown_first=np.array([ORDERS.index(r[1]) for r in rows]),
+        orders_disagree=np.array([r[4] for r in rows], dtype=bool),
         n_items=ids.size,
     )
     combined = combine_orders(verdicts)
     orders: dict[int, list[str]] = {}
     elapsed: dict[int, float] = {}
-    for pk, first, _, seconds in rows:
+    for pk, first, _, seconds, _ in rows:
         orders.setdefault(pk, []).append(first)
         elapsed[pk] = elapsed.get(pk, 0.0) + seconds
     existing = dict(
@@ -523,7 +549,7 @@ def judge_verdicts_store(*, judge: Judge) -> int:
             strength=1,
             shown_left=one,
             elapsed_ms=round(elapsed[pk] * 1000),
-            rationale=f"model judge {judge.name} v{judge.version}",
+            rationale=f"{_origin(judge)} judge {judge.name} v{judge.version}",
         )
         (changed if row.pk else new).append(row)
     with transaction.atomic():

@@ -1,6 +1,6 @@
 """Model judge pages (ML engineers and project leads): a project's judges with a form that creates
-the next version of one and launches its job, and each judge version's report. Thin: parse, call
-a service or selector, render."""
+the next version of one and launches its job, the upload of an imported judge's verdicts, and each
+judge version's report. Thin: parse, call a service or selector, render."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from common.roles import ML_ENGINEER, role_required
 from monitoring.models import Judge
 from monitoring.selectors import judges as judge_selectors
 from monitoring.services import judges as judge_services
+from monitoring.services.judge_imports import VerdictFileError, judge_verdicts_import
 from monitoring.stats.judging import DEFAULT_TEMPLATE
+from monitoring.stats.verdict_files import FORMATS
 from training.models import TrainingRun
 
 # The fields each kind of judge reads, besides its kind and name; the form holds only these.
@@ -30,9 +32,13 @@ KIND_FIELDS = {
 }  # fmt: skip
 
 
+# An imported judge is not created by this form: its verdicts come from a file (``judge_import``).
+RUN_KINDS = [(value, label) for value, label in Judge.Kind.choices if value in KIND_FIELDS]
+
+
 def judge_kind_of(value: str) -> str:
-    """``value`` when it names a kind of judge, else the first kind (the form's default)."""
-    return value if value in Judge.Kind.values else Judge.Kind.values[0]
+    """``value`` when it names a kind of judge with a job, else the first kind (the default)."""
+    return value if value in KIND_FIELDS else RUN_KINDS[0][0]
 
 
 class JudgeForm(forms.Form):
@@ -40,7 +46,7 @@ class JudgeForm(forms.Form):
     training-run form, choosing another kind reloads the page with that kind's fields:
     static/common/kind_reload.js)."""
 
-    kind = forms.ChoiceField(choices=Judge.Kind.choices)
+    kind = forms.ChoiceField(choices=RUN_KINDS)
     name = forms.SlugField(max_length=60)
     reward_run = forms.ModelChoiceField(
         queryset=TrainingRun.objects.none(), required=False, label="Reward-model run"
@@ -164,3 +170,58 @@ def judge_relaunch(request: HttpRequest, judge_id: int) -> HttpResponse:
     else:
         messages.success(request, f"Judge {judge.name} v{judge.version} queued again.")
     return redirect("monitoring:judges", slug=judge.project.slug)
+
+
+class VerdictUploadForm(forms.Form):
+    """An imported judge's next version: its name, where its verdicts come from, and the file."""
+
+    name = forms.SlugField(max_length=60, help_text="An existing name makes its next version.")
+    description = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=5000,
+        help_text="Whose verdicts these are and where they come from (kept with the judge).",
+    )
+    format = forms.ChoiceField(
+        choices=[("jsonl", "Concord JSONL"), ("mt_bench", "MT-Bench pairwise judgments")],
+        initial="jsonl",
+    )
+    file = forms.FileField(help_text="One JSON object a line, one line per comparison.")
+
+
+@role_required(ML_ENGINEER)
+def judge_import(request: HttpRequest, slug: str) -> HttpResponse:
+    """Upload an imported judge's verdicts (post/redirect/get to its report); a bad file answers
+    400 naming every bad line, and nothing is stored."""
+    project = get_object_or_404(Project, slug=slug)
+    form = VerdictUploadForm(request.POST or None, request.FILES or None)
+    errors: list[str] = []
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            upload = form.cleaned_data["file"]
+            try:
+                lines = upload.read().decode("utf-8").splitlines()
+                result = judge_verdicts_import(
+                    project=project, name=form.cleaned_data["name"],
+                    description=form.cleaned_data["description"], lines=lines,
+                    fmt=form.cleaned_data["format"], source_name=upload.name,
+                    created_by=request.user,
+                )  # fmt: skip
+            except UnicodeDecodeError:
+                form.add_error("file", "The file is not UTF-8 text.")
+            except VerdictFileError as exc:
+                form.add_error("file", f"{len(exc.errors)} bad line(s); nothing was imported.")
+                errors = exc.errors
+            except ConcordError as exc:
+                form.add_error(None, str(exc))
+            else:
+                judge = result.judge
+                messages.success(
+                    request,
+                    f"Imported {judge.name} v{judge.version}: {result.comparisons} comparisons "
+                    f"({result.inconsistent} inconsistent across orders).",
+                )
+                return redirect("monitoring:judge-report", judge_id=judge.pk)
+        status = 400
+    context = {"project": project, "form": form, "errors": errors, "formats": FORMATS}
+    return render(request, "monitoring/judges/import.html", context, status=status)

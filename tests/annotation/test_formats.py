@@ -105,6 +105,17 @@ def test_two_equal_empty_responses_compare_nothing(project):
         comparisons_import(project=project, lines=lines)
 
 
+def test_two_models_giving_the_same_answer_are_still_compared(project):
+    """Two different models may answer alike (MT-Bench has 13 such turn-1 pairs, with votes):
+    the pair is kept; the same text without two different model names is still refused."""
+    same = {"prompt": "Q?", "response_a": "42.", "response_b": "42."}
+    lines = [json.dumps(same | {"model_a": "m1", "model_b": "m2"})]
+    assert comparisons_import(project=project, lines=lines).comparisons_created == 1
+    for models in ({}, {"model_a": "m1"}, {"model_a": "m1", "model_b": "m1"}):
+        with pytest.raises(ImportValidationError, match=r"response_b.*identical to response_a"):
+            comparisons_import(project=project, lines=[json.dumps(same | models)])
+
+
 # --- Containers ------------------------------------------------------------------------------
 CONCORD_ROWS = [
     {"id": f"r{i}", "prompt": f"Question {i}?", "response_a": f"A{i}", "response_b": f"B{i}"}

@@ -46,13 +46,15 @@ def test_experts_agree_as_zheng_et_al_report(bench):
     assert figures["percent_agreement_no_ties"] == pytest.approx(0.8199, abs=1e-4)
 
 
-def test_without_the_texts_the_bench_says_the_judges_were_not_run():
+def test_without_the_texts_the_bench_says_the_judges_were_not_run(tmp_path):
+    """Pointed at a folder without FastChat's question.jsonl, the bench prints the experts' own
+    agreement (turn 1, experts only: 821 comparisons, 1,343 votes) and says why no judge ran."""
     require(MT_BENCH)
     out = subprocess.run(
-        [sys.executable, str(BENCH / "judge_mt_bench.py"), "--heldout-questions", "10"],
+        [sys.executable, str(BENCH / "judge_mt_bench.py"), "--mt-bench-dir", str(tmp_path)],
         capture_output=True, text=True, check=True,
         env={"CONCORD_SHARED_DATA": str(DATA_DIR), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     result = json.loads(out.stdout)
-    assert result["experts_on_heldout"]["comparisons"] == 108
+    assert (result["experts"]["comparisons"], result["experts"]["votes"]) == (821, 1343)
     assert result["judges"].startswith("not run: the votes carry no text")

@@ -104,3 +104,31 @@ def test_the_migration_marks_the_machine_accounts_of_existing_judges(judged_proj
     executor.loader.build_graph()
     executor.migrate([("monitoring", "0004_machine_judge_accounts")])
     assert is_machine_account(machine)
+
+
+def test_imported_verdicts_change_nothing_people_see(judged_project):
+    """An imported judge's verdicts (kind "imported", from a file) are a judge's too: stored under
+    its machine account, they change nothing people see, and the report still reads them."""
+    from monitoring.services.judge_imports import judge_verdicts_import
+
+    project = judged_project
+    people = get_user_model().objects.filter(username__startswith="ann")
+    project.members.add(*human_judgements(people, "pk"))
+    before = _figures(project)
+    # "b" everywhere would flip majorities if it counted; the last pair inconsistent across orders.
+    lines = [f'{{"id": "pair-{k}", "verdict": "b"}}' for k in range(5)]
+    lines.append('{"id": "pair-5", "verdict": "inconsistent"}')
+    judge = judge_verdicts_import(
+        project=project, name="released", description="hand-written", lines=lines, fmt="jsonl"
+    ).judge
+    machine = judge.annotator
+    project.members.add(machine)
+    assert Judgement.objects.filter(annotator=machine).count() == 6
+    assert is_machine_account(machine) and machine.groups.get().name == MACHINE_JUDGE
+
+    assert _figures(project) == before
+
+    summary = judge_selectors.judge_report_summary(judge_selectors.judge_report_data(judge=judge))
+    assert (summary["kind"], summary["verdicts"], summary["swap_undetailed"]) == ("imported", 6, 1)
+    assert [row["annotator"] for row in summary["kappa_per_human"]] == ["ann1", "ann2", "ann3"]
+    assert judge_selectors.machine_annotator_ids() == {machine.pk}

@@ -181,6 +181,7 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "monitoring:judges":              {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 400, 400)},
     "monitoring:judge-report":        {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     "monitoring:judge-relaunch":      {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
+    "monitoring:judge-import":        {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 400, 400)},
     "admin:index":                    {"get": (302, 302, 302, 200, 200), "post": (302, 302, 302, 200, 200)},
     "admin:login":                    {"get": (200, 200, 200, 302, 302), "post": (200, 200, 200, 200, 200)},
     "admin:logout":                   {"get": (302, 302, 302, 405, 405), "post": (302, 302, 302, 302, 302)},
@@ -194,6 +195,7 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "api-import-create":              {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 400, 400)},
     "api-import-detail":              {"get": (401, 403, 403, 200, 200), "post": (401, 403, 403, 405, 405)},
     "api-export-create":              {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 201, 201)},
+    "api-judge-import":               {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 400, 400)},
     "api-schema":                     {"get": (200, 200, 200, 200, 200), "post": (405, 405, 405, 405, 405)},
 }  # fmt: skip
 

@@ -60,6 +60,7 @@ def format_summary(s: dict) -> str:
         f"{s['answers']} answers, {s['verdicts']} verdicts on {s['items']} pairs, "
         f"{_f(s['seconds_per_answer'])} s per answer"
         + (f", tie band {s['tie_band']}" if s["tie_band"] is not None else ""),
+        *([f"imported: {s['description']}"] if s["description"] else []),
         f"kappa vs human consensus: {_f(s['kappa_consensus'])} (n={s['kappa_consensus_n']})",
         VOTES.format(**{key: _f(value) for key, value in s["vote_agreement"].items()}),
     ]
@@ -70,7 +71,13 @@ def format_summary(s: dict) -> str:
     lines += [
         f"swap-flip rate: {_f(s['swap_flip_rate'])} ({s['swap_flips']} of "
         f"{s['swap_decisive_pairs']} pairs decisive in both orders; same verdict "
-        f"{_f(s['swap_same_rate'])} of {s['swap_pairs']})",
+        f"{_f(s['swap_same_rate'])} of {s['swap_pairs']})"
+        + (
+            f"; {s['swap_undetailed']} pairs disagreed across orders without per-order verdicts, "
+            f"so at most {_f(s['swap_flip_rate_high'])}"
+            if s["swap_undetailed"]
+            else ""
+        ),
         f"position bias: {_f(s['position_bias'])} (first shown picked {_f(s['position_first_share'])}"
         f" of {s['position_n']}, 95% CI {_f(s['position_low'])}..{_f(s['position_high'])}, "
         f"p={_f(s['position_p_value'])})",

@@ -204,3 +204,47 @@ def test_reward_verdicts_and_the_calibrated_tie_band():
         j.reward_verdicts(d, tie_band=-1)
     with pytest.raises(ValueError, match="at least 2 items"):
         j.calibrate_tie_band(d[:2], np.array([MISSING, A]))
+
+
+def _with_combined() -> j.JudgeVerdicts:
+    """Items 0-1 per order (0: A, A; 1: A first -> A, B first -> B, a flip); item 2 combined A by
+    its source; item 3 combined, its orders disagreeing (a tie); items 4-5 none."""
+    return j.verdicts_from_rows(
+        item=np.array([0, 0, 1, 1, 2, 3]),
+        shown_first=np.array([A, B, A, B, MISSING, MISSING]),
+        choice=np.array([A, A, A, B, A, TIE]),
+        orders_disagree=np.array([False, False, False, False, False, True]),
+        n_items=6,
+    )
+
+
+def test_source_combined_verdicts_count_once_and_keep_their_disagreement():
+    """combine_orders: A, tie (flip), A (source), tie (source, inconsistent), -, -. Swap: pairs 0, 1,
+    2 known (2 the same), 3 disagreeing without detail -> same 2 of 4; decisive known 0, 1, 2 with
+    1 flip -> 1/3, at most (1 + 1) / (3 + 1) = 1/2. Position: per-order verdicts only, 4 decisive,
+    the first shown picked on item 0 (A first) and both of item 1 -> 3 of 4."""
+    v = _with_combined()
+    assert j.combine_orders(v).tolist() == [A, TIE, A, TIE, MISSING, MISSING]
+    swap = j.swap_consistency(v)
+    assert (swap.pairs, swap.same_rate, swap.decisive_pairs, swap.flips) == (4, 0.5, 3, 1)
+    assert (swap.flip_rate, swap.flip_rate_high, swap.undetailed) == (1 / 3, 0.5, 1)
+    position = j.position_bias(v)
+    assert (position.n, position.first_picks) == (4, 3)
+    assert [c.tolist() for c in v.every_verdict()] == [[0, 0, 1, 1, 2, 3], [A, A, A, B, A, TIE]]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (([0, 0], [A, MISSING], [A, A], [False, False]), "per-order verdicts or a combined one"),
+        (([0, 0], [MISSING, MISSING], [A, A], [False, False]), "one source-combined verdict"),
+        (([0], [A], [TIE], [True]), "only a source-combined verdict"),
+        (([0], [MISSING], [A], [True]), "must have a combined tie"),
+    ],
+)
+def test_rows_that_cannot_be_one_judges_verdicts_are_refused(rows, message):
+    item, first, choice, disagree = (np.array(x) for x in rows)
+    with pytest.raises(ValueError, match=message):
+        j.verdicts_from_rows(
+            item=item, shown_first=first, choice=choice, orders_disagree=disagree, n_items=2
+        )

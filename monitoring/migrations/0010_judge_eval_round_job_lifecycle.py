@@ -17,7 +17,7 @@ def generation_states_forward(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("monitoring", "0008_eval_round_answers_progress"),
+        ("monitoring", "0009_imported_judges"),
     ]
 
     operations = [
