@@ -41,7 +41,7 @@ def run_ours(args: argparse.Namespace) -> dict:
     import torch
 
     from training.recipes import DPOConfig, train_dpo
-    from training.recipes.dpo import load_cached_reference
+    from training.recipes.dpo import ReferenceLogps
 
     model = side_by_side.model_folder()
     work = Path(args.work)
@@ -71,7 +71,7 @@ def run_ours(args: argparse.Namespace) -> dict:
         ]
         results[attempt] = {**result.summary, "first_step_loss": metrics[0]["loss"]}
     cache = next(cache_dir.glob("*.pt"))
-    reference = load_cached_reference(cache, results["cold"]["pairs"])
+    reference = ReferenceLogps.load(cache, results["cold"]["pairs"])
     cold, warm = results["cold"], results["warm"]
     return {
         "pairs": cold["pairs_trained"],

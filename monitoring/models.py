@@ -1,5 +1,5 @@
 """Alerts on training runs, human-eval rounds (rounds, items, assignments, judgements, a judge's
-verdicts on a round) and stopping decisions."""
+verdicts on a round), stopping decisions and the stored stopping-panel figures."""
 
 from __future__ import annotations
 
@@ -334,6 +334,24 @@ class StopDecision(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id}: {self.decision}"
+
+
+class StoppingPanelFigures(models.Model):
+    """A run's stopping-panel figures as the task last computed them
+    (``monitoring.selectors.stopping_panel.stopping_panel_figures``): the page reads these instead
+    of re-running the bootstraps. ``fingerprint`` is what they were computed from
+    (``stopping_panel_fingerprint``); another one now means they are out of date."""
+
+    run = models.OneToOneField(
+        TrainingRun, on_delete=models.CASCADE, related_name="stopping_figures"
+    )
+    payload = models.JSONField(help_text="The figures (JSON; NaN stored as null).")
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the inputs.")
+    version = models.PositiveSmallIntegerField(help_text="The payload's layout version.")
+    computed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}: stopping figures of {self.computed_at:%Y-%m-%d %H:%M}"
 
 
 # --- Model judges ------------------------------------------------------------------------------------

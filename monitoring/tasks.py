@@ -36,3 +36,17 @@ def judge_round(round_id: int) -> str:
     from monitoring.services.round_judges import round_judge_run
 
     return round_judge_run(round_id=round_id).judge_status
+
+
+@shared_task(name="monitoring.tasks.stopping_panel_refresh")
+def stopping_panel_refresh(run_id: int) -> dict[str, int | str]:
+    """Recompute a run's stopping-panel figures and store them (sent, debounced, by
+    ``stopping_panel_refresh_schedule``); a run deleted since is skipped."""
+    from monitoring.services.stopping_panel import stopping_panel_refresh as refresh
+    from training.models import TrainingRun
+
+    run = TrainingRun.objects.filter(pk=run_id).first()
+    if run is None:
+        return {"run": run_id, "status": "gone"}
+    figures = refresh(run=run)
+    return {"run": run_id, "status": "done", "computed_at": figures.computed_at.isoformat()}

@@ -1,7 +1,7 @@
-"""Shared fixtures: one user per role, and a client logged in as each."""
+"""Shared fixtures: one user per role (``tests.helpers.clients.logged_in`` gives a client logged in as
+one)."""
 
 import pytest
-from django.test import Client
 
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER
 from tests.factories import UserFactory
@@ -21,12 +21,6 @@ def reviewer(db):
 @pytest.fixture
 def ml_engineer(db):
     return UserFactory(username="emily", role=ML_ENGINEER)
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture(autouse=True)

@@ -3,8 +3,8 @@ leads to the password form they may not open; a superuser still gets that link."
 
 import pytest
 
-from tests.conftest import logged_in
 from tests.factories import UserFactory
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ from common.api_tokens import api_token_create, api_token_revoke, token_digest
 from common.errors import ConcordError
 from common.models import ApiToken
 from common.roles import ANNOTATOR, ML_ENGINEER
-from tests.conftest import logged_in
 from tests.factories import ProjectFactory, UserFactory
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -10,6 +10,8 @@
 5. Every project module (and name in it) a module imports exists in this tree (no path left behind
    by a move).
 6. No module over MAX_MODULE_LINES lines unless its docstring says why (a line "Long module: ...").
+7. No test module imports another test module (nor a conftest.py): what tests share lives in
+   tests/helpers/ (fixtures reach a folder through its conftest.py) or tests/factories.py.
 """
 
 import ast
@@ -495,3 +497,42 @@ def test_no_import_cycles():
     module by module; break it by moving the shared piece to a module both can import."""
     cycles = _cycles(_import_graph())
     assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+# What a module under tests/ may import of tests/: the shared helpers and the factories.
+TEST_SHARED = ("tests.helpers", "tests.factories")
+
+
+def _test_tree_imports(path: Path) -> list[str]:
+    """The modules of tests/ that a file imports (``import tests.x``, ``from tests.x import y`` as
+    tests.x.y when that is a module, ``from tests import x``), wherever the import sits."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend(a.name for a in node.names if a.name.split(".")[0] == "tests")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] != "tests":
+                continue
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.append(sub if _module_path(sub) else node.module)
+    return found
+
+
+TEST_FILES = sorted((_module_name(path), path) for path in (ROOT / "tests").rglob("*.py"))
+
+
+def test_the_test_import_scan_sees_the_helpers():
+    """Guard: the scan reads tests/ and finds its imports of the shared helpers."""
+    imported = {name for _, path in TEST_FILES for name in _test_tree_imports(path)}
+    assert {"tests.factories", "tests.helpers.clients"} <= imported
+
+
+@pytest.mark.parametrize(("module", "path"), TEST_FILES, ids=str)
+def test_no_test_module_imports_another(module, path):
+    """A test module (or conftest.py) imported by another runs its fixtures and autouse hooks
+    twice and ties the two files together; shared code belongs in tests/helpers/ or
+    tests/factories.py."""
+    for name in _test_tree_imports(path):
+        shared = any(name == s or name.startswith(s + ".") for s in TEST_SHARED)
+        assert shared, f"{module} imports {name}: move what it shares to tests/helpers/"

@@ -6,8 +6,8 @@ import pytest
 from annotation.models import ClusteringRun, ImportJob
 from common.job_selectors import job_queue_place, job_waiting_text
 from monitoring.models import Judge
-from tests.conftest import logged_in
 from tests.factories import ProjectFactory, UserFactory, snapshot_of_pairs
+from tests.helpers.clients import logged_in
 from training.models import TrainingRun
 
 pytestmark = pytest.mark.django_db

@@ -5,8 +5,8 @@ from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 
 from common.roles import ALL_ROLES, ANNOTATOR, ML_ENGINEER, REVIEWER, has_role, user_roles
-from tests.conftest import logged_in
 from tests.factories import ProjectFactory, UserFactory
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -581,6 +581,19 @@ class TrainingRunAdmin(admin.ModelAdmin):
     def resume(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._each(request, queryset, services.run_resume, "Resumed")
 
+    def has_delete_permission(self, request: HttpRequest, obj: TrainingRun | None = None) -> bool:
+        """No delete for a run the services would refuse (queued, running, a reward model in
+        use): the admin offers no button and its confirmation page lists the run as not allowed."""
+        allowed = super().has_delete_permission(request, obj)
+        return allowed and (obj is None or not services.run_deletable(obj))
+
+    def delete_model(self, request: HttpRequest, obj: TrainingRun) -> None:
+        services.run_delete(run=obj, user=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for run in queryset:
+            services.run_delete(run=run, user=request.user)
+
     @admin.action(description="Clone with changes (opens the copy)")
     def clone_with_changes(self, request: HttpRequest, queryset: QuerySet):
         clones = [services.run_clone(run=run, user=request.user) for run in queryset]
@@ -608,6 +621,33 @@ class DatasetSnapshotAdmin(admin.ModelAdmin):
     form = SnapshotForm
     list_display = ("id", "__str__", "sha", "created_at", "train")
     list_select_related = ("export__project",)
+
+    # --- Writes go through the services --------------------------------------------------------
+
+    def get_readonly_fields(self, request: HttpRequest, obj: DatasetSnapshot | None = None):
+        return ("export",) if obj is not None else ()
+
+    def save_model(
+        self, request: HttpRequest, obj: DatasetSnapshot, form: Any, change: bool
+    ) -> None:
+        if change:
+            services.snapshot_rename(snapshot=obj, name=form.cleaned_data["name"])
+        else:
+            obj.pk = services.snapshot_for(
+                export=form.cleaned_data["export"], name=form.cleaned_data["name"]
+            ).pk
+
+    def has_delete_permission(self, request: HttpRequest, obj: DatasetSnapshot | None = None):
+        """No delete for a snapshot runs train on (the services refuse it too)."""
+        allowed = super().has_delete_permission(request, obj)
+        return allowed and (obj is None or not obj.runs.exists())
+
+    def delete_model(self, request: HttpRequest, obj: DatasetSnapshot) -> None:
+        services.snapshot_delete(snapshot=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for snapshot in queryset:
+            services.snapshot_delete(snapshot=snapshot)
 
     @admin.display(description="SHA-256")
     def sha(self, snapshot: DatasetSnapshot) -> str:

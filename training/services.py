@@ -11,6 +11,7 @@ job kind; ``runs_reap_stale`` runs it for training runs alone.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, ProtectedError
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -55,6 +56,9 @@ MANAGED_FIELDS = (
 Status = TrainingRun.Status
 
 
+logger = logging.getLogger(__name__)
+
+
 class RunError(ConcordError):
     """An action that does not fit the run's state (the message says why)."""
 
@@ -67,6 +71,27 @@ def snapshot_for(*, export: DatasetExport, name: str = "") -> DatasetSnapshot:
     """The snapshot of an export (created once; an export is immutable, so is its snapshot)."""
     snapshot, _ = DatasetSnapshot.objects.get_or_create(export=export, defaults={"name": name})
     return snapshot
+
+
+def snapshot_rename(*, snapshot: DatasetSnapshot, name: str) -> DatasetSnapshot:
+    """Give a snapshot another display name (its export, what runs train on, never changes)."""
+    name = name.strip()
+    if len(name) > DatasetSnapshot._meta.get_field("name").max_length:
+        raise RunError("name: too long")
+    DatasetSnapshot.objects.filter(pk=snapshot.pk).update(name=name)
+    snapshot.refresh_from_db()
+    return snapshot
+
+
+@transaction.atomic
+def snapshot_delete(*, snapshot: DatasetSnapshot) -> None:
+    """Delete a snapshot no run trains on (its export stays). With runs: refused, nothing
+    deleted."""
+    used = list(snapshot.runs.order_by("pk").values_list("pk", flat=True)[:6])
+    if used:
+        named = ", ".join(f"#{pk}" for pk in used[:5]) + (", ..." if len(used) > 5 else "")
+        raise RunError(f"snapshot #{snapshot.pk} is the data of runs {named}; delete them first")
+    snapshot.delete()
 
 
 def _managed_values(
@@ -339,6 +364,45 @@ def run_resume(*, run: TrainingRun, user: AbstractBaseUser | None) -> TrainingRu
     _event(run, "resumed", user, **detail)
     _enqueue(run)
     return run
+
+
+ACTIVE = (Status.QUEUED, Status.RUNNING)
+
+
+def run_deletable(run: TrainingRun) -> str:
+    """Why the run cannot be deleted now ("" when it can): queued or running (cancel it first),
+    or the reward model of other runs."""
+    if run.status in ACTIVE:
+        return f"run #{run.pk} is {run.status}; cancel it before deleting it"
+    users = list(run.policy_runs.order_by("pk").values_list("pk", flat=True)[:5])
+    if users:
+        named = ", ".join(f"#{pk}" for pk in users)
+        return f"run #{run.pk} is the reward model of runs {named}; delete them first"
+    return ""
+
+
+@transaction.atomic
+def run_delete(*, run: TrainingRun, user: AbstractBaseUser | None) -> None:
+    """Delete a run that is neither queued nor running nor another run's reward model, with its
+    checkpoints' records, metric points, samples, events and eval rounds (the run folder on disk
+    stays: its checkpoints may be kept by hand). Refused (``RunError``, nothing deleted) otherwise;
+    the row is locked so a launch cannot slip in between the check and the delete."""
+    locked = TrainingRun.objects.select_for_update().filter(pk=run.pk).first()
+    if locked is None:
+        raise RunError(f"run #{run.pk} does not exist")
+    why = run_deletable(locked)
+    if why:
+        raise RunError(why)
+    try:
+        locked.delete()
+    except ProtectedError as exc:  # e.g. a checkpoint another run's eval round compares against
+        kinds = sorted({type(obj)._meta.verbose_name for obj in exc.protected_objects})
+        raise RunError(
+            f"run #{run.pk} is still used ({', '.join(kinds)}); delete those first"
+        ) from exc
+    logger.info(
+        "run #%s (%s, %s) deleted by %s", run.pk, locked.kind, locked.name, user or "nobody"
+    )
 
 
 def _record_unrecorded_checkpoints(run: TrainingRun) -> list[int]:

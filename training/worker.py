@@ -136,6 +136,8 @@ def launcher_lines(command: list[str]) -> Iterator[str]:
 
 def _follow(run: TrainingRun, command: list[str], heartbeat: JobHeartbeat) -> dict[str, Any]:
     """Run the launcher, turning its JSON lines into metrics; returns the summary line."""
+    from training.recipes.checkpoint_files import complete_checkpoints  # no torch
+
     output = Path(run.output_dir)
     summary: dict[str, Any] = {}
     known_checkpoints: set[str] = set()
@@ -152,12 +154,10 @@ def _follow(run: TrainingRun, command: list[str], heartbeat: JobHeartbeat) -> di
             step = int(row.pop("step"))
             services.metrics_record(run_id=run.pk, step=step, metrics=row)
             services.run_progress(run_id=run.pk, step=step, total_steps=run.total_steps)
-        for folder in sorted((output / "checkpoints").glob("step-*")):
-            if folder.name not in known_checkpoints and folder.is_dir():
+        for step, folder in complete_checkpoints(output):
+            if folder.name not in known_checkpoints:
                 known_checkpoints.add(folder.name)
-                services.checkpoint_record(
-                    run_id=run.pk, step=int(folder.name[5:]), path=str(folder), metrics={}
-                )
+                services.checkpoint_record(run_id=run.pk, step=step, path=str(folder), metrics={})
     return summary
 
 

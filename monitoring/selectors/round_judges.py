@@ -196,6 +196,26 @@ def round_estimates(
     if round_.judge_id is not None:
         ppi = round_ppi(round_)
         agreement = round_judge_agreement(round_)
+    return estimates_choose(
+        win_rate=win_rate,
+        usefulness=usefulness,
+        ppi=ppi,
+        agreement=agreement,
+        kappa_threshold=kappa_threshold,
+    )
+
+
+def estimates_choose(
+    *,
+    win_rate: Interval,
+    usefulness: Interval,
+    ppi: dict[str, Any] | None,
+    agreement: dict[str, Any] | None,
+    kappa_threshold: float,
+) -> dict[str, Any]:
+    """``round_estimates`` from figures read already (no query): ppi is ``round_ppi``'s dict and
+    agreement ``round_judge_agreement``'s (both None for a round without a judge), so the stored
+    stopping-panel figures choose again for any ``kappa_threshold``."""
     return {
         "win_rate": _choice(
             win_rate,

@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 
 from monitoring.models import Alert
 from training import services as training_services
-from training.models import Checkpoint, MetricPoint, RunSample, TrainingRun
+from training.models import Checkpoint, MetricPoint, RunSample, TrainingRun, kind_choices
 
 # Charts (and a checkpoint's metrics) come in this order when the metric exists; others follow
 # alphabetically. The page groups them (METRIC_GROUPS) and keeps this order inside each group.
@@ -191,6 +191,16 @@ def runs_overview(
     return rows
 
 
+def run_keeps_samples(run: TrainingRun) -> bool:
+    """Whether the run's kind samples from its policy (its spec's ``rollouts``: PPO, RLOO, GRPO
+    and any such kind registered later), so its page has samples to show. A kind no longer
+    registered keeps none."""
+    from training.recipes.kinds import KINDS  # web code imports training.recipes in use
+
+    spec = KINDS.get(run.kind)
+    return spec is not None and spec.rollouts
+
+
 def runs_filter_choices() -> dict[str, list[tuple[str, str]]]:
     """The runs list's filter options: kinds, statuses, and the projects that have runs."""
     projects = (
@@ -199,7 +209,7 @@ def runs_filter_choices() -> dict[str, list[tuple[str, str]]]:
         .distinct()
     )
     return {
-        "kinds": list(TrainingRun.Kind.choices),
+        "kinds": kind_choices(),  # the registry now: a kind registered later too
         "statuses": list(TrainingRun.Status.choices),
         "projects": [(slug, slug) for slug in projects],
     }

@@ -2,27 +2,51 @@
 latest rated eval round (human-only or prediction-powered estimates), the trend across its rounds,
 the Bradley-Terry scores of what its rounds compared, and its recorded decisions. Beside the round
 reads it combines (``monitoring.selectors.eval_rounds`` and ``round_judges``), so neither of those
-imports the other's reader of them."""
+imports the other's reader of them.
+
+Two halves, so a page view runs no bootstrap and a bounded number of queries:
+- ``stopping_panel_figures(run)``: the heavy half (a query or two per round, the usefulness
+  bootstrap and the Bradley-Terry bootstrap) as one JSON-ready dict. A Celery task computes it when
+  ratings, verdicts, rounds or metrics change (``monitoring.services.stopping_panel``) and stores it
+  in ``StoppingPanelFigures``, with ``stopping_panel_fingerprint`` of what it was computed from.
+- ``stopping_panel_from_figures(run, figures, kappa_threshold=...)``: the light half (the estimate
+  choice for the reviewer's kappa threshold, the criteria, the advice): no bootstrap, and two
+  queries whatever the number of rounds (the rounds list and the decisions).
+``run_stopping_panel`` puts both together (a fresh panel: scripts and tests).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
+from django.db.models import Count, Max, Sum
 
-from monitoring.models import EvalRound
+from monitoring.models import EvalJudgement, EvalJudgeVerdict, EvalRound, StoppingPanelFigures
 from monitoring.selectors import round_judges as ppi_selectors
 from monitoring.selectors.eval_rounds import round_judgements, round_outcomes
 from monitoring.stats import stopping
+from monitoring.stats.intervals import Interval
 from monitoring.stats.peak import PeakLine, peak_line
-from training.models import MetricPoint, TrainingRun
+from monitoring.stats.ppi import PPIEstimate
+from training.models import Checkpoint, MetricPoint, TrainingRun
 
 # Metric names whose per-evaluation mean reward the plateau is judged on (first one logged wins).
 REWARD_METRICS = ("eval_reward_mean", "reward_mean")
 # A gold scorer's mean reward of the policy's held-out answers, logged beside the proxy's (the farm's
 # gold reward model, or a team's own stand-in for people): gold points of the peak estimate.
 GOLD_METRIC = "gold_reward_mean"
+# The stored figures' layout; a change of it (or of what they are computed from) bumps it, so older
+# rows read as stale and are recomputed.
+FIGURES_VERSION = 1
+PANEL_BOOTSTRAP = 1000  # resamples of the usefulness interval; Bradley-Terry takes at most 300
+# Only the last values of the series decide their criteria (``stopping.reward_plateau`` and
+# ``kl_stability`` read the last ``window``): the stored figures keep these tails.
+_CONFIG = stopping.StoppingConfig()
 
 
 def _series(run: TrainingRun, name: str) -> list[float]:
@@ -33,19 +57,81 @@ def _series(run: TrainingRun, name: str) -> list[float]:
     )
 
 
-def run_stopping_panel(
-    run: TrainingRun, *, n_boot: int = 1000, kappa_threshold: float | None = None
-) -> dict[str, Any]:
-    """The stopping panel of a run: criteria from its metric points and its latest round with
-    ratings, the trend across its rounds, and its recorded decisions.
+# --- JSON: NaN is not JSON (PostgreSQL's jsonb refuses it): None stands for it ---------------------
 
-    ``latest_round``: the latest round with a human rating. ``estimates``: its win rate and
-    usefulness estimates, each human-only or
-    prediction-powered by ``ppi.choose_estimate`` with ``kappa_threshold`` (the reviewer's bar for
-    the round judge's kappa with the reviewers; None: ``ppi_selectors.DEFAULT_KAPPA_THRESHOLD``);
-    the usefulness one decides the usefulness criterion. None before any rating."""
-    if kappa_threshold is None:
-        kappa_threshold = ppi_selectors.DEFAULT_KAPPA_THRESHOLD
+
+def _out(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def _in(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _interval_out(interval: Interval) -> dict[str, Any]:
+    return {
+        "estimate": _out(interval.estimate),
+        "low": _out(interval.low),
+        "high": _out(interval.high),
+        "n": interval.n,
+    }
+
+
+def _interval_in(data: dict[str, Any]) -> Interval:
+    return Interval(_in(data["estimate"]), _in(data["low"]), _in(data["high"]), int(data["n"]))
+
+
+def _ppi_out(estimate: PPIEstimate | None) -> dict[str, Any] | None:
+    if estimate is None:
+        return None
+    return {
+        "ppi": _interval_out(estimate.ppi),
+        "classical": _interval_out(estimate.classical),
+        "lam": estimate.lam,
+        "effective_n": estimate.effective_n,
+        "n_items": estimate.n_items,
+        "std_error": estimate.std_error,
+        "classical_std_error": estimate.classical_std_error,
+    }
+
+
+def _ppi_in(data: dict[str, Any] | None) -> PPIEstimate | None:
+    if data is None:
+        return None
+    return PPIEstimate(
+        ppi=_interval_in(data["ppi"]),
+        classical=_interval_in(data["classical"]),
+        lam=float(data["lam"]),
+        effective_n=float(data["effective_n"]),
+        n_items=int(data["n_items"]),
+        std_error=float(data["std_error"]),
+        classical_std_error=float(data["classical_std_error"]),
+    )
+
+
+def _agreement_out(agreement: dict[str, Any] | None) -> dict[str, Any] | None:
+    if agreement is None:
+        return None
+    return {**agreement, "kappa": _out(agreement["kappa"])}
+
+
+def _agreement_in(agreement: dict[str, Any] | None) -> dict[str, Any] | None:
+    if agreement is None:
+        return None
+    return {**agreement, "kappa": _in(agreement["kappa"])}
+
+
+# --- The heavy half: computed by the task, stored ---------------------------------------------------
+
+
+def stopping_panel_figures(run: TrainingRun, *, n_boot: int = PANEL_BOOTSTRAP) -> dict[str, Any]:
+    """Everything of the run's panel that reads rounds or resamples, as a JSON-ready dict (NaN
+    stored as None): the reward and KL tails, the latest rated round's ratings, per-item rewards and
+    usefulness, its human-only win rate, its usefulness bootstrap (``n_boot`` resamples) and its
+    judge's prediction-powered estimates and agreement; per rated round the proxy reward and the
+    human win rate; the Bradley-Terry scores (``min(n_boot, 300)`` resamples); the answers' length
+    ratio and repetition. Independent of the reviewer's kappa threshold and of the run's status
+    (``stopping_panel_from_figures`` applies those)."""
     rewards: list[float] = []
     for name in REWARD_METRICS:
         rewards = _series(run, name)
@@ -56,7 +142,7 @@ def run_stopping_panel(
         .select_related("checkpoint")
         .order_by("checkpoint__step", "created_at")
     )
-    latest = None
+    latest, latest_win_rate = None, None
     rated_items = 0
     rated_rounds: list[EvalRound] = []
     round_rewards, round_win_rates = [], []
@@ -66,7 +152,7 @@ def run_stopping_panel(
         win_rate = counted.win_rate()
         if win_rate is None:
             continue
-        latest, rated_items = round_, counted.n_rated_items
+        latest, latest_win_rate, rated_items = round_, win_rate, counted.n_rated_items
         rated_rounds.append(round_)
         reward = round_.checkpoint.metrics.get("reward_mean")
         if reward is None:
@@ -89,30 +175,19 @@ def run_stopping_panel(
             if rewards_of[item_id] is not None:
                 item_rewards.append(rewards_of[item_id])
                 item_useful.append(float(np.mean(values)))
-    cfg = stopping.StoppingConfig(kl_band=_kl_band(run))
-    estimates = None
-    if latest is not None:
-        estimates = ppi_selectors.round_panel_estimates(
-            latest, kappa_threshold=kappa_threshold, n_boot=n_boot
-        )
-    panel = stopping.stopping_panel(
-        eval_rewards=rewards,
-        kl_values=_series(run, "kl"),
-        usefulness=usefulness,
-        usefulness_prompt_ids=prompts,
-        item_reward_scores=item_rewards,
-        item_usefulness=item_useful,
-        round_rewards=round_rewards,
-        round_win_rates=round_win_rates,
-        config=cfg,
+    # The one usefulness bootstrap: the human-only interval of the estimates and the panel's.
+    summary = stopping.usefulness_summary(
+        np.asarray(usefulness, dtype=float),
+        np.asarray(prompts, dtype=int),
+        confidence=_CONFIG.confidence,
         n_boot=n_boot,
-        usefulness_choice=estimates["usefulness"] if estimates else None,
-        finished=run.status in TrainingRun.FINISHED,
     )
-    best_checkpoint = None
-    trend = panel.extras["trend"]
-    if trend.best_round is not None:
-        best_checkpoint = rated_rounds[trend.best_round].checkpoint
+    ppi = agreement = None
+    if latest is not None and latest.judge_id is not None:
+        ppi = ppi_selectors.round_ppi(latest)
+        agreement = ppi_selectors.round_judge_agreement(latest)
+    trend = stopping.hacking_trend(round_rewards, round_win_rates)
+    best = rated_rounds[trend.best_round].checkpoint if trend.best_round is not None else None
     length_ratio = repetition = None
     if latest is not None:
         rows = list(
@@ -124,10 +199,140 @@ def run_stopping_panel(
                 np.mean([stopping.text_repetition_rate(text) for _, _, text in rows])
             )
     return {
+        "version": FIGURES_VERSION,
+        "n_boot": n_boot,
+        "eval_rewards": [_out(r) for r in rewards[-_CONFIG.plateau_window :]],
+        "kl_values": [_out(k) for k in _series(run, "kl")[-_CONFIG.kl_window :]],
+        "kl_band": list(_kl_band(run)),
+        "usefulness": [float(u) for u in usefulness],
+        "usefulness_prompt_ids": prompts,
+        "usefulness_summary": {
+            "mean": _interval_out(summary.mean),
+            "share_low": _out(summary.share_low),
+            "n_prompts": summary.n_prompts,
+        },
+        "item_reward_scores": [float(r) for r in item_rewards],
+        "item_usefulness": item_useful,
+        "round_rewards": [_out(r) for r in round_rewards],
+        "round_win_rates": [_out(w) for w in round_win_rates],
+        "latest_round": latest.pk if latest is not None else None,
+        "n_rated_items": rated_items,
+        "win_rate": None if latest_win_rate is None else _interval_out(latest_win_rate),
+        "ppi": None
+        if ppi is None
+        else {
+            **ppi,
+            "win_rate": _ppi_out(ppi["win_rate"]),
+            "usefulness": _ppi_out(ppi["usefulness"]),
+        },
+        "agreement": _agreement_out(agreement),
+        "best_checkpoint": None if best is None else {"id": best.pk, "step": best.step},
         "length_ratio": length_ratio,
         "repetition": repetition,
         "bradley_terry": run_bradley_terry(run, n_boot=min(n_boot, 300)),
-        "peak": run_peak_line(run, rated_rounds=rated_rounds, n_boot=n_boot),
+        "peak": _peak_out(run_peak_line(run, rated_rounds=rated_rounds, n_boot=n_boot)),
+    }
+
+
+def stopping_panel_fingerprint(run: TrainingRun) -> str:
+    """What the run's figures are computed from, in four aggregate queries whatever the number of
+    rounds: its reward and KL metric points (count, last id, sum: a resumed run's replaced value
+    changes the sum), its checkpoints (their stored reward), its rounds (status, judge, items'
+    answers), the reviewers' ratings and the round judges' verdicts, the configured KL band and
+    ``FIGURES_VERSION``. Two equal fingerprints: the figures would come out the same."""
+    metrics = MetricPoint.objects.filter(
+        run=run, name__in=(*REWARD_METRICS, "kl", GOLD_METRIC)
+    ).aggregate(n=Count("pk"), last=Max("pk"), total=Sum("value"))
+    checkpoints = Checkpoint.objects.filter(run=run).aggregate(n=Count("pk"), last=Max("pk"))
+    rounds = list(
+        EvalRound.objects.filter(checkpoint__run=run)
+        .order_by("pk")
+        .values_list("pk", "status", "judge_id", "judge_done", "answers_done")
+    )
+    ratings = EvalJudgement.objects.filter(assignment__item__round__checkpoint__run=run).aggregate(
+        n=Count("pk"), last=Max("pk")
+    )
+    verdicts = EvalJudgeVerdict.objects.filter(item__round__checkpoint__run=run).aggregate(
+        n=Count("pk"), last=Max("pk")
+    )
+    state = [FIGURES_VERSION, metrics, checkpoints, rounds, ratings, verdicts, _kl_band(run)]
+    return hashlib.sha256(json.dumps(state, default=str).encode()).hexdigest()
+
+
+def stored_stopping_panel(run: TrainingRun) -> StoppingPanelFigures | None:
+    """The run's stored figures (None before the task first ran)."""
+    return StoppingPanelFigures.objects.filter(run=run).first()
+
+
+# --- The light half: at every page view --------------------------------------------------------------
+
+
+def stopping_panel_from_figures(
+    run: TrainingRun, figures: dict[str, Any] | None, *, kappa_threshold: float | None = None
+) -> dict[str, Any]:
+    """The panel the run page shows, from ``stopping_panel_figures`` (fresh or stored): the
+    estimates chosen for ``kappa_threshold`` (None: ``ppi_selectors.DEFAULT_KAPPA_THRESHOLD``; the
+    bar for the round judge's kappa with the reviewers from which the prediction-powered estimate
+    is used), the criteria and advice (finished runs get advice on which checkpoint to keep), the
+    run's rounds and its last 20 decisions. No bootstrap; two queries.
+
+    ``latest_round``: the latest round with a human rating. ``estimates``: its win rate and
+    usefulness estimates (``ppi_selectors.estimates_choose``); the usefulness one decides the
+    usefulness criterion. None before any rating. figures None (not computed yet): panel None,
+    with the rounds, the decisions and the threshold."""
+    if kappa_threshold is None:
+        kappa_threshold = ppi_selectors.DEFAULT_KAPPA_THRESHOLD
+    rounds = list(
+        EvalRound.objects.filter(checkpoint__run=run)
+        .select_related("checkpoint")
+        .order_by("checkpoint__step", "created_at")
+    )
+    decisions = list(run.stop_decisions.select_related("reviewer", "checkpoint")[:20])
+    if figures is None:
+        return {
+            "panel": None, "estimates": None, "latest_round": None, "few_items": False, "peak": None,
+            "bradley_terry": [], "best_checkpoint": None, "length_ratio": None,
+            "kappa_threshold": kappa_threshold, "rounds": rounds, "decisions": decisions,
+        }  # fmt: skip
+    latest = next((r for r in rounds if r.pk == figures["latest_round"]), None)
+    stored = figures["usefulness_summary"]
+    summary = stopping.UsefulnessSummary(
+        _interval_in(stored["mean"]), _in(stored["share_low"]), int(stored["n_prompts"])
+    )
+    estimates = None
+    if figures["win_rate"] is not None:
+        ppi = figures["ppi"]
+        if ppi is not None:
+            ppi = {**ppi, "win_rate": _ppi_in(ppi["win_rate"]),
+                   "usefulness": _ppi_in(ppi["usefulness"])}  # fmt: skip
+        estimates = ppi_selectors.estimates_choose(
+            win_rate=_interval_in(figures["win_rate"]),
+            usefulness=summary.mean,
+            ppi=ppi,
+            agreement=_agreement_in(figures["agreement"]),
+            kappa_threshold=kappa_threshold,
+        )
+    panel = stopping.stopping_panel(
+        eval_rewards=[_in(r) for r in figures["eval_rewards"]],
+        kl_values=[_in(k) for k in figures["kl_values"]],
+        usefulness=figures["usefulness"],
+        usefulness_prompt_ids=figures["usefulness_prompt_ids"],
+        item_reward_scores=figures["item_reward_scores"],
+        item_usefulness=figures["item_usefulness"],
+        round_rewards=[_in(r) for r in figures["round_rewards"]],
+        round_win_rates=[_in(w) for w in figures["round_win_rates"]],
+        config=stopping.StoppingConfig(kl_band=tuple(figures["kl_band"])),
+        n_boot=figures["n_boot"],
+        usefulness_choice=estimates["usefulness"] if estimates else None,
+        finished=run.status in TrainingRun.FINISHED,
+        summary=summary,
+    )
+    rated_items = figures["n_rated_items"]
+    return {
+        "length_ratio": figures["length_ratio"],
+        "repetition": figures["repetition"],
+        "bradley_terry": figures["bradley_terry"],
+        "peak": figures.get("peak"),
         "panel": panel,
         "estimates": estimates,
         "kappa_threshold": kappa_threshold,
@@ -136,9 +341,73 @@ def run_stopping_panel(
         "few_items": latest is not None and rated_items < stopping.MIN_RATED_ITEMS,
         "min_rated_items": stopping.MIN_RATED_ITEMS,
         "rounds": rounds,
-        "best_checkpoint": best_checkpoint,
-        "decisions": list(run.stop_decisions.select_related("reviewer", "checkpoint")[:20]),
+        "best_checkpoint": figures["best_checkpoint"],
+        "decisions": decisions,
     }
+
+
+def run_stopping_panel(
+    run: TrainingRun, *, n_boot: int = PANEL_BOOTSTRAP, kappa_threshold: float | None = None
+) -> dict[str, Any]:
+    """The run's panel computed now (``stopping_panel_figures`` then
+    ``stopping_panel_from_figures``): what the stored figures give once the task has run."""
+    return stopping_panel_from_figures(
+        run, stopping_panel_figures(run, n_boot=n_boot), kappa_threshold=kappa_threshold
+    )
+
+
+def run_bradley_terry(run: TrainingRun, *, n_boot: int = 300) -> list[dict[str, Any]]:
+    """Bradley-Terry scores of every model the run's rounds compared (its checkpoints and their
+    baselines), anchored at the first baseline (score 0), with bootstrap intervals.
+
+    One comparison per item (the mean of its outcomes, an identical item one tie), so the bootstrap
+    resamples items. Returns [{label, score, low, high}] ordered by score, best first; [] before
+    any human rating.
+    """
+    nodes: dict[tuple[str, object], int] = {}
+    labels: list[str] = []
+
+    def node(key: tuple[str, object], label: str) -> int:
+        if key not in nodes:
+            nodes[key] = len(labels)
+            labels.append(label)
+        return nodes[key]
+
+    pairs: list[tuple[int, int, float]] = []
+    rounds = EvalRound.objects.filter(checkpoint__run=run).select_related(
+        "checkpoint", "baseline_checkpoint"
+    )
+    for round_ in rounds.order_by("created_at"):
+        counted = round_outcomes(round_)
+        if not counted.n_ratings:
+            continue
+        if round_.baseline_checkpoint_id:
+            base = node(
+                ("ckpt", round_.baseline_checkpoint_id), f"step {round_.baseline_checkpoint.step}"
+            )
+        else:
+            base = node(("model", round_.baseline_model), round_.baseline_model)
+        mine = node(("ckpt", round_.checkpoint_id), f"step {round_.checkpoint.step}")
+        # One comparison per item (its mean outcome): the bootstrap resamples items, not ratings.
+        means = stopping.item_means(counted.outcomes, counted.item_ids)
+        pairs.extend((mine, base, float(outcome)) for outcome in means)
+    if not pairs:
+        return []
+    fit = stopping.bradley_terry(pairs, len(labels), anchor=0, n_boot=n_boot)
+    rows = [
+        {"label": labels[k], "score": float(fit.scores[k]), "low": float(fit.low[k]),
+         "high": float(fit.high[k])}
+        for k in range(len(labels))
+    ]  # fmt: skip
+    return sorted(rows, key=lambda row: -row["score"])
+
+
+def _kl_band(run: TrainingRun) -> tuple[float, float]:
+    """The run's configured healthy KL band (config ``kl_band``), else PIPELINE.md's 0.12-0.22."""
+    band = run.config.get("kl_band") if isinstance(run.config, dict) else None
+    if isinstance(band, list | tuple) and len(band) == 2 and band[0] < band[1]:
+        return float(band[0]), float(band[1])
+    return (0.12, 0.22)
 
 
 def _step_series(run: TrainingRun, name: str) -> dict[int, float]:
@@ -226,55 +495,12 @@ def run_peak_line(
     )
 
 
-def run_bradley_terry(run: TrainingRun, *, n_boot: int = 300) -> list[dict[str, Any]]:
-    """Bradley-Terry scores of every model the run's rounds compared (its checkpoints and their
-    baselines), anchored at the first baseline (score 0), with bootstrap intervals.
-
-    One comparison per item (the mean of its outcomes, an identical item one tie), so the bootstrap
-    resamples items. Returns [{label, score, low, high}] ordered by score, best first; [] before
-    any human rating.
-    """
-    nodes: dict[tuple[str, object], int] = {}
-    labels: list[str] = []
-
-    def node(key: tuple[str, object], label: str) -> int:
-        if key not in nodes:
-            nodes[key] = len(labels)
-            labels.append(label)
-        return nodes[key]
-
-    pairs: list[tuple[int, int, float]] = []
-    rounds = EvalRound.objects.filter(checkpoint__run=run).select_related(
-        "checkpoint", "baseline_checkpoint"
-    )
-    for round_ in rounds.order_by("created_at"):
-        counted = round_outcomes(round_)
-        if not counted.n_ratings:
-            continue
-        if round_.baseline_checkpoint_id:
-            base = node(
-                ("ckpt", round_.baseline_checkpoint_id), f"step {round_.baseline_checkpoint.step}"
-            )
-        else:
-            base = node(("model", round_.baseline_model), round_.baseline_model)
-        mine = node(("ckpt", round_.checkpoint_id), f"step {round_.checkpoint.step}")
-        # One comparison per item (its mean outcome): the bootstrap resamples items, not ratings.
-        means = stopping.item_means(counted.outcomes, counted.item_ids)
-        pairs.extend((mine, base, float(outcome)) for outcome in means)
-    if not pairs:
-        return []
-    fit = stopping.bradley_terry(pairs, len(labels), anchor=0, n_boot=n_boot)
-    rows = [
-        {"label": labels[k], "score": float(fit.scores[k]), "low": float(fit.low[k]),
-         "high": float(fit.high[k])}
-        for k in range(len(labels))
-    ]  # fmt: skip
-    return sorted(rows, key=lambda row: -row["score"])
-
-
-def _kl_band(run: TrainingRun) -> tuple[float, float]:
-    """The run's configured healthy KL band (config ``kl_band``), else PIPELINE.md's 0.12-0.22."""
-    band = run.config.get("kl_band") if isinstance(run.config, dict) else None
-    if isinstance(band, list | tuple) and len(band) == 2 and band[0] < band[1]:
-        return float(band[0]), float(band[1])
-    return (0.12, 0.22)
+def _peak_out(line: PeakLine) -> dict[str, Any]:
+    """The peak line as stored: the sentence, the checkpoint nearest the peak ("step N"; None
+    without a peak), the current KL (nats) and the estimate's status."""
+    return {
+        "text": line.text,
+        "checkpoint": line.checkpoint,
+        "current_kl": line.current_kl,
+        "status": line.estimate.status,
+    }

@@ -48,6 +48,7 @@ from monitoring.selectors import prompts as prompt_selectors
 from monitoring.selectors import round_judges as ppi_selectors
 from monitoring.selectors.round_judges import DEFAULT_KAPPA_THRESHOLD
 from monitoring.services import round_judges as round_judge_services
+from monitoring.services.stopping_panel import stopping_inputs_changed
 from monitoring.stats import stopping
 from monitoring.stats.ppi import human_subset
 from training import services as training_services
@@ -510,6 +511,7 @@ def eval_submit(
     except IntegrityError as exc:
         raise EvalError("this item has already been rated") from exc
     _close_when_rated(round_id=assignment.item.round_id)
+    stopping_inputs_changed(assignment.item.round.checkpoint.run_id)
     return judgement
 
 

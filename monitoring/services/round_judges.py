@@ -33,6 +33,7 @@ from common.text import storable_text
 from monitoring.models import EvalAssignment, EvalItem, EvalJudgeVerdict, EvalRound, Judge
 from monitoring.models import JudgeStatus as Status
 from monitoring.services import judges as judge_services
+from monitoring.services.stopping_panel import stopping_inputs_changed
 
 log = logging.getLogger(__name__)
 Side = EvalAssignment.Side
@@ -246,4 +247,5 @@ def round_judge_answers_save(*, round_: EvalRound, answers: Sequence[RoundAnswer
         EvalJudgeVerdict.objects.bulk_create(rows, ignore_conflicts=True)
         done = EvalJudgeVerdict.objects.filter(item__round=round_, judge_id=round_.judge_id).count()
         EvalRound.objects.filter(pk=round_.pk).update(judge_done=done, judge_total=2 * len(own))
+    stopping_inputs_changed(round_.checkpoint.run_id)
     return done

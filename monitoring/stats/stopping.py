@@ -713,6 +713,7 @@ def stopping_panel(
     seed: int = 0,
     usefulness_choice: EstimateChoice | None = None,
     finished: bool = False,
+    summary: UsefulnessSummary | None = None,
 ) -> StoppingPanel:
     """Every stopping criterion with its value and pass/fail (all must pass to stop).
 
@@ -724,6 +725,9 @@ def stopping_panel(
     (human-only or prediction-powered); its interval decides the usefulness criterion, whose
     detail names it. None: the bootstrap mean of ``usefulness``.
     finished: the run has ended, so the advice is which checkpoint to keep, never to train on.
+    summary: ``usefulness_summary(usefulness, usefulness_prompt_ids, confidence=config.confidence,
+    n_boot=n_boot, seed=seed)`` computed already (the stored panel figures): the panel then runs no
+    bootstrap. None: computed here.
     """
     cfg = config or StoppingConfig()
     criteria = []
@@ -741,9 +745,10 @@ def stopping_panel(
 
     ratings = np.asarray(usefulness, dtype=float).reshape(-1)
     prompts = np.asarray(usefulness_prompt_ids).reshape(-1)
-    summary = usefulness_summary(
-        ratings, prompts, confidence=cfg.confidence, n_boot=n_boot, seed=seed
-    )
+    if summary is None:
+        summary = usefulness_summary(
+            ratings, prompts, confidence=cfg.confidence, n_boot=n_boot, seed=seed
+        )
     per_item = np.unique(prompts, return_counts=True)[1] if prompts.size else np.array([0])
     min_reviewers = int(per_item.min())
     used = summary.mean if usefulness_choice is None else usefulness_choice.interval

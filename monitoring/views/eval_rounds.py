@@ -23,17 +23,16 @@ from monitoring.services.eval_rounds import EvalError
 from monitoring.services.round_judges import RoundJudgeError
 from training.models import Checkpoint, TrainingRun
 
-# Runs whose checkpoints answer prompts; a reward model's checkpoint scores, it cannot be judged.
-POLICY_KINDS = tuple(kind for kind in TrainingRun.Kind if kind != TrainingRun.Kind.RM)
-
 
 class PolicyCheckpointField(forms.ModelChoiceField):
     """Checkpoints of policy runs (every kind but the reward model), newest run first, by run
     name, kind and step."""
 
     def __init__(self, **kwargs) -> None:
+        # Every kind the registry holds now (one registered later too) but the reward model,
+        # whose checkpoint scores answers and cannot be judged.
         queryset = (
-            Checkpoint.objects.filter(run__kind__in=POLICY_KINDS)
+            Checkpoint.objects.exclude(run__kind=TrainingRun.Kind.RM)
             .select_related("run")
             .order_by("-run_id", "-step")
         )

@@ -10,8 +10,8 @@ from common.lifecycle import job_state
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, has_role, role_required
 from monitoring.selectors import runs as selectors
-from monitoring.selectors import stopping_panel
-from training.models import TrainingRun
+from monitoring.services.stopping_panel import stopping_panel_state
+from training.models import TrainingRun, kind_choices
 
 COMPARE_MAX_RUNS = 8
 
@@ -23,10 +23,15 @@ def review_home(request: HttpRequest) -> HttpResponse:
     return render(request, "monitoring/review_home.html", context)
 
 
+def _kind_filter_choices() -> list[tuple[str, str]]:
+    """Any kind, then the registry's kinds as they are when the form is made."""
+    return [("", "any kind"), *kind_choices()]
+
+
 class RunsFilterForm(forms.Form):
     """The runs list's filters (GET); empty: any."""
 
-    kind = forms.ChoiceField(choices=[("", "any kind"), *TrainingRun.Kind.choices], required=False)
+    kind = forms.ChoiceField(choices=_kind_filter_choices, required=False)
     status = forms.ChoiceField(
         choices=[("", "any status"), *TrainingRun.Status.choices], required=False
     )
@@ -83,15 +88,14 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "groups": selectors.groups_order(),
         # DPO, PPO and RLOO train a policy that human-eval rounds can judge; a reward model not.
         "is_policy_run": run.kind != TrainingRun.Kind.RM,
-        "keeps_samples": run.kind
-        in (TrainingRun.Kind.PPO, TrainingRun.Kind.RLOO, TrainingRun.Kind.GRPO),
+        "keeps_samples": selectors.run_keeps_samples(run),
         "finished": run.status in TrainingRun.FINISHED,
         "may_decide": has_role(request.user, REVIEWER),
     }
     if context["is_policy_run"]:
         trust = KappaThresholdForm(request.GET or None)
         threshold = trust.cleaned_data["kappa"] if trust.is_valid() else None
-        context["stopping"] = stopping_panel.run_stopping_panel(run, kappa_threshold=threshold)
+        context["stopping"] = stopping_panel_state(run=run, kappa_threshold=threshold)
         context["trust_form"] = trust
         context["checkpoint_choices"] = run.checkpoints.on_disk().order_by("-step")
     return render(request, "monitoring/run_detail.html", context)

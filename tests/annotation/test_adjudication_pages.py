@@ -5,8 +5,8 @@ import pytest
 from annotation.models import Adjudication, Assignment, Flag
 from annotation.services import labelling
 from annotation.services.adjudication import guidelines_update
-from tests.conftest import logged_in
 from tests.factories import ComparisonFactory, JudgementFactory, ProjectFactory, UserFactory
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 JSON = {"HTTP_ACCEPT": "application/json"}

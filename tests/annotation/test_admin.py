@@ -30,8 +30,8 @@ from annotation.models import (
     Response,
 )
 from common.roles import ANNOTATOR
-from tests.conftest import logged_in
 from tests.factories import ComparisonFactory, JudgementFactory, ProjectFactory, UserFactory
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 

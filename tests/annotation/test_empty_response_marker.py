@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from annotation.services.importing import comparisons_import, project_get_or_create
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -159,7 +159,7 @@ def test_lead_page_and_api_report_an_unusable_stored_answer(tmp_path, ml_enginee
     API (400 naming the prompt): no export either way."""
     from django.urls import reverse
 
-    from tests.conftest import logged_in
+    from tests.helpers.clients import logged_in
 
     call_command("import_comparisons", str(_maths_file(tmp_path)), "--project", "maths")
     prompt = Prompt.objects.get(text="Name a colour.")

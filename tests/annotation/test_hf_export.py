@@ -135,7 +135,7 @@ def test_lead_page_downloads_the_hf_dataset_as_a_zip(tmp_path, ml_engineer):
     from django.urls import reverse
 
     from annotation.services.exporting import dataset_export
-    from tests.conftest import logged_in
+    from tests.helpers.clients import logged_in
 
     project = project_get_or_create(slug="zipped")[0]
     comparisons_import(project=project, lines=_rows(6, conversational=False))

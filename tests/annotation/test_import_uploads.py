@@ -11,7 +11,7 @@ from django.urls import reverse
 from annotation.models import Comparison, ImportJob
 from annotation.services.importing import project_get_or_create
 from config.celery import app as celery_app
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -7,9 +7,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from annotation.models import Assignment, Judgement
-from tests.conftest import logged_in
 from tests.factories import JudgementFactory, ProjectFactory, UserFactory
 from tests.helpers.annotation_data import make_pair
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 

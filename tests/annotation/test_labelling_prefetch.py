@@ -13,8 +13,8 @@ from annotation.selectors.labelling import BATCH_SIZE, labelling_history, labell
 from annotation.services import labelling
 from annotation.services.labelling import Verdict
 from common.roles import ANNOTATOR
-from tests.conftest import logged_in
 from tests.factories import ComparisonFactory, JudgementFactory, ProjectFactory, UserFactory
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 JSON = {"HTTP_ACCEPT": "application/json"}

@@ -17,7 +17,7 @@ from django.core.management import call_command
 from annotation.formats import mt_bench
 from annotation.formats.base import ReadOptions, RowError
 from annotation.models import Comparison
-from tests.annotation.agreement.shared_data import DATA_DIR
+from tests.helpers.shared_data import DATA_DIR
 
 NOTE = mt_bench.EARLIER_ANSWER_NOTE
 QUESTION = ["Write a haiku about rain.", "Now make it rhyme."]

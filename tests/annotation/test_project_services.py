@@ -39,8 +39,8 @@ from annotation.services.projects import (
     project_update,
 )
 from common.roles import ANNOTATOR, REVIEWER, has_role
-from tests.conftest import logged_in
 from tests.factories import ComparisonFactory, JudgementFactory, ProjectFactory, UserFactory
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 

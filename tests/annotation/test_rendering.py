@@ -5,7 +5,7 @@ import threading
 from html.parser import HTMLParser
 
 from annotation.rendering import ALLOWED_TAGS, render_markdown
-from tests.security.xss_payloads import XSS_PAYLOADS
+from tests.helpers.xss_payloads import XSS_PAYLOADS
 
 
 def test_a_reference_defined_in_one_text_does_not_link_in_the_next():

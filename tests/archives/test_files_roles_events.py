@@ -17,7 +17,7 @@ from annotation.demo import demo_load
 from annotation.models import Comparison, DatasetExport, Judgement, Project, ProjectEvent
 from annotation.services.exporting import dataset_export, export_folder_sha256
 from common.roles import ANNOTATOR, user_roles
-from tests.archives.helpers import add_training_and_eval, measures, purge
+from tests.helpers.archives import add_training_and_eval, measures, purge
 from training.models import TrainingRun
 
 pytestmark = pytest.mark.django_db

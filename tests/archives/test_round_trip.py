@@ -11,8 +11,7 @@ from django.core.management.base import CommandError
 
 from annotation.demo import demo_load
 from annotation.models import Comparison, Judgement, Project
-from tests.annotation.agreement.shared_data import PANDALM_TESTSET, require
-from tests.archives.helpers import (
+from tests.helpers.archives import (
     add_annotation_history,
     add_training_and_eval,
     measures,
@@ -20,6 +19,7 @@ from tests.archives.helpers import (
     purge,
     rows_of,
 )
+from tests.helpers.shared_data import PANDALM_TESTSET, require
 
 pytestmark = pytest.mark.django_db
 

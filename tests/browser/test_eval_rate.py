@@ -1,6 +1,6 @@
 """The blind reviewer screen in headless Chromium: keyboard verdicts, the note, the next item, and the
 stored preference seen from the checkpoint's side. Skipped when Chromium is missing (see
-tests/browser/conftest.py). The eval fixtures come from tests/monitoring_eval/conftest.py."""
+tests/browser/conftest.py). The eval fixtures come from tests/helpers/eval_rounds.py."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from playwright.sync_api import expect
 
 from monitoring.models import EvalItem, EvalJudgement, EvalRound
 from monitoring.services import eval_rounds as eval_services
+from tests.helpers import eval_rounds as eval_world
 from tests.helpers.browser import log_in
-from tests.monitoring_eval import conftest as eval_conftest
-from tests.monitoring_eval.conftest import BASELINE
+from tests.helpers.eval_rounds import BASELINE
 
 # The eval fixtures, shared with tests/monitoring_eval (conftest fixtures reach only their folder).
-models_dir = eval_conftest.models_dir
-open_round = eval_conftest.open_round
-reviewers = eval_conftest.reviewers
-run_with_checkpoints = eval_conftest.run_with_checkpoints
-tiny_tokenizer_dir = eval_conftest.tiny_tokenizer_dir
+models_dir = eval_world.models_dir
+open_round = eval_world.open_round
+reviewers = eval_world.reviewers
+run_with_checkpoints = eval_world.run_with_checkpoints
+tiny_tokenizer_dir = eval_world.tiny_tokenizer_dir
 
 
 def test_reviewer_rates_blind_with_the_keyboard(browser, page, run_with_checkpoints, reviewers):

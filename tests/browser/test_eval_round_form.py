@@ -1,5 +1,5 @@
 """The new-round form and a round while its answers are generated, in headless Chromium. The run of
-the eval fixtures (tests/monitoring_eval/conftest.py) trained on 2 of the project's 10 prompts; the
+the eval fixtures (tests/helpers/eval_rounds.py) trained on 2 of the project's 10 prompts; the
 other 8 are held out. The form caps the number of prompts at the held-out count and says so; the
 round page counts the answers as they are generated."""
 
@@ -10,12 +10,12 @@ import re
 from playwright.sync_api import Page, expect
 
 from monitoring.models import EvalRound
+from tests.helpers import eval_rounds as eval_world
 from tests.helpers.browser import log_in
-from tests.monitoring_eval import conftest as eval_conftest
 
-models_dir = eval_conftest.models_dir
-run_with_checkpoints = eval_conftest.run_with_checkpoints
-tiny_tokenizer_dir = eval_conftest.tiny_tokenizer_dir
+models_dir = eval_world.models_dir
+run_with_checkpoints = eval_world.run_with_checkpoints
+tiny_tokenizer_dir = eval_world.tiny_tokenizer_dir
 
 
 def test_the_form_caps_the_prompts_at_the_held_out_count_and_says_so(
@@ -30,7 +30,7 @@ def test_the_form_caps_the_prompts_at_the_held_out_count_and_says_so(
     page.goto("/monitoring/eval/")
     page.select_option("#id_checkpoint", str(run.checkpoints.get(step=4).pk))
     page.select_option("#id_project", "eval")
-    page.select_option("#id_baseline_model", eval_conftest.BASELINE)
+    page.select_option("#id_baseline_model", eval_world.BASELINE)
     expect(page.get_by_test_id("prompts-available")).to_have_text(
         f"8 of the 10 prompts of eval are held out (not in the training data of run #{run.pk}): "
         "a round can use at most 8. The number of prompts was lowered from 100 to 8."
@@ -50,7 +50,7 @@ def test_the_round_page_counts_the_answers_while_they_are_generated(
     """A round of 4 prompts generating: "answers 3 of 8", then "answers 6 of 8" as the worker
     counts on, without a reload; once the round opens the page reloads and shows it open (before:
     no count, the page said only "Generating responses" for as long as it took)."""
-    round_ = eval_conftest.make_round(run_with_checkpoints)
+    round_ = eval_world.make_round(run_with_checkpoints)
     EvalRound.objects.filter(pk=round_.pk).update(answers_done=3)
     log_in(page, reviewer)
     page.goto(f"/monitoring/eval/{round_.pk}/")

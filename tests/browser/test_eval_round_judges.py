@@ -4,7 +4,7 @@ run's stopping panel names the estimate it used, switches to the humans' when th
 the kappa threshold, and the decision shows the estimate it rested on. While the judge's job runs,
 the round page follows its progress without a reload.
 
-The round (tests/monitoring_eval/judged_rounds.py ``rated_round``): 30 items, 24 drawn for one
+The round (tests/helpers/judged_rounds.py ``rated_round``): 30 items, 24 drawn for one
 reviewer each and rated, the judge's verdicts stored through the service on all 30 (its job on a
 real tiny model is tested in tests/monitoring_eval/test_round_judges.py); kappa 0.875."""
 
@@ -15,14 +15,15 @@ import re
 from playwright.sync_api import Page, expect
 
 from monitoring.models import EvalRound, StopDecision
+from monitoring.services.stopping_panel import stopping_panel_refresh
+from tests.helpers import eval_rounds as eval_world
+from tests.helpers import judged_rounds
 from tests.helpers.browser import log_in
-from tests.monitoring_eval import conftest as eval_conftest
-from tests.monitoring_eval import judged_rounds
 
-models_dir = eval_conftest.models_dir
-reviewers = eval_conftest.reviewers
-run_with_checkpoints = eval_conftest.run_with_checkpoints
-tiny_tokenizer_dir = eval_conftest.tiny_tokenizer_dir
+models_dir = eval_world.models_dir
+reviewers = eval_world.reviewers
+run_with_checkpoints = eval_world.run_with_checkpoints
+tiny_tokenizer_dir = eval_world.tiny_tokenizer_dir
 rm_judge = judged_rounds.rm_judge
 rated_round = judged_rounds.rated_round
 
@@ -55,6 +56,7 @@ def test_a_judged_round_shows_two_intervals_and_the_panel_names_its_estimate(
         expect(saved).to_have_attribute("title", re.compile(r"n_eff - n = [\d.]+ - 24"))
     expect(judge.get_by_test_id("ppi-explained")).to_contain_text("the ratings the judge saved")
 
+    stopping_panel_refresh(run=rated_round.checkpoint.run)  # the task the ratings scheduled
     page.goto(f"/monitoring/runs/{rated_round.checkpoint.run_id}/")
     panel = page.get_by_test_id("stopping-panel")
     used = panel.get_by_test_id("estimate-used-usefulness")

@@ -1,7 +1,7 @@
 """A human-eval round in headless Chromium, as its reviewers and an ML engineer go through it: the
 navigation to open rounds and the items left, the last rating closing the round, and items whose
 two answers are identical never shown but counted as ties. The eval fixtures come from
-tests/monitoring_eval/conftest.py (``open_round``: 4 items, "**CKPT** answer <position>" against
+tests/helpers/eval_rounds.py (``open_round``: 4 items, "**CKPT** answer <position>" against
 "BASE answer", 3 reviewers per item)."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from playwright.sync_api import Page, expect
 
 from monitoring.models import EvalItem, EvalRound
 from monitoring.services import eval_rounds as eval_services
+from tests.helpers import eval_rounds as eval_world
 from tests.helpers.browser import log_in
-from tests.monitoring_eval import conftest as eval_conftest
 
 # The eval fixtures, shared with tests/monitoring_eval (conftest fixtures reach only their folder).
-models_dir = eval_conftest.models_dir
-open_round = eval_conftest.open_round
-reviewers = eval_conftest.reviewers
-run_with_checkpoints = eval_conftest.run_with_checkpoints
-tiny_tokenizer_dir = eval_conftest.tiny_tokenizer_dir
+models_dir = eval_world.models_dir
+open_round = eval_world.open_round
+reviewers = eval_world.reviewers
+run_with_checkpoints = eval_world.run_with_checkpoints
+tiny_tokenizer_dir = eval_world.tiny_tokenizer_dir
 
 
 def _one_reviewer_per_item(round_: EvalRound) -> None:

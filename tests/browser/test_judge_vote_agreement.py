@@ -1,7 +1,7 @@
 """The judge report page in headless Chromium shows the MT-Bench paper's agreement figures beside
 kappa, with no page error or Content-Security-Policy violation.
 
-The judge answers the project's first two pairs (tests/judges/conftest.py) a/a and a/b: pair 0 a
+The judge answers the project's first two pairs (tests/helpers/judge_world.py) a/a and a/b: pair 0 a
 (humans a, a, a), pair 1 a tie (humans a, a, b). Judge vs humans 3 of 6 = 50% with ties, 3 of 3 =
 100% without; humans among themselves on those pairs 4 of 6 = 67%, the same without ties.
 """
@@ -14,7 +14,7 @@ from annotation.services.importing import comparisons_import, project_get_or_cre
 from monitoring.models import JudgeOutput
 from monitoring.services.judges import judge_create, judge_verdicts_store
 from tests.helpers.browser import log_in
-from tests.judges.conftest import rows_jsonl
+from tests.helpers.judge_world import rows_jsonl
 
 
 def test_the_judge_page_shows_the_vote_agreement(browser, page: Page, ml_engineer):

@@ -9,8 +9,8 @@ from playwright.sync_api import Page
 
 from annotation.demo import demo_load
 from annotation.models import Judgement, Project
-from tests.archives.helpers import measures, purge
 from tests.factories import UserFactory
+from tests.helpers.archives import measures, purge
 from tests.helpers.browser import log_in
 
 

@@ -14,8 +14,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.test import Client
 
-from tests.security.world import world_build
-from tests.security.xss_payloads import XSS_PAYLOADS
+from tests.helpers.security_world import world_build
+from tests.helpers.xss_payloads import XSS_PAYLOADS
 
 
 def _xss_text(field_name: str, index: int) -> str:

@@ -11,7 +11,7 @@ from annotation.selectors.agreement import suggestion_report
 from annotation.services import agreement as agreement_services
 from annotation.services.projects import project_update
 from monitoring.services import judges as judge_services
-from tests.judges.test_services import _answers, _rm_judge
+from tests.helpers.judge_world import judge_outputs_by_hand, reward_model_judge
 
 pytestmark = pytest.mark.django_db
 MAJORITY = ["a", "a", "a", "a", "b", "a"]  # ann1's choices on the 6 pairs (conftest.ROWS)
@@ -30,8 +30,8 @@ def _private_cache(settings):
 @pytest.fixture
 def judge(judged_project, reward_run):
     """A reward-model judge that gave ann1's verdict on every pair in both orders, stored."""
-    judge = _rm_judge(judged_project, reward_run)
-    _answers(judge, [(m, m) for m in MAJORITY])
+    judge = reward_model_judge(judged_project, reward_run)
+    judge_outputs_by_hand(judge, [(m, m) for m in MAJORITY])
     judge_services.judge_verdicts_store(judge=judge)
     agreement_services.dashboard_refresh(project=judged_project, n_boot=20, pair_boot=10)
     return judge

@@ -15,27 +15,11 @@ from annotation.models import Judgement
 from monitoring.models import Judge, JudgeOutput
 from monitoring.services import judges as judge_services
 from monitoring.services.judges import JudgeError, judge_create, judge_launch, judge_run
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
 from tests.helpers.fake_chat_server import Reply, completion, fake_chat_server
-from tests.judges.conftest import ROWS
+from tests.helpers.judge_world import UNDECIDED, prefers_a
 
 pytestmark = pytest.mark.django_db
-GOOD = {a for _, a, _, _ in ROWS}  # the fake judge prefers each pair's stored response a
-UNDECIDED = ROWS[2][1]  # ... but cannot decide when "Fast." is shown first
-
-
-def _shown_first(body: dict) -> str:
-    text = body["messages"][-1]["content"]
-    return re.search(r"\[Response A\]\n(.*?)\n\n\[Response B\]", text, re.S).group(1)
-
-
-def prefers_a(body: dict, headers: dict) -> Reply:
-    """[[A]] when the response shown first is a pair's stored a, else [[B]]; prose with no
-    verdict when "Fast." is shown first."""
-    first = _shown_first(body)
-    if first == UNDECIDED:
-        return completion("Both are fine, I think.")
-    return completion("Reasoning... [[A]]" if first in GOOD else "Reasoning... [[B]]")
 
 
 def endpoint_judge(project, server, **kwargs) -> Judge:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.annotation.agreement.shared_data import DATA_DIR, MT_BENCH, require
+from tests.helpers.shared_data import DATA_DIR, MT_BENCH, require
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

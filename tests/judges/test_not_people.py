@@ -21,7 +21,7 @@ from common.errors import ConcordError
 from common.roles import MACHINE_JUDGE, human_judgements, is_machine_account
 from monitoring.selectors import judges as judge_selectors
 from monitoring.services import judges as judge_services
-from tests.judges.test_services import _answers, _rm_judge
+from tests.helpers.judge_world import judge_outputs_by_hand, reward_model_judge
 
 pytestmark = pytest.mark.django_db
 
@@ -59,9 +59,9 @@ def test_judge_verdicts_change_nothing_people_see(judged_project, reward_run):
     people = get_user_model().objects.filter(username__startswith="ann")
     project.members.add(*human_judgements(people, "pk"))
     before = _figures(project)
-    judge = _rm_judge(project, reward_run)
+    judge = reward_model_judge(project, reward_run)
     # The judge says "b" on every pair in both orders: it would flip majorities if it counted.
-    _answers(judge, [("b", "b")] * 6)
+    judge_outputs_by_hand(judge, [("b", "b")] * 6)
     assert judge_services.judge_verdicts_store(judge=judge) == 6
     machine = judge.annotator
     project.members.add(machine)  # even a membership does not make it a person
@@ -93,7 +93,7 @@ def test_the_machine_group_is_made_by_migration():
 
 def test_the_migration_marks_the_machine_accounts_of_existing_judges(judged_project, reward_run):
     """Judges made before the group existed: monitoring 0004 puts their accounts in it."""
-    machine = _rm_judge(judged_project, reward_run).annotator
+    machine = reward_model_judge(judged_project, reward_run).annotator
     machine.groups.clear()
     assert not is_machine_account(machine)
     if connection.vendor == "postgresql":  # rows written in this transaction: run their checks now

@@ -6,7 +6,7 @@ from django.urls import reverse
 
 from monitoring.models import JudgeOutput
 from monitoring.services.judges import judge_create, judge_verdicts_store
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 

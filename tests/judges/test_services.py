@@ -16,15 +16,9 @@ from monitoring.models import Judge, JudgeOutput
 from monitoring.selectors import judges as judge_selectors
 from monitoring.services import judges as judge_services
 from monitoring.services.judges import JudgeError, judge_create, judge_launch, judge_run
-from tests.judges.conftest import JUDGE_MODEL
+from tests.helpers.judge_world import JUDGE_MODEL, judge_outputs_by_hand, reward_model_judge
 
 pytestmark = pytest.mark.django_db
-
-
-def _rm_judge(project, run, **kwargs):
-    return judge_create(
-        project=project, name="rm", kind="reward_model", created_by=None, reward_run=run, **kwargs
-    )
 
 
 def _run(judge):
@@ -35,7 +29,7 @@ def _run(judge):
 def test_machine_annotator_cannot_log_in_and_is_listed_as_machine(judged_project, reward_run):
     """The judge's account has no usable password and is inactive: no login, ever; the selector
     that other code uses to leave machines out of human lists names it."""
-    judge = _rm_judge(judged_project, reward_run)
+    judge = reward_model_judge(judged_project, reward_run)
     machine = judge.annotator
     assert not machine.has_usable_password() and not machine.is_active
     assert not Client().login(username=machine.username, password="")
@@ -49,8 +43,8 @@ def test_machine_annotator_cannot_log_in_and_is_listed_as_machine(judged_project
 def test_a_name_used_again_makes_the_next_version_with_its_own_annotator(
     judged_project, reward_run
 ):
-    first = _rm_judge(judged_project, reward_run)
-    second = _rm_judge(judged_project, reward_run, tie_band=0.5)
+    first = reward_model_judge(judged_project, reward_run)
+    second = reward_model_judge(judged_project, reward_run, tie_band=0.5)
     assert (first.version, second.version) == (1, 2)
     assert first.annotator_id != second.annotator_id
 
@@ -82,7 +76,7 @@ def test_a_policy_run_is_not_a_reward_model(judged_project, reward_run):
     reward_run.kind = "dpo"
     reward_run.save()
     with pytest.raises(JudgeError, match="need a succeeded rm run"):
-        _rm_judge(judged_project, reward_run)
+        reward_model_judge(judged_project, reward_run)
 
 
 def test_reward_model_judge_answers_both_orders_with_the_calibrated_band(
@@ -91,7 +85,7 @@ def test_reward_model_judge_answers_both_orders_with_the_calibrated_band(
     """12 answers (6 pairs x 2 orders) with r(A) - r(B) kept; the verdicts follow the band
     calibrated on the humans' majority labels; both orders agree (scores ignore the order), so
     each judgement is the answers' verdict, with a blank shown_left (both orders combined)."""
-    judge = _run(_rm_judge(judged_project, reward_run))
+    judge = _run(reward_model_judge(judged_project, reward_run))
     assert judge.status == "succeeded", judge.error
     assert (judge.done, judge.total) == (12, 12)
     assert judge.tie_band is not None and judge.tie_band >= 0
@@ -108,7 +102,7 @@ def test_reward_model_judge_answers_both_orders_with_the_calibrated_band(
 
 
 def test_a_fixed_band_is_kept(judged_project, reward_run):
-    judge = _run(_rm_judge(judged_project, reward_run, tie_band=1000.0))
+    judge = _run(reward_model_judge(judged_project, reward_run, tie_band=1000.0))
     assert judge.tie_band == 1000.0 and judge.tie_band_kappa is None
     assert set(JudgeOutput.objects.filter(judge=judge).values_list("verdict", flat=True)) == {"tie"}
 
@@ -116,7 +110,7 @@ def test_a_fixed_band_is_kept(judged_project, reward_run):
 def test_the_job_resumes_where_it_stopped_and_never_rewrites_answers(judged_project, reward_run):
     """A crashed job (here: 5 answers deleted, status failed) launched again answers only the
     missing ones; the answers it kept are the same rows."""
-    judge = _run(_rm_judge(judged_project, reward_run))
+    judge = _run(reward_model_judge(judged_project, reward_run))
     kept = dict(JudgeOutput.objects.filter(judge=judge).values_list("pk", "created_at")[5:])
     JudgeOutput.objects.filter(judge=judge).exclude(pk__in=kept).delete()
     Judge.objects.filter(pk=judge.pk).update(status="failed")
@@ -129,7 +123,7 @@ def test_the_job_resumes_where_it_stopped_and_never_rewrites_answers(judged_proj
 
 
 def test_a_message_for_a_finished_job_does_nothing(judged_project, reward_run):
-    judge = _run(_rm_judge(judged_project, reward_run))
+    judge = _run(reward_model_judge(judged_project, reward_run))
     before = list(JudgeOutput.objects.values_list("pk", flat=True))
     assert judge_run(judge_id=judge.pk).status == "succeeded"
     assert list(JudgeOutput.objects.values_list("pk", flat=True)) == before
@@ -138,8 +132,8 @@ def test_a_message_for_a_finished_job_does_nothing(judged_project, reward_run):
 
 
 def test_a_new_version_writes_its_own_rows(judged_project, reward_run):
-    first = _run(_rm_judge(judged_project, reward_run, tie_band=1000.0))
-    second = _run(_rm_judge(judged_project, reward_run, tie_band=0.0))
+    first = _run(reward_model_judge(judged_project, reward_run, tie_band=1000.0))
+    second = _run(reward_model_judge(judged_project, reward_run, tie_band=0.0))
     assert JudgeOutput.objects.filter(judge=first).count() == 12
     assert JudgeOutput.objects.filter(judge=second).count() == 12
     assert set(
@@ -168,23 +162,11 @@ def test_local_llm_judge_keeps_every_raw_answer_and_its_parse(judged_project, ju
     assert judged == parsed
 
 
-def _answers(judge, verdicts):
-    """JudgeOutput rows by hand: verdicts[k] = (verdict with A first, with B first), "" unparsed."""
-    comparisons = list(judge.project.comparisons.order_by("pk"))
-    for comparison, pair in zip(comparisons, verdicts, strict=False):
-        for first, verdict in zip("ab", pair, strict=True):
-            JudgeOutput.objects.create(
-                judge=judge, comparison=comparison, shown_first=first, raw=verdict or "?",
-                verdict=verdict, parse_error="" if verdict else "no verdict found", seconds=0.25,
-            )  # fmt: skip
-    return comparisons
-
-
 def test_combined_verdict_rule(judged_project, reward_run):
     """Both orders agree: that verdict; they disagree: a tie; one unparsed: the other, with its
     order as shown_left; both unparsed: no judgement."""
-    judge = _rm_judge(judged_project, reward_run)
-    comparisons = _answers(judge, [("a", "a"), ("a", "b"), ("", "b"), ("", "")])
+    judge = reward_model_judge(judged_project, reward_run)
+    comparisons = judge_outputs_by_hand(judge, [("a", "a"), ("a", "b"), ("", "b"), ("", "")])
     assert judge_services.judge_verdicts_store(judge=judge) == 3
     stored = {
         j.comparison_id: (j.choice, j.shown_left, j.elapsed_ms)
@@ -203,9 +185,9 @@ def test_report_measures_the_judge_against_the_humans_only(judged_project, rewar
     flips, and the three people (not the judge) in the per-human rows.
     Position: of 12 decisive verdicts (5 a-majority pairs and 1 b-majority pair), the response
     shown first won when its side won: 5 of the 10 "a" answers plus 1 of the 2 "b" = 6 of 12."""
-    judge = _rm_judge(judged_project, reward_run)
+    judge = reward_model_judge(judged_project, reward_run)
     majority = ["a", "a", "a", "a", "b", "a"]
-    _answers(judge, [(m, m) for m in majority])
+    judge_outputs_by_hand(judge, [(m, m) for m in majority])
     judge_services.judge_verdicts_store(judge=judge)
     summary = judge_selectors.judge_report_summary(judge_selectors.judge_report_data(judge=judge))
     assert summary["kappa_consensus"] == 1.0 and summary["kappa_consensus_n"] == 5
@@ -218,16 +200,16 @@ def test_report_measures_the_judge_against_the_humans_only(judged_project, rewar
 
 
 def test_report_counts_unparsed_answers_with_examples(judged_project, reward_run):
-    judge = _rm_judge(judged_project, reward_run)
-    _answers(judge, [("a", ""), ("", "")])
+    judge = reward_model_judge(judged_project, reward_run)
+    judge_outputs_by_hand(judge, [("a", ""), ("", "")])
     summary = judge_selectors.judge_report_summary(judge_selectors.judge_report_data(judge=judge))
     assert summary["unparsed"] == 3 and len(summary["unparsed_examples"]) == 3
     assert summary["unparsed_examples"][0]["reason"] == "no verdict found"
 
 
 def test_command_prints_the_figures(judged_project, reward_run, capsys):
-    judge = _rm_judge(judged_project, reward_run)
-    _answers(judge, [("a", "a"), ("a", "b")])
+    judge = reward_model_judge(judged_project, reward_run)
+    judge_outputs_by_hand(judge, [("a", "a"), ("a", "b")])
     judge_services.judge_verdicts_store(judge=judge)
     call_command("judge_report", "--project", "judged", "--judge", "rm")
     text = capsys.readouterr().out

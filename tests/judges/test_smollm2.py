@@ -9,7 +9,7 @@ from common.model_registry import model_get
 from monitoring.models import JudgeOutput
 from monitoring.selectors.judges import judge_report_data, judge_report_summary
 from monitoring.services.judges import judge_create, judge_launch, judge_run
-from tests.judges.conftest import JUDGE_MODEL
+from tests.helpers.judge_world import JUDGE_MODEL
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 

@@ -5,8 +5,8 @@ from django.urls import reverse
 
 from monitoring.models import Judge, JudgeOutput
 from monitoring.services.judges import judge_create, judge_verdicts_store
-from tests.conftest import logged_in
-from tests.judges.conftest import JUDGE_MODEL
+from tests.helpers.clients import logged_in
+from tests.helpers.judge_world import JUDGE_MODEL
 
 pytestmark = pytest.mark.django_db
 

@@ -1,7 +1,7 @@
 """The MT-Bench paper's agreement figures in the judge report: ``judge_report --json``, its text,
 the judge page and ``agreement --json`` (only with a judge).
 
-The project's first two pairs (tests/judges/conftest.py) are judged, in both orders:
+The project's first two pairs (tests/helpers/judge_world.py) are judged, in both orders:
     pair 0: a, a   -> a (consistent)     humans a, a, a
     pair 1: a, b   -> tie (a flip)       humans a, a, b
 Judge vs humans with ties: 3 of 3 on pair 0, 0 of 3 on pair 1 -> 3 of 6 = 50%. Without ties pair 1
@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from monitoring.models import JudgeOutput
 from monitoring.services.judges import judge_create, judge_verdicts_store
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -2,71 +2,20 @@
 judges page, run on the gpu queue to the end (an endpoint judge: on the default queue); a duplicated
 message answers nothing twice."""
 
-import os
-import signal
-import subprocess
-import sys
 import time
-import uuid
-from pathlib import Path
 
 import pytest
-from django.db import connection
 from django.urls import reverse
 
 from monitoring.models import Judge, JudgeOutput
 from monitoring.services.judges import judge_create
 from monitoring.stats.judging import DEFAULT_TEMPLATE
 from monitoring.tasks import judge_run
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
 from tests.helpers.fake_chat_server import fake_chat_server
-from tests.judges.test_endpoint_judge import prefers_a
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.judge_world import prefers_a
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
-
-
-def _worker(settings, tmp_path, queue: str):
-    """A worker subprocess on ``queue``: one process, a fresh child per task; stopped at the end."""
-    if connection.vendor != "postgresql" or not settings.CELERY_BROKER_URL.startswith("redis"):
-        pytest.skip("needs PostgreSQL and Redis (make test sets them)")
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "CONCORD_GPU_QUEUE": settings.CONCORD_GPU_QUEUE,
-        "CONCORD_VAR_DIR": str(tmp_path),
-        "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:"
-        f"{db['PORT'] or 5432}/{db['NAME']}",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "--queues",
-         queue, "--concurrency", "1", "--max-tasks-per-child", "1",
-         "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle",
-         "--loglevel", "WARNING"],
-        cwd=ROOT, env=env, start_new_session=True,
-    )  # fmt: skip
-    yield queue
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-
-
-@pytest.fixture
-def gpu_worker(settings, tmp_path):
-    """A gpu-queue worker on a queue of this test's own."""
-    settings.CONCORD_GPU_QUEUE = f"gpu-judge-test-{uuid.uuid4().hex[:8]}"
-    yield from _worker(settings, tmp_path, settings.CONCORD_GPU_QUEUE)
-
-
-@pytest.fixture
-def default_worker(settings, tmp_path):
-    """A default-queue worker (no gpu queue) on a queue of this test's own, standing for "default"."""
-    settings.CELERY_TASK_DEFAULT_QUEUE = f"default-judge-test-{uuid.uuid4().hex[:8]}"
-    yield from _worker(settings, tmp_path, settings.CELERY_TASK_DEFAULT_QUEUE)
 
 
 def _wait_finished(judge: Judge, timeout: float = 180.0) -> Judge:

@@ -8,9 +8,9 @@ from django.urls import reverse
 from monitoring.models import EvalRound
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services.eval_rounds import EvalError
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
+from tests.helpers.eval_rounds import BASELINE, make_round
 from tests.helpers.fake_chat_server import Reply, completion, fake_chat_server
-from tests.monitoring_eval.conftest import BASELINE, make_round
 
 pytestmark = pytest.mark.django_db
 

@@ -4,8 +4,8 @@ the generator reports after each batch, and the endpoint path after each chunk."
 import pytest
 
 from monitoring.services import eval_rounds as eval_services
+from tests.helpers.eval_rounds import BASELINE, TINY_SAMPLING, make_round
 from tests.helpers.fake_chat_server import completion, fake_chat_server
-from tests.monitoring_eval.conftest import BASELINE, TINY_SAMPLING, make_round
 from training.inference.generation import ChatGenerator, SamplingConfig
 
 pytestmark = pytest.mark.django_db

@@ -13,9 +13,9 @@ from annotation.services.importing import comparisons_import, project_get_or_cre
 from monitoring.models import EvalRound
 from monitoring.selectors import prompts as prompt_selectors
 from monitoring.services.eval_rounds import EvalError
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
+from tests.helpers.eval_rounds import BASELINE, TRAINED_PAIRS, make_round
 from tests.helpers.tiny_models import PAIRS
-from tests.monitoring_eval.conftest import BASELINE, TRAINED_PAIRS, make_round
 from training import services
 from training.models import Checkpoint
 

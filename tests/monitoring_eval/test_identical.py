@@ -9,8 +9,8 @@ from monitoring.models import EvalItem, EvalJudgement, EvalRound
 from monitoring.selectors import eval_rounds as eval_selectors
 from monitoring.selectors.eval_rounds import answers_identical
 from monitoring.services import eval_rounds as eval_services
+from tests.helpers.eval_rounds import TINY_SAMPLING, make_round
 from tests.helpers.tiny_models import tiny_llama
-from tests.monitoring_eval.conftest import TINY_SAMPLING, make_round
 from training.models import Checkpoint
 
 pytestmark = pytest.mark.django_db

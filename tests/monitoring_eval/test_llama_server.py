@@ -4,8 +4,8 @@ SmolLM2-135M Q4_1 GGUF, not mocked) instead of in-process."""
 import pytest
 
 from monitoring.services import eval_rounds as eval_services
+from tests.helpers.eval_rounds import make_round
 from tests.helpers.llama_server import llama_server  # noqa: F401 (fixture)
-from tests.monitoring_eval.conftest import make_round
 from training.inference.chat_client import ChatClient, EndpointConfig
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]

@@ -8,9 +8,9 @@ import pytest
 from monitoring.models import EvalItem, EvalJudgeVerdict
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services.round_judges import RoundAnswer, round_judge_answers_save
+from tests.helpers.eval_rounds import make_round
 from tests.helpers.fake_chat_server import Reply, completion, fake_chat_server
-from tests.monitoring_eval.conftest import make_round
-from tests.monitoring_eval.judged_rounds import judged_round, rm_judge
+from tests.helpers.judged_rounds import judged_round, rm_judge
 
 rm_judge = rm_judge  # the fixture, from its module
 pytestmark = pytest.mark.django_db

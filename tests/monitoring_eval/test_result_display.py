@@ -10,9 +10,10 @@ from django.urls import reverse
 from monitoring.models import EvalItem, EvalRound
 from monitoring.selectors import eval_rounds as eval_selectors
 from monitoring.services import eval_rounds as eval_services
-from tests.conftest import logged_in
-from tests.monitoring_eval.conftest import make_round
-from tests.monitoring_eval.judged_rounds import (
+from monitoring.services.stopping_panel import stopping_panel_refresh
+from tests.helpers.clients import logged_in
+from tests.helpers.eval_rounds import make_round
+from tests.helpers.judged_rounds import (
     judged_round,
     rate_drawn_items,
     rm_judge,
@@ -58,6 +59,7 @@ def test_a_judge_round_closed_without_human_ratings_shows_no_human_interval(
     assert "needs human ratings of at least 2 items whose answers differ" in page
     assert "nan" not in page and "0.500 [0.500, 0.500]" not in page
 
+    stopping_panel_refresh(run=run_with_checkpoints)
     page = client.get(
         reverse("monitoring:run-detail", args=[run_with_checkpoints.pk])
     ).content.decode()
@@ -92,6 +94,7 @@ def test_the_ratings_count_comes_first_and_few_items_are_flagged(open_round, rev
     assert 'data-testid="few-items"' in page
     assert "Only 2 items rated by reviewers, fewer than 30" in page
 
+    stopping_panel_refresh(run=open_round.checkpoint.run)
     page = client.get(
         reverse("monitoring:run-detail", args=[open_round.checkpoint.run_id])
     ).content.decode()
@@ -118,6 +121,8 @@ def test_a_finished_runs_panel_never_says_continue_training(open_round, reviewer
     value "rollback"."""
     _rate_all(open_round, reviewers[:3])
     run = open_round.checkpoint.run
+    # Stored while the run was running: the advice follows the run's status at page view.
+    stopping_panel_refresh(run=run)
     TrainingRun.objects.filter(pk=run.pk).update(status=TrainingRun.Status.SUCCEEDED)
     page = logged_in(reviewers[0]).get(reverse("monitoring:run-detail", args=[run.pk]))
     page = page.content.decode()

@@ -13,7 +13,7 @@ from monitoring.models import EvalRound, StopDecision
 from monitoring.selectors import runs as selectors
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services.eval_rounds import EvalError
-from tests.monitoring_eval.conftest import BASELINE, TINY_SAMPLING, make_round
+from tests.helpers.eval_rounds import BASELINE, TINY_SAMPLING, make_round
 from training import services
 from training.models import Checkpoint
 

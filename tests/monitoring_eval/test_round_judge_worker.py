@@ -9,9 +9,9 @@ from django.urls import reverse
 
 from monitoring.models import EvalJudgeVerdict, EvalRound
 from monitoring.tasks import judge_round
-from tests.conftest import logged_in
-from tests.judges.test_worker import gpu_worker
-from tests.monitoring_eval.judged_rounds import judged_round, rm_judge
+from tests.helpers.clients import logged_in
+from tests.helpers.judge_world import gpu_worker
+from tests.helpers.judged_rounds import judged_round, rm_judge
 
 gpu_worker, rm_judge = gpu_worker, rm_judge  # the fixtures, from their modules
 

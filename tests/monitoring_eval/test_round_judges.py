@@ -23,10 +23,11 @@ from monitoring.services.round_judges import (
     round_judge_answers_save,
     round_judge_launch,
 )
+from monitoring.services.stopping_panel import stopping_panel_refresh
 from monitoring.stats.ppi import ppi_mean
-from tests.conftest import logged_in
-from tests.monitoring_eval.conftest import make_round
-from tests.monitoring_eval.judged_rounds import (
+from tests.helpers.clients import logged_in
+from tests.helpers.eval_rounds import make_round
+from tests.helpers.judged_rounds import (
     human_verdict,
     judge_verdict,
     judged_round,
@@ -407,6 +408,7 @@ def test_the_round_page_relaunches_a_failed_judge_and_the_panel_refuses_a_bad_ka
     assert progress["judge"] == {"status": "queued", "label": "Queued", "done": 60, "total": 60}
 
     run_url = reverse("monitoring:run-detail", args=[rated_round.checkpoint.run_id])
+    stopping_panel_refresh(run=rated_round.checkpoint.run)
     page = client.get(run_url, {"kappa": "3"}).content.decode()
     assert "Ensure this value is less than or equal to 1" in page
     assert "at or above your threshold 0.70" in page

@@ -11,7 +11,7 @@ from monitoring.selectors import eval_rounds as eval_selectors
 from monitoring.selectors import stopping_panel
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services.eval_rounds import EvalError
-from tests.monitoring_eval.conftest import make_round
+from tests.helpers.eval_rounds import make_round
 from training.models import Checkpoint, RunEvent, TrainingRun
 
 pytestmark = pytest.mark.django_db

@@ -5,8 +5,9 @@ from django.urls import reverse
 
 from monitoring.models import EvalAssignment, EvalItem, EvalJudgement, EvalRound, StopDecision
 from monitoring.services import eval_rounds as eval_services
-from tests.conftest import logged_in
-from tests.monitoring_eval.conftest import BASELINE
+from monitoring.services.stopping_panel import stopping_panel_refresh
+from tests.helpers.clients import logged_in
+from tests.helpers.eval_rounds import BASELINE
 
 pytestmark = pytest.mark.django_db
 
@@ -66,6 +67,7 @@ def test_results_page_and_stopping_panel_with_a_decision(open_round, reviewers):
     page = client.get(reverse("monitoring:eval-round", args=[open_round.pk])).content.decode()
     assert 'data-testid="win-rate">1.000<' in page and "BASE answer" in page
     run = open_round.checkpoint.run
+    stopping_panel_refresh(run=run)  # what the task the ratings scheduled does
     page = client.get(reverse("monitoring:run-detail", args=[run.pk])).content.decode()
     assert (
         'data-testid="stopping-panel"' in page
@@ -116,6 +118,7 @@ def test_pages_before_any_rating(open_round, reviewers, ml_engineer):
     page = client.get(reverse("monitoring:eval-rounds")).content.decode()
     assert reverse("monitoring:eval-rate", args=[open_round.pk]) in page
     run_url = reverse("monitoring:run-detail", args=[open_round.checkpoint.run_id])
+    stopping_panel_refresh(run=open_round.checkpoint.run)
     page = client.get(run_url).content.decode()
     assert page.count("not enough data") == 4 and 'data-testid="decision-form"' in page
     page = logged_in(ml_engineer).get(run_url).content.decode()

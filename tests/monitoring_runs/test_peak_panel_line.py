@@ -46,7 +46,7 @@ def test_the_gold_corrected_peak_and_the_checkpoint_nearest_it(make_run):
 def test_the_run_page_shows_the_peak_line(make_run, ml_engineer):
     """The stopping panel carries the line, and the run page shows it."""
     run = _run_with_curve(make_run)
-    assert run_stopping_panel(run, n_boot=200)["peak"].checkpoint == "step 60"
+    assert run_stopping_panel(run, n_boot=200)["peak"]["checkpoint"] == "step 60"
     page = logged_in(ml_engineer).get(f"/monitoring/runs/{run.pk}/").content.decode()
     assert 'data-testid="peak-estimate"' in page and "Estimated peak at KL 7.39" in page
 

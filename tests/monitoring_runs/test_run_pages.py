@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from monitoring.selectors import runs as selectors
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
 from training import progress_services
 from training.models import Checkpoint, TrainingRun
 

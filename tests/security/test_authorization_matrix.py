@@ -16,7 +16,7 @@ from django.db import transaction
 from django.test import Client, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from tests.security.world import BOB_SECRET, World, world_build
+from tests.helpers.security_world import BOB_SECRET, World, world_build
 
 # Every test here reads the database (and declaring it makes pytest-django create the test database
 # before the module-scoped world is built).
@@ -242,6 +242,18 @@ for _method in ("get", "post"):
 ADMIN_MODEL_EXCEPTIONS[("admin:common_ssoidentity_change", "post")] = (302, 302, 302, 403, 302)
 # An empty POST to a cluster's page is a valid rename to no name (cluster_rename clears it): saved.
 ADMIN_MODEL_EXCEPTIONS[("admin:annotation_promptcluster_change", "post")] = (
+    302,
+    302,
+    302,
+    302,
+    302,
+)
+# The training admin writes through the services too (training/admin.py): the world's snapshot is
+# the data of its run, so it cannot be deleted (snapshot_delete refuses; the admin offers no delete),
+# and an empty POST to its page is a valid rename to no name (snapshot_rename): saved.
+for _method in ("get", "post"):
+    ADMIN_MODEL_EXCEPTIONS[("admin:training_datasetsnapshot_delete", _method)] = REFUSED
+ADMIN_MODEL_EXCEPTIONS[("admin:training_datasetsnapshot_change", "post")] = (
     302,
     302,
     302,

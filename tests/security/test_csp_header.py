@@ -5,7 +5,7 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 
 from common.security import CONTENT_SECURITY_POLICY, ContentSecurityPolicyMiddleware
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
 
 
 def test_policy_forbids_inline_script_and_foreign_origins():

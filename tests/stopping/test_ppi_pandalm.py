@@ -4,7 +4,7 @@ as the judge. Skips without the third-party data (see tests/agreement/shared_dat
 import numpy as np
 
 from monitoring.stats import ppi
-from tests.annotation.agreement.shared_data import pandalm_labels
+from tests.helpers.shared_data import pandalm_labels
 
 OUTCOME = {"1": 1.0, "2": 0.0, "0": 0.5, "Tie": 0.5}  # response1's side: win, loss, tie
 

@@ -218,7 +218,7 @@ def test_first_step_fills_its_reference_values_equal_to_a_full_reference_pass(
     """With the starting policy as reference, the first step's pairs take their reference values
     from that step's own forward; the cache then holds what a separate pass over every pair gives
     (an explicit reference model with the same weights)."""
-    from training.recipes.dpo import load_cached_reference
+    from training.recipes.dpo import ReferenceLogps
 
     runs = {}
     for name, ref_model in (("filled", None), ("full", str(tiny_llama_dir))):
@@ -234,7 +234,7 @@ def test_first_step_fills_its_reference_values_equal_to_a_full_reference_pass(
                 reference_cache_dir=str(cache),
             )
         )
-        runs[name] = (result, load_cached_reference(next(cache.glob("*.pt")), 8))
+        runs[name] = (result, ReferenceLogps.load(next(cache.glob("*.pt")), 8))
     (filled_run, filled), (full_run, full) = runs["filled"], runs["full"]
     for field in ("chosen", "rejected"):
         assert torch.allclose(getattr(filled, field), getattr(full, field), atol=1e-4)

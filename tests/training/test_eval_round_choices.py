@@ -11,7 +11,7 @@ from django.urls import reverse
 from annotation.services.exporting import dataset_export
 from annotation.services.importing import comparisons_import, project_get_or_create
 from monitoring.views.eval_rounds import RoundForm
-from tests.conftest import logged_in
+from tests.helpers.clients import logged_in
 from tests.helpers.tiny_models import PAIRS
 from training import services
 from training.models import Checkpoint

@@ -22,7 +22,7 @@ from django.core.management import call_command
 
 from annotation.models import Project
 from annotation.services.exporting import dataset_export
-from tests.annotation.agreement.shared_data import DATA_DIR, require
+from tests.helpers.shared_data import DATA_DIR, require
 from tests.helpers.tiny_models import smollm2_dir
 from tests.helpers.worker import Worker, stack  # noqa: F401 (fixture)
 from tests.helpers.worker import wait_for_run as _wait

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from tests.conftest import logged_in
 from tests.factories import snapshot_of_pairs
+from tests.helpers.clients import logged_in
 from training import services
 from training.models import REWARD_MODEL_KINDS, REWARD_MODEL_REQUIRED, TrainingRun
 from training.recipes.config import ConfigError, TrainingConfig, _f
@@ -152,6 +152,32 @@ def test_a_toy_run_shows_its_headline_in_the_runs_list(toy_kind, ml_engineer, tm
     assert [(h["label"], h["value"]) for h in row["headline"]] == [("toy score", 0.875)]
     page = logged_in(ml_engineer).get(reverse("monitoring:runs")).content.decode()
     assert "toy score 0.875" in page and "Toy kind" in page
+
+
+@pytest.mark.django_db
+def test_monitoring_reads_the_kinds_when_it_uses_them(toy_kind, ml_engineer, tmp_path, settings):
+    """Registered after every module loaded, the toy is a choice of the runs list's kind filter
+    (and filters it), its checkpoints are offered to eval rounds (a policy, not a reward model),
+    and its page keeps no samples (its spec has no rollouts)."""
+    from monitoring.selectors import runs as selectors
+    from monitoring.views.eval_rounds import PolicyCheckpointField
+    from monitoring.views.runs import RunsFilterForm
+    from training.models import Checkpoint
+
+    settings.EXPORT_DIR = tmp_path / "exports"
+    run = TrainingRun.objects.create(
+        name="toy-run", kind="toy", base_model="smollm2-135m-instruct", status="running",
+        snapshot=snapshot_of_pairs(slug="toy", judged=False),
+    )  # fmt: skip
+    checkpoint = Checkpoint.objects.create(run=run, step=1, path=str(tmp_path))
+    assert ("toy", "Toy kind") in RunsFilterForm().fields["kind"].choices
+    assert ("toy", "Toy kind") in selectors.runs_filter_choices()["kinds"]
+    assert RunsFilterForm({"kind": "toy"}).is_valid()
+    page = logged_in(ml_engineer).get(reverse("monitoring:runs"), {"kind": "toy"}).content.decode()
+    assert "toy-run" in page
+    assert checkpoint in PolicyCheckpointField().queryset
+    assert selectors.run_keeps_samples(run) is False
+    assert selectors.run_keeps_samples(TrainingRun(kind="grpo")) is True
 
 
 def test_the_train_command_offers_the_toy_kind_and_its_options(toy_kind):

@@ -11,8 +11,8 @@ import pytest
 from django import forms
 from django.urls import reverse
 
-from tests.conftest import logged_in
 from tests.factories import snapshot_of_pairs
+from tests.helpers.clients import logged_in
 from training import services
 from training.admin import CONFIG_PREFIX, config_form_field
 from training.models import RunEvent, TrainingRun

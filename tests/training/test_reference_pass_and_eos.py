@@ -11,7 +11,7 @@ from django.core.management import call_command
 
 from tests.helpers.tiny_models import PAIRS, write_jsonl
 from training.recipes import DPOConfig, RLOOConfig, TrainingCallback
-from training.recipes.dpo import load_cached_reference, train_dpo
+from training.recipes.dpo import ReferenceLogps, train_dpo
 
 
 class Phases(TrainingCallback):
@@ -54,7 +54,7 @@ def test_reference_pass_covers_only_the_steps_run_and_a_longer_run_computes_the_
     assert first.summary["reference_pairs_cached"] == 0
     assert phases.calls == [("reference log-probs", d, 2) for d in (0, 1, 2)]
     (cache_file,) = cache.glob("*.pt")
-    assert int(load_cached_reference(cache_file, 8).known.sum()) == 4
+    assert int(ReferenceLogps.load(cache_file, 8).known.sum()) == 4
 
     second = train_dpo(
         _dpo(tiny_llama_dir, pairs_file, tmp_path / "b", cache, max_steps=3, ref_model=ref)

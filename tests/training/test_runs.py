@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from monitoring.alerts import evaluate_metrics
 from monitoring.models import Alert
-from tests.conftest import logged_in
 from tests.factories import snapshot_of_pairs, training_run
+from tests.helpers.clients import logged_in
 from tests.helpers.tiny_models import tiny_llama
 from training import services
 from training.models import Checkpoint, MetricPoint, RunEvent, TrainingRun

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from tests.conftest import logged_in
 from tests.factories import snapshot_of_pairs, training_run
+from tests.helpers.clients import logged_in
 from tests.helpers.worker import Worker, wait_for_run
 from training import services
 from training.models import Checkpoint, MetricPoint, TrainingRun

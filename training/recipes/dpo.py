@@ -15,7 +15,8 @@ epochs), in the order the steps first need them, before the first step and with 
 with more steps computes only the rest. When the reference is the starting policy (the default), no
 second model is loaded, and the first step's pairs need no reference pass at all: until the first
 update the policy is the reference, so the first step's own forward (same layout, dropout off) gives
-their reference values exactly.
+their reference values exactly. The cache's path, the reference model and the rank that computes it
+are KTO's too (``training.recipes.reference_pass``); the table and its forward are DPO's own.
 
 Pairs are fitted to the policy's and the reference's limits (``max_length``, position tables, the
 tokenizer's ``model_max_length``) before anything runs; the summary counts what was cut or dropped.
@@ -23,7 +24,6 @@ tokenizer's ``model_max_length``) before anything runs; the summary counts what 
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +42,7 @@ from training.recipes.data import (
     chunks,
     file_sha256,
 )
-from training.recipes.distributed import all_reduce_sum, barrier
+from training.recipes.distributed import all_reduce_sum
 from training.recipes.loop import (
     LoopEnd,
     PairRecipeState,
@@ -52,8 +52,7 @@ from training.recipes.loop import (
     optimizer_step,
     train_pair_recipe,
 )
-from training.recipes.lora import is_lora_model
-from training.recipes.models import model_fingerprint, reference_model
+from training.recipes.models import model_fingerprint
 from training.recipes.pair_policy import (
     METRIC_SUMS,
     PairTokens,
@@ -61,6 +60,7 @@ from training.recipes.pair_policy import (
     pair_metric_sums,
     policy_pair_fields,
 )
+from training.recipes.reference_pass import REFERENCE_PHASE, reference_cache_path, reference_pass
 from training.recipes.runtime import (
     Throughput,
     TrainResult,
@@ -106,8 +106,39 @@ class ReferenceLogps:
             rejected = rejected / self.rejected_tokens[index].clamp(min=1)
         return chosen, rejected
 
+    def save(self, path: Path) -> None:
+        """Write atomically (a partial file, then a rename)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial_path = path.with_suffix(".partial")
+        torch.save(
+            {
+                "chosen": self.chosen,
+                "rejected": self.rejected,
+                "chosen_tokens": self.chosen_tokens,
+                "rejected_tokens": self.rejected_tokens,
+                "known": self.known,
+            },
+            partial_path,
+        )
+        partial_path.replace(path)
 
-REFERENCE_PHASE = "reference log-probs"
+    @classmethod
+    def load(cls, path: Path, n_pairs: int) -> ReferenceLogps | None:
+        """The cached table, or None when there is none for these pairs (a table written before
+        the cache recorded ``known`` holds every pair)."""
+        if not path.is_file():
+            return None
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        if saved["chosen"].shape[0] != n_pairs:
+            return None
+        known = saved.get("known")
+        return cls(
+            saved["chosen"],
+            saved["rejected"],
+            saved["chosen_tokens"],
+            saved["rejected_tokens"],
+            known if known is not None else torch.ones(n_pairs, dtype=torch.bool),
+        )
 
 
 def compute_reference_logps(
@@ -170,47 +201,6 @@ def reference_batches(
         if batch and not (skip_first_step and step == 0):
             batches.append([list(group) for group in chunks(batch, micro_batch_size)])
     return batches
-
-
-def reference_cache_key(
-    *, data_sha256: str, reference_sha256: str, encoder: ChatEncoder, bf16: bool
-) -> str:
-    material = f"{data_sha256}|{reference_sha256}|{encoder.fingerprint()}|bf16={bf16}"
-    return hashlib.sha256(material.encode()).hexdigest()[:32]
-
-
-def load_cached_reference(path: Path, n_pairs: int) -> ReferenceLogps | None:
-    """The cached table, or None when there is none for these pairs (a table written before the
-    cache recorded ``known`` holds every pair)."""
-    if not path.is_file():
-        return None
-    saved = torch.load(path, map_location="cpu", weights_only=True)
-    if saved["chosen"].shape[0] != n_pairs:
-        return None
-    known = saved.get("known")
-    return ReferenceLogps(
-        saved["chosen"],
-        saved["rejected"],
-        saved["chosen_tokens"],
-        saved["rejected_tokens"],
-        known if known is not None else torch.ones(n_pairs, dtype=torch.bool),
-    )
-
-
-def save_cached_reference(path: Path, reference: ReferenceLogps) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    torch.save(
-        {
-            "chosen": reference.chosen,
-            "rejected": reference.rejected,
-            "chosen_tokens": reference.chosen_tokens,
-            "rejected_tokens": reference.rejected_tokens,
-            "known": reference.known,
-        },
-        partial,
-    )
-    partial.replace(path)
 
 
 def _dpo_micro_batch(
@@ -338,40 +328,35 @@ def fill_reference(
     ``REFERENCE_PHASE``. ``batches(micro_batch_size=, known=, skip_first_step=)`` lays out the
     pass (``reference_batches`` bound to the run's sampler and steps)."""
     started = time.perf_counter()
-    reference_path = Path(config.ref_model or config.model)
-    key = reference_cache_key(
+    cache_path = reference_cache_path(
+        config,
+        run.output_dir,
+        table="dpo",
+        key_prefix="",
         data_sha256=file_sha256(config.data),
-        reference_sha256=model_fingerprint(reference_path),
+        reference_sha256=model_fingerprint(Path(config.ref_model or config.model)),
         encoder=encoder,
-        bf16=config.bf16,
     )
-    cache_dir = Path(config.reference_cache_dir or run.output_dir / "reference-cache")
-    cache_path = cache_dir / f"dpo-reference-{key}.pt"
-    reference = load_cached_reference(cache_path, len(pairs)) or ReferenceLogps.empty(len(pairs))
+    reference = ReferenceLogps.load(cache_path, len(pairs)) or ReferenceLogps.empty(len(pairs))
     cached_pairs = int(reference.known.sum())
-    same_model = config.ref_model is None and run.resume_from is None
     # The first step's pairs take their reference values from the first step's forward (see the
     # module docstring); one process only, so that every pair is filled where it is trained.
-    fill_first_step = same_model and config.disable_dropout and run.ranks.world == 1
+    fill_first_step = (
+        config.ref_model is None
+        and run.resume_from is None
+        and config.disable_dropout
+        and run.ranks.world == 1
+    )
     todo = batches(
         micro_batch_size=config.micro_batch_size or config.batch_size,
         known=reference.known,
         skip_first_step=fill_first_step,
     )
-    if todo and run.ranks.main:
-        ref_model = (
-            policy
-            if same_model and not is_lora_model(policy)
-            else reference_model(
-                config.ref_model or (None if is_lora_model(policy) else config.model),
-                policy,
-                device=run.device,
-                packing=config.packing,
-            )
-        )
+
+    def compute(model: Any) -> None:
         run.callback.on_phase(phase=REFERENCE_PHASE, done=0, total=len(todo))
         compute_reference_logps(
-            ref_model,
+            model,
             pairs,
             todo,
             packed=packed,
@@ -383,15 +368,17 @@ def fill_reference(
                 phase=REFERENCE_PHASE, done=done, total=total
             ),
         )
-        del ref_model
-        save_cached_reference(cache_path, reference)
-    barrier(run.ranks)  # the other ranks read what rank 0 computed
-    if todo and not run.ranks.main:
-        reference = load_cached_reference(cache_path, len(pairs))
-        if reference is None:
-            raise RuntimeError(
-                f"rank {run.ranks.rank}: rank 0 wrote no reference cache at {cache_path}"
-            )
+
+    reference = reference_pass(
+        run,
+        config,
+        policy=policy,
+        table=reference,
+        has_work=bool(todo),
+        compute=compute,
+        cache_path=cache_path,
+        load=lambda path: ReferenceLogps.load(path, len(pairs)),
+    )
     return reference, ReferencePass(
         cache_path=cache_path,
         cached_pairs=cached_pairs,
@@ -435,7 +422,7 @@ def dpo_step(state: DPOState, at: Position, throughput: Throughput) -> StepOutco
             reference_pass.computed_pairs
         ):
             reference_pass.computed_pairs = known - reference_pass.cached_pairs
-            save_cached_reference(reference_pass.cache_path, state.reference)  # step 1's pairs
+            state.reference.save(reference_pass.cache_path)  # step 1's pairs
     throughput.items += len(index)
     throughput.tokens += int(sums["tokens"])
     metrics = {k: v / len(index) for k, v in sums.items() if k != "tokens"}

@@ -19,9 +19,9 @@ Per optimiser step:
 
 Reference log-probabilities of the examples and of the mismatched sequences are computed before the
 first step, only for the steps this run will train (``kto_data.kto_reference_work``), and cached on
-disk under a key of the data file, the reference weights, the tokenisation and the precision, as
-DPO's are. With the starting policy as reference, step 1's examples take theirs from step 1's own
-forward (single process), as in DPO.
+disk under a key of the data file, the reference weights, the tokenisation and the precision, by
+the same reference pass as DPO's (``training.recipes.reference_pass``). With the starting policy
+as reference, step 1's examples take theirs from step 1's own forward (single process), as in DPO.
 
 Metrics: ``loss``, ``rewards/desirable`` and ``rewards/undesirable`` (mean beta * (log pi - log
 pi_ref) over the step's examples of each kind; 0 when the step has none of a kind), their difference
@@ -43,15 +43,16 @@ import torch
 
 from training.algorithms.kto import kto_kl_estimate, kto_loss
 from training.recipes.callbacks import TrainingCallback
+from training.recipes.checkpoint_files import checkpoint_step
 from training.recipes.config import KTOConfig
-from training.recipes.data import EpochSampler, chunks
-from training.recipes.distributed import all_reduce_sum, barrier
+from training.recipes.data import EpochSampler, chunks, file_sha256
+from training.recipes.distributed import all_reduce_sum
 from training.recipes.kto_data import (
     KTOReference,
     KTOSequences,
     ReferenceWork,
+    data_file,
     fit_kto_examples,
-    kto_cache_path,
     kto_reference_work,
     kto_weights,
     mismatched_keys,
@@ -65,14 +66,13 @@ from training.recipes.loop import (
     optimizer_step,
     train_pair_recipe,
 )
-from training.recipes.lora import is_lora_model
 from training.recipes.models import (
     load_policy,
     load_tokenizer,
     model_fingerprint,
-    reference_model,
 )
 from training.recipes.pair_policy import forward_sequences
+from training.recipes.reference_pass import REFERENCE_PHASE, reference_cache_path, reference_pass
 from training.recipes.runtime import (
     Throughput,
     TrainResult,
@@ -83,7 +83,6 @@ from training.recipes.runtime import (
     total_steps_for,
 )
 
-REFERENCE_PHASE = "reference log-probs"
 METRIC_SUMS = (
     "loss",
     "rewards/desirable",
@@ -146,8 +145,7 @@ def setup_kto(run: Run, config: KTOConfig) -> KTOState:
     policy, packed = load_policy(resume_from or config.model, config, run.device)
     sampler = EpochSampler(len(data), config.batch_size, config.seed)
     total_steps = total_steps_for(config, sampler.batches_per_epoch)
-    # The checkpoint folder is step-NNNNNNNN.
-    start_step = int(resume_from.name.split("-")[1]) if resume_from is not None else 0
+    start_step = checkpoint_step(resume_from) if resume_from is not None else 0
     reference, reference_pass = fill_kto_reference(
         run, config, policy=policy, packed=packed, data=data, sampler=sampler,
         start_step=start_step, total_steps=total_steps, pad_token_id=tokenizer.pad_token_id,
@@ -155,8 +153,9 @@ def setup_kto(run: Run, config: KTOConfig) -> KTOState:
     optimizer = build_optimizer(policy.parameters(), config, run.device)
     scheduler = build_scheduler(optimizer, config, total_steps)
     if resume_from is not None:
-        restored, _ = run.checkpoints.restore(resume_from, optimizer=optimizer, scheduler=scheduler)
-        start_step = restored.step
+        start_step, _ = run.restore_training_state(
+            resume_from, optimizer=optimizer, scheduler=scheduler
+        )
     return KTOState(
         run=run, config=config, tokenizer=tokenizer, model=policy, sampler=sampler,
         total_steps=total_steps, start_step=start_step, optimizer=optimizer, scheduler=scheduler,
@@ -180,9 +179,14 @@ def fill_kto_reference(
     """The reference table this run needs: the cache's, plus a pass over what it lacks (rank 0
     computes and writes the cache, the other ranks read it), reported as ``REFERENCE_PHASE``."""
     started = time.perf_counter()
-    reference_path = Path(config.ref_model or config.model)
-    cache_path = kto_cache_path(
-        config, run.output_dir, model_fingerprint(reference_path), data.encoder
+    cache_path = reference_cache_path(
+        config,
+        run.output_dir,
+        table="kto",
+        key_prefix="kto|",
+        data_sha256=file_sha256(data_file(config)),
+        reference_sha256=model_fingerprint(Path(config.ref_model or config.model)),
+        encoder=data.encoder,
     )
     reference = KTOReference.load(cache_path, len(data)) or KTOReference.empty(len(data))
     cached = int(reference.known.sum()) + len(reference.mismatched)
@@ -193,30 +197,18 @@ def fill_kto_reference(
         micro_batch_size=config.micro_batch_size or config.batch_size,
         fill_first_step=fill_first_step, first_step_at_reference=at_reference,
     )  # fmt: skip
-    if work and run.ranks.main:
-        # With LoRA and no ref_model the reference is the policy with its adapters off (no second
-        # copy of the weights), before or after a resume.
-        ref_model = (
-            policy
-            if config.ref_model is None and run.resume_from is None and not is_lora_model(policy)
-            else reference_model(
-                config.ref_model or (None if is_lora_model(policy) else config.model),
-                policy,
-                device=run.device,
-                packing=config.packing,
-            )
-        )
-        compute_kto_reference(
-            ref_model, data, work, reference, run=run, packed=packed, pad_token_id=pad_token_id
-        )
-        del ref_model
-        reference.save(cache_path)
-    barrier(run.ranks)  # the other ranks read what rank 0 computed
-    if work and not run.ranks.main:
-        loaded = KTOReference.load(cache_path, len(data))
-        if loaded is None:
-            raise RuntimeError(f"rank {run.ranks.rank}: rank 0 wrote no reference at {cache_path}")
-        reference = loaded
+    reference = reference_pass(
+        run,
+        config,
+        policy=policy,
+        table=reference,
+        has_work=bool(work),
+        compute=lambda model: compute_kto_reference(
+            model, data, work, reference, run=run, packed=packed, pad_token_id=pad_token_id
+        ),
+        cache_path=cache_path,
+        load=lambda path: KTOReference.load(path, len(data)),
+    )
     total = int(reference.known.sum()) + len(reference.mismatched)
     return reference, KTOReferencePass(
         cache_path=cache_path,

@@ -18,7 +18,6 @@ the example before it in the epoch's order.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,6 @@ from training.recipes.data import (
     EpochSampler,
     Messages,
     chunks,
-    file_sha256,
     load_preference_pairs,
     read_jsonl,
     row_messages,
@@ -224,26 +222,6 @@ class KTOReference:
             saved["known"],
             dict(zip(keys, saved["values"].tolist(), strict=True)),
         )
-
-
-def kto_cache_key(
-    *, data_sha256: str, reference_sha256: str, encoder: ChatEncoder, bf16: bool
-) -> str:
-    material = f"kto|{data_sha256}|{reference_sha256}|{encoder.fingerprint()}|bf16={bf16}"
-    return hashlib.sha256(material.encode()).hexdigest()[:32]
-
-
-def kto_cache_path(config: KTOConfig, output_dir: Path, reference_sha256: str, encoder) -> Path:
-    """Where this run's reference table is cached: keyed by the data file, the reference weights,
-    the tokenisation and the precision."""
-    key = kto_cache_key(
-        data_sha256=file_sha256(data_file(config)),
-        reference_sha256=reference_sha256,
-        encoder=encoder,
-        bf16=config.bf16,
-    )
-    cache_dir = Path(config.reference_cache_dir or output_dir / "reference-cache")
-    return cache_dir / f"kto-reference-{key}.pt"
 
 
 @dataclass

@@ -59,6 +59,25 @@ class Run:
     def resume_from(self) -> Path | None:
         return self.checkpoints.latest() if self.config.resume else None
 
+    def restore_training_state(
+        self,
+        resume_from: Path | None,
+        *,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        extra_modules: dict[str, torch.nn.Module] | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        """Every recipe's resume: when ``resume_from`` (a checkpoint folder) is given, load the
+        optimiser, schedule, RNG and ``extra_modules`` states saved with it (the weights were loaded
+        with the model) and return (its step, the extra state it saved); (0, {}) for a fresh run,
+        which changes nothing."""
+        if resume_from is None:
+            return 0, {}
+        restored, extra = self.checkpoints.restore(
+            resume_from, optimizer=optimizer, scheduler=scheduler, extra_modules=extra_modules
+        )
+        return restored.step, extra
+
     def stop_requested(self) -> bool:
         """The callbacks' cancel, agreed by every rank."""
         return any_rank(self.callback.should_stop(), self.ranks, self.device)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from training.algorithms import KLController, RewardNormalizer
+from training.recipes.checkpoint_files import checkpoint_step
 from training.recipes.config import OnlineRLConfig
 from training.recipes.data import EpochSampler, Messages, load_prompts
 from training.recipes.distributed import seed_rank_streams
@@ -224,7 +225,7 @@ def save_online_checkpoint(state: OnlineState, at: Position, kind: str) -> None:
         },
     )
     updates.prune_states(
-        run.output_dir, {int(path.name.split("-")[1]) for path in run.checkpoints.checkpoints()}
+        run.output_dir, {checkpoint_step(path) for path in run.checkpoints.checkpoints()}
     )
 
 
@@ -232,18 +233,18 @@ def restore_online_checkpoint(state: OnlineState, resume_from: Path) -> None:
     """Load what ``save_online_checkpoint`` wrote into ``state`` (the policy's weights were loaded
     from ``resume_from`` already): step, optimiser, schedule, KL controller, normaliser, RNG."""
     run = state.run
-    restored, extra = run.checkpoints.restore(
+    step, extra = run.restore_training_state(
         resume_from,
         optimizer=state.updates.checkpoint_optimizer,
         scheduler=state.scheduler,
         extra_modules=state.extra_modules,
     )
-    state.updates.load_states(run.output_dir, restored.step)
+    state.updates.load_states(run.output_dir, step)
     state.kl_controller.load_state_dict(extra["kl_controller"])
     restore_rank_rng(extra.get("rank_rng"), run.ranks)
     if extra.get("normalizer"):
         state.normalizer = RewardNormalizer(**extra["normalizer"])
-    state.start_step = restored.step
+    state.start_step = step
 
 
 def fitted_normalizer(state: OnlineState, scores: torch.Tensor) -> RewardNormalizer | None:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from training.algorithms.logprobs import segment_sum
+from training.recipes.checkpoint_files import checkpoint_step
 from training.recipes.config import TrainingConfig
 from training.recipes.data import ChatEncoder, EpochSampler, FitLog, load_preference_pairs
 from training.recipes.loop import Run
@@ -153,14 +154,14 @@ def policy_pair_fields(
         "packed": packed,
         "sampler": sampler,
         "total_steps": total_steps_for(config, sampler.batches_per_epoch),
-        # The checkpoint folder is step-NNNNNNNN.
-        "start_step": int(resume_from.name.split("-")[1]) if resume_from is not None else 0,
+        "start_step": checkpoint_step(resume_from) if resume_from is not None else 0,
     }
     if before_optimizer is not None:
         fields.update(before_optimizer(fields))
     optimizer = build_optimizer(policy.parameters(), config, run.device)
     scheduler = build_scheduler(optimizer, config, fields["total_steps"])
     if resume_from is not None:
-        restored, _ = run.checkpoints.restore(resume_from, optimizer=optimizer, scheduler=scheduler)
-        fields["start_step"] = restored.step
+        fields["start_step"], _ = run.restore_training_state(
+            resume_from, optimizer=optimizer, scheduler=scheduler
+        )
     return {**fields, "optimizer": optimizer, "scheduler": scheduler}

@@ -418,14 +418,12 @@ def setup_reward_model(
         optimizer=optimizer,
         scheduler=build_scheduler(optimizer, config, total_steps),
     )
-    if run.resume_from is not None:
-        restored, _ = run.checkpoints.restore(
-            run.resume_from,
-            optimizer=optimizer,
-            scheduler=state.scheduler,
-            extra_modules=state.extra_modules,
-        )
-        state.start_step = restored.step
+    state.start_step, _ = run.restore_training_state(
+        run.resume_from,
+        optimizer=optimizer,
+        scheduler=state.scheduler,
+        extra_modules=state.extra_modules,
+    )
     return state
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from training.recipes.checkpoint_files import STEP_FOLDERS, checkpoint_step, step_folder_name
 from training.recipes.config import OnlineRLConfig
 from training.recipes.distributed import Ranks, all_reduce_gradients
 from training.recipes.runtime import build_optimizer
@@ -115,10 +116,10 @@ class ZeroUpdates:
 
     def save_states(self, output_dir: Path, step: int) -> None:
         """Every rank writes its shard of the optimiser states (a collective call)."""
-        self.engine.save_checkpoint(str(output_dir / ZERO_STATES), tag=f"step-{step:08d}")
+        self.engine.save_checkpoint(str(output_dir / ZERO_STATES), tag=step_folder_name(step))
 
     def load_states(self, output_dir: Path, step: int) -> None:
-        path, tag = output_dir / ZERO_STATES, f"step-{step:08d}"
+        path, tag = output_dir / ZERO_STATES, step_folder_name(step)
         if not (path / tag).is_dir():
             raise RuntimeError(f"resuming step {step}: no DeepSpeed states at {path / tag}")
         self.engine.load_checkpoint(
@@ -129,8 +130,8 @@ class ZeroUpdates:
         """Rank 0 drops the states of checkpoints the run no longer keeps."""
         if not self.ranks.main:
             return
-        for folder in (output_dir / ZERO_STATES).glob("step-*"):
-            if int(folder.name.split("-")[1]) not in kept_steps:
+        for folder in (output_dir / ZERO_STATES).glob(STEP_FOLDERS):
+            if checkpoint_step(folder) not in kept_steps:
                 shutil.rmtree(folder, ignore_errors=True)
 
 

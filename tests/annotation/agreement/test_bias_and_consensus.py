@@ -24,7 +24,7 @@ from annotation.agreement import (
     side_margin,
     top_choice,
 )
-from tests.annotation.agreement.simulate import Habits, simulate
+from tests.helpers.annotator_simulation import Habits, simulate
 
 NAN = np.nan
 

@@ -18,14 +18,14 @@ from annotation.selectors.agreement import (
     _judgement_columns,
 )
 from annotation.services.agreement import SUMMARY_KEYS, project_consensus
-from tests.annotation.agreement.jsonl import (
+from tests.helpers.agreement_jsonl import (
     agreement_json,
     import_file,
     run,
     synthetic_rows,
     write_jsonl,
 )
-from tests.annotation.agreement.shared_data import PANDALM_CHOICE, PANDALM_TESTSET, pandalm_labels
+from tests.helpers.shared_data import PANDALM_CHOICE, PANDALM_TESTSET, pandalm_labels
 
 pytestmark = pytest.mark.django_db
 CODE = {name: code for code, name in enumerate(agreement.CHOICES)}

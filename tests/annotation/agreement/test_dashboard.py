@@ -9,8 +9,8 @@ from annotation.models import Judgement, Project, Prompt
 from annotation.selectors import agreement as agreement_selectors
 from annotation.services import agreement as agreement_services
 from annotation.tasks import agreement_report_refresh
-from tests.annotation.agreement.jsonl import import_file, synthetic_rows, write_jsonl
 from tests.factories import UserFactory
+from tests.helpers.agreement_jsonl import import_file, synthetic_rows, write_jsonl
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from annotation.selectors import agreement as agreement_selectors
 from annotation.services import agreement as agreement_services
 from annotation.tasks import agreement_report_refresh
 from common.roles import ML_ENGINEER
-from tests.annotation.agreement.jsonl import import_file, synthetic_rows, write_jsonl
 from tests.factories import UserFactory
+from tests.helpers.agreement_jsonl import import_file, synthetic_rows, write_jsonl
 
 pytestmark = [
     pytest.mark.browser,

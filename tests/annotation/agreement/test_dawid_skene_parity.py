@@ -21,7 +21,7 @@ import pytest
 from crowdkit.aggregation import DawidSkene as CrowdKitDawidSkene
 
 from annotation import agreement
-from tests.annotation.agreement.test_third_party_data import _mt_bench_table, _pandalm_table
+from tests.helpers.shared_data import mt_bench_table, pandalm_table
 
 # crowd-kit 1.4 still passes inplace= and copy= to pandas, which pandas 3.1 deprecates (their code).
 pytestmark = [
@@ -127,7 +127,7 @@ def test_simulated_annotators_same_labels_posteriors_and_confusion():
 def test_pandalm_votes_same_labels_and_posteriors():
     """PandaLM's 999 pairs x 3 annotators, 50 EM rounds: every label equal, every posterior within
     1e-8 of crowd-kit's (measured 3e-10)."""
-    table = _pandalm_table()
+    table = pandalm_table()
     fitted = _crowd_kit(table)
     ours = _ours(table)
     np.testing.assert_array_equal(ours.consensus.label, _labels(fitted, table.n_items))
@@ -144,7 +144,7 @@ def test_mt_bench_votes_same_labels_and_posteriors_within_a_hundredth():
     items give the true class any weight; a judge with a handful of votes has columns with almost
     none, and there crowd-kit spreads the column over the labels the judge used (1/2 each for a
     judge who never said tie) where we spread it over all three (1/3 each)."""
-    table, _ = _mt_bench_table()
+    table, _ = mt_bench_table()
     fitted = _crowd_kit(table)
     ours = _ours(table)
     posterior = _posterior(fitted, table.n_items)

@@ -14,7 +14,7 @@ from statsmodels.stats.inter_rater import cohens_kappa
 
 from annotation.agreement import TIE, A, B, JudgementTable
 from annotation.agreement import judges as j
-from tests.annotation.agreement.shared_data import PANDALM_TESTSET, pandalm_labels, require
+from tests.helpers.shared_data import PANDALM_TESTSET, pandalm_labels, require
 
 CODE = {"0": TIE, "1": A, "2": B, "Tie": TIE}
 

@@ -8,29 +8,12 @@ and from brute-force pair counting on the same data.
 """
 
 import itertools
-from collections import defaultdict
 
 import numpy as np
 import pytest
 
 from annotation import agreement
-from tests.annotation.agreement.shared_data import PANDALM_CHOICE, mt_bench_votes, pandalm_labels
-
-CODE = {name: code for code, name in enumerate(agreement.CHOICES)}
-
-
-def _pandalm_table() -> agreement.JudgementTable:
-    rows = pandalm_labels()
-    labels = np.array(
-        [[CODE[PANDALM_CHOICE[row[f"annotator{k}"]]] for k in (1, 2, 3)] for row in rows]
-    )
-    return agreement.JudgementTable(
-        item=np.repeat(np.arange(len(rows)), 3),
-        annotator=np.tile(np.arange(3), len(rows)),
-        choice=labels.ravel(),
-        n_items=len(rows),
-        n_annotators=3,
-    )
+from tests.helpers.shared_data import mt_bench_table, pandalm_table
 
 
 def test_pandalm_coefficients_match_the_peer_libraries():
@@ -39,7 +22,7 @@ def test_pandalm_coefficients_match_the_peer_libraries():
     inter_rater = pytest.importorskip("statsmodels.stats.inter_rater")
     krippendorff = pytest.importorskip("krippendorff")
     sklearn_metrics = pytest.importorskip("sklearn.metrics")
-    table = _pandalm_table()
+    table = pandalm_table()
     report = agreement.agreement_report(table, overlap=3, n_categories=3, n_boot=200)
     labels = table.choice.reshape(-1, 3)
     counts, _ = inter_rater.aggregate_raters(labels)
@@ -62,7 +45,7 @@ def test_pandalm_coefficients_match_the_peer_libraries():
 
 def test_pandalm_percent_agreement_by_brute_force():
     """Pooled pairwise agreement, with and without ties, by enumerating the 3 pairs of each row."""
-    table = _pandalm_table()
+    table = pandalm_table()
     labels = table.choice.reshape(-1, 3)
     pairs = [(row[i], row[j]) for row in labels for i, j in itertools.combinations(range(3), 2)]
     no_ties = [(x, y) for x, y in pairs if agreement.TIE not in (x, y)]
@@ -75,42 +58,12 @@ def test_pandalm_percent_agreement_by_brute_force():
     )
 
 
-def _mt_bench_table() -> tuple[agreement.JudgementTable, list[str]]:
-    """Items are (question, unordered model pair); a vote for the alphabetically later model is "b".
-    One judge voted twice on one item (both orientations): the first vote is kept."""
-    items: dict[tuple, int] = {}
-    judges: dict[str, int] = {}
-    seen: set[tuple[int, int]] = set()
-    rows = defaultdict(list)
-    for vote in mt_bench_votes():
-        first, second, winner = vote["model_a"], vote["model_b"], vote["winner"]
-        if first > second:
-            first, second = second, first
-            winner = {"model_a": "model_b", "model_b": "model_a"}.get(winner, winner)
-        item = items.setdefault((vote["question_id"], first, second), len(items))
-        judge = judges.setdefault(vote["judge"], len(judges))
-        if (item, judge) in seen:
-            continue
-        seen.add((item, judge))
-        rows["item"].append(item)
-        rows["annotator"].append(judge)
-        rows["choice"].append({"model_a": "a", "model_b": "b", "tie": "tie"}[winner])
-    table = agreement.JudgementTable(
-        item=np.array(rows["item"]),
-        annotator=np.array(rows["annotator"]),
-        choice=np.array([CODE[c] for c in rows["choice"]]),
-        n_items=len(items),
-        n_annotators=len(judges),
-    )
-    return table, list(judges)
-
-
 def test_mt_bench_alpha_and_pairs_match_the_peer_libraries():
     """Alpha over a sparse, uneven design (1 to 7 judges per item) equals the krippendorff package,
     and every judge pair's kappa equals scikit-learn on their shared items."""
     krippendorff = pytest.importorskip("krippendorff")
     sklearn_metrics = pytest.importorskip("sklearn.metrics")
-    table, _ = _mt_bench_table()
+    table, _ = mt_bench_table()
     report = agreement.agreement_report(table, n_boot=0)
     data = np.full((table.n_annotators, table.n_items), np.nan)
     data[table.annotator, table.item] = table.choice
@@ -132,7 +85,7 @@ def test_mt_bench_alpha_and_pairs_match_the_peer_libraries():
 def test_mt_bench_judges_are_measured_without_error():
     """Every judge gets statistics (no side or time information here: those stay NaN), and the
     Dawid-Skene posterior is a distribution for every item."""
-    table, names = _mt_bench_table()
+    table, names = mt_bench_table()
     report = agreement.agreement_report(table, n_boot=100)
     assert report.annotators.n_judgements.sum() == table.item.size == 1688
     assert len(report.annotators.flags) == len(names) == 65

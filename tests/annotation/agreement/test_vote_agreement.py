@@ -15,7 +15,7 @@ import pytest
 
 from annotation.agreement import BOTH_BAD, MISSING, TIE, A, B, JudgementTable
 from annotation.agreement import judges as j
-from tests.annotation.agreement.shared_data import mt_bench_gpt4_verdicts, mt_bench_votes
+from tests.helpers.shared_data import mt_bench_gpt4_verdicts, mt_bench_votes
 
 COMBINED = np.array([A, TIE, B, MISSING])
 

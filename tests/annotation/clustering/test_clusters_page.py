@@ -8,8 +8,8 @@ from annotation.models import ClusteringRun, Prompt, PromptCluster
 from annotation.selectors import clustering as selectors
 from annotation.services import clustering as service
 from annotation.tasks import cluster_prompts
-from tests.conftest import logged_in
 from tests.factories import ComparisonFactory, JudgementFactory, UserFactory
+from tests.helpers.clients import logged_in
 
 
 def _url(name: str, *args) -> str:

@@ -14,8 +14,8 @@ from monitoring.models import EvalItem, EvalRound, Judge
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services.judges import judge_create
 from monitoring.services.round_judges import RoundAnswer, round_judge_answers_save
+from tests.helpers.eval_rounds import BASELINE
 from tests.helpers.tiny_models import tiny_llama
-from tests.monitoring_eval.conftest import BASELINE
 from training.models import TrainingRun
 
 EXTRA_PROMPTS = 30

@@ -1,0 +1,211 @@
+"""The stopping panel's stored figures: the task computes them (bootstraps and per-round queries),
+the run page reads them (no bootstrap, a number of queries that does not grow with the rounds),
+ratings schedule one debounced recomputation, and the stored panel is the fresh one."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from monitoring.models import EvalItem, EvalRound, StoppingPanelFigures
+from monitoring.selectors import stopping_panel as panel_selectors
+from monitoring.services import eval_rounds as eval_services
+from monitoring.services import stopping_panel as panel_services
+from monitoring.stats import stopping
+from monitoring.tasks import stopping_panel_refresh
+from tests.helpers.clients import logged_in
+from tests.helpers.eval_rounds import BASELINE
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(settings):
+    """A cache of the test's own: the debounce marks must not leak between tests."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "stopping-panel-tests",
+        }
+    }
+
+
+@pytest.fixture
+def queued(monkeypatch):
+    """The task runs the services ask for, recorded instead of sent to the broker."""
+    calls: list[dict] = []
+    monkeypatch.setattr(
+        stopping_panel_refresh, "apply_async", lambda **kwargs: calls.append(kwargs)
+    )
+    return calls
+
+
+def _rated_round(run, reviewers, *, step: int = 4, usefulness: int = 4) -> EvalRound:
+    """An open round of 4 hand-written items (answers that differ), rated by three reviewers:
+    the checkpoint wins every item but the first (a tie)."""
+    round_ = eval_services.round_create(
+        checkpoint=run.checkpoints.get(step=step), project=run.snapshot.export.project, size=4,
+        created_by=None, baseline_model=BASELINE, enqueue=False,
+    )  # fmt: skip
+    for item in round_.items.all():
+        EvalItem.objects.filter(pk=item.pk).update(
+            checkpoint_text=f"**CKPT** answer {item.position}", baseline_text="BASE answer",
+            checkpoint_tokens=8, baseline_tokens=4,
+        )  # fmt: skip
+    EvalRound.objects.filter(pk=round_.pk).update(status="open")
+    round_.refresh_from_db()
+    for reviewer in reviewers[:3]:
+        while a := eval_services.eval_claim_next(reviewer=reviewer, round_=round_):
+            mine = "left" if a.shown_left == "checkpoint" else "right"
+            pick = "tie" if a.item.position == 0 else mine
+            eval_services.eval_submit(
+                assignment=a, reviewer=reviewer, pick=pick, usefulness=usefulness
+            )
+    return round_
+
+
+def _page_queries(client, run) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(reverse("monitoring:run-detail", args=[run.pk]))
+    assert response.status_code == 200
+    assert 'data-testid="criterion-human_usefulness"' in response.content.decode()
+    return len(captured.captured_queries)
+
+
+def test_the_page_reads_stored_figures_in_queries_independent_of_the_rounds(
+    run_with_checkpoints, reviewers, queued, django_assert_max_num_queries
+):
+    """With one rated round and with four, the run page issues the same number of queries (the
+    figures are one row; the rounds list and the decisions one query each)."""
+    run = run_with_checkpoints
+    client = logged_in(reviewers[0])
+    _rated_round(run, reviewers)
+    panel_services.stopping_panel_refresh(run=run)
+    one_round = _page_queries(client, run)
+    for step, usefulness in ((2, 3), (4, 5), (2, 4)):
+        _rated_round(run, reviewers, step=step, usefulness=usefulness)
+    panel_services.stopping_panel_refresh(run=run)
+    assert EvalRound.objects.filter(checkpoint__run=run).count() == 4
+    with django_assert_max_num_queries(one_round):
+        four_rounds = _page_queries(client, run)
+    assert four_rounds == one_round
+    assert queued == []  # fresh figures: nothing to recompute
+
+
+def test_a_page_view_runs_no_bootstrap(run_with_checkpoints, reviewers, queued, monkeypatch):
+    """After the task ran, viewing the page (default and another kappa threshold) resamples
+    nothing: the usefulness and Bradley-Terry bootstraps run in the task only."""
+    run = run_with_checkpoints
+    _rated_round(run, reviewers)
+    calls: list[str] = []
+    for name in ("usefulness_summary", "bradley_terry"):
+        original = getattr(stopping, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(stopping, name, counted)
+    stopping_panel_refresh.apply(args=[run.pk])
+    assert sorted(calls) == ["bradley_terry", "usefulness_summary"]  # once each, in the task
+    calls.clear()
+    client = logged_in(reviewers[0])
+    url = reverse("monitoring:run-detail", args=[run.pk])
+    for query in ({}, {"kappa": "0.5"}):
+        page = client.get(url, query).content.decode()
+        assert 'data-testid="criterion-human_usefulness"' in page
+        assert 'data-testid="bradley-terry"' in page
+    assert calls == []
+
+
+def test_the_stored_panel_is_the_fresh_one(run_with_checkpoints, reviewers, queued):
+    """Criteria, advice, estimates, Bradley-Terry scores and the hacking signs read back from the
+    stored row (through PostgreSQL's JSON) equal a computation made now, at two thresholds."""
+    run = run_with_checkpoints
+    _rated_round(run, reviewers, step=2, usefulness=3)
+    _rated_round(run, reviewers, step=4, usefulness=5)
+    stopping_panel_refresh.apply(args=[run.pk])
+    stored = StoppingPanelFigures.objects.get(run=run)
+    assert stored.payload == panel_selectors.stopping_panel_figures(run)
+    for threshold in (None, 0.5):
+        shown = panel_services.stopping_panel_state(run=run, kappa_threshold=threshold)
+        fresh = panel_selectors.run_stopping_panel(run, kappa_threshold=threshold)
+        assert not shown["stale"]
+        for key in ("estimates", "bradley_terry", "length_ratio", "repetition", "n_rated_items",
+                    "best_checkpoint", "few_items", "kappa_threshold"):  # fmt: skip
+            assert shown[key] == fresh[key], key
+        assert shown["panel"].criteria == fresh["panel"].criteria
+        assert shown["panel"].advice == fresh["panel"].advice
+        assert shown["latest_round"] == fresh["latest_round"]
+    criteria = {c.key: c for c in fresh["panel"].criteria}
+    assert criteria["human_usefulness"].value == pytest.approx(5.0)  # the latest round's
+    assert {row["label"] for row in fresh["bradley_terry"]} == {"step 4", "step 2", BASELINE}
+
+
+def test_the_page_says_computing_before_the_first_figures_and_queues_them_at_once(
+    run_with_checkpoints, reviewers, queued
+):
+    """No figures yet: the panel says they are being computed (no criterion made up), one task
+    run is queued without delay, and a second view queues nothing more."""
+    run = run_with_checkpoints
+    client = logged_in(reviewers[0])
+    url = reverse("monitoring:run-detail", args=[run.pk])
+    page = client.get(url).content.decode()
+    client.get(url)
+    assert 'data-testid="panel-computing"' in page
+    assert 'data-testid="criterion-human_usefulness"' not in page
+    assert 'data-testid="decision-form"' in page  # a reviewer can still record a decision
+    assert queued == [{"args": [run.pk], "countdown": 0}]
+
+
+def test_ratings_make_the_figures_stale_and_a_burst_schedules_one_run(
+    run_with_checkpoints, reviewers, queued, django_capture_on_commit_callbacks
+):
+    """Twelve ratings in a row schedule one recomputation (debounced); until it runs the page
+    shows the older figures marked stale; once it ran the page is current and a new rating
+    schedules again."""
+    run = run_with_checkpoints
+    panel_services.stopping_panel_refresh(run=run)
+    with django_capture_on_commit_callbacks(execute=True):
+        round_ = _rated_round(run, reviewers)
+    assert round_.items.filter(assignments__judgement__isnull=False).count() == 12
+    assert [call["countdown"] for call in queued] == [panel_services.REFRESH_DELAY_SECONDS]
+    page = logged_in(reviewers[0]).get(reverse("monitoring:run-detail", args=[run.pk]))
+    assert 'data-testid="panel-stale"' in page.content.decode() and "recomputing" in (
+        page.content.decode()
+    )
+    assert page.context["stopping"]["latest_round"] is None  # the figures before the ratings
+    assert len(queued) == 1  # the page found the run pending: no second one
+    stopping_panel_refresh.apply(args=[run.pk])
+    page = logged_in(reviewers[0]).get(reverse("monitoring:run-detail", args=[run.pk]))
+    assert not page.context["stopping"]["stale"]
+    assert page.context["stopping"]["latest_round"] == round_
+    assert panel_services.stopping_panel_refresh_schedule(run_id=run.pk) is True
+    assert panel_services.stopping_panel_refresh_schedule(run_id=run.pk) is False
+    assert len(queued) == 2
+
+
+def test_the_task_skips_a_deleted_run(queued, db):
+    """A run deleted between the schedule and the run: nothing to compute."""
+    assert stopping_panel_refresh.apply(args=[987654]).get() == {"run": 987654, "status": "gone"}
+
+
+def test_a_new_metric_point_makes_the_figures_stale(run_with_checkpoints, reviewers, queued):
+    """Training writes metric points without telling monitoring: the fingerprint sees a new KL
+    value and a replaced reward (a resumed step), so the page marks the figures out of date and
+    queues a recomputation."""
+    from training import services as training_services
+
+    run = run_with_checkpoints
+    training_services.metrics_record(run_id=run.pk, step=1, metrics={"reward_mean": 0.5})
+    panel_services.stopping_panel_refresh(run=run)
+    fresh = panel_selectors.stopping_panel_fingerprint(run)
+    training_services.metrics_record(run_id=run.pk, step=1, metrics={"reward_mean": 0.75})
+    replaced = panel_selectors.stopping_panel_fingerprint(run)
+    training_services.metrics_record(run_id=run.pk, step=2, metrics={"kl": 0.1})
+    assert len({fresh, replaced, panel_selectors.stopping_panel_fingerprint(run)}) == 3
+    state = panel_services.stopping_panel_state(run=run)
+    assert state["stale"] and state["panel"] is not None
+    assert queued == [{"args": [run.pk], "countdown": panel_services.REFRESH_DELAY_SECONDS}]
