@@ -26,8 +26,8 @@ from common.lifecycle import JobHeartbeat, JobStateError
 from common.tasks import jobs_reap_stale
 from monitoring.models import EvalRound, Judge, JudgeOutput
 from monitoring.tasks import generate_round_responses, judge_round, judge_run
-from tests.conftest import logged_in
 from tests.factories import ProjectFactory, UserFactory, snapshot_of_pairs
+from tests.helpers.clients import logged_in
 from training.models import Checkpoint, RunEvent, TrainingRun
 from training.tasks import run_training_task
 

@@ -17,7 +17,7 @@ def generation_states_forward(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("monitoring", "0009_imported_judges"),
+        ("monitoring", "0010_stopping_panel_figures"),
     ]
 
     operations = [
