@@ -46,9 +46,12 @@ class ProjectLeadApi(APIView):
 
 class ImportJobOutput(serializers.Serializer):
     id = serializers.IntegerField()
-    status = serializers.CharField()
+    status = serializers.CharField(
+        help_text="The job lifecycle's state: queued, running, succeeded, failed or cancelled."
+    )
+    status_label = serializers.CharField(help_text="The state in the words the pages show.")
     file = serializers.CharField()
-    phase = serializers.CharField()
+    phase = serializers.CharField(help_text="While running: validating or importing.")
     rows_done = serializers.IntegerField(allow_null=True)
     rows_total = serializers.IntegerField(allow_null=True)
     rows_per_s = serializers.IntegerField(allow_null=True)

@@ -7,6 +7,12 @@ def _default_queue(job: object) -> str:
     return settings.CELERY_TASK_DEFAULT_QUEUE
 
 
+def _import_errors(message: str) -> list[dict[str, object]]:
+    """An import job stores its errors as rows (line, unit, field, message); a job-wide one has
+    line 0."""
+    return [{"line": 0, "unit": "", "field": "", "message": message}]
+
+
 class AnnotationConfig(AppConfig):
     name = "annotation"
     verbose_name = "Annotation"
@@ -20,10 +26,12 @@ class AnnotationConfig(AppConfig):
 
         # Imports and clustering run on the default queue (no route in settings names them).
         job_kind_register(
-            JobKind(model="annotation.ImportJob", noun="import", queued=("queued",),
-                    running=("validating", "importing"), queue_of=_default_queue)
+            JobKind(model="annotation.ImportJob", noun="import", queue_of=_default_queue,
+                    error_field="errors", error_value=_import_errors,
+                    reap_advice="Nothing was imported; upload the file again.")
         )  # fmt: skip
         job_kind_register(
-            JobKind(model="annotation.ClusteringRun", noun="clustering run", queued=("queued",),
-                    running=("running",), queue_of=_default_queue)
+            JobKind(model="annotation.ClusteringRun", noun="clustering run",
+                    queue_of=_default_queue,
+                    reap_advice="The prompts keep their previous clusters; re-cluster to try again.")
         )  # fmt: skip

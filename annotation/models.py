@@ -493,14 +493,17 @@ class RepeatJudgement(models.Model):
 
 
 class ImportJob(models.Model):
-    """An uploaded JSONL file and the progress of its import (the upload page polls this)."""
+    """An uploaded JSONL file and the progress of its import (the upload page polls this).
+
+    Its ``status`` follows the one job lifecycle (``common.lifecycle``); while it runs, the phase
+    (validating, importing) and the row counts live in the shared cache."""
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
-        VALIDATING = "validating", "Validating"
-        IMPORTING = "importing", "Importing"
-        DONE = "done", "Done"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="import_jobs")
     created_by = models.ForeignKey(
@@ -514,7 +517,10 @@ class ImportJob(models.Model):
     rows_done = models.PositiveIntegerField(default=0)
     errors = models.JSONField(default=list, blank=True)
     result = models.JSONField(default=dict, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -588,6 +594,7 @@ class ClusteringRun(models.Model):
         RUNNING = "running", "Running"
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="clustering_runs")
     requested_by = models.ForeignKey(
@@ -607,6 +614,8 @@ class ClusteringRun(models.Model):
     stage = models.CharField(max_length=200, blank=True)
     projection = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)

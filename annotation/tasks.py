@@ -25,12 +25,14 @@ def agreement_report_refresh(project_id: int) -> dict[str, int | str]:
 
 @shared_task(name="annotation.tasks.cluster_prompts")
 def cluster_prompts(run_id: int) -> dict[str, int | str]:
-    """Execute a queued clustering run; its progress and outcome are stored on the run."""
+    """Execute a queued clustering run; its progress and outcome are stored on the run. A
+    redelivered message finds the run running or finished and does nothing."""
     run = clustering_run_execute(run_id=run_id)
     return {"run": run.pk, "status": run.status}
 
 
 @shared_task(name="annotation.tasks.import_job_run_task", acks_late=True)
 def import_job_run_task(job_id: int) -> str:
-    """Run a queued import job; its progress and outcome are stored on the job."""
+    """Run a queued import job; its progress and outcome are stored on the job. A redelivered
+    message finds the job running or finished and imports nothing."""
     return import_job_run(job_id=job_id).status

@@ -1,11 +1,12 @@
 """What a queued job waits behind: the jobs ahead of it on the same Celery queue.
 
-Every job model registers itself in ``common.jobs`` (a ``JobKind``: its status values and the rule
-that picks its queue), so this module reads imports, clustering runs, training runs, judges and
-eval rounds alike without importing any app. A worker takes a queue's messages in the order they
-were sent, one at a time on the gpu queue, so a queued job waits behind every job of its queue
-that is running, and behind every queued one created before it (the order of creation stands in
-for the order of sending: a training run or a judge is created, then launched).
+Every job model registers itself in ``common.jobs`` (a ``JobKind``: its fields and the rule that
+picks its queue; its states are the one lifecycle's, ``common.lifecycle``), so this module reads
+imports, clustering runs, training runs, judges and eval rounds alike without importing any app. A
+worker takes a queue's messages in the order they were sent, one at a time on the gpu queue, so a
+queued job waits behind every job of its queue that is running, and behind every queued one created
+before it (the order of creation stands in for the order of sending: a training run or a judge is
+created, then launched).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.apps import apps
 from django.db.models import Model
 
 from common.jobs import JobKind, job_kinds
+from common.lifecycle import QUEUED, RUNNING, job_state
 
 # How many jobs ahead the line names before it says "and N more".
 NAMED_AHEAD = 3
@@ -59,18 +61,16 @@ def _kind_for(job: Model, status_field: str) -> JobKind | None:
 
 
 def _state_words(job: Model, kind: JobKind) -> str:
-    display = getattr(job, f"get_{kind.status_field}_display", None)
-    return (display() if display else getattr(job, kind.status_field)).lower()
+    return job_state(job, kind.status_field)[1].lower()
 
 
 def _active_jobs(kind: JobKind) -> list[tuple[Any, bool]]:
     """(job, running) for every job of ``kind`` that is queued or running."""
     model = apps.get_model(kind.model)
-    values = (*kind.queued, *kind.running)
-    rows = model.objects.filter(**{f"{kind.status_field}__in": values})
+    rows = model.objects.filter(**{f"{kind.status_field}__in": (QUEUED, RUNNING)})
     if kind.related:
         rows = rows.select_related(*kind.related)
-    return [(row, getattr(row, kind.status_field) in kind.running) for row in rows]
+    return [(row, getattr(row, kind.status_field) == RUNNING) for row in rows]
 
 
 def job_queue_place(*, job: Model, status_field: str = "status") -> QueuePlace | None:
@@ -78,7 +78,7 @@ def job_queue_place(*, job: Model, status_field: str = "status") -> QueuePlace |
     job). ``status_field`` names the job's state field: a model with two jobs (an eval round's
     generation ``status`` and its judge's ``judge_status``) is registered once per field."""
     kind = _kind_for(job, status_field)
-    if kind is None or getattr(job, status_field) not in kind.queued:
+    if kind is None or getattr(job, status_field) != QUEUED:
         return None
     queue = kind.queue_of(job)
     ahead: list[JobAhead] = []

@@ -7,9 +7,9 @@ lazily inside a function: it names the task. Every task is registered under its 
 send time. Sending the task object (not ``app.send_task``) keeps the routes of settings and the eager
 mode of tests.
 
-It also keeps the registry of job models (``JobKind``): which rows are jobs, which status values
-mean queued and running, and which queue each job goes to; ``common.job_selectors`` reads it to say
-what a queued job waits behind.
+It also keeps the registry of job models (``JobKind``): which rows are jobs, where each keeps its
+lifecycle's fields, and which queue each job goes to; ``common.lifecycle`` (claim, heartbeat,
+finish, cancel, the reaper) and ``common.job_selectors`` (what a queued job waits behind) read it.
 """
 
 from __future__ import annotations
@@ -63,30 +63,48 @@ def task_send(
 
 @dataclass(frozen=True)
 class JobKind:
-    """A model whose rows are jobs on a Celery queue, as the "waits behind" line needs to know it.
+    """A model whose rows are jobs on a Celery queue: what the one job lifecycle
+    (``common.lifecycle``) and the "waits behind" line (``common.job_selectors``) need to know.
 
     Each app registers its job models (``job_kind_register``, from its AppConfig.ready), so common
-    reads them without importing any app. ``queued``: the status values of a job sent but not yet
-    started; ``running``: those of a job a worker is executing; ``queue_of(job)``: the name of the
-    queue its task is sent to (the same rule as the service that sends it).
+    reads them without importing any app. Every job's ``status_field`` holds the lifecycle's values
+    (queued, running, succeeded, failed, cancelled), plus the kind's ``idle`` values before it is
+    queued (a draft). ``queue_of(job)``: the name of the queue its task is sent to (the same rule
+    as the service that sends it). The ``*_field`` names say where the job keeps its worker,
+    heartbeat, start and end times and error (a model with two jobs, an eval round's generation and
+    its judge, names other fields for each); ``error_value`` turns an error message into what
+    ``error_field`` stores (default: the text itself); ``cancel_field``: a flag a running job polls
+    to stop early ("" when a running job cannot be stopped); ``reap_advice``: a sentence added to
+    the reaper's message (what the user can do); ``reap_updates``: (field, value) pairs the reaper
+    writes with the failed state (an eval round fails with its generation); ``on_reaped(job)``:
+    more to write when the reaper fails one (in the same transaction).
     """
 
     model: str  # "app_label.ModelName"
     noun: str  # how a page names one job, e.g. "training run" (-> "training run #12")
-    queued: tuple[str, ...]
-    running: tuple[str, ...]
     queue_of: Callable[[Any], str]
     status_field: str = "status"
     # Related rows queue_of reads, fetched with the jobs (select_related).
     related: tuple[str, ...] = ()
+    idle: tuple[str, ...] = ()
+    worker_field: str = "worker"
+    heartbeat_field: str = "heartbeat_at"
+    started_field: str = "started_at"
+    finished_field: str = "finished_at"
+    error_field: str = "error"
+    error_value: Callable[[str], Any] | None = None
+    cancel_field: str = ""
+    reap_advice: str = ""
+    reap_updates: tuple[tuple[str, Any], ...] = ()
+    on_reaped: Callable[[Any], None] | None = None
 
 
 _JOB_KINDS: list[JobKind] = []
 
 
 def job_kind_register(kind: JobKind) -> None:
-    """Add ``kind`` to the job kinds the "waits behind" selector looks through (once per model and
-    status field: a second registration replaces the first)."""
+    """Add ``kind`` to the registered job kinds (once per model and status field: a second
+    registration replaces the first)."""
     _JOB_KINDS[:] = [
         k for k in _JOB_KINDS if (k.model, k.status_field) != (kind.model, kind.status_field)
     ]

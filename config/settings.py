@@ -319,8 +319,8 @@ CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or _default
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
-    # Exact names are matched before patterns: the reaper is bookkeeping, not GPU work.
-    "training.tasks.reap_stale_runs": {"queue": "default"},
+    # Exact names are matched before patterns: the retrain check is bookkeeping, not GPU work. The
+    # reaper (common.tasks.jobs_reap_stale) goes to the default queue with no route.
     "training.tasks.continuous_rm_check_all": {"queue": "default"},
     "training.tasks.*": {"queue": "gpu"},
     "monitoring.tasks.generate_*": {"queue": "gpu"},
@@ -369,7 +369,8 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # The queue training and generation tasks are sent to (workers: --queues gpu).
 CONCORD_GPU_QUEUE = env.str("CONCORD_GPU_QUEUE", default="gpu")
 CONCORD_RUNS_DIR = Path(env.str("CONCORD_RUNS_DIR", default=str(VAR_DIR / "runs")))
-# A running run whose heartbeat is older than this is declared dead by the reaper (seconds).
+# A running job (any kind: import, clustering, judge, eval round, training run) whose heartbeat is
+# older than this is failed by the reaper (seconds); workers beat every CONCORD_HEARTBEAT_EVERY_S.
 CONCORD_HEARTBEAT_STALE_S = env.int("CONCORD_HEARTBEAT_STALE_S", default=180)
 CONCORD_HEARTBEAT_EVERY_S = env.float("CONCORD_HEARTBEAT_EVERY_S", default=10.0)
 # Training calls this after each logged step (a dotted path, so training never imports monitoring).
@@ -402,7 +403,7 @@ CONCORD_ALERT_RULES = [
      "diagnosis_step": 2},
 ]  # fmt: skip
 CELERY_BEAT_SCHEDULE = {
-    "reap-stale-training-runs": {"task": "training.tasks.reap_stale_runs", "schedule": 60.0},
+    "reap-stale-jobs": {"task": "common.tasks.jobs_reap_stale", "schedule": 60.0},
     # Continuous reward modelling: a retrain starts when N judgements arrived (issue #33).
     "continuous-reward-model-check": {
         "task": "training.tasks.continuous_rm_check_all",

@@ -49,6 +49,17 @@ class JudgeStatus(models.TextChoices):
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class GenerationStatus(models.TextChoices):
+    """State of a round's generation job (``EvalRound.generation_status``): the one job lifecycle."""
+
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
 
 
 class EvalRound(models.Model):
@@ -105,6 +116,14 @@ class EvalRound(models.Model):
     answers_total = models.PositiveIntegerField(
         default=0, help_text="Answers to generate: 2 x the round's items (0 before it starts)."
     )
+    # The generation job (queued -> running -> succeeded / failed); ``status`` is the round's.
+    generation_status = models.CharField(
+        max_length=10, choices=GenerationStatus.choices, default=GenerationStatus.QUEUED
+    )
+    generation_worker = models.CharField(max_length=200, blank=True)
+    generation_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    generation_started_at = models.DateTimeField(null=True, blank=True)
+    generation_finished_at = models.DateTimeField(null=True, blank=True)
     judge = models.ForeignKey(
         "monitoring.Judge",
         null=True,
@@ -130,6 +149,10 @@ class EvalRound(models.Model):
     judge_done = models.PositiveIntegerField(default=0, help_text="(item, order) verdicts stored.")
     judge_total = models.PositiveIntegerField(default=0, help_text="2 x the round's items.")
     judge_error = models.TextField(blank=True)
+    judge_worker = models.CharField(max_length=200, blank=True)
+    judge_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    judge_started_at = models.DateTimeField(null=True, blank=True)
+    judge_finished_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -357,6 +380,7 @@ class Judge(models.Model):
         RUNNING = "running", "Running"
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
 
     project = models.ForeignKey(
         "annotation.Project", on_delete=models.CASCADE, related_name="judges"
@@ -423,6 +447,8 @@ class Judge(models.Model):
     done = models.PositiveIntegerField(default=0, help_text="(comparison, order) verdicts stored.")
     total = models.PositiveIntegerField(default=0, help_text="2 x the project's comparisons.")
     error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -11,7 +11,8 @@ from celery import shared_task
 )
 def generate_round_responses(round_id: int) -> str:
     """Generate the checkpoint's and the baseline's responses of an eval round; returns its status.
-    A redelivered message finds the round no longer generating and does nothing."""
+    A redelivered message finds the generation job running or finished (the one job lifecycle's
+    claim) and does nothing."""
     from monitoring.services.eval_rounds import round_generate
 
     return round_generate(round_id=round_id).status
@@ -19,8 +20,9 @@ def generate_round_responses(round_id: int) -> str:
 
 @shared_task(name="monitoring.tasks.judge_run", acks_late=True, reject_on_worker_lost=True)
 def judge_run(judge_id: int) -> str:
-    """Run a model judge's job (sent by ``judge_launch``); returns its status.
-    Resumable: a redelivered message answers only what is still missing."""
+    """Run a model judge's job (sent by ``judge_launch``); returns its status. A redelivered
+    message finds the job running or finished and does nothing; a relaunch answers only what is
+    still missing."""
     from monitoring.services.judges import judge_run as run
 
     return run(judge_id=judge_id).status
@@ -29,7 +31,8 @@ def judge_run(judge_id: int) -> str:
 @shared_task(name="monitoring.tasks.judge_round", acks_late=True, reject_on_worker_lost=True)
 def judge_round(round_id: int) -> str:
     """Run an eval round's judge over every item in both orders (sent by ``round_judge_launch``);
-    returns the job's status. Resumable: a redelivered message answers only what is missing."""
+    returns the job's status. A redelivered message finds the job running or finished and does
+    nothing; a relaunch answers only what is missing."""
     from monitoring.services.round_judges import round_judge_run
 
     return round_judge_run(round_id=round_id).judge_status

@@ -75,13 +75,13 @@ def test_an_import_waits_only_behind_default_queue_jobs(snapshot):
     )
 
 
-def test_an_import_in_progress_is_listed_by_its_phase(snapshot):
-    """An import being written counts as running, named by its phase in plain words."""
+def test_an_import_in_progress_is_listed_as_running(snapshot):
+    """An import being validated or written is running, in the lifecycle's words."""
     project = snapshot.export.project
-    importing = _import(project, status="importing")
+    importing = _import(project, status="running")
     job = _import(project)
     assert job_waiting_text(job=job) == (
-        f"Queued: waiting behind import #{importing.pk} (importing) on the default queue."
+        f"Queued: waiting behind import #{importing.pk} (running) on the default queue."
     )
 
 
@@ -121,15 +121,14 @@ def test_the_clustering_and_judges_pages_show_the_line(snapshot, ml_engineer):
     """A queued clustering run's page names the import being written ahead of it (default
     queue); the judges list names the training run ahead of a queued local-model judge (gpu)."""
     project = snapshot.export.project
-    importing = _import(project, status="importing")
+    importing = _import(project, status="running")
     ClusteringRun.objects.create(project=project, status="queued", model_name="m")
     running = _run(snapshot, "running")
     _judge(project, "local", "local_llm")
     client = logged_in(ml_engineer)
     clusters = client.get(f"/annotation/p/{project.slug}/clusters/").content.decode()
     assert (
-        f"Queued: waiting behind import #{importing.pk} (importing) on the default queue."
-        in clusters
+        f"Queued: waiting behind import #{importing.pk} (running) on the default queue." in clusters
     )
     judges = client.get(f"/monitoring/projects/{project.slug}/judges/").content.decode()
     assert (

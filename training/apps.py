@@ -7,6 +7,12 @@ def _gpu_queue(run: object) -> str:
     return settings.CONCORD_GPU_QUEUE
 
 
+def _run_reaped(run) -> None:
+    from training.services import run_reaped_record
+
+    run_reaped_record(run=run)
+
+
 class TrainingConfig(AppConfig):
     name = "training"
     verbose_name = "Training"
@@ -20,6 +26,7 @@ class TrainingConfig(AppConfig):
 
         # services.run_launch sends every run to the gpu queue.
         job_kind_register(
-            JobKind(model="training.TrainingRun", noun="training run", queued=("queued",),
-                    running=("running",), queue_of=_gpu_queue)
+            JobKind(model="training.TrainingRun", noun="training run", queue_of=_gpu_queue,
+                    idle=("draft",), cancel_field="cancel_requested", on_reaped=_run_reaped,
+                    reap_advice="Its checkpoints are kept: resume to continue from the last one.")
         )  # fmt: skip

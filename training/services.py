@@ -1,9 +1,11 @@
 """Writes of training runs: create, launch, cancel, resume, clone; the worker's claim, heartbeat,
 metrics, checkpoints and end; the reaper.
 
-The run's state lives in the database. The Celery task only carries the run id: it claims the run with
-a conditional update (queued -> running), so a redelivered or duplicated message finds nothing to do.
-Cancel is cooperative: the flag is polled by the training loop through the callback.
+The run's state lives in the database and follows the one job lifecycle (``common.lifecycle``). The
+Celery task only carries the run id: it claims the run with a conditional update (queued ->
+running), so a redelivered or duplicated message finds nothing to do. Cancel is cooperative: the
+flag is polled by the training loop through the callback. The reaper is the lifecycle's, for every
+job kind; ``runs_reap_stale`` runs it for training runs alone.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,14 @@ from django.utils.module_loading import import_string
 from annotation.models import DatasetExport
 from common.errors import ConcordError, ModelUnavailableError
 from common.jobs import task_send
+from common.lifecycle import (
+    CANCELLED,
+    JobStateError,
+    job_cancel,
+    job_claim,
+    job_finish,
+    jobs_reap_stale,
+)
 from common.model_registry import model_get, model_path
 from training.models import (
     Checkpoint,
@@ -328,20 +337,13 @@ def run_launch(*, run: TrainingRun, user: AbstractBaseUser | None) -> TrainingRu
 @transaction.atomic
 def run_cancel(*, run: TrainingRun, user: AbstractBaseUser | None) -> TrainingRun:
     """Cancel: at once when not started yet; a running run stops at its next step (with a checkpoint)."""
-    now = timezone.now()
-    if TrainingRun.objects.filter(pk=run.pk, status__in=[Status.DRAFT, Status.QUEUED]).update(
-        status=Status.CANCELLED, finished_at=now
-    ):
+    try:
+        outcome = job_cancel(model=TrainingRun, pk=run.pk)
+    except JobStateError:
         run.refresh_from_db()
-        _event(run, "cancelled", user)
-        return run
-    if not TrainingRun.objects.filter(pk=run.pk, status=Status.RUNNING).update(
-        cancel_requested=True
-    ):
-        run.refresh_from_db()
-        raise RunError(f"run #{run.pk} is {run.status}; there is nothing to cancel")
+        raise RunError(f"run #{run.pk} is {run.status}; there is nothing to cancel") from None
     run.refresh_from_db()
-    _event(run, "cancel_requested", user)
+    _event(run, "cancelled" if outcome == CANCELLED else "cancel_requested", user)
     return run
 
 
@@ -443,15 +445,9 @@ def run_clone(
 def run_claim(*, run_id: int, worker: str) -> TrainingRun | None:
     """queued -> running for this worker, or None when the run is not queued (a duplicate message,
     a cancelled run): whoever claims it first runs it, nobody runs it twice."""
-    now = timezone.now()
-    claimed = TrainingRun.objects.filter(pk=run_id, status=Status.QUEUED).update(
-        status=Status.RUNNING,
-        worker=worker,
-        attempts=F("attempts") + 1,
-        started_at=now,
-        heartbeat_at=now,
-    )
-    if not claimed:
+    if not job_claim(
+        model=TrainingRun, pk=run_id, worker=worker, updates={"attempts": F("attempts") + 1}
+    ):
         return None
     run = TrainingRun.objects.select_related("snapshot__export", "reward_model_run").get(pk=run_id)
     _event(run, "started", worker=worker, attempt=run.attempts)
@@ -476,14 +472,6 @@ def run_config_resolved(run: TrainingRun) -> dict[str, Any]:
     if kind_spec(run.kind).has_reference_pass and not values.get("reference_cache_dir"):
         values["reference_cache_dir"] = reference_cache_dir()  # runs stored before it was
     return values
-
-
-def run_heartbeat(*, run_id: int) -> bool:
-    """Refresh the heartbeat; returns whether cancel was requested."""
-    TrainingRun.objects.filter(pk=run_id, status=Status.RUNNING).update(heartbeat_at=timezone.now())
-    return bool(
-        TrainingRun.objects.filter(pk=run_id).values_list("cancel_requested", flat=True).first()
-    )
 
 
 def run_progress(*, run_id: int, step: int, total_steps: int | None) -> None:
@@ -527,16 +515,20 @@ def run_finish(
     *, run_id: int, status: str, error: str = "", summary: Mapping[str, Any] | None = None
 ) -> None:
     """Record how the attempt ended: succeeded, cancelled or failed (with the error). A succeeded
-    run's final model becomes a checkpoint of its last step (``_final_checkpoint_record``)."""
+    run's final model becomes a checkpoint of its last step (``_final_checkpoint_record``). A run
+    no longer running (the reaper failed it meanwhile) keeps its state; the event says so."""
     with transaction.atomic():
-        TrainingRun.objects.filter(pk=run_id).update(
-            status=status,
+        finished = job_finish(
+            model=TrainingRun,
+            pk=run_id,
+            state=status,
             error=error[-20_000:],
-            summary=dict(summary or {}),
-            finished_at=timezone.now(),
-            cancel_requested=False,
+            updates={"summary": dict(summary or {}), "cancel_requested": False},
         )
         run = TrainingRun.objects.get(pk=run_id)
+        if not finished:
+            _event(run, "finish_ignored", status=status, state=run.status)
+            return
         if status == Status.SUCCEEDED:
             _final_checkpoint_record(run, summary or {})
         _event(run, status, error=error[-2000:] if error else "")
@@ -561,19 +553,14 @@ def _final_checkpoint_record(run: TrainingRun, summary: Mapping[str, Any]) -> Ch
     return checkpoint_record(run_id=run.pk, step=step, path=final, metrics=metrics)
 
 
-def runs_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
-    """Fail running runs whose heartbeat stopped (a killed worker); they can be resumed."""
-    stale_after = stale_after_s if stale_after_s is not None else settings.CONCORD_HEARTBEAT_STALE_S
-    limit = timezone.now() - timedelta(seconds=stale_after)
-    reaped = []
-    for run in TrainingRun.objects.filter(status=Status.RUNNING, heartbeat_at__lt=limit):
-        message = (
-            f"the worker stopped answering (no heartbeat since {run.heartbeat_at:%Y-%m-%d %H:%M:%S}"
-            f" UTC); resume to continue from the last checkpoint"
-        )
-        if TrainingRun.objects.filter(pk=run.pk, status=Status.RUNNING).update(
-            status=Status.FAILED, error=message, finished_at=timezone.now()
-        ):
-            _event(run, "reaped", heartbeat_at=run.heartbeat_at.isoformat())
-            reaped.append(run.pk)
-    return reaped
+def runs_reap_stale(*, stale_after_s: float | None = None) -> list[int]:
+    """Fail running runs whose heartbeat stopped (a killed worker): the one reaper
+    (``common.lifecycle.jobs_reap_stale``) for training runs alone. They can be resumed."""
+    reaped = jobs_reap_stale(stale_after_s=stale_after_s, models=["training.TrainingRun"])
+    return [job.pk for job in reaped]
+
+
+def run_reaped_record(*, run: TrainingRun) -> None:
+    """The audit event of a run the reaper failed (its kind's ``on_reaped``)."""
+    beat = run.heartbeat_at.isoformat() if run.heartbeat_at else None
+    _event(run, "reaped", heartbeat_at=beat)

@@ -1,9 +1,10 @@
 """Celery tasks of training. ``run_training_task`` goes to the gpu queue (one task at a time, a
-fresh process each, late ack); the reaper to the default queue. Tasks fetch ids and call services."""
+fresh process each, late ack). The reaper of dead runs is the one job lifecycle's
+(``common.tasks.jobs_reap_stale``). Tasks fetch ids and call services."""
 
 from celery import shared_task
 
-from training import continuous_services, services
+from training import continuous_services
 
 
 @shared_task(name="training.tasks.run_training_task", acks_late=True, reject_on_worker_lost=True)
@@ -14,12 +15,6 @@ def run_training_task(run_id: int) -> str:
     status = run_execute(run_id=run_id)
     continuous_services.retrain_finished_hook(run_id=run_id)
     return status
-
-
-@shared_task(name="training.tasks.reap_stale_runs")
-def reap_stale_runs() -> list[int]:
-    """Fail running runs whose heartbeat stopped; returns their ids."""
-    return services.runs_reap_stale()
 
 
 @shared_task(name="training.tasks.continuous_rm_check_all")

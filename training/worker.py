@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,38 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 
+from common.lifecycle import JobHeartbeat, worker_name
 from training import progress_services, services
 from training.models import TrainingRun
 
 CANCEL_FILE = "CANCEL"
 
 
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class _Heartbeat(threading.Thread):
-    """Refreshes the run's heartbeat every few seconds while the recipe works (also through slow
-    first steps), and notices a cancel request."""
-
-    def __init__(self, run_id: int, every_s: float) -> None:
-        super().__init__(daemon=True, name=f"heartbeat-run-{run_id}")
-        self.run_id, self.every_s = run_id, every_s
-        self.cancel = threading.Event()
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self.done.wait(self.every_s):
-                if services.run_heartbeat(run_id=self.run_id):
-                    self.cancel.set()
-        finally:
-            connection.close()
-
-
-def _database_callback(run_id: int, heartbeat: _Heartbeat):
+def _database_callback(run_id: int, heartbeat: JobHeartbeat):
     """The recipe's callback: progress, metrics and checkpoints to the database; stop on cancel."""
     from training.recipes.callbacks import TrainingCallback
 
@@ -159,7 +134,7 @@ def launcher_lines(command: list[str]) -> Iterator[str]:
             raise LauncherFailed(command, process.returncode)
 
 
-def _follow(run: TrainingRun, command: list[str], heartbeat: _Heartbeat) -> dict[str, Any]:
+def _follow(run: TrainingRun, command: list[str], heartbeat: JobHeartbeat) -> dict[str, Any]:
     """Run the launcher, turning its JSON lines into metrics; returns the summary line."""
     from training.recipes.checkpoint_files import complete_checkpoints  # no torch
 
@@ -192,7 +167,8 @@ def run_execute(*, run_id: int, worker: str | None = None) -> str:
     run = services.run_claim(run_id=run_id, worker=worker or worker_name())
     if run is None:
         return "skipped"
-    heartbeat = _Heartbeat(run.pk, settings.CONCORD_HEARTBEAT_EVERY_S)
+    # The one job lifecycle's heartbeat thread: it also notices a cancel request (or a reaped run).
+    heartbeat = JobHeartbeat(model=TrainingRun, pk=run.pk)
     heartbeat.start()
     try:
         from training.recipes import config_from_dict, run_training
@@ -224,8 +200,7 @@ def run_execute(*, run_id: int, worker: str | None = None) -> str:
         )
         return TrainingRun.Status.FAILED
     finally:
-        heartbeat.done.set()
-        heartbeat.join(timeout=30)
+        heartbeat.stop()
 
 
 def _jsonable(summary: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,14 @@ from annotation.selectors.clustering import comparison_ids_balanced
 from annotation.selectors.labelling import BATCH_SIZE
 from common.errors import ConcordError
 from common.jobs import task_send
+from common.lifecycle import (
+    FAILED,
+    SUCCEEDED,
+    JobHeartbeat,
+    job_claim,
+    job_finish,
+    jobs_reap_stale,
+)
 from common.model_registry import model_path
 
 logger = logging.getLogger(__name__)
@@ -53,7 +61,8 @@ ENCODE_BATCH = 64
 # Most central prompts kept per cluster (the page shows them as examples).
 CENTRAL_PROMPTS = 5
 TOP_TERMS = 8
-# A queued or running run that has not reported for this long is taken as dead (worker gone).
+# A run still queued this long after it was requested is taken as lost (its message never reached a
+# worker) when the next run is requested; a running one is the reaper's (common.lifecycle).
 STALE_AFTER = timedelta(minutes=30)
 # A new cluster takes an old cluster's name when their members overlap by more than half (Jaccard):
 # two disjoint new clusters can never both pass, so a name is carried at most once.
@@ -184,11 +193,16 @@ def prompt_embeddings_matrix(*, project: Project, model_name: str) -> tuple[np.n
 
 # --- Runs -------------------------------------------------------------------------------------------
 def _fail_stale_runs(project: Project) -> None:
+    """Fail what blocks a new run for no reason: a running run whose heartbeat stopped (the one
+    reaper, run now rather than at its next beat) and a queued one no worker took in time."""
+    jobs_reap_stale(models=["annotation.ClusteringRun"])
     ClusteringRun.objects.filter(
-        project=project, status__in=ACTIVE, updated_at__lt=timezone.now() - STALE_AFTER
+        project=project,
+        status=ClusteringRun.Status.QUEUED,
+        updated_at__lt=timezone.now() - STALE_AFTER,
     ).update(
         status=ClusteringRun.Status.FAILED,
-        error="The worker stopped reporting; the run was abandoned.",
+        error="No worker took the run within 30 minutes; it was abandoned.",
         finished_at=timezone.now(),
     )
 
@@ -244,15 +258,11 @@ def _report(run: ClusteringRun, fraction: float, stage: str) -> None:
 
 
 def _claim(run_id: int) -> ClusteringRun | None:
-    """Move a queued run to running; None when it is not queued (a redelivered message)."""
-    with transaction.atomic():
-        run = ClusteringRun.objects.select_for_update().select_related("project").get(pk=run_id)
-        if run.status != ClusteringRun.Status.QUEUED:
-            return None
-        run.status = ClusteringRun.Status.RUNNING
-        run.started_at = timezone.now()
-        run.save(update_fields=["status", "started_at", "updated_at"])
-    return run
+    """Move a queued run to running (the lifecycle's conditional claim); None when it is not
+    queued (a redelivered message)."""
+    if not job_claim(model=ClusteringRun, pk=run_id):
+        return None
+    return ClusteringRun.objects.select_related("project").get(pk=run_id)
 
 
 def _carried_names(
@@ -293,74 +303,92 @@ def clustering_run_execute(*, run_id: int, encoder: Encoder | None = None) -> Cl
     run = _claim(run_id)
     if run is None:
         return ClusteringRun.objects.get(pk=run_id)
-    project = run.project
     try:
-        _report(run, 0.02, "Embedding new prompts")
-        run.n_embedded = prompt_embeddings_ensure(
-            project=project,
-            model_name=run.model_name,
-            encoder=encoder,
-            progress=lambda fraction, stage: _report(run, 0.02 + 0.78 * fraction, stage),
-        )
-        ids, matrix = prompt_embeddings_matrix(project=project, model_name=run.model_name)
-        if len(ids) == 0:
-            raise ClusteringError(f"project {project.slug!r} has no prompts to cluster")
-        if run.k_requested is not None and run.k_requested > len(ids):
-            raise ClusteringError(
-                f"k = {run.k_requested} is more than the {len(ids)} prompts of the project"
-            )
-        _report(run, 0.8, f"Clustering {len(ids)} prompts")
-        result = cluster_embeddings(matrix, k=run.k_requested)
-        _report(run, 0.9, "Describing the clusters")
-        prompts = Prompt.objects.in_bulk(ids.tolist())
-        texts = [embedding_text(prompts[int(pid)]) for pid in ids]
-        terms = cluster_top_terms(texts, result.labels, n_terms=TOP_TERMS)
-        central = central_members(matrix, result.labels, result.centroids, n=CENTRAL_PROMPTS)
-        xy = project_2d(matrix)
-        names = _carried_names(project, ids, result.labels, result.k)
-        sizes = result.sizes
-        with transaction.atomic():
-            PromptCluster.objects.bulk_create(
-                PromptCluster(
-                    run=run,
-                    label=label,
-                    name=names.get(label, ""),
-                    size=int(sizes[label]),
-                    share=float(sizes[label] / len(ids)),
-                    top_terms=terms.get(label, []),
-                    central_prompt_ids=[int(ids[i]) for i in central[label]],
-                )
-                for label in range(result.k)
-            )
-            Prompt.objects.filter(project=project).update(cluster=None)
-            for label in range(result.k):
-                members = ids[result.labels == label].tolist()
-                Prompt.objects.filter(project=project, id__in=members).update(cluster=label)
-            run.status = ClusteringRun.Status.SUCCEEDED
-            run.k = result.k
-            run.silhouette = result.silhouette
-            run.silhouette_by_k = {str(k): score for k, score in result.silhouette_by_k.items()}
-            run.n_prompts = len(ids)
-            run.progress, run.stage = 1.0, "Done"
-            run.projection = {
-                "prompt_ids": ids.tolist(),
-                "labels": result.labels.tolist(),
-                "x": np.round(xy[:, 0], 4).tolist(),
-                "y": np.round(xy[:, 1], 4).tolist(),
-            }
-            run.finished_at = timezone.now()
-            run.save()
-            queue_rebalance(project=project)
+        with JobHeartbeat(model=ClusteringRun, pk=run.pk):
+            _cluster(run, encoder)
     except Exception as exc:
         logger.exception("clustering run %s failed", run.pk)
-        ClusteringRun.objects.filter(pk=run.pk).update(
-            status=ClusteringRun.Status.FAILED,
+        job_finish(
+            model=ClusteringRun,
+            pk=run.pk,
+            state=FAILED,
             error=str(exc) or exc.__class__.__name__,
-            n_embedded=run.n_embedded,
-            finished_at=timezone.now(),
+            updates={"n_embedded": run.n_embedded},
         )
         raise
+    run.refresh_from_db()
     return run
+
+
+def _cluster(run: ClusteringRun, encoder: Encoder | None) -> None:
+    """The work of a claimed run: embed, cluster, describe, then store the clusters, the prompts'
+    labels and the run's end in one transaction (rolled back when the run is no longer running)."""
+    project = run.project
+    _report(run, 0.02, "Embedding new prompts")
+    run.n_embedded = prompt_embeddings_ensure(
+        project=project,
+        model_name=run.model_name,
+        encoder=encoder,
+        progress=lambda fraction, stage: _report(run, 0.02 + 0.78 * fraction, stage),
+    )
+    ids, matrix = prompt_embeddings_matrix(project=project, model_name=run.model_name)
+    if len(ids) == 0:
+        raise ClusteringError(f"project {project.slug!r} has no prompts to cluster")
+    if run.k_requested is not None and run.k_requested > len(ids):
+        raise ClusteringError(
+            f"k = {run.k_requested} is more than the {len(ids)} prompts of the project"
+        )
+    _report(run, 0.8, f"Clustering {len(ids)} prompts")
+    result = cluster_embeddings(matrix, k=run.k_requested)
+    _report(run, 0.9, "Describing the clusters")
+    prompts = Prompt.objects.in_bulk(ids.tolist())
+    texts = [embedding_text(prompts[int(pid)]) for pid in ids]
+    terms = cluster_top_terms(texts, result.labels, n_terms=TOP_TERMS)
+    central = central_members(matrix, result.labels, result.centroids, n=CENTRAL_PROMPTS)
+    xy = project_2d(matrix)
+    names = _carried_names(project, ids, result.labels, result.k)
+    sizes = result.sizes
+    with transaction.atomic():
+        PromptCluster.objects.bulk_create(
+            PromptCluster(
+                run=run,
+                label=label,
+                name=names.get(label, ""),
+                size=int(sizes[label]),
+                share=float(sizes[label] / len(ids)),
+                top_terms=terms.get(label, []),
+                central_prompt_ids=[int(ids[i]) for i in central[label]],
+            )
+            for label in range(result.k)
+        )
+        Prompt.objects.filter(project=project).update(cluster=None)
+        for label in range(result.k):
+            members = ids[result.labels == label].tolist()
+            Prompt.objects.filter(project=project, id__in=members).update(cluster=label)
+        finished = job_finish(
+            model=ClusteringRun,
+            pk=run.pk,
+            state=SUCCEEDED,
+            updates={
+                "k": result.k,
+                "silhouette": result.silhouette,
+                "silhouette_by_k": {str(k): v for k, v in result.silhouette_by_k.items()},
+                "n_prompts": len(ids),
+                "n_embedded": run.n_embedded,
+                "progress": 1.0,
+                "stage": "Done",
+                "projection": {
+                    "prompt_ids": ids.tolist(),
+                    "labels": result.labels.tolist(),
+                    "x": np.round(xy[:, 0], 4).tolist(),
+                    "y": np.round(xy[:, 1], 4).tolist(),
+                },
+                "updated_at": timezone.now(),
+            },
+        )
+        if not finished:  # the reaper failed it meanwhile: keep the previous clusters
+            raise ClusteringError(f"clustering run {run.pk} was stopped before it finished")
+        queue_rebalance(project=project)
 
 
 def cluster_rename(*, cluster: PromptCluster, name: str) -> PromptCluster:

@@ -5,6 +5,10 @@ zstd) is written to UPLOAD_DIR before anything else happens, so a failed import 
 user sent; the rejects file of ``skip_invalid`` lies beside it. Progress lives in the shared cache
 (the import's write pass runs inside one database transaction, whose own updates nobody else could
 see until the end).
+
+The job follows the one job lifecycle (``common.lifecycle``): the task claims it (queued ->
+running, one conditional update), so a redelivered message finds it taken and imports nothing
+twice; a heartbeat thread keeps it alive while it works, and the reaper fails it if the worker dies.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.core.files.uploadedfile import UploadedFile
-from django.utils import timezone
 
 from annotation import formats
 from annotation.formats.containers import compression_of
@@ -26,6 +29,7 @@ from annotation.services.import_result import ProgressMeter
 from annotation.services.importing import ImportOptions, comparisons_import
 from common.errors import ConcordError
 from common.jobs import task_send
+from common.lifecycle import FAILED, SUCCEEDED, JobHeartbeat, job_claim, job_finish, job_state
 
 ALLOWED_SUFFIXES = (
     ".jsonl",
@@ -116,12 +120,13 @@ def import_job_create(
     return job
 
 
-def import_job_run(*, job_id: int) -> ImportJob:
-    """Run a queued import job to the end: done with counts, or failed with every error listed."""
+def import_job_run(*, job_id: int, worker: str | None = None) -> ImportJob:
+    """Run a queued import job to the end: succeeded with counts, or failed with every error
+    listed. A job that is not queued (a redelivered message: it is running elsewhere, or ran) is
+    returned untouched and nothing is imported."""
+    if not job_claim(model=ImportJob, pk=job_id, worker=worker):
+        return ImportJob.objects.get(pk=job_id)
     job = ImportJob.objects.select_related("project").get(pk=job_id)
-    if job.status in (ImportJob.Status.DONE, ImportJob.Status.FAILED):
-        return job  # a redelivered message: the job already ran
-    ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.VALIDATING)
 
     meter = ProgressMeter()
 
@@ -137,28 +142,39 @@ def import_job_run(*, job_id: int) -> ImportJob:
             scalars_as_text_name=chosen.get("scalars_as_text_name", SCALARS_AS_TEXT_API),
         ),
     )
+    outcome: dict[str, object]
     try:
-        result = comparisons_import(
-            project=job.project, lines=Path(job.path), progress=progress, options=options
-        )
+        with JobHeartbeat(model=ImportJob, pk=job.pk):
+            result = comparisons_import(
+                project=job.project, lines=Path(job.path), progress=progress, options=options
+            )
     except ImportValidationError as exc:
-        job.status = ImportJob.Status.FAILED
-        job.errors = [
+        errors = [
             {"line": e.line, "unit": e.unit, "field": e.field, "message": e.message}
             for e in exc.errors
         ]
-        job.result = {"error_count": exc.total, "options": chosen}
+        outcome = {"errors": errors, "result": {"error_count": exc.total, "options": chosen}}
+        state = FAILED
     except (OSError, ValueError) as exc:
-        job.status = ImportJob.Status.FAILED
-        job.errors = [{"line": 0, "unit": "", "field": "", "message": str(exc)}]
-        job.result = {"options": chosen}
+        errors = [{"line": 0, "unit": "", "field": "", "message": str(exc)}]
+        outcome = {"errors": errors, "result": {"options": chosen}}
+        state = FAILED
+    except (
+        Exception
+    ) as exc:  # a bug, not the file: fail the job now (not at the reaper), then raise
+        job_finish(model=ImportJob, pk=job.pk, state=FAILED, error=f"{type(exc).__name__}: {exc}")
+        cache.delete(_progress_key(job.pk))
+        raise
     else:
-        job.status = ImportJob.Status.DONE
-        job.rows_total = job.rows_done = result.rows
-        job.result = {**result.__dict__, "summary": result.summary(), "options": chosen}
-    job.finished_at = timezone.now()
-    job.save()
+        outcome = {
+            "rows_total": result.rows,
+            "rows_done": result.rows,
+            "result": {**result.__dict__, "summary": result.summary(), "options": chosen},
+        }
+        state = SUCCEEDED
+    job_finish(model=ImportJob, pk=job.pk, state=state, updates=outcome)
     cache.delete(_progress_key(job.pk))
+    job.refresh_from_db()
     return job
 
 
@@ -170,6 +186,7 @@ def import_job_progress(job: ImportJob) -> dict[str, object]:
     return {
         "id": job.pk,
         "status": job.status,
+        "status_label": job_state(job)[1],
         "file": job.original_name,
         "phase": live.get("phase", job.status),
         "rows_done": live.get("rows_done", job.rows_done),

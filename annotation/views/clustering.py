@@ -15,6 +15,7 @@ from annotation.models import ClusteringRun, Project, PromptCluster
 from annotation.selectors import clustering as selectors
 from annotation.services import clustering as service
 from common.errors import ConcordError
+from common.lifecycle import job_state
 from common.roles import ML_ENGINEER, role_required
 
 # Colours cycle after this many clusters (clusters.css defines .cluster-0 ... .cluster-11).
@@ -28,6 +29,7 @@ def _run_status(run: ClusteringRun | None) -> dict[str, object]:
     return {
         "id": run.pk,
         "status": run.status,
+        "status_label": job_state(run)[1],
         "progress": round(run.progress, 3),
         "stage": run.stage,
         "error": run.error,

@@ -30,6 +30,7 @@ from annotation.models import Project, Prompt
 from annotation.selectors.clustering import prompt_ids_held_out
 from common.errors import ConcordError
 from common.jobs import task_send
+from common.lifecycle import FAILED, SUCCEEDED, JobHeartbeat, job_claim, job_finish
 from common.sides import stored_side
 from common.text import storable_text
 from monitoring.models import (
@@ -272,32 +273,45 @@ def _baseline_dir(round_: EvalRound) -> str:
     return str(model_path(round_.baseline_model))
 
 
-def round_generate(*, round_id: int) -> EvalRound:
+GENERATION = "generation_status"  # the round's generation job's state (``status`` is the round's)
+
+
+def round_generate(*, round_id: int, worker: str | None = None) -> EvalRound:
     """Worker side: generate both models' responses and open the round, in-process with the chat
     template (gpu queue) or through the round's endpoint (default queue), counting the answers
-    done (``answers_done`` of ``answers_total``) as it goes. Idempotent: a round no longer
-    generating is left alone. A failure marks it failed, and its judge's job, which waits for
-    the answers, failed too. Answers are stored with ``storable_text`` (a NUL becomes U+FFFD)."""
+    done (``answers_done`` of ``answers_total``) as it goes. The generation job follows the one
+    job lifecycle: a redelivered message that finds it running or finished does nothing. A
+    failure marks it and the round failed, and its judge's job, which waits for the answers,
+    failed too. Answers are stored with ``storable_text`` (a NUL becomes U+FFFD)."""
+    if not job_claim(model=EvalRound, pk=round_id, worker=worker, status_field=GENERATION):
+        return EvalRound.objects.get(pk=round_id)
     round_ = EvalRound.objects.select_related(
         "checkpoint__run__reward_model_run", "baseline_checkpoint"
     ).get(pk=round_id)
-    if round_.status != EvalRound.Status.GENERATING:
-        return round_
     try:
-        items = list(round_.items.select_related("prompt").order_by("position"))
-        conversations = [_conversation(item.prompt) for item in items]
-        config = _sampling_config(round_.sampling)
-        EvalRound.objects.filter(pk=round_.pk).update(answers_done=0, answers_total=2 * len(items))
-        if round_.endpoint:
-            outputs = _generate_through_endpoint(round_, conversations, config)
-        else:
-            outputs = _generate_in_process(round_, conversations, config)
-        for item, mine, theirs in zip(
-            items, outputs["checkpoint"], outputs["baseline"], strict=True
-        ):
-            item.checkpoint_text, item.checkpoint_tokens = storable_text(mine.text), mine.n_tokens
-            item.baseline_text, item.baseline_tokens = storable_text(theirs.text), theirs.n_tokens
-        scores = _reward_scores_for(round_, conversations, [i.checkpoint_text for i in items])
+        with JobHeartbeat(model=EvalRound, pk=round_.pk, status_field=GENERATION):
+            items = list(round_.items.select_related("prompt").order_by("position"))
+            conversations = [_conversation(item.prompt) for item in items]
+            config = _sampling_config(round_.sampling)
+            EvalRound.objects.filter(pk=round_.pk).update(
+                answers_done=0, answers_total=2 * len(items)
+            )
+            if round_.endpoint:
+                outputs = _generate_through_endpoint(round_, conversations, config)
+            else:
+                outputs = _generate_in_process(round_, conversations, config)
+            for item, mine, theirs in zip(
+                items, outputs["checkpoint"], outputs["baseline"], strict=True
+            ):
+                item.checkpoint_text, item.checkpoint_tokens = (
+                    storable_text(mine.text),
+                    mine.n_tokens,
+                )
+                item.baseline_text, item.baseline_tokens = (
+                    storable_text(theirs.text),
+                    theirs.n_tokens,
+                )
+            scores = _reward_scores_for(round_, conversations, [i.checkpoint_text for i in items])
         for item, score in zip(items, scores, strict=False):
             item.reward_score = score
         with transaction.atomic():
@@ -306,18 +320,21 @@ def round_generate(*, round_id: int) -> EvalRound:
                 ["checkpoint_text", "checkpoint_tokens", "baseline_text", "baseline_tokens"]
                 + (["reward_score"] if scores else []),
             )
-            EvalRound.objects.filter(pk=round_.pk).update(status=EvalRound.Status.OPEN)
+            if not job_finish(
+                model=EvalRound, pk=round_.pk, state=SUCCEEDED, status_field=GENERATION,
+                updates={"status": EvalRound.Status.OPEN},
+            ):  # fmt: skip
+                raise EvalError(f"the generation of round {round_.pk} was stopped (reaped)")
     except Exception as exc:
         log.exception("generation of eval round %s failed", round_id)
         # Our own refusals read as a sentence; anything else keeps its type for the engineer.
         error = str(exc) if isinstance(exc, EvalError) else f"{type(exc).__name__}: {exc}"
         with transaction.atomic():
-            EvalRound.objects.filter(pk=round_.pk).update(
-                status=EvalRound.Status.FAILED, error=error[:5000]
-            )
-            EvalRound.objects.filter(pk=round_.pk, judge_status=JudgeStatus.WAITING).update(
-                judge_status=JudgeStatus.FAILED, judge_error=JUDGE_WITHOUT_ANSWERS
-            )
+            if job_finish(
+                model=EvalRound, pk=round_.pk, state=FAILED, error=error[:5000],
+                status_field=GENERATION, updates={"status": EvalRound.Status.FAILED},
+            ):  # fmt: skip
+                round_judge_services.round_judge_without_answers(round_id=round_.pk)
     else:
         _close_when_rated(round_id=round_.pk)  # every answer identical: nothing to rate
         if round_.judge_id:
@@ -325,17 +342,10 @@ def round_generate(*, round_id: int) -> EvalRound:
             try:
                 round_judge_services.round_judge_launch(round_=round_)
             except round_judge_services.RoundJudgeError:
-                # Launched already (a redelivered generation message): the page can relaunch.
+                # Launched already: the page can relaunch.
                 log.warning("the judge of eval round %s was not launched", round_.pk)
     round_.refresh_from_db()
     return round_
-
-
-# The judge's error when the round it waits for could not generate its answers.
-JUDGE_WITHOUT_ANSWERS = (
-    "The round's answers could not be generated (see the round's error), so the judge had "
-    "nothing to rate. Create a new round once the cause is fixed."
-)
 
 
 def _answers_counter(round_: EvalRound, offset: int):

@@ -3,11 +3,14 @@ run the job: every comparison of the project judged in both orders. Local models
 registry LLM) run on the gpu worker; an OpenAI-compatible endpoint only needs HTTP, so its job runs on
 the default queue. The kinds differ only in how they turn tasks into answers (``_answerer``).
 
-A judge's job is resumable and safe to run twice: each (comparison, order) answer is one
-``JudgeOutput`` row under a unique constraint, the job skips the pairs it already answered, and a
-redelivered message (late ack) only finds less to do. After the answers, the combined verdict per
-comparison (``combine_orders``' rule: both orders agree, else a tie) is stored as a ``Judgement`` of
-the judge's machine annotator, so every agreement statistic can treat the judge like a person.
+A judge's job follows the one job lifecycle (``common.lifecycle``): the task claims it (queued ->
+running, one conditional update), so a redelivered message (late ack) that finds it running or
+finished does nothing; a heartbeat thread keeps it alive and the reaper fails it if the worker dies.
+It is resumable: each (comparison, order) answer is one ``JudgeOutput`` row under a unique
+constraint, and a relaunched job skips the pairs it already answered. After the answers, the
+combined verdict per comparison (``combine_orders``' rule: both orders agree, else a tie) is stored
+as a ``Judgement`` of the judge's machine annotator, so every agreement statistic can treat the
+judge like a person.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Max
-from django.utils import timezone
 from django.utils.text import slugify
 
 from annotation.agreement import CHOICES, MISSING
@@ -38,6 +40,14 @@ from annotation.agreement.judges import (
 from annotation.models import Comparison, Judgement, Project
 from common.errors import ConcordError
 from common.jobs import task_send
+from common.lifecycle import (
+    CANCELLED,
+    FAILED,
+    SUCCEEDED,
+    JobHeartbeat,
+    job_claim,
+    job_finish,
+)
 from common.model_registry import model_get
 from common.roles import machine_account_mark
 from common.text import storable_text
@@ -195,7 +205,7 @@ def judge_launch(*, judge: Judge) -> Judge:
     with transaction.atomic():
         claimed = Judge.objects.filter(
             pk=judge.pk,
-            status__in=[Judge.Status.DRAFT, Judge.Status.SUCCEEDED, Judge.Status.FAILED],
+            status__in=[Judge.Status.DRAFT, SUCCEEDED, FAILED, CANCELLED],
         ).update(status=Judge.Status.QUEUED, error="", finished_at=None)
         if not claimed:
             raise JudgeError(f"judge {judge} is already {judge.status}")
@@ -246,36 +256,30 @@ Answerer = Callable[[Sequence[_Task]], list[Answer]]
 
 
 def judge_run(*, judge_id: int) -> Judge:
-    """Worker side (gpu or default queue): answer every missing (comparison, order) of the project, then store
-    the combined verdicts as judgements of the machine annotator. A judge that is not queued or
-    running (a message for a job already finished) is left alone; a failure marks it failed with
-    the error, keeping every answer already saved."""
-    claimed = Judge.objects.filter(
-        pk=judge_id, status__in=[Judge.Status.QUEUED, Judge.Status.RUNNING]
-    ).update(status=Judge.Status.RUNNING, started_at=timezone.now())
+    """Worker side (gpu or default queue): answer every missing (comparison, order) of the
+    project, then store the combined verdicts as judgements of the machine annotator. A judge that
+    is not queued (a redelivered message: running elsewhere, or finished) is left alone; a failure
+    marks it failed with the error, keeping every answer already saved."""
+    if not job_claim(model=Judge, pk=judge_id):
+        return Judge.objects.get(pk=judge_id)
     judge = Judge.objects.select_related("project", "reward_run").get(pk=judge_id)
-    if not claimed:
-        return judge
     try:
-        tasks = _missing_tasks(judge)
-        answer = _answerer(judge)
-        size = BATCH[judge.kind]
-        for start in range(0, len(tasks), size):
-            chunk = tasks[start : start + size]
-            began = time.perf_counter()
-            answers = answer(chunk)
-            seconds = (time.perf_counter() - began) / len(chunk)
-            _save_answers(judge, chunk, answers, seconds)
-        judge_verdicts_store(judge=judge)
-        Judge.objects.filter(pk=judge.pk).update(
-            status=Judge.Status.SUCCEEDED, finished_at=timezone.now()
-        )
+        with JobHeartbeat(model=Judge, pk=judge.pk):
+            tasks = _missing_tasks(judge)
+            answer = _answerer(judge)
+            size = BATCH[judge.kind]
+            for start in range(0, len(tasks), size):
+                chunk = tasks[start : start + size]
+                began = time.perf_counter()
+                answers = answer(chunk)
+                seconds = (time.perf_counter() - began) / len(chunk)
+                _save_answers(judge, chunk, answers, seconds)
+            judge_verdicts_store(judge=judge)
+        job_finish(model=Judge, pk=judge.pk, state=SUCCEEDED)
     except Exception as exc:
         log.exception("judge %s failed", judge_id)
-        Judge.objects.filter(pk=judge.pk).update(
-            status=Judge.Status.FAILED,
-            error=f"{type(exc).__name__}: {exc}"[:5000],
-            finished_at=timezone.now(),
+        job_finish(
+            model=Judge, pk=judge.pk, state=FAILED, error=f"{type(exc).__name__}: {exc}"[:5000]
         )
     judge.refresh_from_db()
     return judge

@@ -2,11 +2,14 @@
 the round in both orders: the checkpoint's answer shown first, then the baseline's), store its
 verdicts.
 
-The job is resumable and safe to run twice, like a project's judge job: each (item, order) answer
-is one ``EvalJudgeVerdict`` row under a unique constraint, the job asks only for the missing ones,
-and a redelivered message finds less (or nothing) to do. The judge's kind decides how an answer
-is made through one backend function, ``judge_services.judge_answerer`` (a reward model, a local
-LLM, or any kind added there), so a new kind of judge serves rounds without a change here.
+The job follows the one job lifecycle (``common.lifecycle``) on the round's ``judge_*`` fields: the
+task claims it (queued -> running, one conditional update), so a redelivered message that finds it
+running or finished does nothing; a heartbeat thread keeps it alive and the reaper fails it if the
+worker dies. It is resumable, like a project's judge job: each (item, order) answer is one
+``EvalJudgeVerdict`` row under a unique constraint, and a relaunch asks only for the missing ones.
+The judge's kind decides how an answer is made through one backend function,
+``judge_services.judge_answerer`` (a reward model, a local LLM, or any kind added there), so a new
+kind of judge serves rounds without a change here.
 
 A round's pair in the backend's terms: "a" is the checkpoint's answer, "b" the baseline's, so a
 verdict "a" is a reviewer's ``EvalJudgement.Preference.CHECKPOINT``.
@@ -25,6 +28,7 @@ from django.db import transaction
 from annotation.models import Prompt
 from common.errors import ConcordError
 from common.jobs import task_send
+from common.lifecycle import FAILED, SUCCEEDED, JobHeartbeat, job_claim, job_finish
 from common.text import storable_text
 from monitoring.models import EvalAssignment, EvalItem, EvalJudgeVerdict, EvalRound, Judge
 from monitoring.models import JudgeStatus as Status
@@ -40,6 +44,8 @@ SIDE_OF = {"a": Side.CHECKPOINT, "b": Side.BASELINE}
 # to the default queue.
 LOCAL_KINDS = (Judge.Kind.REWARD_MODEL, Judge.Kind.LOCAL_LLM)
 GENERATED = (EvalRound.Status.OPEN, EvalRound.Status.CLOSED)
+# The round's field that holds its judge job's lifecycle state.
+JOB_FIELD = "judge_status"
 
 
 class RoundJudgeError(ConcordError):
@@ -59,11 +65,11 @@ def round_judge_launch(*, round_: EvalRound) -> EvalRound:
     waiting, finished or failed (a relaunch answers only what is missing)."""
     if round_.judge_id is None:
         raise RoundJudgeError(f"round {round_.pk} has no judge")
-    startable = [Status.WAITING, Status.SUCCEEDED, Status.FAILED]
+    startable = [Status.WAITING, Status.SUCCEEDED, Status.FAILED, Status.CANCELLED]
     with transaction.atomic():
         claimed = EvalRound.objects.filter(
             pk=round_.pk, status__in=GENERATED, judge_status__in=startable
-        ).update(judge_status=Status.QUEUED, judge_error="")
+        ).update(judge_status=Status.QUEUED, judge_error="", judge_finished_at=None)
         if not claimed:
             round_.refresh_from_db()
             raise RoundJudgeError(
@@ -74,6 +80,23 @@ def round_judge_launch(*, round_: EvalRound) -> EvalRound:
         task_send("monitoring.tasks.judge_round", args=[round_.pk], queue=_queue(round_.judge))
     round_.refresh_from_db()
     return round_
+
+
+# The judge's error when the round it waits for could not generate its answers.
+JUDGE_WITHOUT_ANSWERS = (
+    "The round's answers could not be generated (see the round's error), so the judge had "
+    "nothing to rate. Create a new round once the cause is fixed."
+)
+
+
+def round_judge_without_answers(*, round_id: int) -> bool:
+    """The round's answers could not be generated (its generation failed, or the reaper failed
+    it): its judge's job, which waits for them, fails too. False when no judge was waiting."""
+    return bool(
+        EvalRound.objects.filter(pk=round_id, judge_status=Status.WAITING).update(
+            judge_status=Status.FAILED, judge_error=JUDGE_WITHOUT_ANSWERS
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -95,36 +118,40 @@ class RoundAnswer:
 
 def round_judge_run(*, round_id: int) -> EvalRound:
     """Worker side: answer every missing (item, order) of the round with its judge, saving and
-    counting progress after each batch. A job that is not queued or running (a message for a job
-    already finished) is left alone; a failure marks the job failed with the error, keeping every
+    counting progress after each batch. A job that is not queued (a redelivered message: running
+    elsewhere, or finished) is left alone; a failure marks the job failed with the error, keeping every
     answer already saved."""
-    claimed = EvalRound.objects.filter(
-        pk=round_id, judge_status__in=[Status.QUEUED, Status.RUNNING]
-    ).update(judge_status=Status.RUNNING)
+    if not job_claim(model=EvalRound, pk=round_id, status_field=JOB_FIELD):
+        return EvalRound.objects.get(pk=round_id)
     round_ = EvalRound.objects.select_related("judge__project", "judge__reward_run").get(
         pk=round_id
     )
-    if not claimed:
-        return round_
     try:
-        judge = round_.judge
-        tasks = _missing_tasks(round_)
-        answer = judge_services.judge_answerer(judge)
-        size = judge_services.BATCH.get(judge.kind, 8)
-        for start in range(0, len(tasks), size):
-            chunk = tasks[start : start + size]
-            began = time.perf_counter()
-            answers = answer(chunk)
-            seconds = (time.perf_counter() - began) / len(chunk)
-            round_judge_answers_save(
-                round_=round_,
-                answers=[_round_answer(t, a, seconds) for t, a in zip(chunk, answers, strict=True)],
-            )
-        EvalRound.objects.filter(pk=round_.pk).update(judge_status=Status.SUCCEEDED)
+        with JobHeartbeat(model=EvalRound, pk=round_.pk, status_field=JOB_FIELD):
+            judge = round_.judge
+            tasks = _missing_tasks(round_)
+            answer = judge_services.judge_answerer(judge)
+            size = judge_services.BATCH.get(judge.kind, 8)
+            for start in range(0, len(tasks), size):
+                chunk = tasks[start : start + size]
+                began = time.perf_counter()
+                answers = answer(chunk)
+                seconds = (time.perf_counter() - began) / len(chunk)
+                round_judge_answers_save(
+                    round_=round_,
+                    answers=[
+                        _round_answer(t, a, seconds) for t, a in zip(chunk, answers, strict=True)
+                    ],
+                )
+        job_finish(model=EvalRound, pk=round_.pk, state=SUCCEEDED, status_field=JOB_FIELD)
     except Exception as exc:
         log.exception("judge of eval round %s failed", round_id)
-        EvalRound.objects.filter(pk=round_.pk).update(
-            judge_status=Status.FAILED, judge_error=f"{type(exc).__name__}: {exc}"[:5000]
+        job_finish(
+            model=EvalRound,
+            pk=round_.pk,
+            state=FAILED,
+            error=f"{type(exc).__name__}: {exc}"[:5000],
+            status_field=JOB_FIELD,
         )
     round_.refresh_from_db()
     return round_

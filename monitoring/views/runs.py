@@ -6,6 +6,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
 from annotation.selectors.projects import projects_overview
+from common.lifecycle import job_state
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, has_role, role_required
 from monitoring.selectors import runs as selectors
@@ -119,6 +120,7 @@ def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
             "name": run.name,
             "kind": run.kind,
             "status": run.status,
+            "status_label": job_state(run)[1],
             "step": run.step,
             "total_steps": run.total_steps,
             "progress": run.progress_percent,

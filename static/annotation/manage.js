@@ -1,8 +1,9 @@
 // Poll the status of running imports and update their progress rows; reload when one finishes.
 (function () {
   "use strict";
+  const FINISHED = ["succeeded", "failed", "cancelled"];  // the one job lifecycle's ends
   const rows = Array.from(document.querySelectorAll("tr[data-job-url]")).filter(function (row) {
-    return row.dataset.status !== "done" && row.dataset.status !== "failed";
+    return FINISHED.indexOf(row.dataset.status) < 0;
   });
   if (!rows.length) return;
   function duration(seconds) {  // as annotation.services.import_result.duration_text
@@ -16,7 +17,11 @@
       return fetch(row.dataset.jobUrl, { credentials: "same-origin" })
         .then(function (r) { return r.json(); })
         .then(function (job) {
-          row.querySelector(".job-status").textContent = job.phase;
+          const state = row.querySelector("[data-testid=job-state]");
+          state.textContent = job.status_label;  // the lifecycle's words, as the partial renders them
+          state.className = "job-state status-" + job.status;
+          state.dataset.state = job.status;
+          row.querySelector(".job-phase").textContent = job.status === "running" ? job.phase : "";
           const waiting = row.querySelector(".waits-behind");
           if (waiting && job.status !== "queued") waiting.hidden = true;  // a worker took it
           const bar = row.querySelector(".job-progress");
@@ -26,7 +31,7 @@
           if (job.rows_per_s) text += ", " + job.rows_per_s + " rows/s";
           if (job.eta_s !== null && job.eta_s !== undefined) text += ", " + duration(job.eta_s) + " left";
           row.querySelector(".job-rows").textContent = text;
-          return job.status === "done" || job.status === "failed";
+          return FINISHED.indexOf(job.status) >= 0;
         });
     })).then(function (finished) {
       if (finished.some(Boolean)) window.location.reload();

@@ -171,8 +171,9 @@
 
   function renderState(data) {
     const status = state.querySelector("[data-testid=run-status]");
-    status.textContent = data.status;
-    status.className = "status-" + data.status;
+    status.textContent = data.status_label;  // the lifecycle's words, as the partial renders them
+    status.className = "job-state status-" + data.status;
+    status.dataset.state = data.status;
     state.querySelector("[data-testid=run-step]").textContent = data.step;
     state.querySelector("[data-testid=run-total]").textContent = data.total_steps || "?";
     state.querySelector("[data-testid=run-progress]").value = data.progress;

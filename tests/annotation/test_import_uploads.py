@@ -49,7 +49,7 @@ def test_page_upload_of_a_gzip_json_array_with_skip_invalid(
             {"file": upload, "format": "pandalm", "skip_invalid": "1"},
         )
     job = ImportJob.objects.get()
-    assert job.status == "done", job.errors
+    assert job.status == "succeeded", job.errors
     assert (job.result["format"], job.result["container"]) == ("pandalm", "gzip")
     assert (job.result["rows_rejected"], job.result["empty_responses"]) == (1, 1)
     assert Comparison.objects.get().external_id == "pandalm-0"
@@ -72,7 +72,11 @@ def test_api_upload_with_format_and_scalars_as_text(
     assert response.status_code == 202
     job = ImportJob.objects.get()
     detail = logged_in(ml_engineer).get(f"/api/projects/lead/imports/{job.pk}/").json()
-    assert (detail["status"], detail["format"], detail["rows_rejected"]) == ("done", "pandalm", 0)
+    assert (detail["status"], detail["format"], detail["rows_rejected"]) == (
+        "succeeded",
+        "pandalm",
+        0,
+    )
     assert Comparison.objects.count() == 2
 
 

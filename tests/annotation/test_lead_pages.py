@@ -49,11 +49,11 @@ def test_upload_imports_and_keeps_the_file(
         response = client.post(reverse("annotation:import-upload", args=["lead"]), {"file": upload})
     assert response.status_code == 302
     job = ImportJob.objects.get()
-    assert job.status == "done" and job.result["comparisons_created"] == 1
+    assert job.status == "succeeded" and job.result["comparisons_created"] == 1
     assert Comparison.objects.filter(project=project).count() == 1
     assert list(settings.UPLOAD_DIR.iterdir())  # what the user sent is kept
     status = client.get(reverse("annotation:import-status", args=["lead", job.pk])).json()
-    assert status["status"] == "done" and "1 comparison created" in status["summary"]
+    assert status["status"] == "succeeded" and "1 comparison created" in status["summary"]
     page = client.get(reverse("annotation:project-manage", args=["lead"])).content.decode()
     assert "rows.jsonl" in page and "1 comparison created" in page
 
@@ -187,7 +187,7 @@ def test_api_import_and_export(ml_engineer, project, django_capture_on_commit_ca
         )
     assert response.status_code == 202
     detail = client.get(f"/api/projects/lead/imports/{response.json()['id']}/").json()
-    assert detail["status"] == "done"
+    assert detail["status"] == "succeeded"
     created = client.post(
         "/api/projects/lead/exports/", {"keep_ties": True}, content_type="application/json"
     )

@@ -418,7 +418,7 @@ def test_the_samples_table_fills_while_an_rloo_run_trains(
     page.goto(f"/monitoring/runs/{run.pk}/")
     samples = page.get_by_test_id("samples").locator("tbody tr.sample")
     expect(samples.first).to_be_visible(timeout=LIVE_TIMEOUT_MS)
-    expect(page.get_by_test_id("run-status")).to_have_text("running")
+    expect(page.get_by_test_id("run-status")).to_have_text("Running")
     expect(samples).to_have_count(4)
     prompts = {p for p, _, _ in PAIRS}
     first_prompt = samples.first.locator("td").first.inner_text()

@@ -99,7 +99,7 @@ def test_ml_engineer_launches_a_run_from_the_admin_and_watches_its_chart_update(
 
     # First look: the chart is drawn while the run is still running.
     expect(chart).to_have_attribute("data-points", re.compile(r"^[1-9]"), timeout=LIVE_TIMEOUT_MS)
-    expect(status).to_have_text("running")
+    expect(status).to_have_text("Running")
     first = _points(page)
     page.evaluate("window.concordSamePage = true")  # gone if the page reloads
     # Second look: the page polled again and drew more points, without a reload.
@@ -112,7 +112,7 @@ def test_ml_engineer_launches_a_run_from_the_admin_and_watches_its_chart_update(
     assert _points(page) > first
     assert page.evaluate("window.concordSamePage") is True
 
-    expect(status).to_have_text("succeeded", timeout=LIVE_TIMEOUT_MS)
+    expect(status).to_have_text("Succeeded", timeout=LIVE_TIMEOUT_MS)
     expect(page.get_by_test_id("run-step")).to_have_text("1200")
     expect(chart.locator("canvas")).to_have_count(1)  # drawn by uPlot
     page.screenshot(path=SCREENSHOT, full_page=True)

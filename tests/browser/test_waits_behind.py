@@ -54,19 +54,28 @@ def test_a_queued_run_says_which_run_it_waits_behind_until_it_starts(snapshot, e
     TrainingRun.objects.filter(pk=running.pk).update(status="succeeded")
     TrainingRun.objects.filter(pk=queued.pk).update(status="running")
     expect(line).to_be_hidden(timeout=15_000)
-    expect(engineer_page.get_by_test_id("run-status")).to_have_text("running")
+    expect(engineer_page.get_by_test_id("run-status")).to_have_text("Running")
 
 
 def test_a_queued_import_names_the_default_queue_job_ahead_not_training(snapshot, engineer_page):
     """On the project's manage page, a queued import waits behind the running clustering run
-    (default queue); the training run on the gpu queue is not ahead of it."""
+    (default queue); the training run on the gpu queue is not ahead of it. When a worker takes
+    it, its badge says Running and the line goes, without a reload."""
     project = snapshot.export.project
     _run(snapshot, "running")
     clustering = ClusteringRun.objects.create(project=project, status="running", model_name="m")
-    ImportJob.objects.create(
+    job = ImportJob.objects.create(
         project=project, path="/nowhere", original_name="more.jsonl", size_bytes=10
     )
     engineer_page.goto(f"/annotation/p/{project.slug}/manage/")
-    expect(engineer_page.get_by_test_id("import-jobs").get_by_test_id("waits-behind")).to_have_text(
+    table = engineer_page.get_by_test_id("import-jobs")
+    expect(table.get_by_test_id("waits-behind")).to_have_text(
         f"Queued: waiting behind clustering run #{clustering.pk} (running) on the default queue."
     )
+    # The lifecycle's badge follows the job without a reload: a worker takes it.
+    badge = table.get_by_test_id("job-state")
+    expect(badge).to_have_text("Queued")
+    ImportJob.objects.filter(pk=job.pk).update(status="running")
+    expect(badge).to_have_text("Running", timeout=15_000)
+    expect(badge).to_have_attribute("data-state", "running")
+    expect(table.get_by_test_id("waits-behind")).to_be_hidden()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from common.lifecycle import JobHeartbeat
 from training import progress_services
-from training.models import RunSample
-from training.worker import _database_callback, _Heartbeat
+from training.models import RunSample, TrainingRun
+from training.worker import _database_callback
 
 
 def test_samples_are_stored_in_order_and_a_repeated_step_replaces_them(make_run):
@@ -55,7 +56,7 @@ def test_a_sample_without_text_is_refused_and_nothing_is_written(make_run):
 def test_the_callback_records_the_phase_until_the_first_step(make_run):
     """on_phase writes the phase (first and last batch at least); on_step clears it."""
     run = make_run(kind="dpo")
-    callback = _database_callback(run.pk, _Heartbeat(run.pk, 10.0))
+    callback = _database_callback(run.pk, JobHeartbeat(model=TrainingRun, pk=run.pk, every_s=10.0))
     callback.on_start(total_steps=8, config={})
     callback.on_phase(phase="reference log-probs", done=1, total=4)
     run.refresh_from_db()
@@ -70,7 +71,7 @@ def test_the_callback_records_the_phase_until_the_first_step(make_run):
 
 def test_the_callback_stores_samples(make_run):
     run = make_run(kind="rloo")
-    callback = _database_callback(run.pk, _Heartbeat(run.pk, 10.0))
+    callback = _database_callback(run.pk, JobHeartbeat(model=TrainingRun, pk=run.pk, every_s=10.0))
     callback.on_samples(step=2, samples=[{"prompt": "p", "response": "r", "reward": 1.0}])
     assert RunSample.objects.get(run=run).step == 2
 

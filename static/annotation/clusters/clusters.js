@@ -15,6 +15,12 @@
           stage.textContent = run.stage;
           const waiting = box.querySelector(".waits-behind");
           if (waiting && run.status !== "queued") waiting.hidden = true;  // a worker took it
+          const state = box.querySelector("[data-testid=clustering-state]");
+          if (state) {  // the lifecycle's words, as the partial renders them
+            state.textContent = run.status_label;
+            state.className = "job-state status-" + run.status;
+            state.dataset.state = run.status;
+          }
           window.setTimeout(poll, 1000);
         })
         .catch(function () { window.setTimeout(poll, 3000); });

@@ -112,8 +112,9 @@ def test_one_active_run_per_project(topic_project):
     assert created and not created_again and again.pk == first.pk
 
 
-def test_a_stale_run_no_longer_blocks(topic_project):
-    """A run whose worker stopped reporting half an hour ago is failed; a new one may start."""
+def test_a_run_no_worker_took_no_longer_blocks(topic_project):
+    """A run queued half an hour ago that no worker took (its message was lost) is failed; a new
+    one may start."""
     project, _ = topic_project
     stale, _ = service.clustering_run_request(project=project)
     ClusteringRun.objects.filter(pk=stale.pk).update(
@@ -121,7 +122,21 @@ def test_a_stale_run_no_longer_blocks(topic_project):
     )
     _, created = service.clustering_run_request(project=project)
     stale.refresh_from_db()
-    assert created and stale.status == "failed" and "stopped reporting" in stale.error
+    assert created and stale.status == "failed" and "No worker took the run" in stale.error
+
+
+def test_a_running_run_whose_heartbeat_stopped_no_longer_blocks(topic_project, settings):
+    """A running run silent for longer than CONCORD_HEARTBEAT_STALE_S is failed by the reaper when
+    the next run is asked for, not a beat later; a new one may start."""
+    settings.CONCORD_HEARTBEAT_STALE_S = 60
+    project, _ = topic_project
+    stale, _ = service.clustering_run_request(project=project)
+    ClusteringRun.objects.filter(pk=stale.pk).update(
+        status="running", heartbeat_at=timezone.now() - timedelta(seconds=61)
+    )
+    _, created = service.clustering_run_request(project=project)
+    stale.refresh_from_db()
+    assert created and stale.status == "failed" and "stopped answering" in stale.error
 
 
 @pytest.mark.parametrize(("k", "message"), [(1, "between 2 and"), (13, r"prompts \(12\), got 13")])

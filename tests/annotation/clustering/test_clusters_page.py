@@ -68,6 +68,7 @@ def test_recluster_queues_one_run_and_sends_the_task(
     assert status | {"id": 0} == {
         "id": 0,
         "status": "queued",
+        "status_label": "Queued",
         "progress": 0.0,
         "stage": "Waiting for a worker",
         "error": "",
