@@ -22,7 +22,7 @@ def import_states_backward(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("annotation", "0009_active_learning_queue_and_curve"),
+        ("annotation", "0010_comparison_search_documents"),
     ]
 
     operations = [
