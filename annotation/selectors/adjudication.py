@@ -82,7 +82,14 @@ def adjudication_queue(
         counts = agreement.item_counts(table.item, table.choice, n_items=table.n_items)
         n = counts.sum(axis=1)
         majority = agreement.top_choice(counts, split="undecided")
-        complete = n >= project.overlap
+        # Overlap reduction gives some comparisons fewer annotators (target_overlap): complete at that.
+        reduced = dict(
+            Comparison.objects.filter(project=project, target_overlap__isnull=False).values_list(
+                "pk", "target_overlap"
+            )
+        )
+        needed = np.array([reduced.get(int(cid), project.overlap) for cid in ids], dtype=np.int64)
+        complete = n >= needed[: n.size]
         ds = agreement.table_dawid_skene(table).consensus
         top = ds.posterior.max(axis=1)
         gold = table.gold if table.gold is not None else np.full(n.size, agreement.MISSING)

@@ -96,13 +96,19 @@ def _status_open(project: Project, now: datetime) -> Q:
     )
 
 
+def _needed(project: Project) -> Coalesce:
+    """Judgements a comparison needs: its own ``target_overlap`` (overlap reduction gave it fewer)
+    or the project's overlap."""
+    return Coalesce(F("target_overlap"), Value(project.overlap))
+
+
 def _status_in_progress(project: Project, now: datetime) -> Q:
     started = Q(n_judged__gt=0) | Q(_active_lease(now))
-    return started & Q(n_judged__lt=project.overlap)
+    return started & Q(n_judged__lt=_needed(project))
 
 
 def _status_complete(project: Project, now: datetime) -> Q:
-    return Q(n_judged__gte=project.overlap)
+    return Q(n_judged__gte=_needed(project))
 
 
 def _status_adjudicated(project: Project, now: datetime) -> Q:
@@ -478,6 +484,7 @@ def items_page(
             "n_choices",
             "prompt__cluster",
             "leased",
+            "target_overlap",
             key,
         )[: page_size + 1]
     )
@@ -497,7 +504,7 @@ def items_page(
             n_judged=v["n_judged"],
             n_choices=v["n_choices"],
             cluster=v["prompt__cluster"],
-            status=_status_of(v["n_judged"], v["leased"], project.overlap),
+            status=_status_of(v["n_judged"], v["leased"], v["target_overlap"] or project.overlap),
             sort_value=v[key],
         )
         for v in fetched

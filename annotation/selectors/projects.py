@@ -151,20 +151,22 @@ def batch_progress(*, project: Project, batch_size: int = BATCH_SIZE) -> list[Ba
         Comparison.objects.filter(project=project, gold="")
         .order_by("queue_position", "pk")
         .annotate(n=_HUMAN_JUDGEMENTS)
-        .values_list("n", flat=True)
+        .values_list("n", "target_overlap")
     )
     batches: list[BatchProgress] = []
-    block: list[int] = []
-    for n in [*counts.iterator(chunk_size=5000), None]:
-        if n is not None:
-            block.append(n)
-        if block and (len(block) == batch_size or n is None):
+    block: list[
+        tuple[int, int]
+    ] = []  # (judgements, judgements needed: overlap reduction's or the project's)
+    for row in [*counts.iterator(chunk_size=5000), None]:
+        if row is not None:
+            block.append((row[0], row[1] or project.overlap))
+        if block and (len(block) == batch_size or row is None):
             batches.append(
                 BatchProgress(
                     number=len(batches) + 1,
                     comparisons=len(block),
-                    complete=sum(1 for k in block if k >= project.overlap),
-                    judgements=sum(block),
+                    complete=sum(1 for k, needed in block if k >= needed),
+                    judgements=sum(k for k, _ in block),
                 )
             )
             block = []

@@ -186,3 +186,23 @@ def test_the_project_page_shows_the_queue_order_and_the_learning_curve(ml_engine
     assert "120 labels: accuracy 0.700" in html
     assert 'cx="444.0" cy="74.4"' in html  # x: 36 + 408 * 120/120; y: 36 + 128 * (1 - 0.7)
     assert 'cx="172.0" cy="87.2"' in html  # x: 36 + 408 * 40/120 = 172; y: 36 + 128 * 0.4
+
+
+def test_a_comparison_with_reduced_overlap_counts_complete_at_its_own_target():
+    """Overlap 3; overlap reduction gave one comparison one annotator: one judgement makes it
+    complete in the item browser's status, the batches' progress and the adjudication rules,
+    while its neighbour with one judgement stays in progress."""
+    from annotation.selectors.adjudication import adjudication_queue
+    from annotation.selectors.items import ItemFilters, items_page
+    from annotation.selectors.projects import batch_progress
+
+    project, (reduced, full) = _clustered_project(per_cluster=1, clusters=2, overlap=3)
+    Comparison.objects.filter(pk=reduced.pk).update(target_overlap=1)
+    for comparison in (reduced, full):
+        JudgementFactory(comparison=comparison, choice="a")
+    status = {r.id: r.status for r in items_page(project=project, filters=ItemFilters()).rows}
+    assert status == {reduced.pk: "complete", full.pk: "in_progress"}
+    done = items_page(project=project, filters=ItemFilters(status="complete")).rows
+    assert [r.id for r in done] == [reduced.pk]
+    assert [b.complete for b in batch_progress(project=project)] == [1]
+    assert adjudication_queue(project=project, threshold=0.0) == []
