@@ -8,14 +8,18 @@ import math
 
 import pytest
 
-from bench.farm import SMALL, mean_interval, run_farm, win_rate
+from bench.farm import HH_FILE, SMALL, mean_interval, run_farm, win_rate
 from monitoring.models import StopDecision
+from tests.helpers.shared_data import DATA_DIR, require
 from training.models import MetricPoint, TrainingRun
 
 pytestmark = pytest.mark.django_db
 
 
 def test_the_small_farm_closes_the_loop(tmp_path, settings):
+    require(
+        DATA_DIR / HH_FILE
+    )  # HH-RLHF's harmless pairs from ../shared/data; skipped without them
     settings.EXPORT_DIR = tmp_path / "exports"
     settings.CONCORD_RUNS_DIR = tmp_path / "runs"
     settings.CONCORD_MODELS_DIR = tmp_path / "models"

@@ -47,6 +47,11 @@ SETTINGS = {
     "gold_every": "0",
     "repeat_every": "0",
     "suggestion_judge": "",
+    # the queue and reward-model settings at their defaults, as the admin's form submits them
+    "queue_order": "balanced",
+    "exploration_share": "0.2",
+    "continuous_rm_every": "50",
+    "continuous_rm_ensemble_size": "5",
 }
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from annotation import agreement
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]  # the project folder
 DATA_DIR = Path(os.environ.get("CONCORD_SHARED_DATA", ROOT.parent / "shared" / "data"))
 PANDALM_LABELS = DATA_DIR / "pandalm_testset_labels.csv"
 PANDALM_TESTSET = DATA_DIR / "pandalm_testset-v1.json"

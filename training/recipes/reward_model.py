@@ -368,20 +368,9 @@ def setup_reward_model(
     train_index, eval_index = split_eval(len(pairs), config.eval_fraction, split_seed)
     if not train_index:
         raise ValueError(f"{config.data}: no pairs left to train on after the eval split")
-    bootstrap = None
-    if member is not None:
-        row = bootstrap_counts(n_items=len(train_index), members=member.size, seed=split_seed)
-        train_index = [
-            pair
-            for pair, n in zip(train_index, row[member.index].tolist(), strict=True)
-            for _ in range(n)
-        ]
-    elif config.ensemble_size > 1:
-        counts = bootstrap_counts(
-            n_items=len(train_index), members=config.ensemble_size, seed=config.seed
-        )
-        bootstrap = torch.zeros(config.ensemble_size, len(pairs))
-        bootstrap[:, train_index] = counts.float()
+    train_index, bootstrap = _bootstrap_resample(
+        train_index, len(pairs), config, member=member, split_seed=split_seed
+    )
     votes = VoteTable.build(raw_votes, len(pairs)) if config.annotator_aware else None
     head = AnnotatorBiasHead(votes.annotators).to(run.device) if votes is not None else None
     conditioning, cluster_ids = _cluster_conditioning(config, pairs, scorer, run.device)
@@ -425,6 +414,36 @@ def setup_reward_model(
         extra_modules=state.extra_modules,
     )
     return state
+
+
+def _bootstrap_resample(
+    train_index: list[int],
+    n_pairs: int,
+    config: RewardModelConfig,
+    *,
+    member: EnsembleMember | None,
+    split_seed: int,
+) -> tuple[list[int], torch.Tensor | None]:
+    """An ensemble's bootstrap resamples of the training pairs: an independent ``member`` trains
+    on its row's pairs, each repeated as often as it was drawn (no weights); a heads ensemble
+    (``ensemble_size`` K > 1) keeps every pair once and weights head k's loss by the counts
+    [K, n_pairs] (0 off the training split); a single model trains on the split as it is."""
+    if member is not None:
+        row = bootstrap_counts(n_items=len(train_index), members=member.size, seed=split_seed)
+        drawn = [
+            pair
+            for pair, n in zip(train_index, row[member.index].tolist(), strict=True)
+            for _ in range(n)
+        ]
+        return drawn, None
+    if config.ensemble_size > 1:
+        counts = bootstrap_counts(
+            n_items=len(train_index), members=config.ensemble_size, seed=config.seed
+        )
+        bootstrap = torch.zeros(config.ensemble_size, n_pairs)
+        bootstrap[:, train_index] = counts.float()
+        return train_index, bootstrap
+    return train_index, None
 
 
 def reward_model_step(state: RewardModelState, at: Position, throughput: Throughput) -> StepOutcome:
