@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from training.recipes.data import FitLog, Messages
-from training.recipes.scoring import RewardScorer
+from training.recipes.scoring import RewardScorer, member_rewards
 
 
 class EnsembleScorer:
@@ -57,8 +57,4 @@ def score_member_texts(
 ) -> torch.Tensor:
     """Every member's rewards [K, S] float32 on the CPU for S (prompt, response) pairs scored in
     one batch per member scorer (K = 1 for a plain reward model)."""
-    rows = []
-    for member in member_scorers(scorer):
-        inputs = [member.encode(p, t) for p, t in zip(prompts, texts, strict=True)]
-        rows.append(member.score_members(inputs, member.clusters_for(prompts)).float().cpu())
-    return torch.cat(rows, dim=0)
+    return member_rewards(member_scorers(scorer), prompts, texts).float().cpu()

@@ -40,12 +40,7 @@ from training.recipes.packing import TokenizedSequence
 from training.recipes.prefill import shared_prompt_cache
 from training.recipes.runtime import autocast, rng_state, set_rng_state
 from training.recipes.sampling import InverseCdfSampler
-from training.recipes.scoring import (
-    ClusterConditioning,
-    EnsembleManifest,
-    RewardScorer,
-    load_sequence_classifier,
-)
+from training.recipes.scoring import EnsembleManifest, RewardScorer, load_member_scorer
 
 # The held-out prompts depend on the data file only, not on the run's seed, so runs with different
 # seeds on the same data are evaluated on the same prompts.
@@ -121,35 +116,19 @@ def _load_member_scorer(
     *,
     num_labels: int = 1,
 ) -> RewardScorer:
-    """One frozen reward model (``num_labels`` heads) in ``folder`` behind a scorer."""
-    reward_tokenizer = load_tokenizer(folder)
-    reward_model = (
-        load_sequence_classifier(
-            folder,
-            device=device,
-            tokenizer=reward_tokenizer,
-            packing=config.packing and bool(getattr(reward_tokenizer, "chat_template", None)),
-            num_labels=num_labels,
-        )
-        .eval()
-        .requires_grad_(False)
-    )
-    # The reward model reads the text again with its own tokenizer, so the prompt budget's tokens
-    # are not its tokens: room for the whole answer on top, within its own limits (RewardScorer).
-    scorer = RewardScorer(
-        reward_model,
-        reward_tokenizer,
+    """One frozen reward model (``num_labels`` heads) in ``folder`` behind a scorer. It reads the
+    text again with its own tokenizer, so the prompt budget's tokens are not its tokens: room for
+    the whole answer on top, within its own limits (RewardScorer)."""
+    return load_member_scorer(
+        folder,
+        device=device,
+        num_labels=num_labels,
         max_length=config.max_length + config.max_new_tokens,
         prompt_budget=config.prompt_budget,
+        packing=config.packing,
         fit=fit,
+        prompt_clusters=lambda: load_prompt_clusters(config.data),
     )
-    hidden = reward_model.get_input_embeddings().embedding_dim
-    conditioning = ClusterConditioning.load(folder, hidden)
-    if conditioning is not None:  # the reward model was trained per prompt cluster
-        scorer.condition_on(
-            conditioning.to(device).requires_grad_(False), load_prompt_clusters(config.data)
-        )
-    return scorer
 
 
 def policy_limit(config: OnlineRLConfig, tokenizer: Any) -> int:

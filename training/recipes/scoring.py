@@ -10,7 +10,7 @@ boundary the worker uses, imported on first use).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -429,11 +429,7 @@ class RewardEnsemble:
     ) -> torch.Tensor:
         """Member rewards [K, B] float32 for one batch of B (prompt, response) pairs, on the
         models' device, with gradients when the models train and grad is enabled."""
-        rows = []
-        for scorer in self.scorers:
-            inputs = [scorer.encode(p, r) for p, r in zip(prompts, responses, strict=True)]
-            rows.append(scorer.score_members(inputs, scorer.clusters_for(prompts)))
-        rewards = torch.cat(rows)
+        rewards = member_rewards(self.scorers, prompts, responses)
         if rewards.shape[0] != self.size:
             raise ValueError(
                 f"the models gave {rewards.shape[0]} rewards per input, not {self.size}"
@@ -474,16 +470,21 @@ def ensemble_mean_std(member_rewards: torch.Tensor) -> tuple[torch.Tensor, torch
     return member_rewards.mean(dim=0), member_rewards.var(dim=0, unbiased=False).sqrt()
 
 
-def _scorer_for(
-    folder: Path,
+def load_member_scorer(
+    folder: str | Path,
     *,
     device: torch.device,
     num_labels: int,
     max_length: int,
     prompt_budget: int,
     packing: bool,
-    prompt_clusters: dict[Messages, str] | None,
+    fit: FitLog,
+    prompt_clusters: Callable[[], dict[Messages, str]],
 ) -> RewardScorer:
+    """One frozen reward model (``num_labels`` outputs) in ``folder`` behind a scorer that fits
+    inputs to ``max_length`` tokens with ``prompt_budget`` kept for the prompt, logging to ``fit``;
+    ``packing`` packs a chat decoder's batch. A model trained with cluster conditioning is
+    conditioned on ``prompt_clusters()`` (called only then: reading the clusters may read a file)."""
     from training.recipes.models import load_tokenizer
 
     tokenizer = load_tokenizer(folder)
@@ -496,12 +497,24 @@ def _scorer_for(
     )
     model.eval().requires_grad_(False)
     scorer = RewardScorer(
-        model, tokenizer, max_length=max_length, prompt_budget=prompt_budget, fit=FitLog("samples")
+        model, tokenizer, max_length=max_length, prompt_budget=prompt_budget, fit=fit
     )
     conditioning = ClusterConditioning.load(folder, model.get_input_embeddings().embedding_dim)
-    if conditioning is not None:
-        scorer.condition_on(conditioning.to(device).requires_grad_(False), prompt_clusters or {})
+    if conditioning is not None:  # the reward model was trained per prompt cluster
+        scorer.condition_on(conditioning.to(device).requires_grad_(False), prompt_clusters())
     return scorer
+
+
+def member_rewards(
+    scorers: Sequence[RewardScorer], prompts: Sequence[Messages], responses: Sequence[str]
+) -> torch.Tensor:
+    """Every output of every model behind ``scorers`` for B (prompt, response) pairs, one batch per
+    scorer: rewards [K, B] on the models' device (K: the scorers' outputs together)."""
+    rows = []
+    for scorer in scorers:
+        inputs = [scorer.encode(p, r) for p, r in zip(prompts, responses, strict=True)]
+        rows.append(scorer.score_members(inputs, scorer.clusters_for(prompts)))
+    return torch.cat(rows)
 
 
 def load_reward_ensemble(
@@ -533,17 +546,21 @@ def load_reward_ensemble(
         "max_length": max_length,
         "prompt_budget": prompt_budget,
         "packing": packing,
-        "prompt_clusters": prompt_clusters,
+        "prompt_clusters": lambda: prompt_clusters or {},
     }
     if manifest.mode == "heads":
-        scorers = [_scorer_for(folder, num_labels=manifest.size, **options)]
+        options["fit"] = FitLog("samples")
+        scorers = [load_member_scorer(folder, num_labels=manifest.size, **options)]
         outputs = scorers[0].model.config.num_labels
         if outputs != manifest.size:
             raise ValueError(
                 f"{folder}: {ENSEMBLE_FILE} says {manifest.size} heads, the model has {outputs}"
             )
     else:
-        scorers = [_scorer_for(folder / name, num_labels=1, **options) for name in manifest.members]
+        scorers = [
+            load_member_scorer(folder / name, num_labels=1, fit=FitLog("samples"), **options)
+            for name in manifest.members
+        ]
     return RewardEnsemble(manifest, scorers)
 
 
