@@ -50,6 +50,20 @@ class QueueOrder(models.TextChoices):
     JUDGE_DISAGREEMENT = "judge_disagreement", "Judge vs ensemble disagreement"
 
 
+class TaskType(models.TextChoices):
+    """What an annotator does with one item of a project (annotation.work_queue's plug-ins)."""
+
+    PAIRWISE = "pairwise", "Pairwise (pick the better of two)"
+    RATING = "rating", "Rating (scores per aspect and/or thumbs, one response)"
+    RANKING = "ranking", "Ranking (order 3-8 responses)"
+
+
+# Rating aspects are scored on this closed scale (HelpSteer2's and UltraFeedback's 1-5, after
+# HelpSteer2's 0-4 is shifted by one on import).
+RATING_SCALE = (1, 5)
+MIN_RANKED, MAX_RANKED = 3, 8
+
+
 class Project(models.Model):
     """A labelling project: its guidelines, how many annotators judge each pair, what verdicts exist."""
 
@@ -121,6 +135,20 @@ class Project(models.Model):
         default=False,
         help_text="Give one annotator (instead of the overlap) to comparisons on which the latest "
         "reward-model ensemble and the trusted judge agree with high confidence.",
+    )
+    task_type = models.CharField(
+        max_length=10,
+        choices=TaskType.choices,
+        default=TaskType.PAIRWISE,
+        help_text="Pairwise comparisons, ratings of one response, or rankings of 3-8 responses.",
+    )
+    rating_aspects = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Rating projects: the aspects scored 1-5, e.g. [\"helpfulness\", \"correctness\"].",
+    )
+    rating_thumbs = models.BooleanField(
+        default=False, help_text="Rating projects: ask for a thumbs up or down (KTO labels)."
     )
     continuous_rm = models.BooleanField(
         default=False,
@@ -805,3 +833,13 @@ class LearningCurvePoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project.slug}: {self.labels} labels -> {self.accuracy:.3f}"
+
+
+# Rating and ranking items, their leases and answers (annotation.task_models; the pairwise tables
+# above keep their meaning).
+from annotation.task_models import (  # noqa: E402, F401
+    TaskAnswer,
+    TaskItem,
+    TaskItemResponse,
+    TaskLease,
+)
