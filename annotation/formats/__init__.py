@@ -8,7 +8,7 @@ Pure: no Django. ``read_rows(path, format=..., ...)`` streams a file (any contai
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +23,7 @@ from annotation.formats import (
     trl,
     ultrafeedback,
 )
+from annotation.formats.items import concord_items, oasst_items
 from annotation.formats.base import SCALARS_AS_TEXT, ReadOptions, RowError, SourceError
 from annotation.formats.containers import Record, container_of, read_records
 
@@ -33,9 +34,17 @@ READERS: dict[str, ModuleType] = {
     for module in (concord, pandalm, helpsteer2, mt_bench, ultrafeedback, hh_rlhf, trl)
 }
 FORMAT_NAMES = ("auto", *READERS)
+# Rating and ranking items (annotation.formats.items): format -> (record, task type) -> item rows.
+ITEM_READERS: dict[str, Callable[[dict[str, Any], str], list[dict[str, Any]]]] = {
+    "concord-items": concord_items,
+    "ultrafeedback": ultrafeedback.items,
+    "helpsteer2": helpsteer2.items,
+    "oasst": oasst_items,
+}
 
 __all__ = [
     "FORMAT_NAMES",
+    "ITEM_READERS",
     "READERS",
     "ReadOptions",
     "Record",

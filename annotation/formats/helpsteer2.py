@@ -6,6 +6,9 @@ tie. Its sign gives the choice and its size the strength (1-3). The aggregate be
 (each annotator's own score, same scale), those become judgements by ``helpsteer2-rater1``,
 ``helpsteer2-rater2``, ... instead: positions, not people (HelpSteer2 does not say who rated what),
 so agreement between them is between rating slots.
+
+``items``: HelpSteer2's per-aspect rows (``prompt``, ``response``, five aspects rated 0-4) as rating
+items, the aspects shifted to 1-5 (annotation.formats.items).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from annotation.formats.base import ReadOptions, RowError, text_field
+from annotation.formats.items import RATING, checked_item
 
 NAME = "helpsteer2"
 EXAMPLE = (
@@ -20,6 +24,7 @@ EXAMPLE = (
     "--project helpsteer2"
 )
 DEFAULT_ANNOTATOR = "helpsteer2"
+ASPECTS = ("helpfulness", "correctness", "coherence", "complexity", "verbosity")
 
 
 def matches(record: dict[str, Any]) -> bool:
@@ -56,3 +61,22 @@ def convert(record: dict[str, Any], *, options: ReadOptions) -> dict[str, Any]:
         if annotator:
             row["judgements"] = [{**aggregate, "annotator": annotator}]
     return row
+
+
+def items(record: dict[str, Any], task_type: str) -> list[dict[str, Any]]:
+    """A HelpSteer2 per-aspect row as one rating item answered by ``helpsteer2``."""
+    if task_type != RATING:
+        raise RowError("format", "HelpSteer2's per-aspect ratings import as rating items")
+    scores = {}
+    for aspect in ASPECTS:
+        value = record.get(aspect)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 4:
+            raise RowError(aspect, f"must be an integer from 0 to 4, got {value!r}")
+        scores[aspect] = value + 1
+    row = {
+        "prompt": _text(record.get("prompt"), "prompt"),
+        "responses": [_text(record.get("response"), "response")],
+        "metadata": {"source": "helpsteer2"},
+        "answers": [{"annotator": DEFAULT_ANNOTATOR, "scores": scores}],
+    }
+    return [checked_item(row, RATING)]

@@ -16,12 +16,10 @@ back to the stored responses a and b.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.cache import cache
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
@@ -35,9 +33,15 @@ from annotation.models import (
     GuidelinesVersion,
     Judgement,
     Project,
-    ProjectMembership,
     RepeatJudgement,
     Side,
+)
+from annotation.work_queue.policy import (
+    REPEAT_MIN_DISTANCE,
+    due,
+    may_claim,
+    release_due,
+    side_for,
 )
 from annotation.services.suggestions import (
     offered_verdicts,
@@ -49,10 +53,6 @@ from common.errors import ConcordError
 from common.sides import LEFT, RIGHT, other_side, stored_side
 
 PICKS = ("left", "right", "tie", "both_bad")
-# Swap repeats come from pairs judged at least this many pairs ago (memory of the answer fades).
-REPEAT_MIN_DISTANCE = 5
-# Claims look for expired leases to release at most this often per project (seconds).
-RELEASE_EVERY_S = 5
 
 
 logger = logging.getLogger(__name__)
@@ -99,18 +99,8 @@ _release_asked: dict[int, float] = {}
 
 
 def _release_due(project: Project) -> bool:
-    """True for one claim per project every RELEASE_EVERY_S seconds (across all web processes):
-    looking for expired leases on every claim costs a locking query each time, and a slot that
-    comes back a few seconds later changes nothing. A claim that finds no free pair looks at once.
-
-    Each process asks the shared cache at most once per window (the other claims of the window
-    skip that round trip); a race between two threads costs one extra ask, never a second release.
-    """
-    now = time.monotonic()
-    if now - _release_asked.get(project.pk, -RELEASE_EVERY_S) < RELEASE_EVERY_S:
-        return False
-    _release_asked[project.pk] = now
-    return cache.add(f"concord:lease-release:{project.pk}", 1, RELEASE_EVERY_S)
+    """True for one claim per project every RELEASE_EVERY_S seconds (work_queue.policy)."""
+    return release_due(project, asked=_release_asked, queue="lease-release")
 
 
 def _release_expired(project: Project) -> int:
@@ -135,7 +125,7 @@ def _release_expired(project: Project) -> int:
 
 def _side_for(comparison: Comparison) -> str:
     """Alternate the left side between a comparison's annotators, starting from its id's parity."""
-    return Side.A if (comparison.pk + comparison.served) % 2 == 0 else Side.B
+    return side_for(comparison.pk, comparison.served)
 
 
 def _lease(
@@ -291,25 +281,6 @@ def _active_lease(project: Project, annotator: AbstractBaseUser) -> Assignment |
     return next(iter(Assignment.objects.raw(sql, params)), None)
 
 
-def _due(every: int, done: int) -> bool:
-    return every > 0 and done > 0 and done % every == every - 1
-
-
-def _may_claim(project: Project, annotator: AbstractBaseUser) -> bool:
-    """False in an archived project and for a paused (or reviewer) member; asked before a new claim
-    only (one query). Locks the membership row until the claim commits, so a pause
-    (services.projects.member_pause) waits for a claim in flight, then releases its lease too."""
-    if project.archived_at is not None:
-        return False
-    membership = (
-        ProjectMembership.objects.select_for_update(no_key=True)
-        .filter(project=project, user=annotator)
-        .values_list("role", "paused_at")
-        .first()
-    )
-    return membership is None or membership == (ProjectMembership.Role.ANNOTATOR, None)
-
-
 def assignment_claim(*, annotator: AbstractBaseUser, project: Project) -> Assignment | None:
     """The annotator's current pair in ``project``, or a newly claimed one; None when none is left.
 
@@ -323,7 +294,7 @@ def assignment_claim(*, annotator: AbstractBaseUser, project: Project) -> Assign
         if released:
             _release_expired(project)
         assignment = _active_lease(project, annotator)
-        if assignment is None and not _may_claim(project, annotator):
+        if assignment is None and not may_claim(project, annotator):
             return None  # (archiving and pausing released the leases: none is returned above)
         if assignment is None and (project.repeat_every or project.gold_every):
             assignment = _claim_special(project, annotator)
@@ -364,7 +335,7 @@ def assignment_reserve_next(
         now = connection.ops.adapt_datetimefield_value(timezone.now())
         params = [project.pk, annotator.pk, Assignment.Status.ACTIVE.value, now, current_id]
         assignment = next(iter(Assignment.objects.raw(sql, params)), None)
-        if assignment is None and not _may_claim(project, annotator):
+        if assignment is None and not may_claim(project, annotator):
             return None
         if assignment is None and (project.repeat_every or project.gold_every):
             assignment = _claim_special(project, annotator, ahead=1)
@@ -385,11 +356,11 @@ def _claim_special(
     )
     try:
         with transaction.atomic():
-            if _due(project.repeat_every, done) and (
+            if due(project.repeat_every, done) and (
                 repeat := _claim_repeat(project, annotator, ahead)
             ):
                 return repeat
-            if _due(project.gold_every, done) and (gold := _claim_gold(project, annotator, ahead)):
+            if due(project.gold_every, done) and (gold := _claim_gold(project, annotator, ahead)):
                 return gold
     except IntegrityError:
         pass  # a concurrent tab claimed the same special item: fall back to a normal pair

@@ -1,0 +1,18 @@
+"""One work queue for every task type: claims, leases, overlap, skips, gold and repeat placement,
+and display-order randomisation (sides for pairs, an order for K responses, stored with each
+answer).
+
+- ``policy``: the rules every type shares (when a gold item or a repeat is due, when expired
+  leases are looked for, who may claim, which side or order an annotator is shown).
+- ``items``: the claim engine of rating and ranking items (annotation.task_models).
+- ``plugins``: a task type as a small plug-in (its screen template, answer validation, keyboard
+  map, agreement and export), and ``registry`` maps a project's ``task_type`` to its plug-in.
+
+Pairwise labelling keeps its hand-tuned statements (annotation/services/labelling.py: one SQL
+statement per claim, measured by bench/load_labelling.py); it takes the shared rules from
+``policy`` and is registered as the ``pairwise`` plug-in. Adding a task type touches its plug-in
+and a registration, not the queue.
+
+This package is light on import (no plug-in is imported here), so labelling can use ``policy``
+without a cycle.
+"""

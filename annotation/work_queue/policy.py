@@ -1,0 +1,84 @@
+"""The work queue's shared rules: when a gold item or a repeat is due, when a claim looks for
+expired leases, who may claim, and which display order an annotator is shown.
+
+Display order: a pair's left side alternates between the annotators of a comparison
+(``side_for``: its ``served`` counter's parity, started from the id's); K responses are shown in a
+rotation of a per-item random permutation (``display_order``): the k-th annotator of an item sees
+the permutation rotated by k, so over K annotators every response is shown once in every slot
+(a Latin square per item), and the starting permutation differs between items.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.cache import cache
+
+from annotation.models import Project, ProjectMembership, Side
+
+# Repeats come from items answered at least this many items ago (memory of the answer fades).
+REPEAT_MIN_DISTANCE = 5
+# Claims look for expired leases to release at most this often per project (seconds).
+RELEASE_EVERY_S = 5
+
+
+def release_due(project: Project, *, asked: dict[int, float], queue: str) -> bool:
+    """True for one claim per project and queue every RELEASE_EVERY_S seconds (across all web
+    processes): looking for expired leases on every claim costs a locking query each time, and a
+    slot that comes back a few seconds later changes nothing. A claim that finds nothing free
+    looks at once.
+
+    Each process asks the shared cache at most once per window (the other claims of the window
+    skip that round trip); a race between two threads costs one extra ask, never a second release.
+    ``asked``: the calling queue's per-process note (project pk -> time.monotonic() of its last
+    turn); ``queue`` names its lease table in the cache key (pairs: "lease-release").
+    """
+    now = time.monotonic()
+    if now - asked.get(project.pk, -RELEASE_EVERY_S) < RELEASE_EVERY_S:
+        return False
+    asked[project.pk] = now
+    return cache.add(f"concord:{queue}:{project.pk}", 1, RELEASE_EVERY_S)
+
+
+def due(every: int, done: int) -> bool:
+    """Whether the annotator's next item (after ``done`` finished ones) is the ``every``-th."""
+    return every > 0 and done > 0 and done % every == every - 1
+
+
+def may_claim(project: Project, annotator: AbstractBaseUser) -> bool:
+    """False in an archived project and for a paused (or reviewer) member; asked before a new claim
+    only (one query). Locks the membership row until the claim commits, so a pause
+    (services.projects.member_pause) waits for a claim in flight, then releases its lease too."""
+    if project.archived_at is not None:
+        return False
+    membership = (
+        ProjectMembership.objects.select_for_update(no_key=True)
+        .filter(project=project, user=annotator)
+        .values_list("role", "paused_at")
+        .first()
+    )
+    return membership is None or membership == (ProjectMembership.Role.ANNOTATOR, None)
+
+
+def side_for(pk: int, served: int) -> str:
+    """The stored side shown on the left to a comparison's next annotator (``served`` before
+    them): alternating, starting from the id's parity so that A is not always first."""
+    return Side.A if (pk + served) % 2 == 0 else Side.B
+
+
+def display_order(pk: int, served: int, size: int) -> list[int]:
+    """The stored positions (0 .. size-1) in the screen order of an item's next annotator
+    (``served`` before them): the item's permutation (seeded by its id) rotated by ``served``."""
+    if size < 1:
+        raise ValueError(f"an item has at least one response, got {size}")
+    base = list(range(size))
+    random.Random(pk).shuffle(base)  # noqa: S311  # nosec B311 (an order, not a secret)
+    shift = served % size
+    return base[shift:] + base[:shift]
+
+
+def repeat_order(order: list[int]) -> list[int]:
+    """The order a repeat shows: the first showing's reversed (a pair: sides flipped)."""
+    return list(reversed(order))
