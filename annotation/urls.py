@@ -1,6 +1,14 @@
 from django.urls import path
 
-from annotation.views import agreement, clustering, items, labelling, people, projects
+from annotation.views import (
+    agreement,
+    clustering,
+    items,
+    labelling,
+    people,
+    projects,
+    task_labelling,
+)
 
 app_name = "annotation"
 
@@ -22,6 +30,8 @@ urlpatterns = [
     path("p/<slug:slug>/label/history/", labelling.label_history, name="label-history"),
     path("p/<slug:slug>/label/<int:assignment_id>/", labelling.label_submit, name="label-submit"),
     path("p/<slug:slug>/label/<int:assignment_id>/skip/", labelling.label_skip, name="label-skip"),
+    path("p/<slug:slug>/item/<int:lease_id>/", task_labelling.item_submit, name="item-submit"),
+    path("p/<slug:slug>/item/<int:lease_id>/skip/", task_labelling.item_skip, name="item-skip"),
     path("p/<slug:slug>/clusters/", clustering.clusters, name="clusters"),
     path(
         "p/<slug:slug>/clusters/status/",

@@ -11,10 +11,11 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from annotation.agreement.bias import flag_label
-from annotation.models import Project
+from annotation.models import Project, TaskType
 from annotation.selectors import adjudication as adjudication_selectors
 from annotation.selectors import agreement as agreement_selectors
 from annotation.services import agreement as agreement_services
+from annotation.work_queue.registry import task_type_of
 from common.roles import ML_ENGINEER, role_required
 
 
@@ -25,6 +26,11 @@ def agreement_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     suggestions' figures when the project has any. People only, unless ``?judges=1``: then each model
     judge of the project is shown beside them."""
     project = get_object_or_404(Project, slug=slug)
+    if project.task_type != TaskType.PAIRWISE:
+        report = task_type_of(project).agreement(project)
+        return render(
+            request, "annotation/agreement_items.html", {"project": project, "report": report}
+        )
     state = agreement_services.dashboard_state(project=project)
     report = state.payload
     accuracy = adjudication_selectors.annotator_adjudicated_accuracy(project=project)

@@ -9,7 +9,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from annotation.models import SCREEN_PAIR, Flag, Side
+from annotation.models import SCREEN_PAIR, Flag, Side, TaskType
 from annotation.selectors import labelling as selectors
 from annotation.selectors.projects import member_project
 from annotation.services import labelling
@@ -144,8 +144,13 @@ def _pairs_json(request: HttpRequest, project, error: str = "") -> JsonResponse:
 
 @login_required
 def label(request: HttpRequest, slug: str) -> HttpResponse:
-    """Show the annotator's current pair (claiming the next one if needed)."""
+    """Show the annotator's current pair (claiming the next one if needed); a rating or ranking
+    project's current item (views.task_labelling)."""
     project = _member_project(request, slug)
+    if project.task_type != TaskType.PAIRWISE:
+        from annotation.views.task_labelling import item_label
+
+        return item_label(request, project)
     assignment = labelling.assignment_claim(annotator=request.user, project=project)
     if assignment is None:
         context = {

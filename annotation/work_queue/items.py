@@ -226,7 +226,10 @@ def item_submit(
             return stored
         project = lease.item.project
         fields = task_type_of(project).validate(project, answer, list(lease.order))
-        stored, _ = mine.get_or_create(
+        stored, _ = TaskAnswer.objects.get_or_create(
+            item=lease.item,
+            annotator=annotator,
+            repeat=repeat,
             defaults={
                 **fields,
                 "gold": lease.kind == TaskLease.Kind.GOLD,

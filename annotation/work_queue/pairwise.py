@@ -28,6 +28,9 @@ class PairwiseType(TaskTypePlugin):
     responses = (2, 2)
     export_formats = ("pairs",)
 
+    def answer_from_form(self, project: Project, form: Mapping[str, str], size: int) -> dict:
+        return {"pick": form.get("pick", ""), "strength": form.get("strength", "1")}
+
     def validate(
         self, project: Project, raw: Mapping[str, Any], order: list[int]
     ) -> dict[str, Any]:

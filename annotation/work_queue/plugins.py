@@ -25,7 +25,7 @@ class TaskTypePlugin:
     and implement ``validate``, ``agreement`` and ``export_rows``."""
 
     name: ClassVar[str]
-    # The labelling screen's template and its keys (key -> what it does), shown on the screen.
+    # The screen part of the type (its answer form) and its keys (key -> what it does).
     template: ClassVar[str]
     keys: ClassVar[dict[str, str]]
     # Responses per item: (fewest, most).
@@ -36,6 +36,10 @@ class TaskTypePlugin:
     def validate(
         self, project: Project, raw: Mapping[str, Any], order: list[int]
     ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def answer_from_form(self, project: Project, form: Mapping[str, str], size: int) -> dict:
+        """The screen's form fields as the ``raw`` answer ``validate`` takes."""
         raise NotImplementedError
 
     def agreement(self, project: Project) -> dict[str, Any]:
@@ -67,7 +71,7 @@ class RatingType(TaskTypePlugin):
     """One response; a 1-5 score per aspect the lead defined and/or a thumbs up or down."""
 
     name = TaskType.RATING
-    template = "annotation/label_rating.html"
+    template = "annotation/_rating_form.html"
     keys: ClassVar[dict[str, str]] = {
         "1-5": "score the focused aspect",
         "Tab / Shift+Tab": "next / previous aspect",
@@ -78,7 +82,12 @@ class RatingType(TaskTypePlugin):
         "S": "skip",
     }
     responses = (1, 1)
-    export_formats = ("kto", "aspects")
+    export_formats = ("items", "kto", "aspects")
+
+    def answer_from_form(self, project: Project, form: Mapping[str, str], size: int) -> dict:
+        """Fields ``score-<aspect>`` (a digit) and ``thumbs`` ("up" / "down")."""
+        scores = {a: form.get(f"score-{a}", "") for a in project.rating_aspects or []}
+        return {"scores": scores, "thumbs": form.get("thumbs") or None}
 
     def validate(
         self, project: Project, raw: Mapping[str, Any], order: list[int]
@@ -126,7 +135,7 @@ class RankingType(TaskTypePlugin):
     """K responses (3-8) to one prompt, put in order; ties when the project allows them."""
 
     name = TaskType.RANKING
-    template = "annotation/label_ranking.html"
+    template = "annotation/_ranking_form.html"
     keys: ClassVar[dict[str, str]] = {
         "↑ / ↓": "focus the previous / next response",
         "1-8": "place the focused response at that rank",
@@ -136,7 +145,11 @@ class RankingType(TaskTypePlugin):
         "S": "skip",
     }
     responses = (MIN_RANKED, MAX_RANKED)
-    export_formats = ("listwise", "pairs")
+    export_formats = ("items", "listwise", "pairs")
+
+    def answer_from_form(self, project: Project, form: Mapping[str, str], size: int) -> dict:
+        """Fields ``rank-<slot>`` (slot 0 = shown first): the rank given to each shown response."""
+        return {"ranks": [form.get(f"rank-{slot}", "") for slot in range(size)]}
 
     def validate(
         self, project: Project, raw: Mapping[str, Any], order: list[int]
@@ -146,14 +159,20 @@ class RankingType(TaskTypePlugin):
         Returns {"ranks": [rank of the response at stored position p], "scores": {}, "thumbs": None}."""
         given = raw.get("ranks")
         size = len(order)
-        if not isinstance(given, list | tuple) or len(given) != size:
+        if (
+            not isinstance(given, list | tuple)
+            or len(given) != size
+            or any(value in (None, "") for value in given)
+        ):
             raise AnswerError(f"rank all {size} responses before submitting")
         screen = [_integer(value, f"the rank of response {j + 1}") for j, value in enumerate(given)]
         if any(not 1 <= value <= size for value in screen):
             raise AnswerError(f"ranks run from 1 to {size}, got {screen}")
         if len(set(screen)) < size:
             if not project.allow_ties:
-                raise AnswerError("this project does not allow ties: give each response its own rank")
+                raise AnswerError(
+                    "this project does not allow ties: give each response its own rank"
+                )
             screen = competition_ranks(screen)
         stored = [0] * size
         for slot, position in enumerate(order):

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from annotation.models import Project, Prompt
 from annotation.selectors.clustering import prompt_ids_held_out
+from annotation.work_queue.policy import side_for
 from common.errors import ConcordError
 from common.jobs import task_send
 from common.lifecycle import FAILED, SUCCEEDED, JobHeartbeat, job_claim, job_finish
@@ -456,7 +457,9 @@ def eval_claim_next(*, reviewer: AbstractBaseUser, round_: EvalRound) -> EvalAss
             taken = item.assignments.count()
             if taken >= round_.reviewers_per_item:
                 continue
-            left = Side.CHECKPOINT if (item.position + taken) % 2 == 0 else Side.BASELINE
+            # The work queue's alternation (annotation.work_queue.policy): "a" is the checkpoint.
+            first = side_for(item.position, taken) == "a"
+            left = Side.CHECKPOINT if first else Side.BASELINE
             try:
                 with transaction.atomic():
                     assignment = EvalAssignment.objects.create(

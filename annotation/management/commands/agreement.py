@@ -4,9 +4,10 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annotation.models import Project
+from annotation.models import Project, TaskType
 from annotation.selectors.agreement import judges_vote_agreement
 from annotation.services.agreement import agreement_summary, project_agreement
+from annotation.work_queue.registry import task_type_of
 
 
 class Command(BaseCommand):
@@ -39,6 +40,10 @@ class Command(BaseCommand):
             raise CommandError(f"no project with slug {project!r}") from exc
         if boot < 0:
             raise CommandError("--boot must be 0 or more")
+        if target.task_type != TaskType.PAIRWISE:
+            report = task_type_of(target).agreement(target)
+            self.stdout.write(_dumps(report) if as_json else _task_text(target, report))
+            return
         want_intervals = intervals or not as_json
         result = project_agreement(project=target, n_boot=boot if want_intervals else 0, seed=seed)
         summary = agreement_summary(result, intervals=want_intervals)
@@ -71,6 +76,27 @@ class Command(BaseCommand):
         out.write(f"  annotators flagged: {len(flagged)}")
         for row in flagged:
             out.write(f"    {row['annotator']}: {', '.join(row['flags'])}")
+
+
+def _task_text(project: Project, report: dict) -> str:
+    """A rating or ranking project's report as lines of text (the --json report's main figures)."""
+    lines = [
+        f"{project.slug} ({report['task_type']}): {report['n_answers']} answers on "
+        f"{report['n_items']} items by {report['n_annotators']} annotators"
+    ]
+    for aspect, figures in report.get("aspects", {}).items():
+        lines.append(
+            f"  {aspect:<20} alpha ordinal {_fmt(figures['alpha_ordinal'])}"
+            f"  interval {_fmt(figures['alpha_interval'])}"
+        )
+    if report["task_type"] == TaskType.RANKING:
+        lines.append(f"  kendall_w                  {_fmt(report['kendall_w'])}")
+        lines.append(f"  mean_kendall_tau           {_fmt(report['mean_kendall_tau'])}")
+        if report["pairwise"]:
+            lines.append(f"  pairwise fleiss_kappa      {_fmt(report['pairwise']['fleiss_kappa'])}")
+        if report["position_bias"]:
+            lines.append(f"  position bias tau          {_fmt(report['position_bias']['tau'])}")
+    return "\n".join(lines)
 
 
 def _fmt(value: float | None) -> str:
