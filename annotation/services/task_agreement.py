@@ -169,10 +169,52 @@ def ranking_agreement(project: Project) -> dict[str, Any]:
     return report
 
 
+def gold_agreement(project: Project) -> dict[str, dict[str, Any]]:
+    """Per annotator, their answers on gold items against the known answers: ``n``; for ratings
+    ``mean_abs_error`` (scale points, over every gold aspect score) and ``thumbs_match`` (share);
+    for rankings ``mean_tau`` (Kendall tau-b with the gold ranking)."""
+    rows = (
+        TaskAnswer.objects.filter(item__project=project, gold=True)
+        .exclude(item__gold={})
+        .order_by("annotator__username", "item_id")
+        .values_list("annotator__username", "item__gold", "scores", "thumbs", "ranks")
+    )
+    errors: dict[str, list[float]] = defaultdict(list)
+    matches: dict[str, list[float]] = defaultdict(list)
+    taus: dict[str, list[float]] = defaultdict(list)
+    counts: dict[str, int] = defaultdict(int)
+    for name, gold, scores, thumbs, ranks in rows:
+        counts[name] += 1
+        for aspect, value in (gold.get("scores") or {}).items():
+            if aspect in (scores or {}):
+                errors[name].append(abs(float(scores[aspect]) - float(value)))
+        if gold.get("thumbs") is not None and thumbs is not None:
+            matches[name].append(float(thumbs == gold["thumbs"]))
+        if gold.get("ranks") and ranks:
+            taus[name].append(mean_pairwise_kendall_tau(np.asarray([ranks, gold["ranks"]], float)))
+
+    def mean(values: list[float]) -> float | None:
+        return _num(np.nanmean(values)) if values and not np.isnan(values).all() else None
+
+    return {
+        name: {
+            "n": n,
+            "mean_abs_error": mean(errors[name]),
+            "thumbs_match": mean(matches[name]),
+            "mean_tau": mean(taus[name]),
+        }
+        for name, n in counts.items()
+    }
+
+
 def task_agreement(*, project: Project) -> dict[str, Any]:
-    """The agreement report of a rating or ranking project (see the two functions above)."""
+    """The agreement report of a rating or ranking project (see the functions above), with the
+    annotators' answers on gold items (``gold``)."""
     if project.task_type == TaskType.RATING:
-        return rating_agreement(project)
-    if project.task_type == TaskType.RANKING:
-        return ranking_agreement(project)
-    raise ValueError(f"{project.slug} is a pairwise project: use services.agreement")
+        report = rating_agreement(project)
+    elif project.task_type == TaskType.RANKING:
+        report = ranking_agreement(project)
+    else:
+        raise ValueError(f"{project.slug} is a pairwise project: use services.agreement")
+    report["gold"] = gold_agreement(project)
+    return report

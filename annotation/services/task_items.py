@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import F, Max
 
@@ -23,6 +24,7 @@ from annotation.formats.containers import read_records
 from annotation.formats.items import checked_item
 from annotation.models import (
     Project,
+    ProjectEvent,
     Prompt,
     Response,
     TaskAnswer,
@@ -36,6 +38,8 @@ from common.errors import ConcordError
 
 MAX_IMPORT_BYTES = 2 << 30
 MAX_ERRORS_SHOWN = 20
+MAX_ASPECTS = 12
+MAX_ASPECT_NAME = 40
 
 
 class TaskImportError(ConcordError):
@@ -182,6 +186,52 @@ def task_items_import(*, project: Project, path: Path, format: str) -> TaskImpor
         raise TaskImportError(f"{project.slug} is a pairwise project; import pairs there")
     rows = task_rows_read(path=path, format=format, task_type=project.task_type)
     return task_items_create(project=project, rows=rows)
+
+
+def project_task_setup(
+    *,
+    project: Project,
+    actor: AbstractBaseUser | None,
+    task_type: str,
+    rating_aspects: list[str] | None = None,
+    rating_thumbs: bool = False,
+) -> Project:
+    """Set the project's task type and, for ratings, its aspects (each scored 1-5) and thumbs;
+    audited as an edit. TaskImportError (nothing changed) for an unknown type, a type change in a
+    project that already holds pairs or items, or aspects that are not distinct short names, or a
+    rating project with neither aspects nor thumbs."""
+    if task_type not in TaskType.values:
+        raise TaskImportError(f"unknown task type {task_type!r}; expected one of {TaskType.values}")
+    aspects = [a.strip() for a in rating_aspects or []]
+    if task_type != TaskType.RATING and (aspects or rating_thumbs):
+        raise TaskImportError("aspects and thumbs belong to rating projects")
+    if any(not a or len(a) > MAX_ASPECT_NAME for a in aspects) or len(set(aspects)) < len(aspects):
+        raise TaskImportError(f"aspects must be distinct names of 1-{MAX_ASPECT_NAME} characters")
+    if len(aspects) > MAX_ASPECTS:
+        raise TaskImportError(f"at most {MAX_ASPECTS} aspects")
+    if task_type == TaskType.RATING and not aspects and not rating_thumbs:
+        raise TaskImportError("a rating project asks for aspects, thumbs or both")
+    with transaction.atomic():
+        locked = Project.objects.select_for_update().get(pk=project.pk)
+        holds = locked.comparisons.exists() or locked.task_items.exists()
+        if holds and locked.task_type != task_type:
+            raise TaskImportError(
+                f"{locked.slug} already holds {locked.task_type} data: its task type stays"
+            )
+        after = {"task_type": task_type, "rating_aspects": aspects, "rating_thumbs": rating_thumbs}
+        changes = {
+            name: {"before": getattr(locked, name), "after": value}
+            for name, value in after.items()
+            if getattr(locked, name) != value
+        }
+        if changes:
+            for name, value in after.items():
+                setattr(locked, name, value)
+            locked.save(update_fields=list(changes))
+            ProjectEvent.objects.create(
+                project=locked, actor=actor, kind=ProjectEvent.Kind.EDITED, changes=changes
+            )
+    return locked
 
 
 def task_item_gold_set(*, item: TaskItem, gold: dict[str, Any]) -> TaskItem:

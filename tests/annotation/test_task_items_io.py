@@ -237,3 +237,45 @@ def test_rating_agreement_in_the_command_json_and_the_dashboard(client):
     page = client.get(reverse("annotation:agreement", args=[project.slug]))
     assert page.status_code == 200
     assert b"Krippendorff" in page.content and b"helpfulness" in page.content
+
+
+def test_project_task_setup_validates_and_audits():
+    from annotation.models import ProjectEvent
+    from annotation.services.task_items import project_task_setup
+
+    project = ProjectFactory()
+    with pytest.raises(TaskImportError, match="distinct"):
+        project_task_setup(
+            project=project, actor=None, task_type="rating", rating_aspects=["a", "a"]
+        )
+    with pytest.raises(TaskImportError, match="aspects, thumbs or both"):
+        project_task_setup(project=project, actor=None, task_type="rating")
+    with pytest.raises(TaskImportError, match="belong to rating"):
+        project_task_setup(project=project, actor=None, task_type="ranking", rating_thumbs=True)
+    assert ProjectEvent.objects.filter(project=project).count() == 0
+    done = project_task_setup(
+        project=project, actor=None, task_type="rating", rating_aspects=["helpfulness"]
+    )
+    assert (done.task_type, done.rating_aspects) == ("rating", ["helpfulness"])
+    event = ProjectEvent.objects.get(project=project)
+    assert event.changes["task_type"] == {"before": "pairwise", "after": "rating"}
+    task_items_create(project=done, rows=[{"prompt": "p", "responses": ["r"]}])
+    with pytest.raises(TaskImportError, match="already holds rating data"):
+        project_task_setup(project=done, actor=None, task_type="ranking")
+
+
+def test_import_items_and_export_items_commands(tmp_path):
+    path = _jsonl(tmp_path, "o.jsonl", [OASST])
+    out = StringIO()
+    call_command(
+        "import_items", str(path), "--project", "ranked", "--format", "oasst",
+        "--task-type", "ranking", stdout=out,
+    )  # fmt: skip
+    assert "1 items created" in out.getvalue()
+    target = tmp_path / "out" / "listwise.jsonl"
+    call_command(
+        "export_items", "--project", "ranked", "--format", "listwise", "--out", str(target),
+        stdout=StringIO(),
+    )  # fmt: skip
+    row = json.loads(target.read_text())
+    assert row == {"prompt": "Say hello.", "responses": ["Hi", "Hello!", "Yo"], "ranks": [3, 1, 2]}

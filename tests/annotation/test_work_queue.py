@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from annotation.models import TaskAnswer, TaskItem, TaskLease
+from annotation.services.task_agreement import task_agreement
 from annotation.work_queue import items as queue
 from annotation.work_queue.plugins import AnswerError, competition_ranks
 from annotation.work_queue.policy import display_order, due, repeat_order, side_for
@@ -191,6 +192,11 @@ def test_gold_items_go_to_everyone_outside_the_overlap():
     assert TaskAnswer.objects.filter(item=gold, gold=True).count() == 2
     gold.refresh_from_db()
     assert gold.taken == 0
+    report = task_agreement(project=project)
+    assert [row["n"] for row in report["gold"].values()] == [1, 1]
+    # Each annotator ranked [1, 2, 3] on screen; the gold is [1, 2, 3] in stored terms.
+    taus = [row["mean_tau"] for row in report["gold"].values()]
+    assert all(-1 <= tau <= 1 for tau in taus)
 
 
 def test_repeats_show_an_answered_item_again_in_the_reversed_order():
