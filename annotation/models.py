@@ -145,7 +145,7 @@ class Project(models.Model):
     rating_aspects = models.JSONField(
         default=list,
         blank=True,
-        help_text="Rating projects: the aspects scored 1-5, e.g. [\"helpfulness\", \"correctness\"].",
+        help_text='Rating projects: the aspects scored 1-5, e.g. ["helpfulness", "correctness"].',
     )
     rating_thumbs = models.BooleanField(
         default=False, help_text="Rating projects: ask for a thumbs up or down (KTO labels)."
@@ -834,6 +834,7 @@ class LearningCurvePoint(models.Model):
     def __str__(self) -> str:
         return f"{self.project.slug}: {self.labels} labels -> {self.accuracy:.3f}"
 
+
 # --- Rating and ranking items -----------------------------------------------------------------------
 # A pairwise project keeps its Comparison / Assignment / Judgement tables; these are the other task
 # types'. Every lease and answer stores the display order the annotator saw: ``order[j]`` is the
@@ -852,12 +853,8 @@ class TaskItem(models.Model):
     ``served``: how many times it was handed out (its display-order rotation).
     """
 
-    project = models.ForeignKey(
-        Project, on_delete=models.CASCADE, related_name="task_items"
-    )
-    prompt = models.ForeignKey(
-        Prompt, on_delete=models.CASCADE, related_name="task_items"
-    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="task_items")
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="task_items")
     gold = models.JSONField(default=dict, blank=True)
     external_id = models.CharField(max_length=200, blank=True)
     content_hash = models.CharField(max_length=64)
@@ -873,9 +870,7 @@ class TaskItem(models.Model):
                 fields=["project", "content_hash"], name="task_item_unique_content"
             )
         ]
-        indexes = [
-            models.Index(fields=["project", "queue_position", "id"], name="task_item_queue")
-        ]
+        indexes = [models.Index(fields=["project", "queue_position", "id"], name="task_item_queue")]
 
     def __str__(self) -> str:
         return f"item {self.pk} of project {self.project_id}"
@@ -893,6 +888,9 @@ class TaskItemResponse(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["item", "position"], name="task_item_position_once")
         ]
+
+    def __str__(self) -> str:
+        return f"item {self.item_id} position {self.position}"
 
 
 class TaskLease(models.Model):

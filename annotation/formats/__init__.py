@@ -23,9 +23,9 @@ from annotation.formats import (
     trl,
     ultrafeedback,
 )
-from annotation.formats.items import concord_items, oasst_items
 from annotation.formats.base import SCALARS_AS_TEXT, ReadOptions, RowError, SourceError
 from annotation.formats.containers import Record, container_of, read_records
+from annotation.formats.items import concord_items, oasst_items
 
 # Detection order: the most specific fields first (UltraFeedback rows also fit TRL's shape, and
 # HH-RLHF's transcripts are TRL's chosen/rejected without a prompt).

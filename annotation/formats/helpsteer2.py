@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from annotation.formats.base import ReadOptions, RowError, text_field
-from annotation.formats.items import RATING, checked_item
+from annotation.formats.items import RATING, checked_item, text_value
 
 NAME = "helpsteer2"
 EXAMPLE = (
@@ -74,8 +74,8 @@ def items(record: dict[str, Any], task_type: str) -> list[dict[str, Any]]:
             raise RowError(aspect, f"must be an integer from 0 to 4, got {value!r}")
         scores[aspect] = value + 1
     row = {
-        "prompt": _text(record.get("prompt"), "prompt"),
-        "responses": [_text(record.get("response"), "response")],
+        "prompt": text_value(record.get("prompt"), "prompt"),
+        "responses": [text_value(record.get("response"), "response")],
         "metadata": {"source": "helpsteer2"},
         "answers": [{"annotator": DEFAULT_ANNOTATOR, "scores": scores}],
     }

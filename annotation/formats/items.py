@@ -10,12 +10,14 @@ Readers (``annotation.formats.ITEM_READERS``), each ``(record, task_type) -> [it
 
 - ``concord-items`` (here): the rows ``annotation/services/task_export.py`` writes as ``items``
   (a round trip).
-- ``ultrafeedback`` (annotation/formats/ultrafeedback.py; openbmb/UltraFeedback: ``instruction``, ``completions`` with per-aspect
-  ``annotations`` rated "1"-"5" or "N/A"): as a ranking, one item of the four completions ranked by
-  their mean aspect rating (ties share a rank); as ratings, one item per completion with its aspect
-  ratings. The ratings become answers by ``ultrafeedback-gpt4``.
-- ``helpsteer2`` (annotation/formats/helpsteer2.py; nvidia/HelpSteer2: ``prompt``, ``response`` and five aspects rated 0-4): one
-  rating item, its aspects shifted to 1-5, answered by ``helpsteer2``.
+- ``ultrafeedback`` (annotation/formats/ultrafeedback.py; openbmb/UltraFeedback: ``instruction``,
+  ``completions`` with per-aspect ``annotations`` rated "1"-"5" or "N/A"): as a ranking, one item
+  of the four completions ranked by their mean aspect rating (ties share a rank); as ratings, one
+  item per completion with its aspect ratings. The ratings become answers by
+  ``ultrafeedback-gpt4``.
+- ``helpsteer2`` (annotation/formats/helpsteer2.py; nvidia/HelpSteer2: ``prompt``, ``response``
+  and five aspects rated 0-4): one rating item, its aspects shifted to 1-5, answered by
+  ``helpsteer2``.
 - ``oasst`` (here; OpenAssistant-style ranked replies: ``prompt`` and ``replies`` [{"text", "rank"}],
   rank 0 = best as in OASST's message trees): one ranking item answered by ``oasst``.
 """
@@ -38,7 +40,8 @@ def competition_ranks(values: list[float], *, higher_is_better: bool) -> list[in
     return [1 + sum(other < key for other in keys) for key in keys]
 
 
-def _text(value: object, name: str) -> str:
+def text_value(value: object, name: str) -> str:
+    """``value`` if it is a string; RowError naming the field otherwise."""
     if not isinstance(value, str):
         raise RowError(name, f"must be text, got {type(value).__name__}")
     return value
@@ -80,7 +83,7 @@ def checked_item(row: dict[str, Any], task_type: str) -> dict[str, Any]:
     fewest, most = RESPONSES[task_type]
     if not isinstance(responses, list) or not fewest <= len(responses) <= most:
         raise RowError("responses", f"a {task_type} item has {fewest}-{most} responses")
-    responses = [_text(r, f"responses[{i}]") for i, r in enumerate(responses)]
+    responses = [text_value(r, f"responses[{i}]") for i, r in enumerate(responses)]
     models = row.get("models") or [""] * len(responses)
     if len(models) != len(responses):
         raise RowError("models", "must name one model per response")
@@ -92,7 +95,7 @@ def checked_item(row: dict[str, Any], task_type: str) -> dict[str, Any]:
     if not isinstance(gold, dict):
         raise RowError("gold", "must be an object (the known answer) or empty")
     return {
-        "prompt": _text(row.get("prompt"), "prompt"),
+        "prompt": text_value(row.get("prompt"), "prompt"),
         "responses": responses,
         "models": [str(m or "") for m in models],
         "external_id": str(row.get("id") or row.get("external_id") or ""),
@@ -118,12 +121,12 @@ def oasst_items(record: dict[str, Any], task_type: str) -> list[dict[str, Any]]:
             raise RowError(f"replies[{i}]", "must be an object with text and rank")
         if not isinstance(reply.get("rank"), int):
             raise RowError(f"replies[{i}].rank", "must be an integer (0 = best)")
-        texts.append(_text(reply.get("text"), f"replies[{i}].text"))
+        texts.append(text_value(reply.get("text"), f"replies[{i}].text"))
         raw_ranks.append(reply["rank"])
     ranks = competition_ranks(raw_ranks, higher_is_better=False)
     row = {
         "id": record.get("message_id") or record.get("id") or "",
-        "prompt": _text(record.get("prompt"), "prompt"),
+        "prompt": text_value(record.get("prompt"), "prompt"),
         "responses": texts,
         "metadata": {"source": "oasst"},
         "answers": [{"annotator": str(record.get("annotator") or "oasst"), "ranks": ranks}],

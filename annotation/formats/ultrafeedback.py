@@ -16,7 +16,14 @@ import math
 from typing import Any
 
 from annotation.formats.base import ReadOptions, RowError, message_list, split_final_reply
-from annotation.formats.items import RANKING, RATING, SCALE, checked_item, competition_ranks
+from annotation.formats.items import (
+    RANKING,
+    RATING,
+    SCALE,
+    checked_item,
+    competition_ranks,
+    text_value,
+)
 
 NAME = "ultrafeedback"
 EXAMPLE = (
@@ -91,7 +98,7 @@ def _ultrafeedback_rating(value: object) -> int | None:
 def items(record: dict[str, Any], task_type: str) -> list[dict[str, Any]]:
     """An UltraFeedback row as one ranking item (completions ranked by their mean aspect rating,
     ties sharing a rank) or as one rating item per completion."""
-    prompt = _text(record.get("instruction"), "instruction")
+    prompt = text_value(record.get("instruction"), "instruction")
     completions = record.get("completions")
     if not isinstance(completions, list) or not completions:
         raise RowError("completions", "must be a list of completions")
@@ -99,7 +106,7 @@ def items(record: dict[str, Any], task_type: str) -> list[dict[str, Any]]:
     for i, completion in enumerate(completions):
         if not isinstance(completion, dict):
             raise RowError(f"completions[{i}]", "must be an object")
-        texts.append(_text(completion.get("response"), f"completions[{i}].response"))
+        texts.append(text_value(completion.get("response"), f"completions[{i}].response"))
         models.append(str(completion.get("model") or ""))
         annotations = completion.get("annotations") or {}
         rated = {a: _ultrafeedback_rating(annotations.get(a)) for a in ASPECTS}

@@ -6,110 +6,230 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0011_import_clustering_job_lifecycle'),
+        ("annotation", "0011_import_clustering_job_lifecycle"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='project',
-            name='rating_aspects',
-            field=models.JSONField(blank=True, default=list, help_text='Rating projects: the aspects scored 1-5, e.g. ["helpfulness", "correctness"].'),
+            model_name="project",
+            name="rating_aspects",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text='Rating projects: the aspects scored 1-5, e.g. ["helpfulness", "correctness"].',
+            ),
         ),
         migrations.AddField(
-            model_name='project',
-            name='rating_thumbs',
-            field=models.BooleanField(default=False, help_text='Rating projects: ask for a thumbs up or down (KTO labels).'),
+            model_name="project",
+            name="rating_thumbs",
+            field=models.BooleanField(
+                default=False,
+                help_text="Rating projects: ask for a thumbs up or down (KTO labels).",
+            ),
         ),
         migrations.AddField(
-            model_name='project',
-            name='task_type',
-            field=models.CharField(choices=[('pairwise', 'Pairwise (pick the better of two)'), ('rating', 'Rating (scores per aspect and/or thumbs, one response)'), ('ranking', 'Ranking (order 3-8 responses)')], default='pairwise', help_text='Pairwise comparisons, ratings of one response, or rankings of 3-8 responses.', max_length=10),
+            model_name="project",
+            name="task_type",
+            field=models.CharField(
+                choices=[
+                    ("pairwise", "Pairwise (pick the better of two)"),
+                    ("rating", "Rating (scores per aspect and/or thumbs, one response)"),
+                    ("ranking", "Ranking (order 3-8 responses)"),
+                ],
+                default="pairwise",
+                help_text="Pairwise comparisons, ratings of one response, or rankings of 3-8 responses.",
+                max_length=10,
+            ),
         ),
         migrations.CreateModel(
-            name='TaskItem',
+            name="TaskItem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('gold', models.JSONField(blank=True, default=dict)),
-                ('external_id', models.CharField(blank=True, max_length=200)),
-                ('content_hash', models.CharField(max_length=64)),
-                ('metadata', models.JSONField(blank=True, default=dict)),
-                ('queue_position', models.BigIntegerField(default=0)),
-                ('taken', models.PositiveSmallIntegerField(default=0)),
-                ('served', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='task_items', to='annotation.project')),
-                ('prompt', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='task_items', to='annotation.prompt')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("gold", models.JSONField(blank=True, default=dict)),
+                ("external_id", models.CharField(blank=True, max_length=200)),
+                ("content_hash", models.CharField(max_length=64)),
+                ("metadata", models.JSONField(blank=True, default=dict)),
+                ("queue_position", models.BigIntegerField(default=0)),
+                ("taken", models.PositiveSmallIntegerField(default=0)),
+                ("served", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="task_items",
+                        to="annotation.project",
+                    ),
+                ),
+                (
+                    "prompt",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="task_items",
+                        to="annotation.prompt",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='TaskAnswer',
+            name="TaskAnswer",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('repeat', models.BooleanField(default=False)),
-                ('gold', models.BooleanField(default=False, help_text='Answered as a gold item.')),
-                ('order', models.JSONField(help_text='Stored positions in the screen order shown.')),
-                ('scores', models.JSONField(blank=True, default=dict)),
-                ('thumbs', models.BooleanField(blank=True, null=True)),
-                ('ranks', models.JSONField(blank=True, default=list)),
-                ('rationale', models.TextField(blank=True)),
-                ('elapsed_ms', models.PositiveIntegerField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('annotator', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='task_answers', to=settings.AUTH_USER_MODEL)),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='answers', to='annotation.taskitem')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("repeat", models.BooleanField(default=False)),
+                ("gold", models.BooleanField(default=False, help_text="Answered as a gold item.")),
+                (
+                    "order",
+                    models.JSONField(help_text="Stored positions in the screen order shown."),
+                ),
+                ("scores", models.JSONField(blank=True, default=dict)),
+                ("thumbs", models.BooleanField(blank=True, null=True)),
+                ("ranks", models.JSONField(blank=True, default=list)),
+                ("rationale", models.TextField(blank=True)),
+                ("elapsed_ms", models.PositiveIntegerField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "annotator",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="task_answers",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="answers",
+                        to="annotation.taskitem",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='TaskItemResponse',
+            name="TaskItemResponse",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('position', models.PositiveSmallIntegerField()),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='positions', to='annotation.taskitem')),
-                ('response', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='annotation.response')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("position", models.PositiveSmallIntegerField()),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="positions",
+                        to="annotation.taskitem",
+                    ),
+                ),
+                (
+                    "response",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="annotation.response",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['position'],
+                "ordering": ["position"],
             },
         ),
         migrations.CreateModel(
-            name='TaskLease',
+            name="TaskLease",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('normal', 'Normal'), ('gold', 'Gold item'), ('repeat', 'Swap repeat')], default='normal', max_length=8)),
-                ('status', models.CharField(choices=[('active', 'Active'), ('done', 'Judged'), ('skipped', 'Skipped')], default='active', max_length=8)),
-                ('order', models.JSONField(help_text='Stored positions in screen order.')),
-                ('claimed_at', models.DateTimeField(auto_now_add=True)),
-                ('expires_at', models.DateTimeField()),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('annotator', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='task_leases', to=settings.AUTH_USER_MODEL)),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='leases', to='annotation.taskitem')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("normal", "Normal"),
+                            ("gold", "Gold item"),
+                            ("repeat", "Swap repeat"),
+                        ],
+                        default="normal",
+                        max_length=8,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("active", "Active"), ("done", "Judged"), ("skipped", "Skipped")],
+                        default="active",
+                        max_length=8,
+                    ),
+                ),
+                ("order", models.JSONField(help_text="Stored positions in screen order.")),
+                ("claimed_at", models.DateTimeField(auto_now_add=True)),
+                ("expires_at", models.DateTimeField()),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "annotator",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="task_leases",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="leases",
+                        to="annotation.taskitem",
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='taskitem',
-            index=models.Index(fields=['project', 'queue_position', 'id'], name='task_item_queue'),
+            model_name="taskitem",
+            index=models.Index(fields=["project", "queue_position", "id"], name="task_item_queue"),
         ),
         migrations.AddConstraint(
-            model_name='taskitem',
-            constraint=models.UniqueConstraint(fields=('project', 'content_hash'), name='task_item_unique_content'),
+            model_name="taskitem",
+            constraint=models.UniqueConstraint(
+                fields=("project", "content_hash"), name="task_item_unique_content"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='taskanswer',
-            constraint=models.UniqueConstraint(fields=('item', 'annotator', 'repeat'), name='task_answer_one_per_annotator'),
+            model_name="taskanswer",
+            constraint=models.UniqueConstraint(
+                fields=("item", "annotator", "repeat"), name="task_answer_one_per_annotator"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='taskitemresponse',
-            constraint=models.UniqueConstraint(fields=('item', 'position'), name='task_item_position_once'),
+            model_name="taskitemresponse",
+            constraint=models.UniqueConstraint(
+                fields=("item", "position"), name="task_item_position_once"
+            ),
         ),
         migrations.AddIndex(
-            model_name='tasklease',
-            index=models.Index(fields=['status', 'expires_at'], name='task_lease_expiry'),
+            model_name="tasklease",
+            index=models.Index(fields=["status", "expires_at"], name="task_lease_expiry"),
         ),
         migrations.AddConstraint(
-            model_name='tasklease',
-            constraint=models.UniqueConstraint(fields=('item', 'annotator', 'kind'), name='task_lease_once_per_kind'),
+            model_name="tasklease",
+            constraint=models.UniqueConstraint(
+                fields=("item", "annotator", "kind"), name="task_lease_once_per_kind"
+            ),
         ),
     ]

@@ -36,18 +36,18 @@ from annotation.models import (
     RepeatJudgement,
     Side,
 )
+from annotation.services.suggestions import (
+    offered_verdicts,
+    suggestion_columns,
+    suggestion_sql,
+    suggests,
+)
 from annotation.work_queue.policy import (
     REPEAT_MIN_DISTANCE,
     due,
     may_claim,
     release_due,
     side_for,
-)
-from annotation.services.suggestions import (
-    offered_verdicts,
-    suggestion_columns,
-    suggestion_sql,
-    suggests,
 )
 from common.errors import ConcordError
 from common.sides import LEFT, RIGHT, other_side, stored_side

@@ -4,7 +4,8 @@ answer).
 
 - ``policy``: the rules every type shares (when a gold item or a repeat is due, when expired
   leases are looked for, who may claim, which side or order an annotator is shown).
-- ``items``: the claim engine of rating and ranking items (annotation.models: TaskItem, TaskLease, TaskAnswer).
+- ``items``: the claim engine of rating and ranking items (annotation.models' TaskItem,
+  TaskLease and TaskAnswer).
 - ``plugins``: a task type as a small plug-in (its screen template, answer validation, keyboard
   map, agreement and export), and ``registry`` maps a project's ``task_type`` to its plug-in.
 

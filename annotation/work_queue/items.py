@@ -236,7 +236,7 @@ def item_submit(
                 "order": lease.order,
                 "rationale": rationale[:10_000],
                 "elapsed_ms": elapsed_ms,
-            }
+            },
         )
         lease.status = TaskLease.Status.DONE
         lease.finished_at = timezone.now()

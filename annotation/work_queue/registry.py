@@ -23,7 +23,9 @@ def task_type_named(name: str) -> TaskTypePlugin:
     try:
         return REGISTRY[name]
     except KeyError:
-        raise AnswerError(f"unknown task type {name!r}; expected one of {sorted(REGISTRY)}") from None
+        raise AnswerError(
+            f"unknown task type {name!r}; expected one of {sorted(REGISTRY)}"
+        ) from None
 
 
 def task_type_of(project: Project) -> TaskTypePlugin:

@@ -48,7 +48,11 @@ HELPSTEER2 = {
 }
 OASST = {
     "prompt": "Say hello.",
-    "replies": [{"text": "Hi", "rank": 2}, {"text": "Hello!", "rank": 0}, {"text": "Yo", "rank": 1}],
+    "replies": [
+        {"text": "Hi", "rank": 2},
+        {"text": "Hello!", "rank": 0},
+        {"text": "Yo", "rank": 1},
+    ],
 }
 
 
@@ -126,7 +130,7 @@ def _answered_ranking():
 
 
 def test_ranking_exports_listwise_consensus_and_implied_pairs():
-    project, items = _answered_ranking()
+    project, _ = _answered_ranking()
     listwise = task_export_rows(project=project, row_format="listwise")
     assert len(listwise) == 2
     for row in listwise:
@@ -134,9 +138,7 @@ def test_ranking_exports_listwise_consensus_and_implied_pairs():
         assert sorted(row["ranks"]) == [1, 2, 3, 4] or len(set(row["ranks"])) < 4
     pairs = task_export_rows(project=project, row_format="pairs")
     first = listwise[0]
-    implied = [
-        (i, j) for i in range(4) for j in range(4) if first["ranks"][i] < first["ranks"][j]
-    ]
+    implied = [(i, j) for i in range(4) for j in range(4) if first["ranks"][i] < first["ranks"][j]]
     mine = [p for p in pairs if p["prompt"] == first["prompt"]]
     assert len(mine) == len(implied)
     for pair in mine:
@@ -146,7 +148,7 @@ def test_ranking_exports_listwise_consensus_and_implied_pairs():
 
 
 def test_rating_exports_kto_and_aspect_rows():
-    project, items = rating_project(1, overlap=3)
+    project, _ = rating_project(1, overlap=3)
     answers = [("5", "4", "up"), ("3", "4", "up"), ("4", "1", "down")]
     for user, (h, c, t) in zip(annotators(project, 3), answers, strict=True):
         lease = queue.item_claim(annotator=user, project=project)
@@ -189,9 +191,10 @@ def test_items_export_then_import_gives_the_same_items_and_answers(tmp_path, kin
     exported = [json.loads(line) for line in out.read_text().splitlines()]
     again = task_export_rows(project=copy, row_format="items")
     assert again == exported
-    assert TaskAnswer.objects.filter(item__project=copy).count() == TaskAnswer.objects.filter(
-        item__project=project
-    ).count()
+    assert (
+        TaskAnswer.objects.filter(item__project=copy).count()
+        == TaskAnswer.objects.filter(item__project=project).count()
+    )
 
 
 def test_rows_of_the_wrong_type_are_refused():

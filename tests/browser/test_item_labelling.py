@@ -56,7 +56,7 @@ def test_rating_by_keyboard(fast_hasher, page: Page) -> None:
 def test_keyboard_ranking_of_four_responses_maps_back_through_the_display_order(
     fast_hasher, page: Page
 ) -> None:
-    project, (item,) = ranking_project(1, k=4, overlap=1)
+    project, _ = ranking_project(1, k=4, overlap=1)
     (user,) = annotators(project, 1)
     _open(page, user, project)
     expect(page.get_by_test_id("candidate-0")).to_be_focused()
