@@ -3,7 +3,7 @@ Thin: check the membership, call the labelling service or a selector, render."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -11,20 +11,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from annotation.models import SCREEN_PAIR, Flag, Side, TaskType
 from annotation.selectors import labelling as selectors
-from annotation.selectors.projects import member_project
 from annotation.services import labelling
 from annotation.services.adjudication import guidelines_notice_take
-from common.roles import ANNOTATOR, has_role, machine_account_label
+from annotation.views.membership import elapsed_ms as _elapsed_ms
+from annotation.views.membership import member_project_or_404 as _member_project
+from annotation.views.task_labelling import item_label
+from common.roles import machine_account_label
 from common.sides import screen_order, screen_side
-
-
-def _member_project(request: HttpRequest, slug: str):
-    """The project ``slug`` if the user labels in it; 404 otherwise (its existence is not revealed)."""
-    project = member_project(user=request.user, slug=slug)
-    # Not role_required: member_project reads membership and roles in one query (the hot path).
-    if project is None or not has_role(request.user, ANNOTATOR):
-        raise Http404
-    return project
 
 
 def _verdict_from(request: HttpRequest) -> labelling.Verdict:
@@ -33,14 +26,6 @@ def _verdict_from(request: HttpRequest) -> labelling.Verdict:
     except ValueError:
         strength = 0  # rejected by the service with a clear message
     return labelling.Verdict(pick=request.POST.get("pick", ""), strength=strength)
-
-
-def _elapsed_ms(request: HttpRequest) -> int | None:
-    try:
-        value = int(request.POST.get("elapsed_ms", ""))
-    except ValueError:
-        return None
-    return value if 0 <= value < 24 * 3600 * 1000 else None
 
 
 SUGGESTION_TEXT = {
@@ -148,8 +133,6 @@ def label(request: HttpRequest, slug: str) -> HttpResponse:
     project's current item (views.task_labelling)."""
     project = _member_project(request, slug)
     if project.task_type != TaskType.PAIRWISE:
-        from annotation.views.task_labelling import item_label
-
         return item_label(request, project)
     assignment = labelling.assignment_claim(annotator=request.user, project=project)
     if assignment is None:

@@ -13,7 +13,8 @@ from django.views.decorators.http import require_POST
 
 from annotation.models import RATING_SCALE, Project, TaskType
 from annotation.selectors.task_items import item_progress
-from annotation.views.labelling import _elapsed_ms, _member_project
+from annotation.views.membership import elapsed_ms as _elapsed_ms
+from annotation.views.membership import member_project_or_404 as _member_project
 from annotation.work_queue import items as work_queue
 from annotation.work_queue.plugins import AnswerError
 from annotation.work_queue.registry import task_type_of

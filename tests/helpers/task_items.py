@@ -24,9 +24,7 @@ def rating_project(n: int = 3, *, thumbs: bool = True, **fields) -> tuple[Projec
     return project, list(TaskItem.objects.filter(project=project).order_by("queue_position"))
 
 
-def ranking_project(
-    n: int = 3, k: int = 4, **fields
-) -> tuple[Project, list[TaskItem]]:
+def ranking_project(n: int = 3, k: int = 4, **fields) -> tuple[Project, list[TaskItem]]:
     """A ranking project with ``n`` items of ``k`` responses ("Reply i.j", stored position j)."""
     fields = {"overlap": 2, "gold_every": 0, "repeat_every": 0, "allow_ties": False, **fields}
     project = ProjectFactory(task_type=TaskType.RANKING, **fields)
