@@ -45,8 +45,10 @@ from annotation.services.suggestions import (
 from annotation.work_queue.policy import (
     REPEAT_MIN_DISTANCE,
     due,
+    lease_skip,
     may_claim,
     release_due,
+    release_expired,
     side_for,
 )
 from common.errors import ConcordError
@@ -105,22 +107,8 @@ def _release_due(project: Project) -> bool:
 
 def _release_expired(project: Project) -> int:
     """Give the slots of expired leases back to the pool; returns how many were released."""
-    now = timezone.now()
-    expired = list(
-        Assignment.objects.select_for_update(skip_locked=True, of=("self",))
-        .filter(comparison__project=project, status=Assignment.Status.ACTIVE, expires_at__lt=now)
-        .order_by("pk")
-        .values_list("pk", "comparison_id", "kind")[:500]
-    )
-    if not expired:
-        return 0
-    Assignment.objects.filter(pk__in=[pk for pk, _, _ in expired]).delete()
-    for comparison_id in sorted(
-        {cid for _, cid, kind in expired if kind == Assignment.Kind.NORMAL}
-    ):
-        released = sum(1 for _, cid, kind in expired if cid == comparison_id and kind == "normal")
-        Comparison.objects.filter(pk=comparison_id).update(taken=F("taken") - released)
-    return len(expired)
+    leases = Assignment.objects.filter(comparison__project=project)
+    return release_expired(leases, Comparison, "comparison_id")
 
 
 def _side_for(comparison: Comparison) -> str:
@@ -527,19 +515,9 @@ def _insert_unless_judged(
 
 def assignment_skip(*, annotator: AbstractBaseUser, assignment_id: int) -> None:
     """Give the pair back without judging it; it is not offered to this annotator again."""
-    with transaction.atomic():
-        assignment = (
-            Assignment.objects.select_for_update()
-            .filter(pk=assignment_id, annotator=annotator, status=Assignment.Status.ACTIVE)
-            .first()
-        )
-        if assignment is None:
-            return
-        assignment.status = Assignment.Status.SKIPPED
-        assignment.finished_at = timezone.now()
-        assignment.save(update_fields=["status", "finished_at"])
-        if assignment.kind == Assignment.Kind.NORMAL:
-            Comparison.objects.filter(pk=assignment.comparison_id).update(taken=F("taken") - 1)
+    lease_skip(
+        Assignment.objects.filter(annotator=annotator), Comparison, "comparison_id", assignment_id
+    )
 
 
 def judgement_edit(

@@ -28,8 +28,10 @@ from annotation.work_queue.policy import (
     REPEAT_MIN_DISTANCE,
     display_order,
     due,
+    lease_skip,
     may_claim,
     release_due,
+    release_expired,
     repeat_order,
 )
 from annotation.work_queue.registry import task_type_of
@@ -40,23 +42,7 @@ _release_asked: dict[int, float] = {}
 
 def _release_expired(project: Project) -> int:
     """Give the slots of expired item leases back to the pool; returns how many were released."""
-    expired = list(
-        TaskLease.objects.select_for_update(skip_locked=True, of=("self",))
-        .filter(
-            item__project=project,
-            status=TaskLease.Status.ACTIVE,
-            expires_at__lt=timezone.now(),
-        )
-        .order_by("pk")
-        .values_list("pk", "item_id", "kind")[:500]
-    )
-    if not expired:
-        return 0
-    TaskLease.objects.filter(pk__in=[pk for pk, _, _ in expired]).delete()
-    for item_id in sorted({i for _, i, kind in expired if kind == TaskLease.Kind.NORMAL}):
-        released = sum(1 for _, i, kind in expired if i == item_id and kind == "normal")
-        TaskItem.objects.filter(pk=item_id).update(taken=F("taken") - released)
-    return len(expired)
+    return release_expired(TaskLease.objects.filter(item__project=project), TaskItem, "item_id")
 
 
 def _lease(item: TaskItem, annotator: AbstractBaseUser, kind: str, order: list[int]) -> TaskLease:
@@ -246,16 +232,4 @@ def item_submit(
 
 def item_skip(*, annotator: AbstractBaseUser, lease_id: int) -> None:
     """Give the item back without answering; it is not offered to this annotator again."""
-    with transaction.atomic():
-        lease = (
-            TaskLease.objects.select_for_update()
-            .filter(pk=lease_id, annotator=annotator, status=TaskLease.Status.ACTIVE)
-            .first()
-        )
-        if lease is None:
-            return
-        lease.status = TaskLease.Status.SKIPPED
-        lease.finished_at = timezone.now()
-        lease.save(update_fields=["status", "finished_at"])
-        if lease.kind == TaskLease.Kind.NORMAL:
-            TaskItem.objects.filter(pk=lease.item_id).update(taken=F("taken") - 1)
+    lease_skip(TaskLease.objects.filter(annotator=annotator), TaskItem, "item_id", lease_id)

@@ -15,8 +15,14 @@ import time
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
+from django.db import models, transaction
+from django.db.models import F
+from django.utils import timezone
 
-from annotation.models import Project, ProjectMembership, Side
+from annotation.models import Assignment, Project, ProjectMembership, Side
+
+# Leases (Assignment for pairs, TaskLease for items) share these kinds and states.
+Kind, Status = Assignment.Kind, Assignment.Status
 
 # Repeats come from items answered at least this many items ago (memory of the answer fades).
 REPEAT_MIN_DISTANCE = 5
@@ -40,6 +46,44 @@ def release_due(project: Project, *, asked: dict[int, float], queue: str) -> boo
         return False
     asked[project.pk] = now
     return cache.add(f"concord:{queue}:{project.pk}", 1, RELEASE_EVERY_S)
+
+
+def release_expired(leases: models.QuerySet, slots: type[models.Model], slot_field: str) -> int:
+    """Give the slots of expired leases back to the pool; returns how many were released.
+
+    ``leases``: the project's leases (Assignment or TaskLease rows); ``slots``: the model whose
+    ``taken`` counter a normal lease holds (Comparison or TaskItem), named on the lease by
+    ``slot_field`` ("comparison_id" or "item_id"). Locks with SKIP LOCKED: a lease another claim
+    is releasing is left to it. At most 500 per call."""
+    expired = list(
+        leases.select_for_update(skip_locked=True, of=("self",))
+        .filter(status=Status.ACTIVE, expires_at__lt=timezone.now())
+        .order_by("pk")
+        .values_list("pk", slot_field, "kind")[:500]
+    )
+    if not expired:
+        return 0
+    leases.model.objects.filter(pk__in=[pk for pk, _, _ in expired]).delete()
+    for slot_id in sorted({sid for _, sid, kind in expired if kind == Kind.NORMAL}):
+        released = sum(1 for _, sid, kind in expired if sid == slot_id and kind == Kind.NORMAL)
+        slots.objects.filter(pk=slot_id).update(taken=F("taken") - released)
+    return len(expired)
+
+
+def lease_skip(
+    leases: models.QuerySet, slots: type[models.Model], slot_field: str, lease_id: int
+) -> None:
+    """Mark the active lease ``lease_id`` among ``leases`` (already narrowed to the annotator's)
+    skipped; a normal lease gives its slot back (``slots``' ``taken``, by ``slot_field``)."""
+    with transaction.atomic():
+        lease = leases.select_for_update().filter(pk=lease_id, status=Status.ACTIVE).first()
+        if lease is None:
+            return
+        lease.status = Status.SKIPPED
+        lease.finished_at = timezone.now()
+        lease.save(update_fields=["status", "finished_at"])
+        if lease.kind == Kind.NORMAL:
+            slots.objects.filter(pk=getattr(lease, slot_field)).update(taken=F("taken") - 1)
 
 
 def due(every: int, done: int) -> bool:
