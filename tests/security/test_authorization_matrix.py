@@ -60,6 +60,7 @@ def path_for(name: str, route: str, w: World) -> str:
         "sha256": w.export_sha256,
         "part": "pairs",
         "assignment_id": str(w.annie_assignment.pk),
+        "lease_id": str(w.annie_assignment.pk),  # no such item lease: the screen says so
         "cluster_id": str(w.cluster.pk),
         "username": "bob",
         "run_id": str(w.run.pk),
@@ -138,6 +139,8 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "annotation:label-edit-last":     {"get": (302, 302, 404, 404, 404), "post": (302, 302, 404, 404, 404)},
     "annotation:label-submit":        {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
     "annotation:label-skip":          {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
+    "annotation:item-submit":         {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
+    "annotation:item-skip":           {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
     "annotation:label-ahead":         {"get": (302, 405, 405, 405, 405), "post": (302, 200, 404, 404, 404)},
     "annotation:label-history":       {"get": (302, 200, 404, 404, 404), "post": (302, 405, 405, 405, 405)},
     "annotation:clusters":            {"get": (302, 404, 404, 200, 200), "post": (302, 405, 405, 405, 405)},
