@@ -12,6 +12,24 @@ import torch
 from torch import Tensor
 
 
+def _checked_mask(
+    values: Tensor, other: Tensor, mask: Tensor | None, *, names: tuple[str, str], shape: str
+) -> Tensor:
+    """The mask of two 2-d tensors of one shape (all True when None); ValueError naming them."""
+    if values.dim() != 2 or other.shape != values.shape:
+        raise ValueError(
+            f"{names[0]} and {names[1]} must both be {shape}, got {tuple(values.shape)} and "
+            f"{tuple(other.shape)}"
+        )
+    if mask is None:
+        return torch.ones_like(values, dtype=torch.bool)
+    if mask.shape != values.shape or mask.dtype != torch.bool:
+        raise ValueError(
+            f"mask must be a bool {shape} like {names[0]}, got {mask.dtype} {tuple(mask.shape)}"
+        )
+    return mask
+
+
 def plackett_luce_loss(
     scores: Tensor, ranks: Tensor, mask: Tensor | None = None, *, reduction: str = "mean"
 ) -> Tensor:
@@ -32,15 +50,7 @@ def plackett_luce_loss(
     Invariant to permuting a list's responses (with their ranks and mask) and to adding a constant
     to a list's scores. reduction: "mean" over lists (a scalar) or "none" ([B]).
     """
-    if scores.dim() != 2 or ranks.shape != scores.shape:
-        raise ValueError(
-            f"scores and ranks must both be [B, K], got {tuple(scores.shape)} and "
-            f"{tuple(ranks.shape)}"
-        )
-    if mask is None:
-        mask = torch.ones_like(scores, dtype=torch.bool)
-    elif mask.shape != scores.shape or mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool [B, K] like scores, got {mask.dtype} {tuple(mask.shape)}")
+    mask = _checked_mask(scores, ranks, mask, names=("scores", "ranks"), shape="[B, K]")
     if reduction not in ("mean", "none"):
         raise ValueError(f"reduction must be 'mean' or 'none', not {reduction!r}")
     ranks = ranks.float()
@@ -75,15 +85,9 @@ def aspect_regression_loss(
     bool, True where row b rated aspect a (None: all). loss = sum mask (p - t)^2 / sum mask, a
     scalar (0 when nothing is rated).
     """
-    if predictions.shape != targets.shape or predictions.dim() != 2:
-        raise ValueError(
-            f"predictions and targets must both be [B, A], got {tuple(predictions.shape)} and "
-            f"{tuple(targets.shape)}"
-        )
-    if mask is None:
-        mask = torch.ones_like(predictions, dtype=torch.bool)
-    elif mask.shape != predictions.shape or mask.dtype != torch.bool:
-        raise ValueError("mask must be a bool [B, A] like predictions")
+    mask = _checked_mask(
+        predictions, targets, mask, names=("predictions", "targets"), shape="[B, A]"
+    )
     squared = torch.where(mask, (predictions.float() - targets.float()) ** 2, 0.0)
     return squared.sum() / mask.sum().clamp(min=1)
 

@@ -50,7 +50,6 @@ from training.recipes.data import (
     load_judged_pairs,
     split_eval,
 )
-from training.recipes.distributed import all_reduce_sum
 from training.recipes.loop import (
     LoopEnd,
     PairRecipeState,
@@ -58,7 +57,7 @@ from training.recipes.loop import (
     Run,
     StepOutcome,
     finish_run,
-    optimizer_step,
+    reduce_and_step,
     run_pair_steps,
     start_run,
 )
@@ -444,19 +443,13 @@ def reward_model_step(state: RewardModelState, at: Position, throughput: Through
                 len(state.encoded[i][0].input_ids) + len(state.encoded[i][1].input_ids)
                 for i in group
             )
-        sums = all_reduce_sum({**sums, "tokens": tokens}, run.ranks, run.device)
-        throughput.tokens += int(sums.pop("tokens"))
         params = [*state.model.parameters()]
         params += [
             p for module in (state.extra_modules or {}).values() for p in module.parameters()
         ]
-        grad_norm = optimizer_step(
-            params, state.optimizer, state.scheduler, config.max_grad_norm, run.ranks
+        return reduce_and_step(
+            state, sums, tokens=tokens, items=len(index), throughput=throughput, params=params
         )
-    throughput.items += len(index)
-    metrics = {k: v / len(index) for k, v in sums.items()}
-    metrics.update(grad_norm=grad_norm, learning_rate=state.scheduler.get_last_lr()[0])
-    return StepOutcome(metrics)
 
 
 def _ensemble_micro_batch_loss(

@@ -29,7 +29,6 @@ from training.recipes.aspect_head import ASPECTS_FILE, AspectHead, resolve_weigh
 from training.recipes.callbacks import TrainingCallback
 from training.recipes.config import RewardModelConfig
 from training.recipes.data import EpochSampler, FitLog, chunks, split_eval
-from training.recipes.distributed import all_reduce_sum
 from training.recipes.loop import (
     LoopEnd,
     PairRecipeState,
@@ -37,7 +36,7 @@ from training.recipes.loop import (
     Run,
     StepOutcome,
     finish_run,
-    optimizer_step,
+    reduce_and_step,
     run_pair_steps,
     start_run,
 )
@@ -280,19 +279,9 @@ def row_reward_step(state: RowRewardState, at: Position, throughput: Throughput)
             for name, value in metrics.items():
                 sums[name] = sums.get(name, 0.0) + value
             tokens += sum(len(x.input_ids) for i in group for x in state.encoded[i])
-        sums = all_reduce_sum({**sums, "tokens": tokens}, run.ranks, run.device)
-        throughput.tokens += int(sums.pop("tokens"))
-        grad_norm = optimizer_step(
-            state.model.parameters(),
-            state.optimizer,
-            state.scheduler,
-            config.max_grad_norm,
-            run.ranks,
+        return reduce_and_step(
+            state, sums, tokens=tokens, items=len(index), throughput=throughput
         )
-    throughput.items += len(index)
-    metrics = {name: value / len(index) for name, value in sums.items()}
-    metrics.update(grad_norm=grad_norm, learning_rate=state.scheduler.get_last_lr()[0])
-    return StepOutcome(metrics)
 
 
 def _held_out_metrics(state: RowRewardState) -> dict[str, float]:
