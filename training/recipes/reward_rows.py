@@ -223,11 +223,15 @@ def setup_row_reward_model(run: Run, config: RewardModelConfig) -> RowRewardStat
     run.callback.on_phase(phase=LOADING_PHASE, done=0, total=0)
     num_labels = 1 if head is None else len(head.aspects)
     tokenizer, model, scorer = load_reward_model(run, config, num_labels=num_labels)
+    if head is not None:  # the saved config names each output too
+        model.config.id2label = dict(enumerate(head.aspects))
+        model.config.label2id = {name: i for i, name in enumerate(head.aspects)}
     encoded = []
     for index, (row, texts) in enumerate(zip(rows, responses, strict=True)):
         if index % config.batch_size == 0:
             run.callback.on_phase(phase=TOKENISING_PHASE, done=index, total=len(rows))
-        encoded.append(tuple(scorer.encode(row.prompt, text) for text in texts))
+        encoded.append(scorer.encode_list(row.prompt, texts))
+    run.callback.on_phase(phase=TOKENISING_PHASE, done=len(rows), total=len(rows))
     train_index, eval_index = split_eval(len(rows), config.eval_fraction, config.seed)
     if not train_index:
         raise ValueError(f"{config.data}: no rows left to train on after the eval split")

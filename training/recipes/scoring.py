@@ -147,6 +147,10 @@ class RewardScorer:
     def encode(self, prompt: Messages, response: str) -> RewardInput:
         return self._encode(prompt, [response], (prompt, response))[0]
 
+    def encode_list(self, prompt: Messages, responses: Sequence[str]) -> tuple[RewardInput, ...]:
+        """Every response after one fitted prompt (a ranked list's, compared with each other)."""
+        return tuple(self._encode(prompt, responses, (prompt, *responses)))
+
     def encode_pair(
         self, prompt: Messages, chosen: str, rejected: str
     ) -> tuple[RewardInput, RewardInput] | None:
