@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from tests.helpers.recipes import grpo_config, rloo_config, tiny_pair_values
+from tests.helpers.recipes import StopAfter, grpo_config, rloo_config, tiny_pair_values
 from tests.helpers.tiny_models import PAIRS, write_jsonl
 from training.recipes import RewardModelConfig
 from training.recipes.aspect_head import ASPECTS_FILE, AspectHead, parse_aspect_weights
@@ -117,6 +117,23 @@ def test_aspect_regression_trains_and_saves_its_aspects(aspect_reward_dir, tiny_
     assert head.weights == pytest.approx((1 / 3, 1 / 3, 1 / 3))  # no aspect_weights: 1 / A each
     final, _ = aspect_reward_dir
     assert AspectHead.read(final).weights == (0.5, 0.5, -1.0)
+
+
+def test_aspect_regression_cancel_and_resume_is_exact(tiny_llama_dir, tmp_path):
+    """Cancelled after step 2 and resumed from its checkpoint: the same weights as 4 uninterrupted
+    steps."""
+    from safetensors.torch import load_file
+
+    data = _ratings_file(tmp_path / "ratings.jsonl")
+    settings = {"loss": "aspect_regression", "max_steps": 4, "checkpoint_every": 2}
+    straight = train_reward_model(_config(tiny_llama_dir, data, tmp_path / "a", **settings))
+    config = _config(tiny_llama_dir, data, tmp_path / "b", **settings)
+    assert train_reward_model(config, StopAfter(2)).status == "cancelled"
+    resumed = train_reward_model(config)
+    a = load_file(f"{straight.final_model_dir}/model.safetensors")
+    b = load_file(f"{resumed.final_model_dir}/model.safetensors")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
 
 
 def test_the_scorer_returns_the_weighted_sum_of_the_aspects(aspect_reward_dir):
