@@ -1,4 +1,4 @@
-"""Agreement for ranking tasks (K responses to one prompt ordered by each rater): pure NumPy/SciPy.
+"""Agreement for ranking tasks (K responses to one prompt ordered by each rater): pure NumPy.
 
 Layout: one prompt's rankings are ``ranks[r, i]``, the rank rater r gave response i, 1 = best; ties
 share a rank. Only the order matters: ``[1, 1, 3]`` and ``[1, 1, 2]`` are the same ranking (responses
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
-from scipy.stats import rankdata
 
 from annotation.agreement.coefficients import (
     TIE,
@@ -45,7 +44,16 @@ def _mid_ranks(ranks: Sequence | np.ndarray, *, min_raters: int = 1) -> np.ndarr
         raise ValueError(
             f"need at least {min_raters} rater(s) and 2 responses, got shape {matrix.shape}"
         )
-    return rankdata(matrix, method="average", axis=1)
+    less, equal = _order_counts(matrix)
+    return less + (equal + 1) / 2.0
+
+
+def _order_counts(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell of [m, n]: how many of its row rank better, and how many share its rank (itself
+    included). A mid-rank is less + (equal + 1) / 2; O(m n^2), small for K responses."""
+    below = matrix[:, None, :] < matrix[:, :, None]
+    same = matrix[:, None, :] == matrix[:, :, None]
+    return below.sum(axis=2), same.sum(axis=2)
 
 
 def _tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -60,10 +68,11 @@ def _tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(untied > 0, (sx * sy).sum(axis=-1) / np.sqrt(untied), np.nan)
 
 
-def _tie_sum(row: np.ndarray) -> float:
-    """sum over tie groups of (t^3 - t), t the group's size (0 without ties)."""
-    _, sizes = np.unique(row, return_counts=True)
-    return float((sizes**3 - sizes).sum())
+def _tie_sums(mid: np.ndarray) -> np.ndarray:
+    """Per row of [m, n]: sum over tie groups of (t^3 - t), t the group's size (0 without ties).
+    Each of a group's t members counts t^2 - 1, so the row's sum is sum_i (t_i^2 - 1)."""
+    _, equal = _order_counts(mid)
+    return (equal**2 - 1).sum(axis=1)
 
 
 def kendall_w(ranks: Sequence | np.ndarray, *, correct_ties: bool = True) -> float:
@@ -79,7 +88,7 @@ def kendall_w(ranks: Sequence | np.ndarray, *, correct_ties: bool = True) -> flo
     m, n = mid.shape
     sums = mid.sum(axis=0)
     s = float(((sums - m * (n + 1) / 2.0) ** 2).sum())
-    ties = sum(_tie_sum(row) for row in mid) if correct_ties else 0.0
+    ties = float(_tie_sums(mid).sum()) if correct_ties else 0.0
     denominator = m**2 * (n**3 - n) - m * ties
     return 12.0 * s / denominator if denominator > 0 else float("nan")
 
@@ -269,4 +278,5 @@ def consensus_ranking(ranks: Sequence | np.ndarray) -> np.ndarray:
     """
     mid = _mid_ranks(ranks)
     # Sums of mid-ranks are multiples of 0.5, exact in floating point, so equal means compare equal.
-    return rankdata(mid.sum(axis=0), method="min").astype(np.int64)
+    better, _ = _order_counts(mid.sum(axis=0)[None, :])
+    return (better[0] + 1).astype(np.int64)
