@@ -88,10 +88,14 @@ def main() -> None:
         "scale_use_one_aspect": lambda: scale_use(helpfulness, scale=(1, 5)),
     }
     seconds = {name: round(best_of(run, args.repeat)[0], 4) for name, run in timings.items()}
-    flags = sorted(
-        set(Path("/proc/cpuinfo").read_text().split())
-        & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}
-    ) if Path("/proc/cpuinfo").exists() else []
+    flags = (
+        sorted(
+            set(Path("/proc/cpuinfo").read_text().split())
+            & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}
+        )
+        if Path("/proc/cpuinfo").exists()
+        else []
+    )
     print(
         json.dumps(
             {

@@ -165,7 +165,9 @@ def pairwise_agreement_from_rankings(
     for ranks in rankings:
         matrix = np.asarray(ranks, dtype=float)
         if matrix.ndim != 2:
-            raise ValueError(f"each ranking must be 2-d [raters, responses], got shape {matrix.shape}")
+            raise ValueError(
+                f"each ranking must be 2-d [raters, responses], got shape {matrix.shape}"
+            )
         if np.isinf(matrix).any():
             raise ValueError("ranks must be finite numbers or NaN for a response not ranked")
         i, j = np.triu_indices(matrix.shape[1], 1)
@@ -252,7 +254,9 @@ def ranking_position_bias(
         expected.append(best.sum(axis=1) / k)
         taus.append(_tau_b(position.astype(float), mid))
         # Normalised ranks in display order: column p holds the rank of the response shown at p.
-        totals[:k] += np.take_along_axis((mid - 1) / (k - 1), np.argsort(position, axis=1), 1).sum(0)
+        totals[:k] += np.take_along_axis((mid - 1) / (k - 1), np.argsort(position, axis=1), 1).sum(
+            0
+        )
         n_by[:k] += len(position)
     tau = np.concatenate(taus) if taus else np.zeros(0)
     tau = tau[~np.isnan(tau)]

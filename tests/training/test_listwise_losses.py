@@ -70,10 +70,13 @@ def test_permutation_and_shift_invariance():
     mask = torch.tensor([[True] * 5, [True] * 4 + [False], [True] * 5, [True, False] * 2 + [True]])
     base = plackett_luce_loss(scores, ranks, mask, reduction="none")
     order = torch.tensor([3, 0, 4, 1, 2])
-    permuted = plackett_luce_loss(scores[:, order], ranks[:, order], mask[:, order], reduction="none")
+    permuted = plackett_luce_loss(
+        scores[:, order], ranks[:, order], mask[:, order], reduction="none"
+    )
     torch.testing.assert_close(permuted, base)
-    shifted = plackett_luce_loss(scores + torch.tensor([[3.0], [-2.0], [10.0], [0.5]]), ranks, mask,
-                                 reduction="none")
+    shifted = plackett_luce_loss(
+        scores + torch.tensor([[3.0], [-2.0], [10.0], [0.5]]), ranks, mask, reduction="none"
+    )
     torch.testing.assert_close(shifted, base)
 
 

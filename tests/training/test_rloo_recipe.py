@@ -68,9 +68,9 @@ def test_a_cluster_conditioned_reward_model_scores_each_prompt_in_its_cluster(
     (PPO's perturbed instructions) in its original's cluster; RLOO trains with it and says so."""
     import shutil
 
+    from training.recipes.cluster_conditioning import CONDITIONING_FILE, ClusterConditioning
     from training.recipes.data import load_prompt_clusters
     from training.recipes.models import load_tokenizer
-    from training.recipes.cluster_conditioning import CONDITIONING_FILE, ClusterConditioning
     from training.recipes.scoring import RewardScorer, load_sequence_classifier
 
     reward = shutil.copytree(tiny_reward_dir, tmp_path / "rm")

@@ -37,7 +37,9 @@ def _config(model_dir, data, output_dir, **overrides) -> RewardModelConfig:
     """The reward-model recipe tests' quick run: batch 3, 8 epochs, a quarter held out."""
     values = {"batch_size": 3, "epochs": 8, "max_length": 64, "learning_rate": 3e-3}
     return RewardModelConfig(
-        **tiny_pair_values(model_dir, data, output_dir, eval_fraction=0.25, **{**values, **overrides})
+        **tiny_pair_values(
+            model_dir, data, output_dir, eval_fraction=0.25, **{**values, **overrides}
+        )
     )
 
 
@@ -50,7 +52,9 @@ def _lists_file(path):
     for number, (prompt, chosen, rejected) in enumerate(PAIRS):
         ranked = [(chosen, 1), ("I would rather not say.", 2), (rejected, 2 if number == 3 else 3)]
         shuffle(ranked)
-        rows.append({"prompt": prompt, "responses": [r for r, _ in ranked], "ranks": [k for _, k in ranked]})
+        rows.append(
+            {"prompt": prompt, "responses": [r for r, _ in ranked], "ranks": [k for _, k in ranked]}
+        )
     rows.append({"prompt": "Tied?", "responses": ["Yes.", "No."], "ranks": [1, 1]})
     return write_jsonl(path, rows)
 
@@ -61,8 +65,14 @@ def _ratings_file(path):
     rows = []
     for number, (prompt, chosen, rejected) in enumerate(PAIRS):
         verbose = {"verbosity": 2} if number % 2 else {"verbosity": None}
-        rows.append({"prompt": prompt, "response": chosen, "scale": [1, 5],
-                     "aspects": {"helpfulness": 5, "correctness": 5, **verbose}})
+        rows.append(
+            {
+                "prompt": prompt,
+                "response": chosen,
+                "scale": [1, 5],
+                "aspects": {"helpfulness": 5, "correctness": 5, **verbose},
+            }
+        )
         rows.append({"prompt": prompt, "response": rejected, "scale": [1, 5],
                      "aspects": {"helpfulness": 1, "correctness": 2, **verbose}})  # fmt: skip
     return write_jsonl(path, rows)
@@ -86,7 +96,9 @@ def test_plackett_luce_reward_model_learns_the_rankings(tiny_llama_dir, tmp_path
     and last three of 16 steps); the model is a plain one-output reward model with held-out pair
     accuracy."""
     data = _lists_file(tmp_path / "lists.jsonl")
-    result = train_reward_model(_config(tiny_llama_dir, data, tmp_path / "out", loss="plackett_luce"))
+    result = train_reward_model(
+        _config(tiny_llama_dir, data, tmp_path / "out", loss="plackett_luce")
+    )
     losses = [row["loss"] for row in _metrics(tmp_path / "out") if "loss" in row]
     # log 3! = 1.79 for an untied list; the list with a tie costs log 3 + 2 log 2 = 2.48.
     assert 1.5 < sum(losses[:3]) / 3 < 2.5
@@ -101,7 +113,9 @@ def test_plackett_luce_reward_model_learns_the_rankings(tiny_llama_dir, tmp_path
     assert AutoConfig.from_pretrained(result.final_model_dir).num_labels == 1
 
 
-def test_aspect_regression_trains_and_saves_its_aspects(aspect_reward_dir, tiny_llama_dir, tmp_path):
+def test_aspect_regression_trains_and_saves_its_aspects(
+    aspect_reward_dir, tiny_llama_dir, tmp_path
+):
     """One output per aspect seen; the masked MSE on the normalised ratings falls over 8 epochs (32
     steps: about 0.26 -> 0.13 for the first and last three);
     aspects.json records the aspects in output order and the weights of the weighted sum."""
@@ -147,7 +161,9 @@ def test_the_scorer_returns_the_weighted_sum_of_the_aspects(aspect_reward_dir):
     prompts = [(("user", p),) for p, _, _ in PAIRS[:3]]
     answers = [c for _, c, _ in PAIRS[:3]]
     with torch.no_grad():
-        outputs = plain.score_members([plain.encode(p, a) for p, a in zip(prompts, answers, strict=True)])
+        outputs = plain.score_members(
+            [plain.encode(p, a) for p, a in zip(prompts, answers, strict=True)]
+        )
     assert outputs.shape == (3, 3)
     expected = 0.5 * outputs[0] + 0.5 * outputs[1] - outputs[2]
 
@@ -160,7 +176,9 @@ def test_the_scorer_returns_the_weighted_sum_of_the_aspects(aspect_reward_dir):
     saved = scorer()
     assert saved.n_members == 1
     with torch.no_grad():
-        rewards = saved.score_members([saved.encode(p, a) for p, a in zip(prompts, answers, strict=True)])
+        rewards = saved.score_members(
+            [saved.encode(p, a) for p, a in zip(prompts, answers, strict=True)]
+        )
     torch.testing.assert_close(rewards[0], expected, rtol=1e-4, atol=1e-5)
     helpful = scorer("helpfulness=2")
     with torch.no_grad():
@@ -229,7 +247,9 @@ def test_online_aspect_weights_are_checked_with_the_settings(tmp_path):
     ],
 )
 def test_bad_ranked_rows_name_their_line(row, message, tmp_path):
-    data = write_jsonl(tmp_path / "lists.jsonl", [{"prompt": "ok", "responses": ["a", "b"], "ranks": [1, 2]}, row])
+    data = write_jsonl(
+        tmp_path / "lists.jsonl", [{"prompt": "ok", "responses": ["a", "b"], "ranks": [1, 2]}, row]
+    )
     with pytest.raises(DataError, match=f"line 2: .*{message}"):
         load_ranked_lists(data)
 
@@ -237,7 +257,10 @@ def test_bad_ranked_rows_name_their_line(row, message, tmp_path):
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        ({"prompt": "p", "response": "r", "aspects": {"h": 6}, "scale": [1, 5]}, "not on the scale"),
+        (
+            {"prompt": "p", "response": "r", "aspects": {"h": 6}, "scale": [1, 5]},
+            "not on the scale",
+        ),
         ({"prompt": "p", "response": "r", "aspects": {"h": 3}}, "scale must be"),
         ({"prompt": "p", "response": "r", "aspects": {"h": 3}, "scale": [5, 1]}, "low < high"),
         ({"prompt": "p", "response": "r", "aspects": [3], "scale": [1, 5]}, "aspects must be"),

@@ -78,7 +78,11 @@ class AspectHead:
             raise ValueError(f"{len(self.weights)} weights for {len(self.aspects)} aspects")
 
     def payload(self) -> dict[str, Any]:
-        return {"aspects": list(self.aspects), "weights": list(self.weights), "targets": "normalised"}
+        return {
+            "aspects": list(self.aspects),
+            "weights": list(self.weights),
+            "targets": "normalised",
+        }
 
     def reweighted(self, text: str | None) -> AspectHead:
         """The same head with the weights of ``text`` (None: keep the saved ones)."""

@@ -98,7 +98,9 @@ def load_rated_responses(path: str | Path) -> tuple[list[RatedResponse], tuple[s
             if value is None:
                 continue
             if not _number(value) or not low <= value <= high:
-                raise DataError(f"{where}: aspect {name!r} = {value!r} is not on the scale [{low}, {high}]")
+                raise DataError(
+                    f"{where}: aspect {name!r} = {value!r} is not on the scale [{low}, {high}]"
+                )
             targets[str(name)] = (float(value) - low) / (high - low)
             aspects.setdefault(str(name), None)
         if targets:

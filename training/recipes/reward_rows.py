@@ -199,7 +199,9 @@ def train_row_reward_model(
 
 def _rows(
     config: RewardModelConfig,
-) -> tuple[list[Any], list[tuple[str, ...]], ListwiseObjective | AspectObjective, AspectHead | None, int]:
+) -> tuple[
+    list[Any], list[tuple[str, ...]], ListwiseObjective | AspectObjective, AspectHead | None, int
+]:
     """The file's rows, each row's responses, the objective and (aspects) the head's description,
     and how many rows were skipped."""
     if config.loss == "plackett_luce":
@@ -283,9 +285,7 @@ def row_reward_step(state: RowRewardState, at: Position, throughput: Throughput)
             for name, value in metrics.items():
                 sums[name] = sums.get(name, 0.0) + value
             tokens += sum(len(x.input_ids) for i in group for x in state.encoded[i])
-        return reduce_and_step(
-            state, sums, tokens=tokens, items=len(index), throughput=throughput
-        )
+        return reduce_and_step(state, sums, tokens=tokens, items=len(index), throughput=throughput)
 
 
 def _held_out_metrics(state: RowRewardState) -> dict[str, float]:
@@ -300,7 +300,9 @@ def _held_out_metrics(state: RowRewardState) -> dict[str, float]:
                 sums[name] = sums.get(name, 0.0) + value
     state.model.train(was_training)
     n = len(state.eval_index)
-    return {f"eval/{name}": value / n for name, value in sums.items()} | {f"eval/{state.objective.noun}": n}
+    return {f"eval/{name}": value / n for name, value in sums.items()} | {
+        f"eval/{state.objective.noun}": n
+    }
 
 
 def _summary(state: RowRewardState, end: LoopEnd, evaluation: dict[str, float]) -> dict[str, Any]:

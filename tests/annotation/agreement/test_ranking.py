@@ -123,9 +123,7 @@ def test_ranking_position_bias_hand_derived():
     tau; the first shown holds the best rank. tau = (1 - 1/3) / 2 = 1/3; first best 2 of 3 against an
     expected (1/3 + 1/3 + 1) / 3 = 5/9. Normalised ranks by position: (0 + .5 + .5) / 3,
     (.5 + 1 + .5) / 3, (1 + 0) / 2."""
-    result = ranking_position_bias(
-        [[0, 1, 2], [2, 0, 1], [1, 0]], [[1, 2, 3], [1, 2, 3], [1, 1]]
-    )
+    result = ranking_position_bias([[0, 1, 2], [2, 0, 1], [1, 0]], [[1, 2, 3], [1, 2, 3], [1, 1]])
     assert result.n_rankings == 3
     assert result.tau == pytest.approx(1 / 3)
     assert result.first_best_rate == pytest.approx(2 / 3)

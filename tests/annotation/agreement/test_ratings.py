@@ -43,7 +43,9 @@ def test_weighted_kappa_pairs_use_the_items_both_rated_and_skip_thin_pairs():
     pairs = weighted_kappa_pairs(data, scale=(1, 3))
     assert [(p.first, p.second, p.n_items) for p in pairs] == [(0, 1, 3), (1, 2, 1)]
     assert pairs[0].linear == pytest.approx(1.0)
-    assert np.isnan(pairs[1].linear)  # one shared item: one shared item, same point: no chance disagreement
+    assert np.isnan(
+        pairs[1].linear
+    )  # one shared item: one shared item, same point: no chance disagreement
     assert [(p.first, p.second) for p in weighted_kappa_pairs(data, scale=(1, 3), min_items=2)] == [
         (0, 1)
     ]
@@ -52,7 +54,7 @@ def test_weighted_kappa_pairs_use_the_items_both_rated_and_skip_thin_pairs():
 @pytest.mark.parametrize("bad", [[[1, 6]], [[1, 2.5]], [[0, 1]]])
 def test_ratings_off_the_scale_are_an_error(bad):
     with pytest.raises(ValueError, match="not points of the scale"):
-        weighted_kappa_pairs(bad + [[1, 1]], scale=(1, 5))
+        weighted_kappa_pairs([*bad, [1, 1]], scale=(1, 5))
     with pytest.raises(ValueError, match="not points of the scale"):
         scale_use(bad, scale=(1, 5))
 
