@@ -1,4 +1,4 @@
-"""Agreement for ranking tasks (K responses to one prompt ordered by each rater): pure NumPy/SciPy.
+"""Agreement for ranking tasks (K responses to one prompt ordered by each rater): pure NumPy.
 
 Layout: one prompt's rankings are ``ranks[r, i]``, the rank rater r gave response i, 1 = best; ties
 share a rank. Only the order matters: ``[1, 1, 3]`` and ``[1, 1, 2]`` are the same ranking (responses
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
-from scipy.stats import kendalltau, rankdata
 
 from annotation.agreement.coefficients import (
     TIE,
@@ -45,13 +44,35 @@ def _mid_ranks(ranks: Sequence | np.ndarray, *, min_raters: int = 1) -> np.ndarr
         raise ValueError(
             f"need at least {min_raters} rater(s) and 2 responses, got shape {matrix.shape}"
         )
-    return rankdata(matrix, method="average", axis=1)
+    less, equal = _order_counts(matrix)
+    return less + (equal + 1) / 2.0
 
 
-def _tie_sum(row: np.ndarray) -> float:
-    """sum over tie groups of (t^3 - t), t the group's size (0 without ties)."""
-    _, sizes = np.unique(row, return_counts=True)
-    return float((sizes**3 - sizes).sum())
+def _order_counts(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell of [m, n]: how many of its row rank better, and how many share its rank (itself
+    included). A mid-rank is less + (equal + 1) / 2; O(m n^2), small for K responses."""
+    below = matrix[:, None, :] < matrix[:, :, None]
+    same = matrix[:, None, :] == matrix[:, :, None]
+    return below.sum(axis=2), same.sum(axis=2)
+
+
+def _tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Kendall's tau-b of x and y [..., n] along the last axis, batched: [...], NaN where either
+    side ties every pair. sum_{i<j} sign(x_i - x_j) sign(y_i - y_j) / sqrt(n_x n_y), n_x the pairs x
+    does not tie: (concordant - discordant) / sqrt((P - T_x)(P - T_y)) (Kendall 1945)."""
+    first, second = np.triu_indices(x.shape[-1], 1)
+    sx = np.sign(x[..., first] - x[..., second])
+    sy = np.sign(y[..., first] - y[..., second])
+    untied = np.count_nonzero(sx, axis=-1) * np.count_nonzero(sy, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(untied > 0, (sx * sy).sum(axis=-1) / np.sqrt(untied), np.nan)
+
+
+def _tie_sums(mid: np.ndarray) -> np.ndarray:
+    """Per row of [m, n]: sum over tie groups of (t^3 - t), t the group's size (0 without ties).
+    Each of a group's t members counts t^2 - 1, so the row's sum is sum_i (t_i^2 - 1)."""
+    _, equal = _order_counts(mid)
+    return (equal**2 - 1).sum(axis=1)
 
 
 def kendall_w(ranks: Sequence | np.ndarray, *, correct_ties: bool = True) -> float:
@@ -67,7 +88,7 @@ def kendall_w(ranks: Sequence | np.ndarray, *, correct_ties: bool = True) -> flo
     m, n = mid.shape
     sums = mid.sum(axis=0)
     s = float(((sums - m * (n + 1) / 2.0) ** 2).sum())
-    ties = sum(_tie_sum(row) for row in mid) if correct_ties else 0.0
+    ties = float(_tie_sums(mid).sum()) if correct_ties else 0.0
     denominator = m**2 * (n**3 - n) - m * ties
     return 12.0 * s / denominator if denominator > 0 else float("nan")
 
@@ -80,12 +101,10 @@ def mean_pairwise_kendall_tau(ranks: Sequence | np.ndarray) -> float:
     is left out; NaN when no pair has one.
     """
     mid = _mid_ranks(ranks, min_raters=2)
-    taus = []
-    for first, second in combinations(range(mid.shape[0]), 2):
-        if np.ptp(mid[first]) == 0 or np.ptp(mid[second]) == 0:
-            continue
-        taus.append(kendalltau(mid[first], mid[second], variant="b").statistic)
-    return float(np.mean(taus)) if taus else float("nan")
+    first, second = np.triu_indices(mid.shape[0], 1)
+    taus = _tau_b(mid[first], mid[second])
+    taus = taus[~np.isnan(taus)]
+    return float(taus.mean()) if taus.size else float("nan")
 
 
 def ranking_to_pairs(
@@ -146,28 +165,27 @@ def pairwise_agreement_from_rankings(
     for ranks in rankings:
         matrix = np.asarray(ranks, dtype=float)
         if matrix.ndim != 2:
-            raise ValueError(f"each ranking must be 2-d [raters, responses], got shape {matrix.shape}")
+            raise ValueError(
+                f"each ranking must be 2-d [raters, responses], got shape {matrix.shape}"
+            )
         if np.isinf(matrix).any():
             raise ValueError("ranks must be finite numbers or NaN for a response not ranked")
-        for i, j in combinations(range(matrix.shape[1]), 2):
-            first, second = matrix[:, i], matrix[:, j]
-            both = ~np.isnan(first) & ~np.isnan(second)
-            if both.sum() < 2:
-                continue
-            counts = np.zeros(4)
-            counts[A] = (first[both] < second[both]).sum()
-            counts[B] = (first[both] > second[both]).sum()
-            counts[TIE] = (first[both] == second[both]).sum()
-            rows.append(counts)
-    if not rows:
-        empty = np.zeros((0, 4))
-        return PairwiseFromRankings(0, empty, float("nan"), float("nan"), float("nan"))
-    table = np.asarray(rows)
+        i, j = np.triu_indices(matrix.shape[1], 1)
+        first, second = matrix[:, i], matrix[:, j]  # [raters, response pairs]
+        counts = np.zeros((i.size, 4))
+        with np.errstate(invalid="ignore"):  # NaN compares False: a missing rank counts nowhere
+            counts[:, A] = (first < second).sum(axis=0)
+            counts[:, B] = (first > second).sum(axis=0)
+            counts[:, TIE] = (first == second).sum(axis=0)
+        rows.append(counts[counts.sum(axis=1) >= 2])
+    table = np.concatenate(rows) if rows else np.zeros((0, 4))
+    if not table.size:
+        return PairwiseFromRankings(0, table, float("nan"), float("nan"), float("nan"))
     mirrored = table.copy()
     mirrored[:, [A, B]] = table[:, [B, A]]
     both_ways = np.concatenate([table, mirrored])
     return PairwiseFromRankings(
-        n_pairs=len(rows),
+        n_pairs=table.shape[0],
         counts=both_ways,
         percent_agreement=percent_agreement(both_ways),
         percent_agreement_no_ties=percent_agreement_no_ties(both_ways),
@@ -212,32 +230,44 @@ def ranking_position_bias(
         raise ValueError(
             f"{len(display_positions)} display orders for {len(ranks)} rankings: one each"
         )
-    taus, first_best, expected, norm_ranks, shown = [], [], [], [], []
+    by_k: dict[int, tuple[list, list]] = {}
     for positions, given in zip(display_positions, ranks, strict=True):
-        position = np.asarray(positions)
-        mid = _mid_ranks(np.asarray(given, dtype=float)[None, :])[0]
-        k = mid.size
-        if position.shape != (k,) or sorted(position.tolist()) != list(range(k)):
-            raise ValueError(f"display positions {position.tolist()} are not a permutation of 0..{k - 1}")
-        best = mid == mid.min()
-        first_best.append(bool(best[position == 0][0]))
-        expected.append(best.sum() / k)
-        if np.ptp(mid) > 0:
-            taus.append(kendalltau(position, mid, variant="b").statistic)
-        norm_ranks.append(np.bincount(position, weights=(mid - 1) / (k - 1)))
-        shown.append(k)
-    width = max(shown, default=0)
+        row = np.asarray(given, dtype=float)
+        shown = np.asarray(positions)
+        if shown.shape != row.shape:
+            raise ValueError(f"display positions {shown.tolist()} and ranks {row.tolist()} differ")
+        by_k.setdefault(row.size, ([], []))[0].append(shown)
+        by_k[row.size][1].append(row)
+    taus, first_best, expected = [], [], []
+    width = max(by_k, default=0)
     totals, n_by = np.zeros(width), np.zeros(width, dtype=np.int64)
-    for values, k in zip(norm_ranks, shown, strict=True):
-        totals[:k] += values
-        n_by[:k] += 1
+    for k, (shown_rows, rank_rows) in by_k.items():
+        position = np.asarray(shown_rows)
+        mid = _mid_ranks(np.asarray(rank_rows))
+        bad = (np.sort(position, axis=1) != np.arange(k)).any(axis=1)
+        if bad.any():
+            raise ValueError(
+                f"display positions {position[bad][0].tolist()} are not a permutation of 0..{k - 1}"
+            )
+        best = mid == mid.min(axis=1, keepdims=True)
+        first_best.append(best[np.arange(len(best)), np.argmin(position, axis=1)])
+        expected.append(best.sum(axis=1) / k)
+        taus.append(_tau_b(position.astype(float), mid))
+        # Normalised ranks in display order: column p holds the rank of the response shown at p.
+        totals[:k] += np.take_along_axis((mid - 1) / (k - 1), np.argsort(position, axis=1), 1).sum(
+            0
+        )
+        n_by[:k] += len(position)
+    tau = np.concatenate(taus) if taus else np.zeros(0)
+    tau = tau[~np.isnan(tau)]
     with np.errstate(invalid="ignore", divide="ignore"):
         by_position = totals / n_by
+    n = int(sum(len(rows) for rows in first_best))
     return PositionBias(
-        n_rankings=len(shown),
-        tau=float(np.mean(taus)) if taus else float("nan"),
-        first_best_rate=float(np.mean(first_best)) if shown else float("nan"),
-        first_best_expected=float(np.mean(expected)) if shown else float("nan"),
+        n_rankings=n,
+        tau=float(tau.mean()) if tau.size else float("nan"),
+        first_best_rate=float(np.concatenate(first_best).mean()) if n else float("nan"),
+        first_best_expected=float(np.concatenate(expected).mean()) if n else float("nan"),
         mean_rank_by_position=by_position,
         n_by_position=n_by,
     )
@@ -252,4 +282,5 @@ def consensus_ranking(ranks: Sequence | np.ndarray) -> np.ndarray:
     """
     mid = _mid_ranks(ranks)
     # Sums of mid-ranks are multiples of 0.5, exact in floating point, so equal means compare equal.
-    return rankdata(mid.sum(axis=0), method="min").astype(np.int64)
+    better, _ = _order_counts(mid.sum(axis=0)[None, :])
+    return (better[0] + 1).astype(np.int64)

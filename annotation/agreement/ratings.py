@@ -52,7 +52,9 @@ def _scale_codes(matrix: np.ndarray, scale: Scale) -> tuple[np.ndarray, np.ndarr
     off_scale = (values != np.round(values)) | (values < points[0]) | (values > points[-1])
     if off_scale.any():
         bad = values[off_scale]
-        raise ValueError(f"ratings {sorted(set(bad.tolist()))[:5]} are not points of the scale {scale}")
+        raise ValueError(
+            f"ratings {sorted(set(bad.tolist()))[:5]} are not points of the scale {scale}"
+        )
     codes = np.full(matrix.shape, -1, dtype=np.int64)
     codes[present] = (values - points[0]).astype(np.int64)
     return points, codes
@@ -73,11 +75,15 @@ def rating_matrix(
     values = np.asarray(score, dtype=float)
     if not (rows.shape == cols.shape == values.shape) or rows.ndim != 1:
         raise ValueError("rater, item and score must be 1-d arrays of the same length")
-    if rows.size and (rows.min() < 0 or rows.max() >= n_raters or cols.min() < 0 or cols.max() >= n_items):
+    if rows.size and (
+        rows.min() < 0 or rows.max() >= n_raters or cols.min() < 0 or cols.max() >= n_items
+    ):
         raise ValueError("rater or item index out of range")
     flat = rows * n_items + cols
     if np.unique(flat).size != flat.size:
-        raise ValueError("a rater scored the same item more than once; keep one answer per rater and item")
+        raise ValueError(
+            "a rater scored the same item more than once; keep one answer per rater and item"
+        )
     matrix = np.full((n_raters, n_items), np.nan)
     matrix[rows, cols] = values
     return matrix
@@ -158,7 +164,8 @@ def aspect_alpha(ratings: Mapping[str, Sequence | np.ndarray]) -> dict[str, Aspe
         alphas = {level: float("nan") for level in ALPHA_LEVELS}
         if pairable.any():
             alphas = {
-                level: krippendorff_alpha(matrix[:, pairable], level=level) for level in ALPHA_LEVELS
+                level: krippendorff_alpha(matrix[:, pairable], level=level)
+                for level in ALPHA_LEVELS
             }
         result[aspect] = AspectAlpha(
             aspect=aspect,

@@ -380,3 +380,30 @@ def test_grpo_without_any_reward_model_run_shows_an_error_not_a_crash(ml_enginee
     assert response.status_code == 200
     assert CONFIG_PREFIX + "rewards" in response.context["adminform"].form.errors
     assert not TrainingRun.objects.exists()
+
+
+def test_the_reward_models_loss_and_aspect_weights_launch_from_the_form(ml_engineer, snapshot):
+    """The Reward model form offers ``loss`` (pairs, ranked lists, rated aspects) and
+    ``aspect_weights`` in its Algorithm section; a pairs-only option beside plackett_luce is refused
+    under its field, nothing saved; aspect_regression with weights saves them (issue #32)."""
+    client = logged_in(ml_engineer)
+    url = f"{ADD}?kind=rm&snapshot={snapshot.pk}"
+    form = _page_form(client, url)
+    assert form.fields[CONFIG_PREFIX + "loss"].choices == [
+        (name, name) for name in ("bradley_terry", "plackett_luce", "aspect_regression")
+    ]
+    data = {**_browser_data(form), "name": "listwise"}
+    data[CONFIG_PREFIX + "loss"] = "plackett_luce"
+    data[CONFIG_PREFIX + "ensemble_size"] = "2"
+    errors = client.post(url, data).context["adminform"].form.errors
+    assert list(errors) == [CONFIG_PREFIX + "ensemble_size"]
+    assert not TrainingRun.objects.exists()
+    data[CONFIG_PREFIX + "ensemble_size"] = "1"
+    data[CONFIG_PREFIX + "loss"] = "aspect_regression"
+    data[CONFIG_PREFIX + "aspect_weights"] = "helpfulness=0.65, verbosity=-0.4"
+    assert client.post(url, data).status_code == 302
+    saved = TrainingRun.objects.get(name="listwise").config
+    assert (saved["loss"], saved["aspect_weights"]) == (
+        "aspect_regression",
+        "helpfulness=0.65, verbosity=-0.4",
+    )

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "training" / "recipes"
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 600
-RECIPE_MODULES = ("dpo", "kto", "ppo", "reward_model", "rloo", "grpo")
+RECIPE_MODULES = ("dpo", "kto", "ppo", "reward_model", "reward_rows", "rloo", "grpo")
 
 
 def _functions(path: Path) -> list[tuple[str, int]]:

@@ -68,14 +68,10 @@ def test_a_cluster_conditioned_reward_model_scores_each_prompt_in_its_cluster(
     (PPO's perturbed instructions) in its original's cluster; RLOO trains with it and says so."""
     import shutil
 
+    from training.recipes.cluster_conditioning import CONDITIONING_FILE, ClusterConditioning
     from training.recipes.data import load_prompt_clusters
     from training.recipes.models import load_tokenizer
-    from training.recipes.scoring import (
-        CONDITIONING_FILE,
-        ClusterConditioning,
-        RewardScorer,
-        load_sequence_classifier,
-    )
+    from training.recipes.scoring import RewardScorer, load_sequence_classifier
 
     reward = shutil.copytree(tiny_reward_dir, tmp_path / "rm")
     tokenizer = load_tokenizer(reward)
@@ -110,7 +106,7 @@ def test_a_cluster_conditioned_reward_model_scores_each_prompt_in_its_cluster(
 
 
 def test_conditioning_of_the_wrong_size_is_refused(tmp_path):
-    from training.recipes.scoring import CONDITIONING_FILE, ClusterConditioning
+    from training.recipes.cluster_conditioning import CONDITIONING_FILE, ClusterConditioning
 
     (tmp_path / CONDITIONING_FILE).write_text(json.dumps({"clusters": ["a"], "weight": [[1.0]]}))
     with pytest.raises(ValueError, match=r"expected \[1, 8\]"):

@@ -35,6 +35,12 @@ from training.algorithms.kl import (
     kl_penalized_rewards,
 )
 from training.algorithms.kto import KTOOutput, kto_balanced_weights, kto_kl_estimate, kto_loss
+from training.algorithms.listwise import (
+    aspect_regression_loss,
+    normalise_ratings,
+    plackett_luce_loss,
+    weighted_aspect_reward,
+)
 from training.algorithms.logprobs import (
     entropy_from_logits,
     masked_mean,
@@ -78,6 +84,7 @@ __all__ = [
     "ORPOOutput",
     "RewardNormalizer",
     "VarianceKLScheduler",
+    "aspect_regression_loss",
     "bootstrap_counts",
     "bootstrap_weighted_bt",
     "bradley_terry_loss",
@@ -108,7 +115,9 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "missing_eos_penalty",
+    "normalise_ratings",
     "orpo_loss",
+    "plackett_luce_loss",
     "ppo_policy_loss",
     "rloo_advantages",
     "segment_sum",
@@ -117,4 +126,5 @@ __all__ = [
     "simpo_loss",
     "token_logprobs",
     "verbosity_penalty",
+    "weighted_aspect_reward",
 ]

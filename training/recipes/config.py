@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.recipes.aspect_head import parse_aspect_weights
 from training.recipes.lora import LoraSettings
 
 # training.algorithms.DPO_LOSS_TYPES, repeated so that validating a config never imports torch (the
@@ -32,6 +33,8 @@ GRPO_SCALES = ("group", "batch", "none")
 GRPO_LOSS_NORMS = ("token", "sequence", "constant")
 # training.recipes.scoring.ENSEMBLE_MODES, repeated for the same reason.
 ENSEMBLE_MODES = ("heads", "independent")
+# The reward model's objectives and the rows each reads (training.recipes.reward_rows, issue #32).
+RM_LOSSES = ("bradley_terry", "plackett_luce", "aspect_regression")
 
 
 def _f(
@@ -269,10 +272,24 @@ class RewardModelConfig(TrainingConfig):
         "separately initialised models (K times the cost, more diverse)",
         choices=ENSEMBLE_MODES,
     )
+    loss: str = _f(
+        "bradley_terry",
+        "'bradley_terry' on preference pairs; 'plackett_luce' on ranked lists (rows with "
+        "responses and ranks); 'aspect_regression': one output per rated aspect, mean squared "
+        "error on the scale-normalised ratings (rows with aspects and scale), the reward their "
+        "weighted sum",
+        choices=RM_LOSSES,
+    )
+    aspect_weights: str | None = _f(
+        None,
+        "aspect_regression: the reward's weights, 'helpfulness=0.65, verbosity=-0.4' (an aspect "
+        "left out weighs 0; None: every aspect 1 / A), saved with the model",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.kind = "rm"
+        self._check_loss()
         if self.ensemble_size < 1:
             raise _invalid("ensemble_size", f"must be >= 1, got {self.ensemble_size}")
         if self.ensemble_size > 1 and (self.annotator_aware or self.cluster_conditioning):
@@ -294,6 +311,29 @@ class RewardModelConfig(TrainingConfig):
             raise _invalid("center_rewards_coef", f"must be >= 0, got {self.center_rewards_coef}")
         if self.annotator_aware and self.use_margin:
             raise _invalid("use_margin", "not with annotator_aware (each vote is its own label)")
+
+    def _check_loss(self) -> None:
+        """Ranked lists and rated responses train one plain model: none of the pair options."""
+        if self.aspect_weights is not None:
+            if self.loss != "aspect_regression":
+                raise _invalid("aspect_weights", "only with loss 'aspect_regression'")
+            try:
+                parse_aspect_weights(self.aspect_weights)
+            except ValueError as error:
+                raise _invalid("aspect_weights", str(error)) from None
+        if self.loss == "bradley_terry":
+            return
+        pair_options = {
+            "ensemble_size": self.ensemble_size > 1,
+            "annotator_aware": self.annotator_aware,
+            "cluster_conditioning": self.cluster_conditioning,
+            "use_margin": self.use_margin,
+            "center_rewards_coef": bool(self.center_rewards_coef),
+            "warm_start": self.warm_start is not None,
+        }
+        for name, used in pair_options.items():
+            if used:
+                raise _invalid(name, f"not with loss {self.loss!r} (a pairs option)")
 
 
 @dataclass
@@ -464,6 +504,12 @@ class OnlineRLConfig(TrainingConfig):
         choices=("mean", "wco", "uwo"),
     )
     uwo_lambda: float = _f(0.5, "uwo's weight on the members' variance (>= 0)")
+    reward_aspect_weights: str | None = _f(
+        None,
+        "a multi-aspect reward model (aspects.json beside it): the weights of its weighted-sum "
+        "reward, 'helpfulness=0.65, verbosity=-0.4' (an aspect left out weighs 0); None: the "
+        "weights saved with the model",
+    )
     length_penalty_coef: float = _f(0.01, "reward -= coef * max(0, length - base) (0: off)")
     length_penalty_base: int = _f(256, "length (tokens) beyond which the length penalty applies")
     missing_eos_penalty: float = _f(1.0, "subtracted from responses that never emit EOS (0: off)")
@@ -506,6 +552,11 @@ class OnlineRLConfig(TrainingConfig):
             raise _invalid("kl_coef", f"must be >= 0, got {self.kl_coef}")
         if not self.uwo_lambda >= 0:  # also rejects NaN
             raise _invalid("uwo_lambda", f"must be >= 0, got {self.uwo_lambda}")
+        if self.reward_aspect_weights is not None:
+            try:
+                parse_aspect_weights(self.reward_aspect_weights)
+            except ValueError as error:
+                raise _invalid("reward_aspect_weights", str(error)) from None
         if self.lora_rank and self.deepspeed != "none":
             raise _invalid(
                 "deepspeed",

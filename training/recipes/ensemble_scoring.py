@@ -44,7 +44,7 @@ class EnsembleScorer:
 
 def reward_members(scorer: RewardScorer | EnsembleScorer) -> int:
     """K: the outputs of every model behind ``scorer`` (1 for a plain reward model)."""
-    return sum(int(s.model.config.num_labels) for s in member_scorers(scorer))
+    return sum(s.n_members for s in member_scorers(scorer))
 
 
 def member_scorers(scorer: RewardScorer | EnsembleScorer) -> list[RewardScorer]:

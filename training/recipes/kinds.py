@@ -136,12 +136,13 @@ FORM_SECTIONS: tuple[tuple[str, bool, str, str], ...] = (
         "Algorithm",
         True,
         "The recipe's own objective: loss, KL penalty, reward shaping, advantages.",
-        "beta loss_type label_smoothing desirable_weight undesirable_weight use_margin "
-        "center_rewards_coef annotator_aware "
+        "loss aspect_weights beta loss_type label_smoothing desirable_weight undesirable_weight "
+        "use_margin center_rewards_coef annotator_aware "
         "cluster_conditioning rloo_k samples_per_prompt double_sample_variance ppo_epochs "
         "minibatch_size gamma lam clip_ratio value_clip vf_coef entropy_coef whiten_advantages "
         "target_kl_stop kl_controller kl_coef kl_target kl_horizon kl_linear_start kl_linear_end "
-        "kl_estimator reward_objective uwo_lambda reward_range length_penalty_coef "
+        "kl_estimator reward_objective uwo_lambda reward_aspect_weights reward_range "
+        "length_penalty_coef "
         "length_penalty_base missing_eos_penalty "
         "group_size scale_rewards loss_normalisation clip_low clip_high updates_per_batch "
         "dynamic_sampling dynamic_sampling_rounds rewards reward_weights reward_model_weight "

@@ -26,6 +26,7 @@ from training.recipes.data import EpochSampler
 from training.recipes.distributed import (
     Ranks,
     all_reduce_gradients,
+    all_reduce_sum,
     any_rank,
     barrier,
     setup_distributed,
@@ -303,6 +304,34 @@ def optimizer_step(
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return float(norm)
+
+
+def reduce_and_step(
+    state: PairRecipeState,
+    sums: dict[str, float],
+    *,
+    tokens: float,
+    items: int,
+    throughput: Throughput,
+    params: Iterable[torch.nn.Parameter] | None = None,
+) -> StepOutcome:
+    """The end of a reward-model step: sum the step's metric ``sums`` and ``tokens`` over the ranks,
+    take the optimiser step on ``params`` (default: the model's), count ``items`` and the tokens in
+    ``throughput``, and return the metrics per item with the gradient norm and learning rate."""
+    run = state.run
+    sums = all_reduce_sum({**sums, "tokens": tokens}, run.ranks, run.device)
+    throughput.tokens += int(sums.pop("tokens"))
+    grad_norm = optimizer_step(
+        state.model.parameters() if params is None else params,
+        state.optimizer,
+        state.scheduler,
+        state.config.max_grad_norm,
+        run.ranks,
+    )
+    throughput.items += items
+    metrics = {name: value / items for name, value in sums.items()}
+    metrics.update(grad_norm=grad_norm, learning_rate=state.scheduler.get_last_lr()[0])
+    return StepOutcome(metrics)
 
 
 def mean_metrics(rows: list[Mapping[str, float]]) -> dict[str, float]:

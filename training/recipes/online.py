@@ -118,7 +118,8 @@ def _load_member_scorer(
 ) -> RewardScorer:
     """One frozen reward model (``num_labels`` heads) in ``folder`` behind a scorer. It reads the
     text again with its own tokenizer, so the prompt budget's tokens are not its tokens: room for
-    the whole answer on top, within its own limits (RewardScorer)."""
+    the whole answer on top, within its own limits (RewardScorer). A multi-aspect model scores the
+    weighted sum of its aspects (``reward_aspect_weights``, else the weights saved with it)."""
     return load_member_scorer(
         folder,
         device=device,
@@ -128,6 +129,7 @@ def _load_member_scorer(
         packing=config.packing,
         fit=fit,
         prompt_clusters=lambda: load_prompt_clusters(config.data),
+        aspect_weights=config.reward_aspect_weights,
     )
 
 

@@ -1,5 +1,6 @@
 """Reward model recipe: a one-output sequence-classification head on any registered encoder or decoder,
-trained with the Bradley-Terry loss on preference pairs.
+trained with the Bradley-Terry loss on preference pairs (ranked lists and rated responses, the
+``loss`` options "plackett_luce" and "aspect_regression", train in ``reward_rows``).
 
 Decoders (SmolLM2) read the reward at the last token of prompt + response rendered with the chat
 template, in packed batches when the architecture allows; encoders (MiniLM) read it from the pooled
@@ -39,17 +40,16 @@ from torch import nn
 from training.algorithms import bootstrap_counts, bootstrap_weighted_bt, bradley_terry_loss
 from training.recipes.annotator_head import AnnotatorBiasHead, VoteTable, annotator_loss
 from training.recipes.callbacks import TrainingCallback
+from training.recipes.cluster_conditioning import CONDITIONING_FILE, ClusterConditioning
 from training.recipes.config import RewardModelConfig
 from training.recipes.data import (
     AnnotatorVote,
     EpochSampler,
-    FitLog,
     chunks,
     judgements_file_for,
     load_judged_pairs,
     split_eval,
 )
-from training.recipes.distributed import all_reduce_sum
 from training.recipes.loop import (
     LoopEnd,
     PairRecipeState,
@@ -57,22 +57,21 @@ from training.recipes.loop import (
     Run,
     StepOutcome,
     finish_run,
-    optimizer_step,
+    reduce_and_step,
     run_pair_steps,
     start_run,
-)
-from training.recipes.models import (
-    disable_dropout,
-    enable_activation_checkpointing,
-    load_tokenizer,
-    require_same_lora,
-    with_lora,
 )
 from training.recipes.reward_ensemble import (
     MEMBER_EVAL_FILE,
     EnsembleMember,
     ensemble_eval_metrics,
     train_independent_ensemble,
+)
+from training.recipes.reward_rows import (
+    LOADING_PHASE,
+    TOKENISING_PHASE,
+    load_reward_model,
+    train_row_reward_model,
 )
 from training.recipes.runtime import (
     Throughput,
@@ -84,13 +83,10 @@ from training.recipes.runtime import (
     total_steps_for,
 )
 from training.recipes.scoring import (
-    CONDITIONING_FILE,
     ENSEMBLE_FILE,
-    ClusterConditioning,
     EnsembleManifest,
     RewardInput,
     RewardScorer,
-    load_sequence_classifier,
 )
 
 
@@ -145,11 +141,6 @@ def held_out_rewards(
     return torch.cat(chosen, dim=1), torch.cat(rejected, dim=1)
 
 
-# The work before the first step, reported to the run page as phases (``on_phase``).
-LOADING_PHASE = "loading the reward model"
-TOKENISING_PHASE = "tokenising pairs"
-
-
 def _fitted_pairs(
     scorer: RewardScorer,
     pairs: Sequence[Any],
@@ -189,7 +180,11 @@ def train_reward_model(
 
     With ``annotator_aware`` or ``cluster_conditioning``, a plain model is trained first
     (``train_plain_baseline``) and its held-out accuracy is reported next to the conditioned one's.
+    ``loss`` "plackett_luce" or "aspect_regression": ranked lists or rated responses instead of
+    pairs (``reward_rows.train_row_reward_model``).
     """
+    if config.loss != "bradley_terry":
+        return train_row_reward_model(config, callback)
     if config.ensemble_size > 1 and config.ensemble_mode == "independent":
         return train_independent_ensemble(config, callback, train_member=_train_member)
     needs_baseline = config.annotator_aware or config.cluster_conditioning
@@ -289,37 +284,6 @@ class RewardModelState(PairRecipeState):
         """The modules trained beside the model (saved in checkpoints), or None."""
         extra = {"annotator_head": self.head, "cluster_conditioning": self.conditioning}
         return {name: module for name, module in extra.items() if module is not None} or None
-
-
-def load_reward_model(run: Run, config: RewardModelConfig) -> tuple[Any, Any, RewardScorer]:
-    """Tokenizer, sequence classifier (from the checkpoint when resuming) in training mode, and
-    the scorer that fits and scores pairs for it."""
-    tokenizer = load_tokenizer(config.model)
-    path = run.resume_from or config.warm_start or config.model
-    resuming_adapters = require_same_lora(path, config)
-    heads = config.ensemble_size if config.ensemble_mode == "heads" else 1
-    model = load_sequence_classifier(
-        config.model if resuming_adapters else path,
-        device=run.device,
-        tokenizer=tokenizer,
-        packing=config.packing,  # decoders with a chat template, and BERT-family encoders
-        num_labels=heads,
-    )
-    adapters = Path(path) if resuming_adapters else None
-    model = with_lora(model, config, adapters=adapters, task="sequence_classification")
-    if config.gradient_checkpointing:
-        enable_activation_checkpointing(model)
-    if config.disable_dropout:
-        disable_dropout(model)
-    model.train()
-    scorer = RewardScorer(
-        model,
-        tokenizer,
-        max_length=config.max_length,
-        prompt_budget=config.prompt_budget,
-        fit=FitLog("pairs"),
-    )
-    return tokenizer, model, scorer
 
 
 def _cluster_conditioning(
@@ -479,19 +443,13 @@ def reward_model_step(state: RewardModelState, at: Position, throughput: Through
                 len(state.encoded[i][0].input_ids) + len(state.encoded[i][1].input_ids)
                 for i in group
             )
-        sums = all_reduce_sum({**sums, "tokens": tokens}, run.ranks, run.device)
-        throughput.tokens += int(sums.pop("tokens"))
         params = [*state.model.parameters()]
         params += [
             p for module in (state.extra_modules or {}).values() for p in module.parameters()
         ]
-        grad_norm = optimizer_step(
-            params, state.optimizer, state.scheduler, config.max_grad_norm, run.ranks
+        return reduce_and_step(
+            state, sums, tokens=tokens, items=len(index), throughput=throughput, params=params
         )
-    throughput.items += len(index)
-    metrics = {k: v / len(index) for k, v in sums.items()}
-    metrics.update(grad_norm=grad_norm, learning_rate=state.scheduler.get_last_lr()[0])
-    return StepOutcome(metrics)
 
 
 def _ensemble_micro_batch_loss(

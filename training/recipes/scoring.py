@@ -1,5 +1,5 @@
-"""Scoring with a trained reward model: loading it (``load_sequence_classifier``), its optional
-prompt-cluster conditioning (``ClusterConditioning``), the scorer that fits and scores
+"""Scoring with a trained reward model: loading it (``load_sequence_classifier``), with its optional
+prompt-cluster conditioning (``cluster_conditioning.ClusterConditioning``), the scorer that fits and scores
 (prompt, response) pairs (``RewardScorer``), and ``reward_scores`` for callers outside the recipes.
 
 The reward-model recipe trains through the same scorer, the online recipes score rollouts with it,
@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
+from training.recipes.aspect_head import AspectHead
+from training.recipes.cluster_conditioning import ClusterConditioning
 from training.recipes.data import ChatEncoder, FitLog, Messages, fit_prompt, token_limit
 from training.recipes.lora import load_trained
 from training.recipes.packing import (
@@ -73,72 +74,6 @@ def load_sequence_classifier(
     return model.to(device)
 
 
-CONDITIONING_FILE = "cluster_conditioning.json"
-
-
-class ClusterConditioning(nn.Module):
-    """Domain conditioning (PIPELINE.md's third layer): a learned vector per prompt cluster, added to
-    the input embedding of every token of a sequence whose prompt is in that cluster.
-
-    Added to the input, not to the pooled output: an offset at the output would be the same for a
-    pair's chosen and rejected responses (same prompt, same cluster) and cancel in the Bradley-Terry
-    difference. Row 0 is "no cluster" and stays zero; the others start at zero, so training starts
-    from the base model. Shapes: ``weight`` [C + 1, H].
-    """
-
-    def __init__(self, clusters: Sequence[str], hidden_size: int) -> None:
-        super().__init__()
-        self.clusters = list(clusters)
-        self.index = {name: i + 1 for i, name in enumerate(self.clusters)}
-        self.weight = nn.Parameter(torch.zeros(len(self.clusters) + 1, hidden_size))
-        self._tokens: torch.Tensor | None = None
-
-    def ids(self, clusters: Sequence[str | None]) -> list[int]:
-        return [self.index.get(c, 0) if c is not None else 0 for c in clusters]
-
-    def attach(self, model: Any) -> None:
-        """Add the current token clusters to ``model``'s input embeddings from now on."""
-        model.get_input_embeddings().register_forward_hook(self._add)
-
-    def _add(self, module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
-        if self._tokens is None:
-            return output
-        known = (self._tokens > 0).unsqueeze(-1)  # row 0 ("no cluster") adds exactly nothing
-        added = torch.where(known, self.weight[self._tokens], 0.0)
-        return output + added.to(output.dtype)
-
-    def condition(self, tokens: torch.Tensor | None) -> None:
-        """Cluster id per input token (the shape of the next forward's input ids), or None."""
-        self._tokens = tokens
-
-    def report(self) -> dict[str, float]:
-        """Norm of each cluster's learned vector (how far the reward adapted to that domain)."""
-        norms = self.weight.detach()[1:].norm(dim=-1).tolist()
-        return {name: round(norm, 4) for name, norm in zip(self.clusters, norms, strict=True)}
-
-    def payload(self) -> dict[str, Any]:
-        return {"clusters": self.clusters, "weight": self.weight.detach()[1:].tolist()}
-
-    @classmethod
-    def load(cls, folder: str | Path, hidden_size: int) -> ClusterConditioning | None:
-        """The conditioning saved beside a trained reward model (``CONDITIONING_FILE``), or None
-        when the model was trained without it."""
-        file = Path(folder) / CONDITIONING_FILE
-        if not file.is_file():
-            return None
-        payload = json.loads(file.read_text())
-        module = cls(payload["clusters"], hidden_size)
-        weight = torch.tensor(payload["weight"], dtype=torch.float32)
-        if weight.shape != (len(module.clusters), hidden_size):
-            raise ValueError(
-                f"{file}: weight is {list(weight.shape)}, expected "
-                f"[{len(module.clusters)}, {hidden_size}] (clusters x the model's hidden size)"
-            )
-        with torch.no_grad():
-            module.weight[1:] = weight
-        return module
-
-
 class RewardScorer:
     """Encodes (prompt, response) pairs and returns scalar rewards [S] float32 for a reward model.
 
@@ -148,9 +83,11 @@ class RewardScorer:
     ``ChatEncoder``); what was cut is noted in ``fit``.
 
     With a ``ClusterConditioning`` (``condition_on``), each prompt's cluster comes from
-    ``prompt_clusters``; prompts it does not know score as "no cluster"."""
+    ``prompt_clusters``; prompts it does not know score as "no cluster". With an ``AspectHead``
+    (``aspects``, a multi-aspect model) the reward is the weighted sum of the A outputs."""
 
     conditioning: ClusterConditioning | None = None
+    aspects: AspectHead | None = None
 
     def __init__(
         self,
@@ -209,6 +146,10 @@ class RewardScorer:
 
     def encode(self, prompt: Messages, response: str) -> RewardInput:
         return self._encode(prompt, [response], (prompt, response))[0]
+
+    def encode_list(self, prompt: Messages, responses: Sequence[str]) -> tuple[RewardInput, ...]:
+        """Every response after one fitted prompt (a ranked list's, compared with each other)."""
+        return tuple(self._encode(prompt, responses, (prompt, *responses)))
 
     def encode_pair(
         self, prompt: Messages, chosen: str, rejected: str
@@ -287,9 +228,19 @@ class RewardScorer:
     def score_members(
         self, inputs: Sequence[RewardInput], clusters: Sequence[int] | None = None
     ) -> torch.Tensor:
-        """Every output of the model's head, member-major: [K, S] float32, K = ``num_labels``
-        (1 for a plain reward model, K for a reward ensemble's shared encoder with K heads)."""
-        return self._conditioned_logits(inputs, clusters).T
+        """Every member's reward, member-major: [K, S] float32, K = ``n_members``: the outputs of
+        the model's head (1 for a plain reward model, K for a reward ensemble's shared encoder
+        with K heads), or for a multi-aspect model one row, the aspects' weighted sum."""
+        logits = self._conditioned_logits(inputs, clusters)
+        if self.aspects is not None:
+            weights = torch.tensor(self.aspects.weights, device=logits.device)
+            return (logits @ weights)[None]
+        return logits.T
+
+    @property
+    def n_members(self) -> int:
+        """K: the rewards ``score_members`` gives per input."""
+        return 1 if self.aspects is not None else int(self.model.config.num_labels)
 
     def _conditioned_logits(
         self, inputs: Sequence[RewardInput], clusters: Sequence[int] | None
@@ -480,13 +431,19 @@ def load_member_scorer(
     packing: bool,
     fit: FitLog,
     prompt_clusters: Callable[[], dict[Messages, str]],
+    aspect_weights: str | None = None,
 ) -> RewardScorer:
     """One frozen reward model (``num_labels`` outputs) in ``folder`` behind a scorer that fits
     inputs to ``max_length`` tokens with ``prompt_budget`` kept for the prompt, logging to ``fit``;
     ``packing`` packs a chat decoder's batch. A model trained with cluster conditioning is
-    conditioned on ``prompt_clusters()`` (called only then: reading the clusters may read a file)."""
+    conditioned on ``prompt_clusters()`` (called only then: reading the clusters may read a file).
+    A multi-aspect model (``aspects.json``) loads its A outputs and scores their weighted sum, with
+    the saved weights or those of ``aspect_weights`` (``aspect_head.parse_aspect_weights``)."""
     from training.recipes.models import load_tokenizer
 
+    aspects = AspectHead.read(folder)
+    if aspects is not None:
+        aspects, num_labels = aspects.reweighted(aspect_weights), len(aspects.aspects)
     tokenizer = load_tokenizer(folder)
     model = load_sequence_classifier(
         folder,
@@ -499,6 +456,7 @@ def load_member_scorer(
     scorer = RewardScorer(
         model, tokenizer, max_length=max_length, prompt_budget=prompt_budget, fit=fit
     )
+    scorer.aspects = aspects
     conditioning = ClusterConditioning.load(folder, model.get_input_embeddings().embedding_dim)
     if conditioning is not None:  # the reward model was trained per prompt cluster
         scorer.condition_on(conditioning.to(device).requires_grad_(False), prompt_clusters())
@@ -551,7 +509,7 @@ def load_reward_ensemble(
     if manifest.mode == "heads":
         options["fit"] = FitLog("samples")
         scorers = [load_member_scorer(folder, num_labels=manifest.size, **options)]
-        outputs = scorers[0].model.config.num_labels
+        outputs = scorers[0].n_members
         if outputs != manifest.size:
             raise ValueError(
                 f"{folder}: {ENSEMBLE_FILE} says {manifest.size} heads, the model has {outputs}"
@@ -575,14 +533,18 @@ def reward_scores(
     """Scalar rewards [N] of (conversation, response) pairs under the reward model in ``folder``,
     on the GPU when there is one, ``batch_size`` pairs a forward. ``conversations``: [N] lists of
     {"role", "content"} messages; ``texts``: [N] responses. Inputs are fitted to ``max_length``
-    tokens (half kept for the prompt when needed)."""
-    from training.recipes.models import load_tokenizer
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = load_tokenizer(folder)
-    model = load_sequence_classifier(folder, device=device, tokenizer=tokenizer, packing=False)
-    model.eval().requires_grad_(False)
-    scorer = RewardScorer(model, tokenizer, max_length=max_length, prompt_budget=max_length // 2)
+    tokens (half kept for the prompt when needed). A multi-aspect model gives the weighted sum
+    of its aspects with the weights saved beside it."""
+    scorer = load_member_scorer(
+        folder,
+        device=torch.device("cuda" if torch.cuda.is_available() else "cpu"),
+        num_labels=1,
+        max_length=max_length,
+        prompt_budget=max_length // 2,
+        packing=False,
+        fit=FitLog("samples"),
+        prompt_clusters=dict,
+    )
     inputs = [
         scorer.encode(tuple((m["role"], m["content"]) for m in conv), text)
         for conv, text in zip(conversations, texts, strict=True)

@@ -123,9 +123,7 @@ def test_ranking_position_bias_hand_derived():
     tau; the first shown holds the best rank. tau = (1 - 1/3) / 2 = 1/3; first best 2 of 3 against an
     expected (1/3 + 1/3 + 1) / 3 = 5/9. Normalised ranks by position: (0 + .5 + .5) / 3,
     (.5 + 1 + .5) / 3, (1 + 0) / 2."""
-    result = ranking_position_bias(
-        [[0, 1, 2], [2, 0, 1], [1, 0]], [[1, 2, 3], [1, 2, 3], [1, 1]]
-    )
+    result = ranking_position_bias([[0, 1, 2], [2, 0, 1], [1, 0]], [[1, 2, 3], [1, 2, 3], [1, 1]])
     assert result.n_rankings == 3
     assert result.tau == pytest.approx(1 / 3)
     assert result.first_best_rate == pytest.approx(2 / 3)
@@ -146,3 +144,19 @@ def test_consensus_ranking_mean_rank_with_ties_kept():
     assert consensus_ranking([[1, 2, 3], [2, 1, 3]]).tolist() == [1, 1, 3]
     # Ties in the input: 1 1 3 and 1 2 2 have mid-rank sums 1.5 + 1 = 2.5, 1.5 + 2.5 = 4, 3 + 2.5.
     assert consensus_ranking([[1, 1, 3], [1, 2, 2]]).tolist() == [1, 2, 3]
+
+
+def test_mean_tau_b_agrees_with_scipy_on_tied_rankings():
+    """The batched tau-b against scipy.stats.kendalltau (variant b) over random rankings with ties."""
+    from scipy.stats import kendalltau
+
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        ranks = rng.integers(1, 4, size=(4, 6))
+        expected = [
+            kendalltau(ranks[i], ranks[j], variant="b").statistic
+            for i, j in combinations(range(4), 2)
+            if np.ptp(ranks[i]) and np.ptp(ranks[j])
+        ]
+        got = mean_pairwise_kendall_tau(ranks)
+        assert got == pytest.approx(np.mean(expected)) if expected else np.isnan(got)

@@ -11,19 +11,9 @@ from annotation.agreement.ratings import (
     scale_use,
     weighted_kappa_pairs,
 )
+from tests.helpers.published_agreement import KRIPPENDORFF_C
 
 NA = np.nan
-
-# Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability", section C: 4 observers x 12 units,
-# values 1-5 with missing data; printed alphas .815 ordinal (section D) and .849 interval (section E).
-KRIPPENDORFF_C = np.array(
-    [
-        [1, 2, 3, 3, 2, 1, 4, 1, 2, NA, NA, NA],
-        [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, NA, 3],
-        [NA, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, NA],
-        [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, NA],
-    ]
-)
 
 
 def test_weighted_kappa_counts_scale_steps_across_unused_points():
@@ -53,7 +43,9 @@ def test_weighted_kappa_pairs_use_the_items_both_rated_and_skip_thin_pairs():
     pairs = weighted_kappa_pairs(data, scale=(1, 3))
     assert [(p.first, p.second, p.n_items) for p in pairs] == [(0, 1, 3), (1, 2, 1)]
     assert pairs[0].linear == pytest.approx(1.0)
-    assert np.isnan(pairs[1].linear)  # one shared item: one shared item, same point: no chance disagreement
+    assert np.isnan(
+        pairs[1].linear
+    )  # one shared item: one shared item, same point: no chance disagreement
     assert [(p.first, p.second) for p in weighted_kappa_pairs(data, scale=(1, 3), min_items=2)] == [
         (0, 1)
     ]
@@ -62,7 +54,7 @@ def test_weighted_kappa_pairs_use_the_items_both_rated_and_skip_thin_pairs():
 @pytest.mark.parametrize("bad", [[[1, 6]], [[1, 2.5]], [[0, 1]]])
 def test_ratings_off_the_scale_are_an_error(bad):
     with pytest.raises(ValueError, match="not points of the scale"):
-        weighted_kappa_pairs(bad + [[1, 1]], scale=(1, 5))
+        weighted_kappa_pairs([*bad, [1, 1]], scale=(1, 5))
     with pytest.raises(ValueError, match="not points of the scale"):
         scale_use(bad, scale=(1, 5))
 
@@ -77,8 +69,9 @@ def test_bad_scales_and_shapes_are_errors():
 
 
 def test_aspect_alpha_on_krippendorff_2011_section_c():
-    """Krippendorff (2011): ordinal .815 (section D), interval .849 (section E); an aspect where no item
-    has two ratings has no alpha."""
+    """Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability", section C data (4
+    observers, 12 units, values 1-5): ordinal .815 (section D), interval .849 (section E); an aspect
+    where no item has two ratings has no alpha."""
     lonely = np.array([[1, NA], [NA, 2]])
     result = aspect_alpha({"helpfulness": KRIPPENDORFF_C, "verbosity": lonely})
     assert list(result) == ["helpfulness", "verbosity"]
