@@ -4,7 +4,8 @@ memory, the streamed export (issue 30) beside the export before it, on the same 
 Builds, in a database of its own (default ``concord_bench_export``; created, migrated and kept for
 ``--reuse``), the item browser bench's project (``bench_item_browser.load``: 250,000 prompts x 4
 responses, 1,000,000 comparisons) with every comparison judged by 3 of 30 annotators (3,000,000
-judgements). Then, each in a fresh process of its own (its peak RSS is its own): ``dataset_export``
+judgements), without the assignments and search indexes (the export reads neither). Then, each in
+a fresh process of its own (its peak RSS is its own): ``dataset_export``
 (majority consensus: pairs.jsonl and judgements.jsonl) and ``hf_export_write`` (Parquet train/test
 splits and the dataset card), timed apart. ``--before PATH`` runs the same two calls from another
 checkout (e.g. ``git worktree add /tmp/before <commit>``) against the same database, for the
@@ -91,7 +92,11 @@ def _build(url: str, comparisons: int) -> dict:
     builder.N_PROMPTS = comparisons // builder.PER_PROMPT
     started = time.perf_counter()
     call_command("migrate", verbosity=0)
-    steps = builder.load(judged=comparisons)
+    # no leases, assignments or search indexes: the export reads none of them
+    steps = builder.load(
+        judged=comparisons,
+        skip=("assignments", "search_documents", "search_index", "trigram_indexes"),
+    )
     return {"build_s": round(time.perf_counter() - started, 1), "steps_s": steps}
 
 

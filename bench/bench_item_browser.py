@@ -7,8 +7,8 @@ first ``--judged`` comparisons (3 annotators each out of 30; a further slice wit
 done assignments for half of the judgements (labelled here; the rest count as imported) and 1,000
 active leases. Everything is written by ``INSERT ... SELECT generate_series`` in SQL, not the ORM;
 the search documents (migration 0010's trigger off during the load) are written in one statement
-after it, and their GIN index and the substring search's trigram indexes (0013) built then. The
-stored consensus (0012) is written by its trigger inside the judgements' statement.
+after it, and their GIN index and the substring search's trigram indexes (0013) built then; the
+stored consensus (0012) likewise, by its backfill function (its trigger off during the load).
 
 Then times, through Django's test Client (view, selector, template, as a lead's browser gets it),
 as the superuser: the first page; 50 random deep pages reached by a keyset cursor (sorted by id and
@@ -76,8 +76,9 @@ def _sql_array(words: list[str]) -> str:
     return "ARRAY[" + ", ".join(f"'{w}'" for w in words) + "]"
 
 
-def load(*, judged: int) -> dict[str, float]:
-    """Write the project with SQL; returns seconds per step."""
+def load(*, judged: int, skip: tuple[str, ...] = ()) -> dict[str, float]:
+    """Write the project with SQL; returns seconds per step. ``skip``: steps left out (names of
+    the ``steps`` below; e.g. the export bench needs no assignments or search indexes)."""
     from django.contrib.auth import get_user_model
     from django.db import connection
 
@@ -126,6 +127,9 @@ def load(*, judged: int) -> dict[str, float]:
                   GROUP BY prompt_id) r,
                  LATERAL (VALUES (1, ARRAY[1, 2]), (2, ARRAY[3, 4]), (3, ARRAY[1, 3]),
                                  (4, ARRAY[2, 4])) AS v(n, pair)""",
+        # the stored consensus (0012) is written in one pass after the judgements, as its backfill
+        "consensus_off": "ALTER TABLE annotation_judgement DISABLE TRIGGER "
+        "judgement_consensus_inserted",
         "judgements": f"""
             INSERT INTO annotation_judgement (comparison_id, annotator_id, choice, strength, rationale,
                 shown_left, elapsed_ms, suggested_choice, created_at, updated_at)
@@ -155,6 +159,8 @@ def load(*, judged: int) -> dict[str, float]:
             UPDATE annotation_comparison c SET taken = n FROM (
                 SELECT comparison_id, count(*) n FROM annotation_judgement GROUP BY comparison_id
             ) j WHERE j.comparison_id = c.id AND c.project_id = {project.pk}""",
+        "consensus_rows": f"SELECT annotation_consensus_refresh_project({project.pk}); "
+        "ALTER TABLE annotation_judgement ENABLE TRIGGER judgement_consensus_inserted",
         "search_documents": f"""
             INSERT INTO annotation_comparisonsearch (comparison_id, prompt_document, a_document,
                 b_document)
@@ -176,6 +182,8 @@ def load(*, judged: int) -> dict[str, float]:
     seconds = {}
     with connection.cursor() as cursor:
         for name, sql in steps.items():
+            if name in skip:
+                continue
             started = time.perf_counter()
             for statement in sql.split(";"):
                 cursor.execute(statement)
