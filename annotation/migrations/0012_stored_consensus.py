@@ -59,8 +59,8 @@ FIGURES = """
         FROM shifted
     ), tops AS (
         SELECT p.*, greatest(na, nb, nt, nx) AS top,
-               (SELECT x FROM unnest(ARRAY[na, nb, nt, nx]) AS x ORDER BY x DESC OFFSET 1 LIMIT 1)
-                   AS second,
+               greatest(least(na, nb), least(na, nt), least(na, nx), least(nb, nt), least(nb, nx),
+                        least(nt, nx)) AS second,
                greatest(pa, pb, pt, px) AS ptop
         FROM posterior p
     ), leaders AS (
