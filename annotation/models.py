@@ -318,7 +318,9 @@ class Comparison(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [
-            models.Index(fields=["project", "queue_position", "id"], name="comparison_queue")
+            models.Index(fields=["project", "queue_position", "id"], name="comparison_queue"),
+            # the item browser's gold filter: 1 comparison in hundreds, found without a walk
+            models.Index(fields=["project", "id"], condition=~Q(gold=""), name="comparison_gold"),
         ]
         constraints = [
             models.UniqueConstraint(

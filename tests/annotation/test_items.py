@@ -116,6 +116,17 @@ def test_gold_annotator_and_model_filters(world):
     assert _ids(project, model="m2 vs qwen") == {ids["leased"]}
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner")
+def test_the_gold_filter_reads_its_partial_index(world):
+    project, _ = world
+    queryset = items_queryset(project=project, filters=ItemFilters(gold="yes")).order_by("id")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        sql, params = queryset.values("id")[:51].query.sql_with_params()
+        cursor.execute("EXPLAIN " + sql, params)
+        assert "comparison_gold" in "\n".join(row[0] for row in cursor.fetchall())
+
+
 def test_an_unknown_annotator_is_a_clear_error(world):
     project, _ = world
     with pytest.raises(ConcordError, match="no user named 'nobody'"):
