@@ -460,7 +460,16 @@ class Assignment(models.Model):
                 condition=Q(shown_left__in=[s.value for s in Side]), name="assignment_side_valid"
             ),
         ]
-        indexes = [models.Index(fields=["status", "expires_at"], name="assignment_expiry")]
+        indexes = [
+            models.Index(fields=["status", "expires_at"], name="assignment_expiry"),
+            # the item browser's live-lease test per comparison (status open, in progress): the
+            # few active rows only, not a comparison's finished assignments
+            models.Index(
+                fields=["comparison", "expires_at"],
+                condition=Q(status="active"),
+                name="assignment_active_lease",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.annotator} <- {self.comparison_id} ({self.kind}, {self.status})"

@@ -33,7 +33,7 @@ from annotation.models import ComparisonSearch, Project, Prompt, Response
 from common.errors import ConcordError
 
 SUBSTRING_MIN = 3  # characters a *substring* needs: pg_trgm's index reads 3-letter pieces
-RARE_MATCHES = 5_000  # at most this many matching texts by estimate: start at the index
+RARE_MATCHES = 20_000  # at most this many matching texts by estimate: start at the index
 _SEARCH_TOKEN = re.compile(r'(-?)"([^"]*)"?|(\S+)')
 _TEXTS = ("prompt__text", "response_a__text", "response_b__text")
 

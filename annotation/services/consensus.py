@@ -144,6 +144,8 @@ def _rewrite_rows(
             cursor.execute("SET LOCAL jit = off")
             cursor.execute("SET LOCAL work_mem = '64MB'")
             cursor.execute("SELECT annotation_consensus_refresh_project(%s)", [project.pk])
+            # every row was rewritten: the item browser's plans need the new margins' statistics
+            cursor.execute("ANALYZE annotation_storedconsensus")
         return StoredConsensus.objects.filter(project=project).count()
     if fit is None:
         return _rows_in_python(project, data, np.zeros(agreement.N_CHOICES), None)
