@@ -10,6 +10,7 @@ from celery import shared_task
 from annotation.models import Project
 from annotation.services.agreement import dashboard_refresh
 from annotation.services.clustering import clustering_run_execute
+from annotation.services.consensus import consensus_refit_due
 from annotation.services.import_jobs import import_job_run
 
 
@@ -21,6 +22,16 @@ def agreement_report_refresh(project_id: int) -> dict[str, int | str]:
         return {"project": project_id, "status": "gone"}
     payload = dashboard_refresh(project=project)
     return {"project": project_id, "status": "done", "computed_at": payload["computed_at"]}
+
+
+@shared_task(name="annotation.tasks.consensus_refit")
+def consensus_refit(project_id: int) -> dict[str, int | str]:
+    """Refit a project's Dawid-Skene consensus and rewrite its stored rows (debounced by
+    ``consensus_refit_schedule``)."""
+    result = consensus_refit_due(project_id=project_id)
+    if result is None:  # deleted since the run was scheduled
+        return {"project": project_id, "status": "gone"}
+    return {"project": project_id, "status": "done", "rows": result.n_rows}
 
 
 @shared_task(name="annotation.tasks.cluster_prompts")

@@ -14,7 +14,17 @@ the three integer arrays. Imports happen before the clocks start. Each side is t
 ``--repeat`` / ``--repeat-peer`` runs.
 
 Run: .venv/bin/python bench/bench_dawid_skene.py [--judgements N] [--iterations T] [--repeat R]
+
+``--stored URL`` times the stored consensus (issue 30) instead, on the item browser bench's kept
+database (``bench_item_browser.py --keep``: 1,000,000 comparisons, 666,666 judgements): the first
+fit (``consensus_refit``: read the judgements, EM, store the fit, rewrite every stored row), then
+100 new judgements (on comparisons judged once, by annotators the fit knows) written one statement
+each as the labelling screen writes them and, separately, in one statement as an import does; each
+is timed with the database's incremental update of the touched rows inside it, then rolled back.
 """
+
+# The stored bench's SQL is built from integer ids this file reads, never from input.
+# ruff: noqa: S608
 
 from __future__ import annotations
 
@@ -58,6 +68,72 @@ def crowd_kit(frame, iterations: int):
         return DawidSkene(n_iter=iterations, tol=-np.inf).fit(frame)
 
 
+def _insert_sql(pairs: list[tuple[int, int]]) -> str:
+    """One INSERT of judgements (comparison id, annotator id): choice a, as a submit writes it."""
+    values = ", ".join(f"({c}, {a}, 'a', 1, '', 'a', 4000, '', now(), now())" for c, a in pairs)
+    return (
+        "INSERT INTO annotation_judgement (comparison_id, annotator_id, choice, strength, "
+        "rationale, shown_left, elapsed_ms, suggested_choice, created_at, updated_at) "
+        f"VALUES {values}"
+    )
+
+
+def stored(url: str) -> dict:
+    """Time the first fit and the incremental update on the kept item browser bench database."""
+    import time
+
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.db import connection, transaction
+
+    from annotation.models import Project, StoredConsensus
+    from annotation.services.consensus import consensus_refit
+
+    project = Project.objects.get(slug="bench-items")
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    fit = consensus_refit(project=project, force=True)
+    first_fit_s = time.perf_counter() - started
+    timings: dict[str, float] = {}
+    # 100 comparisons judged once (the bench's single slice, by annotator id % 30), each given a
+    # vote by another of the 30 annotators the fit knows.
+    first = get_user_model().objects.filter(username="ann0").values_list("pk", flat=True).get()
+    targets = list(
+        StoredConsensus.objects.filter(project=project, n_votes=1)
+        .order_by("comparison_id")
+        .values_list("comparison_id", flat=True)[:100]
+    )
+    pairs = [(c, first + (c + 15) % 30) for c in targets]
+    for mode in ("one_statement_each", "one_statement"):
+        with transaction.atomic(), connection.cursor() as cursor:
+            started = time.perf_counter()
+            if mode == "one_statement":
+                cursor.execute(_insert_sql(pairs))
+            else:
+                for pair in pairs:
+                    cursor.execute(_insert_sql([pair]))
+            timings[mode] = time.perf_counter() - started
+            updated = StoredConsensus.objects.filter(comparison_id__in=targets, n_votes=2).count()
+            assert updated == 100, updated
+            transaction.set_rollback(True)
+    return {
+        "benchmark": "stored consensus on the item browser bench project (PostgreSQL)",
+        "judgements": fit.n_judgements,
+        "rows": fit.n_rows,
+        "iterations": fit.iterations,
+        "first_fit_s": round(first_fit_s, 2),
+        "incremental_100_judgements_one_statement_each_s": round(timings["one_statement_each"], 3),
+        "incremental_100_judgements_one_statement_s": round(timings["one_statement"], 3),
+        "cpu_flags": cpu_flags_present(VECTOR_FLAGS),
+        "cpu_count": os.cpu_count(),
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--judgements", type=int, default=1_000_000)
@@ -65,7 +141,16 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=20, help="EM iterations, both tools")
     parser.add_argument("--repeat", type=int, default=3, help="best of R runs (ours)")
     parser.add_argument("--repeat-peer", type=int, default=3, help="best of R runs (crowd-kit)")
+    parser.add_argument(
+        "--stored",
+        default="",
+        metavar="URL",
+        help="time the stored consensus on this kept item browser bench database",
+    )
     args = parser.parse_args()
+    if args.stored:
+        print(json.dumps(stored(args.stored), indent=2))
+        return
 
     # Imports before any timing (crowd-kit's package and SciPy's sparse module take seconds cold).
     import crowdkit

@@ -7,12 +7,14 @@ first ``--judged`` comparisons (3 annotators each out of 30; a further slice wit
 done assignments for half of the judgements (labelled here; the rest count as imported) and 1,000
 active leases. Everything is written by ``INSERT ... SELECT generate_series`` in SQL, not the ORM;
 the search documents (migration 0010's trigger off during the load) are written in one statement
-after it, and their GIN index built then.
+after it, and their GIN index and the substring search's trigram indexes (0013) built then; the
+stored consensus (0012) likewise, by its backfill function (its trigger off during the load).
 
 Then times, through Django's test Client (view, selector, template, as a lead's browser gets it),
 as the superuser: the first page; 50 random deep pages reached by a keyset cursor (sorted by id and
 by queue position); and filters (status, agreement, gold, annotator, model pair, origin, cluster,
-a rare and a common search word, the Dawid-Skene margin), each a few times. Prints one JSON object
+a rare and a common search word, rare and common substrings, the Dawid-Skene margin read from the
+stored consensus after its first fit), each a few times. Prints one JSON object
 with p50/p95 per case (ms), the load timings (s), the CPU flags and the load average.
 
 Run: .venv/bin/python bench/bench_item_browser.py [--database-url URL] [--keep] [--repeat 5]
@@ -74,8 +76,9 @@ def _sql_array(words: list[str]) -> str:
     return "ARRAY[" + ", ".join(f"'{w}'" for w in words) + "]"
 
 
-def load(*, judged: int) -> dict[str, float]:
-    """Write the project with SQL; returns seconds per step."""
+def load(*, judged: int, skip: tuple[str, ...] = ()) -> dict[str, float]:
+    """Write the project with SQL; returns seconds per step. ``skip``: steps left out (names of
+    the ``steps`` below; e.g. the export bench needs no assignments or search indexes)."""
     from django.contrib.auth import get_user_model
     from django.db import connection
 
@@ -94,7 +97,8 @@ def load(*, judged: int) -> dict[str, float]:
     steps = {
         # the search documents are written in one pass after the load, as the migration's backfill
         "search_off": "ALTER TABLE annotation_comparison DISABLE TRIGGER comparison_search_inserted; "
-        "DROP INDEX comparisonsearch_documents",
+        "DROP INDEX comparisonsearch_documents; DROP INDEX prompt_text_trigram; "
+        "DROP INDEX response_text_trigram",
         "prompts": f"""
             INSERT INTO annotation_prompt (project_id, text, content_hash, metadata, cluster, created_at)
             SELECT {project.pk},
@@ -123,6 +127,9 @@ def load(*, judged: int) -> dict[str, float]:
                   GROUP BY prompt_id) r,
                  LATERAL (VALUES (1, ARRAY[1, 2]), (2, ARRAY[3, 4]), (3, ARRAY[1, 3]),
                                  (4, ARRAY[2, 4])) AS v(n, pair)""",
+        # the stored consensus (0012) is written in one pass after the judgements, as its backfill
+        "consensus_off": "ALTER TABLE annotation_judgement DISABLE TRIGGER "
+        "judgement_consensus_inserted",
         "judgements": f"""
             INSERT INTO annotation_judgement (comparison_id, annotator_id, choice, strength, rationale,
                 shown_left, elapsed_ms, suggested_choice, created_at, updated_at)
@@ -152,6 +159,8 @@ def load(*, judged: int) -> dict[str, float]:
             UPDATE annotation_comparison c SET taken = n FROM (
                 SELECT comparison_id, count(*) n FROM annotation_judgement GROUP BY comparison_id
             ) j WHERE j.comparison_id = c.id AND c.project_id = {project.pk}""",
+        "consensus_rows": f"SELECT annotation_consensus_refresh_project({project.pk}); "
+        "ALTER TABLE annotation_judgement ENABLE TRIGGER judgement_consensus_inserted",
         "search_documents": f"""
             INSERT INTO annotation_comparisonsearch (comparison_id, prompt_document, a_document,
                 b_document)
@@ -165,11 +174,16 @@ def load(*, judged: int) -> dict[str, float]:
         "search_index": "CREATE INDEX comparisonsearch_documents ON annotation_comparisonsearch "
         "USING gin (prompt_document, a_document, b_document); "
         "ALTER TABLE annotation_comparison ENABLE TRIGGER comparison_search_inserted",
+        "trigram_indexes": "CREATE INDEX prompt_text_trigram ON annotation_prompt "
+        "USING gin (text gin_trgm_ops); CREATE INDEX response_text_trigram ON annotation_response "
+        "USING gin (text gin_trgm_ops)",
         "analyze": "ANALYZE",
     }
     seconds = {}
     with connection.cursor() as cursor:
         for name, sql in steps.items():
+            if name in skip:
+                continue
             started = time.perf_counter()
             for statement in sql.split(";"):
                 cursor.execute(statement)
@@ -202,7 +216,7 @@ def measure(
 
     from annotation.models import Comparison, Project
     from annotation.selectors.items import cursor_encode
-    from annotation.services.items import item_consensus
+    from annotation.services.consensus import consensus_refit
 
     project = Project.objects.get(slug=SLUG)
     client = Client(raise_request_exception=True)
@@ -246,6 +260,11 @@ def measure(
         "search_common": {"q": "volcanoes"},
         "search_rare": {"q": RARE_WORD},
         "search_common_deep": {"q": "volcanoes", "after": cursor_encode(middle, middle)},
+        "substring_common": {"q": "*olcano*"},
+        "substring_rare": {"q": f"*{RARE_WORD[1:-1]}*"},
+        "words_and_substring": {"q": f"volcanoes *{RARE_WORD[1:-1]}*"},
+        "agreement_unanimous": {"agreement": "unanimous"},
+        "split_majority_margin_0": {"margin_max": "0"},
     }
     for name, params in filters.items():
         if not cases or name in cases:
@@ -253,9 +272,12 @@ def measure(
     if cases:
         return results
     started = time.perf_counter()
-    item_consensus(project=project)
+    consensus_refit(project=project, force=True)  # the stored consensus's first Dawid-Skene fit
     results["dawid_skene_first_computation_s"] = round(time.perf_counter() - started, 1)
     results["margin_0.9_to_1"] = _percentiles(timed({"margin_min": "0.9"}, repeat))
+    results["margin_0.3_to_0.6"] = _percentiles(
+        timed({"margin_min": "0.3", "margin_max": "0.6"}, repeat)
+    )
     item_url = reverse("annotation:item", args=[SLUG, middle])
     samples = []
     for _ in range(repeat):
@@ -303,10 +325,10 @@ def main() -> None:
     setup_test_environment()  # the test Client's host, as in the test suite
     report: dict = {"cpu_count": os.cpu_count(), "cpu_flags": _cpu_flags()}
     try:
+        started = time.perf_counter()
+        call_command("migrate", verbosity=0)  # with --reuse: what a kept database lacks, timed
+        report["migrate_s"] = round(time.perf_counter() - started, 1)
         if not args.reuse:
-            started = time.perf_counter()
-            call_command("migrate", verbosity=0)
-            report["migrate_s"] = round(time.perf_counter() - started, 1)
             started = time.perf_counter()
             report["load_s"] = load(judged=args.judged)
             report["load_total_s"] = round(time.perf_counter() - started, 1)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from annotation.agreement.bias import JudgementTable
 
 SPLITS = ("undecided", "tie")
+LOG_FLOOR = -700.0  # posterior_given_fit: log scores below the top by more than this count as this
 
 
 @dataclass(frozen=True)
@@ -200,4 +201,76 @@ def table_dawid_skene(table: JudgementTable) -> DawidSkene:
         table.choice,
         n_items=table.n_items,
         n_annotators=table.n_annotators,
+    )
+
+
+@dataclass(frozen=True)
+class StoredFigures:
+    """What the stored consensus table holds per item, computed from the votes and a fixed
+    Dawid-Skene fit (the reference for the database's incremental update). All [I]:
+    n_votes, n_choices (distinct choices among them), majority label (MISSING when the top is
+    shared: ``split``), majority margin (top vote share minus the runner-up's), Dawid-Skene label
+    (MISSING when the top posterior is shared), ds_margin (``side_margin``); posterior [I, K]."""
+
+    n_votes: np.ndarray
+    n_choices: np.ndarray
+    majority: np.ndarray
+    majority_margin: np.ndarray
+    split: np.ndarray
+    ds_label: np.ndarray
+    ds_margin: np.ndarray
+    posterior: np.ndarray
+
+
+def posterior_given_fit(
+    item: np.ndarray, vote_log: np.ndarray, *, n_items: int, log_priors: np.ndarray
+) -> np.ndarray:
+    """Dawid-Skene's E-step with the fit held fixed: P(true class | votes) per item.
+
+    item [J]: each vote's item; vote_log [J, K]: log P(the vote's choice | true class k) under its
+    annotator's fitted confusion matrix (a row of zeros for an annotator the fit has not seen: the
+    vote carries no information until the next fit); log_priors [K]. Returns posterior [I, K]
+    (the priors for an item without votes). With the fit's own confusion and priors this is the
+    posterior ``dawid_skene`` ends with (its last step is this E-step).
+    """
+    vote_log = np.asarray(vote_log, dtype=float).reshape(-1, len(log_priors))
+    scores = np.zeros((n_items, len(log_priors)))
+    np.add.at(scores, np.asarray(item, np.int64), vote_log)
+    scores += np.asarray(log_priors, dtype=float)
+    scores -= scores.max(axis=1, keepdims=True)
+    np.maximum(scores, LOG_FLOOR, out=scores)  # as the database does: its exp refuses underflow
+    np.exp(scores, out=scores)
+    return scores / scores.sum(axis=1, keepdims=True)
+
+
+def stored_figures(
+    item: np.ndarray,
+    choice: np.ndarray,
+    vote_log: np.ndarray,
+    *,
+    n_items: int,
+    log_priors: np.ndarray,
+) -> StoredFigures:
+    """The stored consensus of ``n_items`` items from their votes: item, choice [J] (CHOICES
+    codes), vote_log [J, K] as ``posterior_given_fit`` takes it. Majority and its margin are
+    ``majority_vote``'s (a split undecided); Dawid-Skene is ``posterior_given_fit`` with its label
+    (a shared top undecided) and ``side_margin``. Items without votes get zeros and MISSING."""
+    item = np.asarray(item, np.int64)
+    k = len(log_priors)
+    counts = item_counts(item, np.asarray(choice, np.int64), n_items=n_items, n_categories=k)
+    majority = majority_vote(counts)
+    n_votes = counts.sum(axis=1).astype(np.int64)
+    judged = n_votes > 0
+    posterior = posterior_given_fit(item, vote_log, n_items=n_items, log_priors=log_priors)
+    ds = _consensus_from_posterior(posterior, judged)
+    leaders = counts == counts.max(axis=1, keepdims=True)
+    return StoredFigures(
+        n_votes=n_votes,
+        n_choices=(counts > 0).sum(axis=1).astype(np.int64),
+        majority=majority.label,
+        majority_margin=np.where(judged, majority.margin, 0.0),
+        split=judged & (leaders.sum(axis=1) > 1),
+        ds_label=ds.label,
+        ds_margin=np.where(judged, ds.margin, 0.0),
+        posterior=posterior,
     )

@@ -1,11 +1,11 @@
 """Reads of one item of the browser: the comparison, every judgement, its consensus under each rule
-and its history."""
+and its history. The majority rows are computed from the item's own votes; the Dawid-Skene row is
+the stored consensus (``StoredConsensus``: one row by primary key, no project-wide computation)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 import numpy as np
 from django.utils import timezone
@@ -19,9 +19,9 @@ from annotation.models import (
     Judgement,
     Project,
     RepeatJudgement,
+    StoredConsensus,
 )
 from annotation.selectors.adjudication import adjudication_history, comparison_flags
-from annotation.services.items import item_consensus
 from common.roles import machine_account_ids
 
 MODEL_JUDGE = "model judge"  # the origin of a machine account's judgement
@@ -98,15 +98,15 @@ def _majority_rows(choices: list[str]) -> list[ConsensusRow]:
     return rows
 
 
-def _dawid_skene_row(project: Project, comparison_id: int) -> ConsensusRow:
-    item: dict[str, Any] | None = item_consensus(project=project).get(comparison_id)
-    if item is None:
+def _dawid_skene_row(comparison_id: int) -> ConsensusRow:
+    stored = StoredConsensus.objects.filter(comparison_id=comparison_id).first()
+    if stored is None:
         return ConsensusRow(rule="Dawid-Skene", choice=None, posterior={}, margin=None)
     return ConsensusRow(
         rule="Dawid-Skene",
-        choice=item["choice"],
-        posterior=item["posterior"],
-        margin=item["margin"],
+        choice=stored.ds_choice or None,
+        posterior={name: getattr(stored, f"p_{name}") for name in CHOICES},
+        margin=stored.ds_margin,
     )
 
 
@@ -195,7 +195,7 @@ def item_detail(*, project: Project, comparison_id: int) -> ItemDetail | None:
         comparison=comparison,
         judgements=judgements,
         repeats=repeats,
-        consensus=[*_majority_rows(choices), _dawid_skene_row(project, comparison.pk)],
+        consensus=[*_majority_rows(choices), _dawid_skene_row(comparison.pk)],
         history=_history(comparison, judgements, repeats, verdicts, flags),
         verdicts=verdicts,
         flags=flags,

@@ -6,12 +6,12 @@ of 1,000,000 comparisons costs what page 1 costs, and a comparison added while a
 never shifts a page (no row is shown twice or skipped).
 
 Filters are independent ``Q`` builders: each status is one entry of ``STATUS_FILTERS`` ("adjudicated":
-a current verdict exists), agreement and origin are counts
-and ``Exists`` over judgements and assignments, the Dawid-Skene margin comes from the project's
-consensus (``annotation.services.items.item_consensus``). Search is PostgreSQL full-text search on
-the prompt and both responses, through each comparison's stored documents (``ComparisonSearch``,
-kept by triggers, one GIN index: migration 0010); on SQLite the same syntax
-(phrases, ``or``, -word) over case-insensitive contains (``contains_search``).
+a current verdict exists), origin is ``Exists`` over judgements and assignments. On PostgreSQL the
+vote counts (status, agreement, the table's columns) and the Dawid-Skene margin are read from each
+comparison's ``StoredConsensus`` row (kept by triggers in the transaction that changes
+judgements), so the margin and agreement filters are scans of its indexes; elsewhere the counts are
+counted, and the margin read from the rows the refit task wrote. Search (words, phrases, ``or``,
+-word, ``*substring*``) is ``annotation.selectors.search``.
 """
 
 from __future__ import annotations
@@ -19,17 +19,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import operator
-import re
-import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import reduce
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.postgres.search import SearchQuery
 from django.db import connection
 from django.db.models import (
     Count,
@@ -49,11 +44,16 @@ from annotation.models import (
     Adjudication,
     Assignment,
     Comparison,
-    ComparisonSearch,
     Judgement,
     Project,
+    StoredConsensus,
 )
-from annotation.services.items import item_consensus
+from annotation.selectors.search import (  # noqa: F401 - contains_search, websearch_terms: re-exported
+    contains_search,
+    planner_estimate,
+    search_filter,
+    websearch_terms,
+)
 from common.errors import ConcordError
 from common.roles import human_judgements
 
@@ -89,11 +89,20 @@ def _active_lease(now: datetime) -> Exists:
     )
 
 
+def _stored() -> bool:
+    """Whether the database keeps ``StoredConsensus`` in step with judgements (its triggers)."""
+    return connection.vendor == "postgresql"
+
+
 def _status_open(project: Project, now: datetime) -> Q:
-    # NOT EXISTS rather than n_judged = 0: an anti-join the planner merges along both id indexes.
-    return ~Q(Exists(_people_judgements().filter(comparison=OuterRef("pk")))) & ~Q(
-        _active_lease(now)
+    # NOT EXISTS rather than n_judged = 0: an anti-join the planner merges along both id indexes
+    # (the stored consensus's primary key: a narrow table of judged comparisons only).
+    judged = (
+        StoredConsensus.objects.filter(comparison=OuterRef("pk"))
+        if _stored()
+        else _people_judgements().filter(comparison=OuterRef("pk"))
     )
+    return ~Q(Exists(judged)) & ~Q(_active_lease(now))
 
 
 def _needed(project: Project) -> Coalesce:
@@ -282,69 +291,6 @@ def _count_of(queryset: QuerySet, field_name: str, *, distinct: bool = False) ->
     return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
 
 
-_SEARCH_TOKEN = re.compile(r'(-?)"([^"]*)"?|(\S+)')
-
-
-def websearch_terms(words: str) -> list[list[tuple[bool, str]]]:
-    """``words`` in PostgreSQL's websearch syntax, parsed: a list of alternatives (``or`` between
-    them), each a list of (negated, text) terms that must all hold; a text is a word or a quoted
-    phrase (its inner spaces collapsed). ``-`` before a word or phrase negates it; ``or`` binds
-    looser than the implicit "and", as in ``websearch_to_tsquery``: ``a b or -c`` is
-    ``[[(False, "a"), (False, "b")], [(True, "c")]]``. Punctuation around a word is dropped."""
-    alternatives: list[list[tuple[bool, str]]] = [[]]
-    for match in _SEARCH_TOKEN.finditer(words):
-        sign, phrase, word = match.groups()
-        if word is not None:
-            if word.lower() == "or":
-                alternatives.append([])
-                continue
-            negated, text = word.startswith("-"), word.lstrip("-").strip(string.punctuation)
-        else:
-            negated, text = bool(sign), " ".join(phrase.split())
-        if text:
-            alternatives[-1].append((negated, text))
-    return [terms for terms in alternatives if terms]
-
-
-def contains_search(words: str) -> Q:
-    """The websearch syntax of ``words`` (``websearch_terms``) over case-insensitive contains, for
-    databases without PostgreSQL's full-text search (SQLite, the demo's): a comparison matches when
-    its prompt, or either response, satisfies one alternative on its own (as the full-text search
-    matches each text on its own). No stemming: ``noodle`` finds "noodles", ``sorting`` not "sort".
-    Nothing to search for (only ``or`` or punctuation) matches nothing."""
-    alternatives = websearch_terms(words)
-    if not alternatives:
-        return Q(pk__in=[])
-
-    def term(column: str, negated: bool, text: str) -> Q:
-        found = Q(**{f"{column}__icontains": text})
-        return ~found if negated else found
-
-    return reduce(
-        operator.or_,
-        (
-            reduce(operator.and_, (term(column, *t) for t in terms))
-            for column in ("prompt__text", "response_a__text", "response_b__text")
-            for terms in alternatives
-        ),
-    )
-
-
-def _search(project: Project, words: str) -> Q:
-    """Comparisons whose prompt or either response matches ``words`` (websearch syntax: quoted
-    phrases, ``or``, -word): PostgreSQL's full-text search over each comparison's stored documents
-    (``ComparisonSearch``, one GIN index), ``contains_search`` elsewhere. ``EXISTS`` lets the
-    planner choose: probe each comparison walked in page order by its key (a common word), or start
-    at the GIN index (a rare one)."""
-    if connection.vendor != "postgresql":
-        return contains_search(words)
-    query = SearchQuery(words, search_type="websearch", config="english")
-    documents = ComparisonSearch.objects.filter(comparison_id=OuterRef("pk")).filter(
-        Q(prompt_document=query) | Q(a_document=query) | Q(b_document=query)
-    )
-    return Q(Exists(documents))
-
-
 def _model_filter(model: str) -> Q:
     first, sep, second = model.partition(" vs ")
     if not sep:
@@ -369,10 +315,33 @@ def _origin_filter(origin: str) -> Q:
     return Q(Exists(judgements.filter(~Exists(on_screen))))
 
 
+def _agreement_filter(agreement: str) -> Q:
+    """One of AGREEMENTS as a Q: on the stored consensus's columns where the database keeps it
+    (its (project, n_votes, n_choices) index), else on the counted ``n_judged`` and ``n_choices``."""
+    if _stored():
+        if agreement == "unjudged":
+            return ~Q(Exists(StoredConsensus.objects.filter(comparison=OuterRef("pk"))))
+        votes, choices = "stored_consensus__n_votes", "stored_consensus__n_choices"
+    else:
+        votes, choices = "n_judged", "n_choices"
+    return {
+        "unjudged": Q(**{votes: 0}),
+        "single": Q(**{votes: 1}),
+        "unanimous": Q(**{f"{votes}__gte": 2, choices: 1}),
+        "disagreement": Q(**{f"{votes}__gte": 2, f"{choices}__gt": 1}),
+    }[agreement]
+
+
 def _with_counts(queryset: QuerySet) -> QuerySet:
-    """``n_judged`` and ``n_choices`` (distinct choices) per comparison, once."""
+    """``n_judged`` and ``n_choices`` (distinct choices) per comparison, once: the stored
+    consensus's (a left join on its primary key) where the database keeps it, else counted."""
     if "n_judged" in queryset.query.annotations:
         return queryset
+    if _stored():
+        return queryset.annotate(
+            n_judged=Coalesce(F("stored_consensus__n_votes"), Value(0)),
+            n_choices=Coalesce(F("stored_consensus__n_choices"), Value(0)),
+        )
     judgements = _people_judgements()
     return queryset.annotate(
         n_judged=_count_of(judgements, "id"),
@@ -387,25 +356,23 @@ def items_queryset(*, project: Project, filters: ItemFilters) -> QuerySet:
     if filters.status or filters.agreement:
         queryset = _with_counts(queryset)
     if filters.q:
-        queryset = queryset.filter(_search(project, filters.q))
+        queryset = queryset.filter(search_filter(project, filters.q))
     if filters.status:
         queryset = queryset.filter(STATUS_FILTERS[filters.status](project, timezone.now()))
     if filters.cluster is not None:
         queryset = queryset.filter(prompt__cluster=filters.cluster)
     if filters.agreement:
         queryset = queryset.filter(
-            {
-                "unjudged": Q(n_judged=0),
-                "single": Q(n_judged=1),
-                "unanimous": Q(n_judged__gte=2, n_choices=1),
-                "disagreement": Q(n_judged__gte=2, n_choices__gt=1),
-            }[AGREEMENT_ALIASES.get(filters.agreement, filters.agreement)]
+            _agreement_filter(AGREEMENT_ALIASES.get(filters.agreement, filters.agreement))
         )
     if filters.margin_min is not None or filters.margin_max is not None:
         low = filters.margin_min if filters.margin_min is not None else 0.0
         high = filters.margin_max if filters.margin_max is not None else 1.0
-        ids = item_consensus(project=project).ids_with_margin(low, high)
-        queryset = queryset.filter(pk__in=ids)
+        queryset = queryset.filter(
+            pk__in=StoredConsensus.objects.filter(
+                project=project, ds_margin__gte=low, ds_margin__lte=high
+            ).values("comparison_id")
+        )
     if filters.gold:
         queryset = queryset.exclude(gold="") if filters.gold == "yes" else queryset.filter(gold="")
     if filters.annotator:
@@ -526,20 +493,6 @@ def items_page(
         matching_capped=capped,
         matching_estimated=estimated,
     )
-
-
-def planner_estimate(queryset: QuerySet) -> int | None:
-    """The rows PostgreSQL's planner expects ``queryset`` to return (EXPLAIN, nothing run); None
-    on other databases."""
-    if connection.vendor != "postgresql":
-        return None
-    sql, params = queryset.values("pk").query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])
 
 
 def _about(n: int) -> int:

@@ -30,6 +30,7 @@ from annotation.selectors.agreement import (
     project_judgements,
     refresh_pending_key,
 )
+from annotation.services.consensus import consensus_refit_schedule
 from common.jobs import task_send
 
 KAPPA_TARGET = 0.7  # PIPELINE.md: inter-annotator agreement target, kappa above 0.7
@@ -250,8 +251,10 @@ def dashboard_refresh_schedule(*, project: Project, delay: int = REFRESH_DELAY_S
     already pending: calls in the same window collapse into one. True when a run was queued.
 
     Call it after judgements change (the labelling and import services, or the dashboard when it
-    finds its copy stale).
+    finds its copy stale). It also schedules the stored consensus's Dawid-Skene refit
+    (``consensus_refit_schedule``, debounced the same way).
     """
+    consensus_refit_schedule(project=project, delay=delay)
     if not cache.add(refresh_pending_key(project), "1", timeout=delay + 600):
         return False
     try:

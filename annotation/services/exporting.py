@@ -42,10 +42,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +164,106 @@ def dawid_skene_consensus(posterior: dict[str, float]) -> PairConsensus:
     )
 
 
+EXPORT_CHUNK = 2000  # comparisons whose rows are written together (memory holds one chunk)
+Progress = Callable[[int, int], None]  # (comparisons written, comparisons to write)
+
+
+def _judgement_groups(project: Project) -> Iterator[tuple[int, list[tuple]]]:
+    """People's judgements of the project as (comparison id, its rows), in (comparison, pk) order,
+    read through a server-side cursor in chunks: one comparison's rows in memory at a time."""
+    judgements = (
+        human_judgements(Judgement.objects.filter(comparison__project=project))
+        .order_by("comparison_id", "pk")
+        .values_list(
+            "comparison_id", "annotator__username", "choice", "strength", "shown_left",
+            "elapsed_ms", "rationale", "created_at",
+        )
+    )  # fmt: skip
+    rows = judgements.iterator(chunk_size=5000)
+    for cid, group in groupby(rows, key=operator.itemgetter(0)):
+        yield cid, list(group)
+
+
+def _chunks(groups: Iterator[tuple[int, list[tuple]]]) -> Iterator[list[tuple[int, list[tuple]]]]:
+    chunk: list[tuple[int, list[tuple]]] = []
+    for group in groups:
+        chunk.append(group)
+        if len(chunk) >= EXPORT_CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _raw_line(row: tuple) -> str:
+    cid, who, choice, strength, shown_left, elapsed, rationale, created = row
+    return _dump(
+        {
+            "comparison_id": cid,
+            "annotator": who,
+            "choice": choice,
+            "strength": strength,
+            "shown_left": shown_left or None,
+            "elapsed_ms": elapsed,
+            "rationale": rationale,
+            "created_at": created.isoformat(),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class _Posteriors:
+    """Dawid-Skene posteriors of the judged comparisons as arrays (a dict per comparison costs
+    about 1 kB each: a gigabyte at 1,000,000). ids [I] sorted; posterior [I, K], CHOICES order."""
+
+    ids: np.ndarray
+    posterior: np.ndarray
+
+    def get(self, comparison_id: int) -> dict[str, float]:
+        """The comparison's posterior rounded to 6 digits, as ``project_consensus`` gives it."""
+        i = int(np.searchsorted(self.ids, comparison_id))
+        return {
+            name: round(float(p), 6) for name, p in zip(CHOICES, self.posterior[i], strict=True)
+        }
+
+
+def _dawid_skene_posteriors(project: Project) -> _Posteriors:
+    from annotation import agreement
+    from annotation.selectors.agreement import project_judgements
+
+    data = project_judgements(project=project)
+    fit = agreement.table_dawid_skene(data.table)
+    judged = np.unique(data.table.item)
+    return _Posteriors(ids=data.comparison_ids[judged], posterior=fit.consensus.posterior[judged])
+
+
+def _pair_line(comparison: Comparison, ballot: list[Vote], consensus: PairConsensus,
+               rule: str, adjudicated: bool) -> str:  # fmt: skip
+    a, b = comparison.response_a, comparison.response_b
+    chosen, rejected = (b, a) if consensus.choice == Choice.B else (a, b)
+    prompt = comparison.prompt
+    answer = prompt_answer(prompt)
+    return _dump(
+        {
+            **({"answer": answer} if answer is not None else {}),
+            "prompt": prompt.messages if prompt.messages else prompt.text,
+            "chosen": chosen.text,
+            "rejected": rejected.text,
+            "margin": consensus.margin,
+            "chosen_side": "b" if consensus.choice == Choice.B else "a",
+            "consensus": "adjudicated" if adjudicated else rule,
+            "tie": consensus.choice == Choice.TIE,
+            "n_judgements": len(ballot),
+            "agreement": consensus.agreement,
+            "comparison_id": comparison.pk,
+            "cluster": prompt.cluster,
+            "external_id": comparison.external_id,
+            "model_chosen": chosen.model_name,
+            "model_rejected": rejected.model_name,
+        }
+    )
+
+
 def _write_files(
     project: Project,
     folder: Path,
@@ -169,101 +272,59 @@ def _write_files(
     min_judgements: int,
     consensus_rule: str,
     fallback: str = "majority",
+    progress: Progress | None = None,
 ) -> tuple[int, int, int, int]:
-    """Write pairs and judgements into ``folder``; returns (pairs, judgements, ties dropped, pairs
-    from adjudication)."""
-    n_pairs = n_judgements = n_ties = n_adjudicated = 0
+    """Write pairs and judgements into ``folder``, streamed: EXPORT_CHUNK comparisons at a time
+    (their judgements from a server-side cursor, then the comparisons with their texts), both files
+    appended in comparison order, so memory holds one chunk (and, for Dawid-Skene, the posterior
+    array). ``progress(done, total)`` after each chunk, in judged comparisons. Returns (pairs,
+    judgements, ties dropped, pairs from adjudication)."""
+    n_pairs = n_judgements = n_ties = n_adjudicated = done = 0
     verdicts = adjudicated_choices(project=project) if consensus_rule == "adjudicated" else {}
     rule = fallback if consensus_rule == "adjudicated" else consensus_rule
-    votes: dict[int, list[Vote]] = {}
-    with (folder / JUDGEMENTS_FILE).open("w", encoding="utf-8") as raw:
-        judgements = (
-            human_judgements(Judgement.objects.filter(comparison__project=project))
-            .order_by("comparison_id", "pk")
-            .values_list(
-                "comparison_id", "annotator__username", "choice", "strength", "shown_left",
-                "elapsed_ms", "rationale", "created_at",
+    total = (
+        human_judgements(Judgement.objects.filter(comparison__project=project))
+        .values("comparison_id").distinct().count()
+    )  # fmt: skip
+    posteriors = _dawid_skene_posteriors(project) if rule == "dawid_skene" and total else None
+    with (
+        (folder / JUDGEMENTS_FILE).open("w", encoding="utf-8") as raw,
+        (folder / PAIRS_FILE).open("w", encoding="utf-8") as pairs,
+    ):
+        for chunk in _chunks(_judgement_groups(project)):
+            votes: dict[int, list[Vote]] = {}
+            for cid, rows in chunk:
+                raw.writelines(_raw_line(row) for row in rows)
+                votes[cid] = [Vote(row[2], row[3]) for row in rows]
+                n_judgements += len(rows)
+            comparisons = (
+                Comparison.objects.filter(project=project, pk__in=list(votes))
+                .select_related("prompt", "response_a", "response_b")
+                .order_by("pk")
             )
-        )  # fmt: skip
-        for (
-            cid,
-            who,
-            choice,
-            strength,
-            shown_left,
-            elapsed,
-            rationale,
-            created,
-        ) in judgements.iterator(chunk_size=5000):
-            votes.setdefault(cid, []).append(Vote(choice, strength))
-            raw.write(
-                _dump(
-                    {
-                        "comparison_id": cid,
-                        "annotator": who,
-                        "choice": choice,
-                        "strength": strength,
-                        "shown_left": shown_left or None,
-                        "elapsed_ms": elapsed,
-                        "rationale": rationale,
-                        "created_at": created.isoformat(),
-                    }
+            for comparison in comparisons:
+                ballot = votes[comparison.pk]
+                if len(ballot) < min_judgements:
+                    continue
+                verdict = verdicts.get(comparison.pk)
+                consensus = (
+                    dawid_skene_consensus(posteriors.get(comparison.pk))
+                    if posteriors is not None and verdict is None
+                    else majority_consensus(
+                        ballot, max_strength=project.strength_scale, winner=verdict
+                    )
                 )
-            )
-            n_judgements += 1
-    posteriors: dict[int, dict] = {}
-    if rule == "dawid_skene" and votes:
-        from annotation.services.agreement import project_consensus
-
-        posteriors = project_consensus(project=project, method="dawid_skene")
-    comparisons = (
-        Comparison.objects.filter(project=project, pk__in=votes.keys())
-        .select_related("prompt", "response_a", "response_b")
-        .order_by("pk")
-    )
-    with (folder / PAIRS_FILE).open("w", encoding="utf-8") as pairs:
-        for comparison in comparisons.iterator(chunk_size=2000):
-            ballot = votes[comparison.pk]
-            if len(ballot) < min_judgements:
-                continue
-            verdict = verdicts.get(comparison.pk)
-            consensus = (
-                dawid_skene_consensus(posteriors[comparison.pk]["posterior"])
-                if rule == "dawid_skene" and verdict is None
-                else majority_consensus(ballot, max_strength=project.strength_scale, winner=verdict)
-            )
-            if consensus.choice == Choice.BOTH_BAD:
-                continue
-            if consensus.choice == Choice.TIE and not keep_ties:
-                n_ties += 1
-                continue
-            a, b = comparison.response_a, comparison.response_b
-            chosen, rejected = (b, a) if consensus.choice == Choice.B else (a, b)
-            prompt = comparison.prompt
-            answer = prompt_answer(prompt)
-            pairs.write(
-                _dump(
-                    {
-                        **({"answer": answer} if answer is not None else {}),
-                        "prompt": prompt.messages if prompt.messages else prompt.text,
-                        "chosen": chosen.text,
-                        "rejected": rejected.text,
-                        "margin": consensus.margin,
-                        "chosen_side": "b" if consensus.choice == Choice.B else "a",
-                        "consensus": rule if verdict is None else "adjudicated",
-                        "tie": consensus.choice == Choice.TIE,
-                        "n_judgements": len(ballot),
-                        "agreement": consensus.agreement,
-                        "comparison_id": comparison.pk,
-                        "cluster": prompt.cluster,
-                        "external_id": comparison.external_id,
-                        "model_chosen": chosen.model_name,
-                        "model_rejected": rejected.model_name,
-                    }
-                )
-            )
-            n_pairs += 1
-            n_adjudicated += verdict is not None
+                if consensus.choice == Choice.BOTH_BAD:
+                    continue
+                if consensus.choice == Choice.TIE and not keep_ties:
+                    n_ties += 1
+                    continue
+                pairs.write(_pair_line(comparison, ballot, consensus, rule, verdict is not None))
+                n_pairs += 1
+                n_adjudicated += verdict is not None
+            done += len(chunk)
+            if progress is not None:
+                progress(done, total)
     return n_pairs, n_judgements, n_ties, n_adjudicated
 
 
@@ -275,9 +336,11 @@ def dataset_export(
     consensus: str = "majority",
     fallback: str = "majority",
     created_by: AbstractBaseUser | None = None,
+    progress: Progress | None = None,
 ) -> DatasetExport:
     """Freeze the project's current judgements into a hashed export (or return the identical one).
-    ``fallback``: the rule for comparisons without a verdict under ``consensus="adjudicated"``."""
+    ``fallback``: the rule for comparisons without a verdict under ``consensus="adjudicated"``;
+    ``progress(done, total)``: called as the files are written (judged comparisons)."""
     if consensus not in CONSENSUS_RULES:
         raise ValueError(f"unknown consensus rule {consensus!r}; expected one of {CONSENSUS_RULES}")
     if fallback not in FALLBACK_RULES:
@@ -293,7 +356,7 @@ def dataset_export(
         staging = Path(scratch)
         n_pairs, n_judgements, n_ties, n_adjudicated = _write_files(
             project, staging, keep_ties=keep_ties, min_judgements=min_judgements,
-            consensus_rule=consensus, fallback=fallback,
+            consensus_rule=consensus, fallback=fallback, progress=progress,
         )  # fmt: skip
         if consensus == "adjudicated":
             options["pairs_adjudicated"] = n_adjudicated

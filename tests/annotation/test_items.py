@@ -3,10 +3,12 @@
 from datetime import timedelta
 
 import pytest
+from django.contrib.postgres.search import SearchQuery
 from django.db import connection
 from django.utils import timezone
 
-from annotation.models import Assignment, Comparison, ComparisonSearch
+from annotation.models import Assignment, Comparison, ComparisonSearch, StoredConsensus
+from annotation.selectors import search
 from annotation.selectors.items import (
     ItemFilters,
     contains_search,
@@ -15,7 +17,7 @@ from annotation.selectors.items import (
     items_queryset,
     websearch_terms,
 )
-from annotation.services.items import item_consensus
+from annotation.services.consensus import consensus_refit
 from annotation.services.labelling import Verdict, assignment_claim, judgement_submit
 from common.errors import ConcordError
 from common.roles import ANNOTATOR
@@ -114,6 +116,17 @@ def test_gold_annotator_and_model_filters(world):
     assert _ids(project, model="m2 vs qwen") == {ids["leased"]}
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner")
+def test_the_gold_filter_reads_its_partial_index(world):
+    project, _ = world
+    queryset = items_queryset(project=project, filters=ItemFilters(gold="yes")).order_by("id")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        sql, params = queryset.values("id")[:51].query.sql_with_params()
+        cursor.execute("EXPLAIN " + sql, params)
+        assert "comparison_gold" in "\n".join(row[0] for row in cursor.fetchall())
+
+
 def test_an_unknown_annotator_is_a_clear_error(world):
     project, _ = world
     with pytest.raises(ConcordError, match="no user named 'nobody'"):
@@ -147,12 +160,14 @@ def test_origin_separates_imported_from_labelled_here():
 
 def test_dawid_skene_margin_range(world):
     """The margin filter keeps the judged comparisons whose Dawid-Skene margin (the project's
-    consensus) lies in the range, bounds included; unjudged ones have no margin and never pass."""
+    stored consensus, after a refit) lies in the range, bounds included; unjudged ones have no
+    margin and never pass."""
     project, ids = world
-    consensus = item_consensus(project=project)
+    consensus_refit(project=project)
     judged = {ids["split"], ids["unanimous"], ids["gold"]}
-    assert consensus.comparison_ids.tolist() == sorted(judged)
-    margins = {pk: consensus.get(pk)["margin"] for pk in judged}
+    stored = StoredConsensus.objects.filter(project=project)
+    assert sorted(stored.values_list("comparison_id", flat=True)) == sorted(judged)
+    margins = dict(stored.values_list("comparison_id", "ds_margin"))
     assert margins[ids["unanimous"]] > margins[ids["split"]]
     cut = margins[ids["unanimous"]]
     assert _ids(project, margin_min=cut) == {pk for pk, m in margins.items() if m >= cut}
@@ -215,11 +230,13 @@ def test_search_syntax_without_full_text_search(world):
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")
-def test_the_search_reads_the_stored_documents_through_their_gin_index(world):
+def test_the_search_reads_the_stored_documents_through_their_gin_index(world, monkeypatch):
     """Migration 0010's GIN index covers the three documents the search matches, and the planner
     can answer the search from it (sequential scans off, so the test does not hang on statistics
-    of a tiny table); the 0006 expression indexes are gone (nothing reads them)."""
+    of a tiny table): a rare word's ids are looked up in it, a common one is probed per comparison
+    by key; the 0006 expression indexes are gone (nothing reads them)."""
     project, _ = world
+    monkeypatch.setattr(search, "RARE_MATCHES", -1)  # the common word's plan
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE indexname LIKE '%%_text_search' "
@@ -238,6 +255,12 @@ def test_the_search_reads_the_stored_documents_through_their_gin_index(world):
         cursor.execute("EXPLAIN " + sql, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "comparisonsearch_documents" in plan or "annotation_comparisonsearch_pkey" in plan
+    rare = ComparisonSearch.objects.filter(prompt_document=SearchQuery("volcano", config="english"))
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        sql, params = rare.values("comparison_id").query.sql_with_params()
+        cursor.execute("EXPLAIN " + sql, params)
+        assert "comparisonsearch_documents" in "\n".join(row[0] for row in cursor.fetchall())
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")

@@ -46,6 +46,7 @@ SMOLLM2 = "smollm2-135m-instruct"
 SENDERS = (
     "annotation.services.agreement",
     "annotation.services.clustering",
+    "annotation.services.consensus",
     "annotation.services.import_jobs",
     "training.services",
     "monitoring.services.eval_rounds",

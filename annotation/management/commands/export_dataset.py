@@ -75,6 +75,10 @@ class Command(BaseCommand):
             help="hf: the data's licence for the dataset card, e.g. cc-by-4.0 (default: other)",
         )
 
+    def _progress(self, done: int, total: int) -> None:
+        """One line on stderr per written chunk: judged comparisons done of the total."""
+        self.stderr.write(f"exported {done:,} of {total:,} judged comparisons")
+
     def handle(
         self, *args, project: str, out: Path | None, format: str, keep_ties: bool, min_judgements: int,
         consensus: str, fallback: str, test_fraction: float, license: str, **o,
@@ -89,6 +93,7 @@ class Command(BaseCommand):
                 min_judgements=min_judgements,
                 consensus=consensus,
                 fallback=fallback,
+                progress=self._progress,
             )
             out = _out_path(out, export=export, format=format)
             if format == "hf":
