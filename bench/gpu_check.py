@@ -56,7 +56,7 @@ def _registry_model() -> Path | None:
         from common.model_registry import model_path
 
         return model_path("smollm2-135m-instruct")
-    except Exception:  # noqa: BLE001 - no Django settings, no database, no model: use the shape
+    except Exception:
         return None
 
 
@@ -116,7 +116,7 @@ def rollouts(folder: Path, new_tokens: int) -> dict:
                 "seconds": round(seconds, 3),
                 "peak_cuda_bytes": torch.cuda.max_memory_allocated(device),
             }
-        except Exception as error:  # noqa: BLE001 - record and go on with the next engine
+        except Exception as error:
             report[name] = {"error": f"{type(error).__name__}: {error}"[:500]}
     if "vllm" not in engines:
         report["vllm"] = {"skipped": "vLLM is not installed"}
@@ -145,7 +145,7 @@ def attention(folder: Path) -> dict:
             report[kind] = {"ms_per_step": round(best * 1000, 2)}
             del model
             torch.cuda.empty_cache()
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             report[kind] = {"error": f"{type(error).__name__}: {error}"[:500]}
     if len(kinds) == 1:
         report["flash_attention_2"] = {"skipped": "flash-attn is not installed"}
@@ -226,7 +226,7 @@ def main() -> int:
             start = time.perf_counter()
             try:
                 report[name] = sections[name]()
-            except Exception:  # noqa: BLE001 - the report says which section broke and how
+            except Exception:
                 report[name] = {"error": traceback.format_exc()[-1500:]}
             report[name]["section_seconds"] = round(time.perf_counter() - start, 1)
     print(json.dumps(report, indent=2))

@@ -86,7 +86,7 @@ def test_static_greedy_tokens_are_generates(policy):
         assert static.tokens[row] == expected, row
         assert static.tokens[row] == via_generate.tokens[row], row
     assert static.finished == via_generate.finished
-    assert static.stats["prefills"] == 3  # one per distinct prompt
+    assert static.stats["prefills"] == 1  # the 3 distinct prompts in one forward pass
 
 
 def test_continuous_batching_keeps_each_rows_tokens(policy):
@@ -104,7 +104,8 @@ def test_continuous_batching_keeps_each_rows_tokens(policy):
     a = StaticEngine(max_batch=2).generate(model, ids, mask, sampled)
     b = StaticEngine(max_batch=8).generate(model, ids, mask, sampled)
     assert a.tokens == b.tokens
-    assert len({len(t) for t in a.tokens}) > 1 and a.stats["slot_moves"] > 0
+    assert len({len(t) for t in a.tokens}) > 1
+    assert a.stats["slot_moves"] + b.stats["slot_moves"] > 0  # a finished slot taken by the last
 
 
 def test_finished_rows_are_dropped_not_padded(policy):
@@ -124,9 +125,10 @@ def test_finished_rows_are_dropped_not_padded(policy):
 
 @pytest.mark.parametrize(("temperature", "top_p"), [(0.3, 1.0), (0.5, 0.6)])
 def test_the_engines_first_tokens_follow_the_tempered_nucleus(policy, temperature, top_p):
-    """6,000 samples of one prompt's first token: each token's frequency is within 4 standard
-    errors of softmax(logits / T) restricted to the top-p nucleus (from a policy forward pass),
-    and no token outside the nucleus is drawn (the sampler's frequency tests, through the engine)."""
+    """6,000 samples of one prompt's first token: each likely token's frequency (p >= 0.01), and
+    the pooled frequency of the rest, is within 4 standard errors of softmax(logits / T)
+    restricted to the top-p nucleus (from a policy forward pass), and no token outside the
+    nucleus is drawn (the sampler's frequency tests, through the engine)."""
     model, tokenizer = policy
     ids, mask = _batch(tokenizer, ["the cat sat"])
     rows = 6000
@@ -142,9 +144,13 @@ def test_the_engines_first_tokens_follow_the_tempered_nucleus(policy, temperatur
     drawn = torch.tensor([t[0] for t in out.tokens])
     seen = torch.bincount(drawn, minlength=probs.numel()).double() / rows
     assert seen[nucleus == 0].sum() == 0
-    for p, f in zip(nucleus.tolist(), seen.tolist(), strict=True):
+    likely = nucleus >= 0.01  # each its own check; the rest pooled (too rare for 4 SE each)
+    cells = [(float(nucleus[likely & (nucleus == p)].sum()), float(seen[nucleus == p].sum()))
+             for p in nucleus[likely].tolist()]  # fmt: skip
+    cells.append((float(nucleus[~likely].sum()), float(seen[~likely].sum())))
+    for p, f in cells:
         assert abs(f - p) <= 4 * math.sqrt(max(p * (1 - p), 1e-12) / rows), (p, f)
-    assert (nucleus > 0.01).sum() >= 2  # a real distribution, not one greedy token
+    assert likely.sum() >= 2  # a real distribution, not one greedy token
 
 
 def test_a_seed_gives_the_same_tokens_and_the_global_rng_picks_one(policy):
@@ -152,9 +158,10 @@ def test_a_seed_gives_the_same_tokens_and_the_global_rng_picks_one(policy):
     ids, mask = _batch(tokenizer, TEXTS)
     engine = StaticEngine()
     seeded = _settings(tokenizer, max_new_tokens=8, seed=5)
-    assert engine.generate(model, ids, mask, seeded).tokens == engine.generate(
-        model, ids, mask, seeded
-    ).tokens
+    assert (
+        engine.generate(model, ids, mask, seeded).tokens
+        == engine.generate(model, ids, mask, seeded).tokens
+    )
     unseeded = _settings(tokenizer, max_new_tokens=8)
     torch.manual_seed(2)
     first = engine.generate(model, ids, mask, unseeded).tokens
@@ -267,7 +274,13 @@ def test_grpo_on_the_static_engine_resumes_exactly(engine_llama_dir, prompts_fil
     seed comes from the restored RNG), with the KL term and greedy evaluation on the engine."""
     from training.recipes.grpo import train_grpo
 
-    values = {"engine": "static", "max_steps": 3, "kl_coef": 0.04, "eval_prompts": 1, "eval_every": 2}
+    values = {
+        "engine": "static",
+        "max_steps": 3,
+        "kl_coef": 0.04,
+        "eval_prompts": 1,
+        "eval_every": 2,
+    }
     straight = train_grpo(grpo_config(engine_llama_dir, prompts_file, tmp_path / "a", **values))
     config = grpo_config(engine_llama_dir, prompts_file, tmp_path / "b", **values)
     assert train_grpo(config, StopAfter(1)).status == "cancelled"

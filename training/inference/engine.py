@@ -178,8 +178,10 @@ def make_engine(name: str, policy: Any, **options: Any) -> RolloutEngine:
     if chosen == "static":
         reason = static_supported(policy)
         if reason is not None:
-            raise EngineUnavailable(f"engine 'static' cannot run this policy: {reason}; use "
-                                    "engine 'generate' (or 'auto', which falls back to it)")
+            raise EngineUnavailable(
+                f"engine 'static' cannot run this policy: {reason}; use "
+                "engine 'generate' (or 'auto', which falls back to it)"
+            )
         from training.inference.engine_static import StaticEngine
 
         return StaticEngine(**options)
@@ -209,7 +211,10 @@ def engine_for(name: str, policy: Any, **options: Any) -> RolloutEngine:
 
 @torch.no_grad()
 def policy_logprobs(
-    policy: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *,
+    policy: Any,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    *,
     temperature: float = 1.0,
 ) -> list[Tensor]:
     """Each response token's log-probability under ``policy`` [T_r] float32: log softmax(logits /

@@ -73,14 +73,19 @@ class LlamaWeights:
             layers.append(
                 LayerWeights(
                     cast(layer.input_layernorm.weight),
-                    cast(attn.q_proj.weight), cast(attn.k_proj.weight),
-                    cast(attn.v_proj.weight), cast(attn.o_proj.weight),
-                    cast(attn.q_proj.bias), cast(attn.k_proj.bias),
-                    cast(attn.v_proj.bias), cast(attn.o_proj.bias),
+                    cast(attn.q_proj.weight),
+                    cast(attn.k_proj.weight),
+                    cast(attn.v_proj.weight),
+                    cast(attn.o_proj.weight),
+                    cast(attn.q_proj.bias),
+                    cast(attn.k_proj.bias),
+                    cast(attn.v_proj.bias),
+                    cast(attn.o_proj.bias),
                     cast(layer.post_attention_layernorm.weight),
-                    cast(mlp.gate_proj.weight), cast(mlp.up_proj.weight),
+                    cast(mlp.gate_proj.weight),
+                    cast(mlp.up_proj.weight),
                     cast(mlp.down_proj.weight),
-                )  # fmt: skip
+                )
             )
         heads = config.num_attention_heads
         rotary = inner.rotary_emb
@@ -161,28 +166,34 @@ def _gqa(keys: Tensor, heads: int) -> Tensor:
 
 @torch.no_grad()
 def prefill(
-    weights: LlamaWeights, ids: Tensor, cos: Tensor, sin: Tensor
+    weights: LlamaWeights, prompts: list[list[int]], cos: Tensor, sin: Tensor
 ) -> tuple[list[Tensor], list[Tensor], Tensor]:
-    """One unpadded prompt ``ids`` [P] -> (keys and values per layer [K, P, D] each, the logits
-    at its last position [V] float32). ``cos``/``sin``: ``rope_tables`` covering P."""
-    p = ids.shape[0]
-    x = F.embedding(ids[None], weights.embed)
+    """U prompts in one forward pass, right-padded to the longest (P), so each prompt's tokens
+    see exactly the causal attention an unpadded pass gives them -> (keys and values per layer
+    [U, K, P, D], positions past a prompt's end are padding and never read; the logits at each
+    prompt's last token [U, V] float32). ``cos``/``sin``: ``rope_tables`` covering P."""
+    u, p = len(prompts), max(len(ids) for ids in prompts)
+    ids = torch.zeros(u, p, dtype=torch.long, device=weights.device)
+    for row, prompt in enumerate(prompts):
+        ids[row, : len(prompt)] = torch.tensor(prompt, device=weights.device)
+    x = F.embedding(ids, weights.embed)
     c, s = cos[None, None, :p], sin[None, None, :p]
     keys, values = [], []
     for w in weights.layers:
         h = rms_norm(x, w.input_norm, weights.eps)
         q, k, v = _qkv(w, h, weights)
         q, k = _rope(q, c, s), _rope(k, c, s)
-        keys.append(k[0])
-        values.append(v[0])
+        keys.append(k)
+        values.append(v)
         attn = F.scaled_dot_product_attention(
             q, _gqa(k, weights.heads), _gqa(v, weights.heads), is_causal=True,
             scale=weights.head_dim**-0.5,
         )  # fmt: skip
         x = x + _attention_out(w, attn)
         x = x + _mlp(w, rms_norm(x, w.post_norm, weights.eps), weights.act)
-    last = rms_norm(x[:, -1], weights.norm, weights.eps)
-    return keys, values, F.linear(last, weights.lm_head)[0].float()
+    ends = torch.tensor([len(ids) - 1 for ids in prompts], device=weights.device)
+    last = rms_norm(x[torch.arange(u, device=weights.device), ends], weights.norm, weights.eps)
+    return keys, values, F.linear(last, weights.lm_head).float()
 
 
 def decode_step(

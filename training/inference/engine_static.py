@@ -3,9 +3,10 @@ decode step, for plain Llama-family policies on the CPU or any GPU (``engine.Rol
 
 How a call runs:
 
-- Each distinct prompt is prefilled once, unpadded (``engine_llama.prefill``), and its keys and
-  values are copied into the slot of every row that holds it (G samples of one prompt share one
-  prefill); its last logits give each such row's first token.
+- Each distinct prompt is prefilled once (``engine_llama.prefill``: up to ``max_batch`` distinct
+  prompts per forward pass, right-padded, so no prompt sees padding), and its keys and values are
+  copied into the slot of every row that holds it (G samples of one prompt share one prefill);
+  its last logits give each such row's first token.
 - The cache holds ``max_batch`` slots (fewer when there are fewer rows). Every step decodes the
   live slots, which are always the first B: a finished row's slot is refilled at once from the
   waiting rows, or, when none wait, the last live slot moves into it and the batch shrinks, so
@@ -38,14 +39,15 @@ from training.inference.engine import (
 from training.inference.engine_llama import LlamaWeights, decode_step, prefill
 from training.recipes.sampling import inverse_cdf_sample
 
-LENGTH_BUCKET = 32  # positions read by a decode step are rounded up to this (fewer shapes to compile)
+# Positions a decode step reads are rounded up to a multiple of this (fewer shapes to compile).
+LENGTH_BUCKET = 32
 
 
 def engine_dtype(policy: Any, device: torch.device) -> torch.dtype:
     """bfloat16 under a bfloat16 autocast on ``device``, else the policy's parameter dtype."""
-    if torch.is_autocast_enabled(device.type):
-        if torch.get_autocast_dtype(device.type) == torch.bfloat16:
-            return torch.bfloat16
+    autocast = torch.is_autocast_enabled(device.type)
+    if autocast and torch.get_autocast_dtype(device.type) == torch.bfloat16:
+        return torch.bfloat16
     return next(policy.parameters()).dtype
 
 
@@ -73,7 +75,7 @@ class StaticEngine:
             try:
                 compiled = torch.compile(decode_step, dynamic=True)
                 out = compiled(*args)
-            except Exception as error:  # noqa: BLE001 - any compiler failure means eager
+            except Exception as error:
                 warnings.warn(
                     f"torch.compile of the decode step failed ({type(error).__name__}: "
                     f"{str(error)[:200]}); decoding eagerly",
@@ -137,6 +139,7 @@ class _Run:
         for prompt in prompts:
             key = tuple(prompt)
             self.remaining[key] = self.remaining.get(key, 0) + 1
+        self.distinct = list(self.remaining)  # in order of first occurrence
         self.prefixes: dict[tuple[int, ...], tuple[list[Tensor], list[Tensor], Tensor]] = {}
         self.slot_row = [-1] * self.slots
         self.position = [0] * self.slots  # where the slot's next input token goes
@@ -144,13 +147,24 @@ class _Run:
         self.tokens: list[list[int]] = [[] for _ in range(rows)]
         self.logprobs: list[list[float]] = [[] for _ in range(rows)]
         self.finished = [False] * rows
-        self.stats = {"prefills": 0.0, "decode_steps": 0.0, "slot_moves": 0.0}
+        self.stats = {"prefills": 0.0, "decode_steps": 0.0, "slot_moves": 0.0}  # prefill passes
 
     def _prefix(self, prompt: list[int]) -> tuple[list[Tensor], list[Tensor], Tensor]:
+        """The prompt's keys and values per layer [K, P, D] and last logits [V]; prefilled with
+        the next distinct prompts still to come (up to ``max_batch`` in one forward pass) when
+        it is not ready yet, and forgotten once every row holding it has its copy."""
         key = tuple(prompt)
         if key not in self.prefixes:
-            ids = torch.tensor(prompt, dtype=torch.long, device=self.w.device)
-            self.prefixes[key] = prefill(self.w, ids, self.cos, self.sin)
+            chunk = [p for p in self.distinct if p not in self.prefixes and self.remaining[p]]
+            chunk = chunk[chunk.index(key) : chunk.index(key) + self.engine.max_batch]
+            keys, values, logits = prefill(self.w, [list(p) for p in chunk], self.cos, self.sin)
+            for u, p in enumerate(chunk):
+                n = len(p)
+                self.prefixes[p] = (
+                    [k[u, :, :n] for k in keys],
+                    [v[u, :, :n] for v in values],
+                    logits[u],
+                )
             self.stats["prefills"] += 1
         found = self.prefixes[key]
         self.remaining[key] -= 1

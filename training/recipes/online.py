@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from common.ngrams import repeated_ngram_share
-from training.inference.engine import SamplingSettings, engine_for
 from training.algorithms import (
     AdaptiveKLController,
     FixedKLController,
@@ -30,6 +29,7 @@ from training.algorithms import (
     length_penalty,
     missing_eos_penalty,
 )
+from training.inference.engine import SamplingSettings, engine_for
 from training.recipes.config import ConfigError, OnlineRLConfig
 from training.recipes.data import ChatEncoder, FitLog, Messages, chunks, load_prompt_clusters
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
