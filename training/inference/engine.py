@@ -10,8 +10,8 @@ Three engines stand behind it (``make_engine``):
 - ``vllm``: colocated vLLM on CUDA (``engine_vllm``; the gpu extra), the policy's weights pushed
   before each rollout, log-probabilities recomputed by the policy.
 
-``auto`` picks ``static`` for a plain Llama-family model and ``generate`` otherwise (see
-``choose_engine``).
+``auto`` picks ``static`` for a plain Llama-family model on a GPU and ``generate`` otherwise,
+the CPU included until the bench shows ``static`` faster there (see ``choose_engine``).
 
 Shapes: R rows, W the left-padded prompt width, T_r the tokens generated for row r.
 """
@@ -158,13 +158,17 @@ def static_supported(policy: Any) -> str | None:
 
 def choose_engine(name: str, policy: Any) -> str:
     """The engine ``name`` stands for with this policy: ``auto`` is ``static`` for a plain
-    Llama-family model (measured faster and equal in greedy tokens, bench/bench_rollout.py) and
-    ``generate`` otherwise; any other name is itself (checked when the engine is built)."""
+    Llama-family model on a GPU and ``generate`` otherwise. On the CPU ``auto`` stays ``generate``
+    until bench/bench_rollout.py, run on a quiet machine, shows ``static`` faster there (its
+    greedy tokens equal generate's, tested); any other name is itself (checked when the engine
+    is built)."""
     if name not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {name!r}")
     if name != "auto":
         return name
-    return "static" if static_supported(policy) is None else "generate"
+    params = getattr(policy, "parameters", None)
+    on_gpu = params is not None and next(params()).device.type == "cuda"
+    return "static" if on_gpu and static_supported(policy) is None else "generate"
 
 
 def make_engine(name: str, policy: Any, **options: Any) -> RolloutEngine:
