@@ -13,11 +13,10 @@ from tests.helpers.tiny_models import smollm2_dir
 from training.inference.engine import (
     EngineUnavailable,
     SamplingSettings,
-    choose_engine,
-    make_engine,
     policy_logprobs,
     prompt_rows,
 )
+from training.inference.engine_choice import choose_engine, make_engine
 from training.inference.engine_generate import GenerateEngine
 from training.inference.engine_static import StaticEngine
 

@@ -10,8 +10,8 @@ Three engines stand behind it (``make_engine``):
 - ``vllm``: colocated vLLM on CUDA (``engine_vllm``; the gpu extra), the policy's weights pushed
   before each rollout, log-probabilities recomputed by the policy.
 
-``auto`` picks ``static`` for a plain Llama-family model on a GPU and ``generate`` otherwise,
-the CPU included until the bench shows ``static`` faster there (see ``choose_engine``).
+``engine_choice`` builds them by name: ``auto`` picks ``static`` for a plain Llama-family model on
+a GPU and ``generate`` otherwise, the CPU included until the bench shows ``static`` faster there.
 
 Shapes: R rows, W the left-padded prompt width, T_r the tokens generated for row r.
 """
@@ -154,63 +154,6 @@ def static_supported(policy: Any) -> str | None:
     if inner is None or not hasattr(inner, "layers") or not hasattr(model, "lm_head"):
         return "the model has no decoder stack and output layer where LlamaForCausalLM keeps them"
     return None
-
-
-def choose_engine(name: str, policy: Any) -> str:
-    """The engine ``name`` stands for with this policy: ``auto`` is ``static`` for a plain
-    Llama-family model on a GPU and ``generate`` otherwise. On the CPU ``auto`` stays ``generate``
-    until bench/bench_rollout.py, run on a quiet machine, shows ``static`` faster there (its
-    greedy tokens equal generate's, tested); any other name is itself (checked when the engine
-    is built)."""
-    if name not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {name!r}")
-    if name != "auto":
-        return name
-    params = getattr(policy, "parameters", None)
-    on_gpu = params is not None and next(params()).device.type == "cuda"
-    return "static" if on_gpu and static_supported(policy) is None else "generate"
-
-
-def make_engine(name: str, policy: Any, **options: Any) -> RolloutEngine:
-    """The engine ``name`` (``choose_engine``) for ``policy``; ``options`` go to its constructor.
-    Raises EngineUnavailable with the reason when it cannot run here."""
-    chosen = choose_engine(name, policy)
-    if chosen == "generate":
-        from training.inference.engine_generate import GenerateEngine
-
-        return GenerateEngine(**options)
-    if chosen == "static":
-        reason = static_supported(policy)
-        if reason is not None:
-            raise EngineUnavailable(
-                f"engine 'static' cannot run this policy: {reason}; use "
-                "engine 'generate' (or 'auto', which falls back to it)"
-            )
-        from training.inference.engine_static import StaticEngine
-
-        return StaticEngine(**options)
-    from training.inference.engine_vllm import VLLMEngine
-
-    return VLLMEngine(policy, **options)
-
-
-_ENGINES: dict[tuple[str, int, tuple[tuple[str, Any], ...]], tuple[Any, RolloutEngine]] = {}
-
-
-def engine_for(name: str, policy: Any, **options: Any) -> RolloutEngine:
-    """``make_engine``, kept for the next call with the same policy and options (a compiled decode
-    step and a started vLLM live as long as the policy does)."""
-    import weakref
-
-    key = (choose_engine(name, policy), id(policy), tuple(sorted(options.items())))
-    held = _ENGINES.get(key)
-    if held is not None and held[0]() is policy:
-        return held[1]
-    for stale in [k for k, (ref, _) in _ENGINES.items() if ref() is None]:
-        del _ENGINES[stale]
-    engine = make_engine(name, policy, **options)
-    _ENGINES[key] = (weakref.ref(policy), engine)
-    return engine
 
 
 @torch.no_grad()

@@ -129,7 +129,8 @@ class ChatGenerator:
     ) -> list[Generation]:
         """One batch through the rollout engine ``self.engine`` (its seed from torch's global
         generator, seeded by ``generate``)."""
-        from training.inference.engine import SamplingSettings, engine_for
+        from training.inference.engine import SamplingSettings
+        from training.inference.engine_choice import engine_for
 
         eos_id = self.tokenizer.eos_token_id
         settings = SamplingSettings(

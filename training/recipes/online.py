@@ -29,7 +29,8 @@ from training.algorithms import (
     length_penalty,
     missing_eos_penalty,
 )
-from training.inference.engine import SamplingSettings, engine_for
+from training.inference.engine import SamplingSettings
+from training.inference.engine_choice import engine_for
 from training.recipes.config import ConfigError, OnlineRLConfig
 from training.recipes.data import ChatEncoder, FitLog, Messages, chunks, load_prompt_clusters
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
