@@ -220,9 +220,8 @@ def test_choosing_and_refusing_engines(policy, tiny_reward_dir):
     from transformers import AutoModelForSequenceClassification
 
     model, _ = policy
-    assert choose_engine("auto", model) == "generate"  # on the CPU, until measured faster there
+    assert choose_engine("auto", model) == "generate"  # until an engine is measured faster
     reward = AutoModelForSequenceClassification.from_pretrained(str(tiny_reward_dir))
-    assert choose_engine("auto", reward) == "generate"
     with pytest.raises(EngineUnavailable, match="engine 'static' cannot run"):
         make_engine("static", reward)
     with pytest.raises(ValueError, match="engine must be one of"):

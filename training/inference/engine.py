@@ -10,8 +10,8 @@ Three engines stand behind it (``make_engine``):
 - ``vllm``: colocated vLLM on CUDA (``engine_vllm``; the gpu extra), the policy's weights pushed
   before each rollout, log-probabilities recomputed by the policy.
 
-``engine_choice`` builds them by name: ``auto`` picks ``static`` for a plain Llama-family model on
-a GPU and ``generate`` otherwise, the CPU included until the bench shows ``static`` faster there.
+``engine_choice`` builds them by name; ``auto`` is ``generate`` until the benches show another
+engine faster (bench/README.md).
 
 Shapes: R rows, W the left-padded prompt width, T_r the tokens generated for row r.
 """

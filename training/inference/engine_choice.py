@@ -15,18 +15,13 @@ from training.inference.engine import (
 
 
 def choose_engine(name: str, policy: Any) -> str:
-    """The engine ``name`` stands for with this policy: ``auto`` is ``static`` for a plain
-    Llama-family model on a GPU and ``generate`` otherwise. On the CPU ``auto`` stays ``generate``
-    until bench/bench_rollout.py, run on a quiet machine, shows ``static`` faster there (its
-    greedy tokens equal generate's, tested); any other name is itself (checked when the engine
-    is built)."""
+    """The engine ``name`` stands for with this policy: ``auto`` is ``generate`` for now, on the
+    CPU and on GPUs: bench/bench_rollout.py measured the static engine 4.4x slower than generate in
+    float32 on the CPU (bench/README.md, issue 37) and no GPU has measured it yet
+    (bench/gpu_check.py); any other name is itself (checked when the engine is built)."""
     if name not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {name!r}")
-    if name != "auto":
-        return name
-    params = getattr(policy, "parameters", None)
-    on_gpu = params is not None and next(params()).device.type == "cuda"
-    return "static" if on_gpu and static_supported(policy) is None else "generate"
+    return "generate" if name == "auto" else name
 
 
 def make_engine(name: str, policy: Any, **options: Any) -> RolloutEngine:

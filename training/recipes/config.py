@@ -492,7 +492,7 @@ class OnlineRLConfig(TrainingConfig):
         "generate",
         "rollout engine: 'generate' (transformers, any model), 'static' (preallocated KV cache and "
         "continuous batching, plain Llama-family policies), 'vllm' (colocated vLLM, CUDA and the "
-        "gpu extra) or 'auto' (static for a plain Llama-family policy on a GPU, else generate)",
+        "gpu extra) or 'auto' (generate until the benches show another engine faster)",
         choices=("auto", "generate", "static", "vllm"),
     )
 
