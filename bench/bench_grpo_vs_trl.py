@@ -19,7 +19,10 @@ formula on the same ids).
 
     .venv/bin/python bench/bench_grpo_vs_trl.py [--prompts 16] [--g 4] [--new-tokens 32]
         [--steps 1] [--precision fp32|bf16] [--rounds 2] [--skip-trl] [--check]
-        [--passes N]
+        [--passes N] [--engine generate|static|auto]
+
+``--engine`` picks our side's rollout engine (default ``generate``, as bench/README.md's
+figures were taken; ``static`` is the preallocated-cache engine of issue 37).
 
 ``--passes N`` splits each step's update into N forward/backward passes on both sides, the same
 optimiser step (all prompts x G samples generated in one batch first): ours with
@@ -70,6 +73,7 @@ def _ours_config(args: argparse.Namespace, output_dir: str):
         device="cpu",
         eval_prompts=0,  # TRL trains on every prompt and evaluates nothing
         micro_batch_size=args.prompts // args.passes if args.passes > 1 else None,
+        engine=args.engine,
     )
 
 
@@ -170,7 +174,7 @@ def check_same_computation(args: argparse.Namespace) -> dict:
     asked = [((("user", p),) if isinstance(p, str) else p) for p in prompts[:4] for _ in range(2)]
     rollouts = sample_rollouts(
         models.policy, models.tokenizer, models.encoder, asked,
-        temperature=1.0, max_new_tokens=args.new_tokens,
+        temperature=1.0, max_new_tokens=args.new_tokens, engine=args.engine,
     )  # fmt: skip
     sequences = [r.sequence() for r in rollouts]
     batch = build_batch(sequences, packed=False, pad_token_id=models.tokenizer.pad_token_id,
@@ -214,7 +218,7 @@ def check_same_computation(args: argparse.Namespace) -> dict:
 
 def _child(side: str, args: argparse.Namespace) -> dict:
     options = side_by_side.forwarded(
-        args, "precision", "data", "work", "prompts", "g", "new_tokens", "steps", "passes"
+        args, "precision", "data", "work", "prompts", "g", "new_tokens", "steps", "passes", "engine"
     )
     return side_by_side.run_worker(__file__, "--worker", side, *options)
 
@@ -231,6 +235,7 @@ def bench(args: argparse.Namespace, work: Path) -> dict:
         "max_new_tokens": args.new_tokens,
         "precision": args.precision,
         "passes": args.passes,
+        "engine": args.engine,
         "cpu_flags": side_by_side.cpu_flags(),
         "load_average_at_start": os.getloadavg(),
     }
@@ -257,6 +262,10 @@ def main() -> None:
         help="both sides: each step's update in this many forward/backward passes",
     )  # fmt: skip
     parser.add_argument("--check", action="store_true", help="check both compute the same")
+    parser.add_argument(
+        "--engine", default="generate", choices=("auto", "generate", "static", "vllm"),
+        help="our side's rollout engine (training.inference.engine)",
+    )  # fmt: skip
     args = side_by_side.parse_options(
         parser, precision="fp32", precisions=("fp32", "bf16"), rounds=2, workers=WORKERS
     )

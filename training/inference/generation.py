@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 Message = dict[str, str]
 Conversation = Sequence[Message]
@@ -46,9 +47,14 @@ class Generation:
 
 
 class ChatGenerator:
-    """Holds a model and tokenizer loaded from a local Hugging Face folder (CPU or CUDA)."""
+    """Holds a model and tokenizer loaded from a local Hugging Face folder (CPU or CUDA).
+    ``engine``: the rollout engine that generates (``training.inference.engine``): 'generate'
+    (transformers' sampling, the default), 'static', 'vllm' or 'auto'; the others draw with the
+    inverse-CDF sampler, the same distribution from different random numbers."""
 
-    def __init__(self, model_dir: str | Path, *, device: str | None = None) -> None:
+    def __init__(
+        self, model_dir: str | Path, *, device: str | None = None, engine: str = "generate"
+    ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -63,6 +69,7 @@ class ChatGenerator:
         # A LoRA run's adapter folder loads as its base with the adapters merged in.
         self.model = load_trained(AutoModelForCausalLM, model_dir, dtype=dtype)
         self.model.to(self.device).eval()
+        self.engine = engine
 
     def generate(
         self,
@@ -89,6 +96,11 @@ class ChatGenerator:
             inputs = self.tokenizer(
                 texts, return_tensors="pt", padding=True, add_special_tokens=False
             ).to(self.device)
+            if self.engine != "generate":
+                results += self._engine_batch(inputs["input_ids"], inputs["attention_mask"], config)
+                if progress is not None:
+                    progress(len(results))
+                continue
             sampling = (
                 {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
                 if config.temperature > 0
@@ -110,4 +122,32 @@ class ChatGenerator:
                 results.append(Generation(text=text, n_tokens=len(kept), finished=finished))
             if progress is not None:
                 progress(len(results))
+        return results
+
+    def _engine_batch(
+        self, input_ids: Any, attention: Any, config: SamplingConfig
+    ) -> list[Generation]:
+        """One batch through the rollout engine ``self.engine`` (its seed from torch's global
+        generator, seeded by ``generate``)."""
+        from training.inference.engine import SamplingSettings
+        from training.inference.engine_choice import engine_for
+
+        eos_id = self.tokenizer.eos_token_id
+        settings = SamplingSettings(
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature if config.temperature > 0 else 1.0,
+            top_p=config.top_p,
+            greedy=config.temperature == 0,
+            eos_token_ids=(eos_id,),
+            repetition_penalty=config.repetition_penalty,
+        )
+        with self._torch.inference_mode():
+            output = engine_for(self.engine, self.model).generate(
+                self.model, input_ids, attention, settings
+            )
+        results = []
+        for tokens, finished in zip(output.tokens, output.finished, strict=True):
+            kept = tokens[:-1] if finished else tokens
+            text = self.tokenizer.decode(kept, skip_special_tokens=True).strip()
+            results.append(Generation(text=text, n_tokens=len(kept), finished=finished))
         return results

@@ -534,6 +534,13 @@ class OnlineRLConfig(TrainingConfig):
         "CPU memory)",
         choices=ZERO_STAGES,
     )
+    engine: str = _f(
+        "generate",
+        "rollout engine: 'generate' (transformers, any model), 'static' (preallocated KV cache and "
+        "continuous batching, plain Llama-family policies), 'vllm' (colocated vLLM, CUDA and the "
+        "gpu extra) or 'auto' (generate until the benches show another engine faster)",
+        choices=("auto", "generate", "static", "vllm"),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

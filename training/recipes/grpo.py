@@ -167,6 +167,7 @@ def sample_groups(
             temperature=config.temperature,
             top_p=config.top_p,
             max_new_tokens=config.max_new_tokens,
+            engine=config.engine,
         )
     return rollouts, rewards.score(state, rollouts, fit=fit)
 

@@ -27,9 +27,10 @@ from training.algorithms import (
     ensemble_disagreement,
     ensemble_reward,
     length_penalty,
-    mask_after_first_eos,
     missing_eos_penalty,
 )
+from training.inference.engine import SamplingSettings
+from training.inference.engine_choice import engine_for
 from training.recipes.config import ConfigError, OnlineRLConfig
 from training.recipes.data import ChatEncoder, FitLog, Messages, chunks, load_prompt_clusters
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
@@ -37,9 +38,7 @@ from training.recipes.ensemble_scoring import EnsembleScorer, reward_members, sc
 from training.recipes.lora import is_lora_model
 from training.recipes.models import input_limit, load_policy, load_tokenizer, reference_model
 from training.recipes.packing import TokenizedSequence
-from training.recipes.prefill import shared_prompt_cache
 from training.recipes.runtime import autocast, rng_state, set_rng_state
-from training.recipes.sampling import InverseCdfSampler
 from training.recipes.scoring import EnsembleManifest, RewardScorer, load_member_scorer
 
 # The held-out prompts depend on the data file only, not on the run's seed, so runs with different
@@ -230,16 +229,18 @@ def sample_rollouts(
     top_p: float = 1.0,
     max_new_tokens: int,
     greedy: bool = False,
+    engine: str = "generate",
 ) -> list[Rollout]:
     """One sampled response per prompt, in order (repeat a prompt to sample it several times);
     ``greedy``: the most likely token at each step instead (no randomness drawn).
 
-    Prompts are rendered with the chat template and left-padded so generation starts right after
-    each, a prompt held by several rows running once (``prefill.shared_prompt_cache``); everything
-    after a response's first EOS is dropped, and ``finished`` records whether the response emitted
-    EOS at all (PIPELINE.md: mask after the first EOS, penalise when missing).
+    Prompts are rendered with the chat template and left-padded, and the rollout ``engine``
+    (``training.inference.engine``: 'generate', 'static', 'vllm' or 'auto') generates from them, a
+    prompt held by several rows prefilled once; everything after a response's first EOS is
+    dropped, and ``finished`` records whether the response emitted EOS at all (PIPELINE.md: mask
+    after the first EOS, penalise when missing). Every engine draws from torch's global generator
+    (directly, or one seed from it), so a restored RNG state samples the same rollouts.
     """
-    device = next(model.parameters()).device
     encoded = [encoder.encode_prompt(p) for p in prompts]
     width = max(len(ids) for ids in encoded)
     pad = tokenizer.pad_token_id
@@ -248,33 +249,20 @@ def sample_rollouts(
     for row, ids in enumerate(encoded):
         input_ids[row, width - len(ids) :] = torch.tensor(ids)
         attention[row, width - len(ids) :] = 1
-    was_training = model.training
-    model.eval()
-    # Sampled rows are drawn by inverse CDF inside a logits processor and decoded "greedily"
-    # (sampling.InverseCdfSampler: the same distribution, without multinomial's per-token draws).
-    sampling: dict[str, Any] = {"do_sample": False}
-    if not greedy:
-        sampling["logits_processor"] = [InverseCdfSampler(temperature=temperature, top_p=top_p)]
-    output = model.generate(
-        input_ids=input_ids.to(device),
-        attention_mask=attention.to(device),
-        **shared_prompt_cache(model, input_ids, attention),
-        **sampling,
+    settings = SamplingSettings(
         max_new_tokens=max_new_tokens,
-        pad_token_id=pad,
-        eos_token_id=tokenizer.eos_token_id,
-        use_cache=True,
+        temperature=temperature,
+        top_p=top_p,
+        greedy=greedy,
+        eos_token_ids=(tokenizer.eos_token_id,),
     )
-    model.train(was_training)
-    responses = output[:, width:].cpu()
-    mask = torch.ones_like(responses)
-    mask, finished = mask_after_first_eos(responses, mask, tokenizer.eos_token_id)
+    output = engine_for(engine, model).generate(model, input_ids, attention, settings)
     rollouts = []
     for row, prompt in enumerate(prompts):
-        kept = responses[row][mask[row].bool()].tolist()
+        kept = output.tokens[row]
         text = tokenizer.decode(kept, skip_special_tokens=True).strip()
         rollouts.append(
-            Rollout(prompt, tuple(encoded[row]), tuple(kept), bool(finished[row]), text)
+            Rollout(prompt, tuple(encoded[row]), tuple(kept), output.finished[row], text)
         )
     return rollouts
 
@@ -505,6 +493,7 @@ def evaluate_policy(
                     part,
                     max_new_tokens=config.max_new_tokens,
                     greedy=True,
+                    engine=config.engine,
                 )
                 if score is not None:
                     scores, members = score(rollouts), None

@@ -301,6 +301,7 @@ def _sample_from_sources(
                 temperature=config.anchor_temperature if anchor else config.temperature,
                 top_p=config.top_p,
                 max_new_tokens=config.max_new_tokens,
+                engine=config.engine,
             )
         for position, index in enumerate(indices):
             rollouts[index] = sampled[position * repeats : (position + 1) * repeats]

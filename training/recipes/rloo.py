@@ -58,6 +58,7 @@ def rloo_step(state: OnlineState, at: Position, throughput: Throughput) -> StepO
                 temperature=config.temperature,
                 top_p=config.top_p,
                 max_new_tokens=config.max_new_tokens,
+                engine=config.engine,
             )
             scored = score_rollouts(models.scorer, rollouts, len(rollouts), config)
             scores = scored.reward

@@ -18,10 +18,17 @@ from torch import Tensor
 from transformers import LogitsProcessor
 
 
-def inverse_cdf_sample(scores: Tensor, *, temperature: float = 1.0, top_p: float = 1.0) -> Tensor:
+def inverse_cdf_sample(
+    scores: Tensor,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    uniforms: Tensor | None = None,
+) -> Tensor:
     """One token per row [B] (long) drawn from softmax(scores / temperature) [B, V], restricted to
     the smallest set of most likely tokens whose mass reaches ``top_p`` (1.0: the whole
-    vocabulary), with one uniform random number per row from torch's global generator."""
+    vocabulary), with one uniform random number per row: ``uniforms`` [B] in [0, 1) when given
+    (the rollout engine's per-row streams), else drawn from torch's global generator."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if not 0 < top_p <= 1:
@@ -33,7 +40,9 @@ def inverse_cdf_sample(scores: Tensor, *, temperature: float = 1.0, top_p: float
         # Keep each token whose more likely predecessors hold less than top_p (the first always).
         probs = probs * ((probs.cumsum(-1) - probs) < top_p)
     cdf = probs.cumsum(-1)
-    draw = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+    if uniforms is None:
+        uniforms = torch.rand(cdf.shape[0], device=cdf.device, dtype=cdf.dtype)
+    draw = uniforms.to(device=cdf.device, dtype=cdf.dtype)[:, None] * cdf[:, -1:]
     # The first index whose cumulative mass exceeds the draw: a zero-probability token (a flat
     # step of the CDF) can never be it.
     tokens = torch.searchsorted(cdf, draw, right=True).clamp_(max=cdf.shape[-1] - 1)

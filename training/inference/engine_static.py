@@ -1,0 +1,276 @@
+"""The static rollout engine: a preallocated KV cache, continuous batching and an optionally compiled
+decode step, for plain Llama-family policies on the CPU or any GPU (``engine.RolloutEngine``).
+
+How a call runs:
+
+- Each distinct prompt is prefilled once (``engine_llama.prefill``: up to ``max_batch`` distinct
+  prompts per forward pass, right-padded, so no prompt sees padding), and its keys and values are
+  copied into the slot of every row that holds it (G samples of one prompt share one prefill);
+  its last logits give each such row's first token.
+- The cache holds ``max_batch`` slots (fewer when there are fewer rows). Every step decodes the
+  live slots, which are always the first B: a finished row's slot is refilled at once from the
+  waiting rows, or, when none wait, the last live slot moves into it and the batch shrinks, so
+  no step computes a row that is done.
+- Row r's t-th token is drawn with the t-th of its own uniform numbers (a table drawn up front
+  from the call's seed), so what a row samples does not depend on which rows share its steps,
+  and a seed gives the same tokens run to run.
+- The weights are a snapshot of the policy's current ones in the engine's dtype: bfloat16 when
+  the caller runs under bfloat16 autocast (the recipes' ``bf16``), else the policy's own.
+
+Shapes: R rows, S slots, V vocabulary entries.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import deque
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from training.inference.engine import (
+    RolloutOutput,
+    SamplingSettings,
+    prompt_rows,
+    token_logprobs,
+)
+from training.inference.engine_llama import LlamaWeights, decode_step, prefill
+from training.recipes.sampling import inverse_cdf_sample
+
+# Positions a decode step reads are rounded up to a multiple of this (fewer shapes to compile).
+LENGTH_BUCKET = 32
+
+
+def engine_dtype(policy: Any, device: torch.device) -> torch.dtype:
+    """bfloat16 under a bfloat16 autocast on ``device``, else the policy's parameter dtype."""
+    autocast = torch.is_autocast_enabled(device.type)
+    if autocast and torch.get_autocast_dtype(device.type) == torch.bfloat16:
+        return torch.bfloat16
+    return next(policy.parameters()).dtype
+
+
+class StaticEngine:
+    """``generate(policy, input_ids, attention, settings)`` with a preallocated cache of
+    ``max_batch`` slots; ``compile``: run the decode step through ``torch.compile`` (falls back to
+    eager with a warning when compiling fails); ``dtype`` overrides ``engine_dtype``."""
+
+    name = "static"
+
+    def __init__(
+        self, *, max_batch: int = 64, compile: bool = False, dtype: torch.dtype | None = None
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.max_batch = max_batch
+        self.dtype = dtype
+        self.compile = compile
+        self._step: Any = decode_step
+        self._compiled = False
+
+    def _decode(self, *args: Any) -> Tensor:
+        if self.compile and not self._compiled:
+            self._compiled = True
+            try:
+                compiled = torch.compile(decode_step, dynamic=True)
+                out = compiled(*args)
+            except Exception as error:
+                warnings.warn(
+                    f"torch.compile of the decode step failed ({type(error).__name__}: "
+                    f"{str(error)[:200]}); decoding eagerly",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                return decode_step(*args)
+            self._step = compiled
+            return out
+        return self._step(*args)
+
+    @torch.no_grad()
+    def generate(
+        self, policy: Any, input_ids: Tensor, attention: Tensor, settings: SamplingSettings
+    ) -> RolloutOutput:
+        """Every row's tokens and log-probs (``engine.RolloutOutput``), rows in order."""
+        prompts = prompt_rows(input_ids, attention)
+        device = next(policy.parameters()).device
+        dtype = self.dtype or engine_dtype(policy, device)
+        seed = 0 if settings.greedy else settings.resolved_seed()  # greedy draws nothing
+        was_training = policy.training
+        policy.eval()
+        try:
+            with torch.autocast(device.type, enabled=False):
+                weights = LlamaWeights.snapshot(policy, dtype)
+                run = _Run(self, weights, prompts, settings, seed)
+                return run.loop()
+        finally:
+            policy.train(was_training)
+
+
+class _Run:
+    """One ``generate`` call's slots, waiting rows and outputs."""
+
+    def __init__(
+        self,
+        engine: StaticEngine,
+        weights: LlamaWeights,
+        prompts: list[list[int]],
+        settings: SamplingSettings,
+        seed: int,
+    ) -> None:
+        self.engine, self.w, self.prompts, self.settings = engine, weights, prompts, settings
+        device = weights.device
+        rows = len(prompts)
+        self.slots = min(rows, engine.max_batch)
+        self.capacity = max(len(p) for p in prompts) + settings.max_new_tokens
+        self.cos, self.sin = weights.rope_tables(self.capacity)
+        shape = (self.slots, weights.kv_heads, self.capacity, weights.head_dim)
+        self.keys = [torch.zeros(shape, dtype=weights.dtype, device=device) for _ in weights.layers]
+        self.values = [torch.zeros_like(k) for k in self.keys]
+        generator = torch.Generator().manual_seed(seed)
+        self.uniforms = torch.rand(rows, settings.max_new_tokens, generator=generator).to(device)
+        self.seen: Tensor | None = None
+        if settings.repetition_penalty != 1.0:
+            self.seen = torch.zeros(self.slots, weights.embed.shape[0], dtype=torch.bool)
+            self.seen = self.seen.to(device)
+        self.eos = set(settings.eos_token_ids)
+        self.waiting = deque(range(rows))
+        self.remaining: dict[tuple[int, ...], int] = {}
+        for prompt in prompts:
+            key = tuple(prompt)
+            self.remaining[key] = self.remaining.get(key, 0) + 1
+        self.distinct = list(self.remaining)  # in order of first occurrence
+        self.prefixes: dict[tuple[int, ...], tuple[list[Tensor], list[Tensor], Tensor]] = {}
+        self.slot_row = [-1] * self.slots
+        self.position = [0] * self.slots  # where the slot's next input token goes
+        self.next_token = [0] * self.slots
+        self.tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.logprobs: list[list[float]] = [[] for _ in range(rows)]
+        self.finished = [False] * rows
+        self.stats = {"prefills": 0.0, "decode_steps": 0.0, "slot_moves": 0.0}  # prefill passes
+
+    def _prefix(self, prompt: list[int]) -> tuple[list[Tensor], list[Tensor], Tensor]:
+        """The prompt's keys and values per layer [K, P, D] and last logits [V]; prefilled with
+        the next distinct prompts still to come (up to ``max_batch`` in one forward pass) when
+        it is not ready yet, and forgotten once every row holding it has its copy."""
+        key = tuple(prompt)
+        if key not in self.prefixes:
+            chunk = [p for p in self.distinct if p not in self.prefixes and self.remaining[p]]
+            chunk = chunk[chunk.index(key) : chunk.index(key) + self.engine.max_batch]
+            keys, values, logits = prefill(self.w, [list(p) for p in chunk], self.cos, self.sin)
+            for u, p in enumerate(chunk):
+                n = len(p)
+                self.prefixes[p] = (
+                    [k[u, :, :n] for k in keys],
+                    [v[u, :, :n] for v in values],
+                    logits[u],
+                )
+            self.stats["prefills"] += 1
+        found = self.prefixes[key]
+        self.remaining[key] -= 1
+        if self.remaining[key] == 0:
+            del self.prefixes[key]  # every row of this prompt has its copy
+        return found
+
+    def _draw(self, logits: Tensor, rows: list[int]) -> tuple[list[int], list[float]]:
+        """Each row's next token and its log-prob from ``logits`` [n, V] (float32)."""
+        settings = self.settings
+        steps = torch.tensor([len(self.tokens[r]) for r in rows], device=logits.device)
+        if settings.greedy:
+            tokens = logits.argmax(dim=-1)
+        else:
+            index = torch.tensor(rows, device=logits.device)
+            tokens = inverse_cdf_sample(
+                logits, temperature=settings.temperature, top_p=settings.top_p,
+                uniforms=self.uniforms[index, steps],
+            )  # fmt: skip
+        return tokens.tolist(), token_logprobs(logits, tokens, settings).tolist()
+
+    def _penalise(self, logits: Tensor, slots: slice | list[int]) -> Tensor:
+        if self.seen is None:
+            return logits
+        seen, penalty = self.seen[slots], self.settings.repetition_penalty
+        if seen.dim() == 1:
+            seen = seen[None]
+        scaled = torch.where(logits < 0, logits * penalty, logits / penalty)
+        return torch.where(seen, scaled, logits)
+
+    def _record(self, slot: int, row: int, token: int, logprob: float) -> bool:
+        """Append the row's token; True while it goes on generating."""
+        self.tokens[row].append(token)
+        self.logprobs[row].append(logprob)
+        if self.seen is not None:
+            self.seen[slot, token] = True
+        if token in self.eos:
+            self.finished[row] = True
+            return False
+        return len(self.tokens[row]) < self.settings.max_new_tokens
+
+    def _admit(self, slot: int) -> bool:
+        """Put waiting rows into ``slot`` until one is still generating after its first token;
+        False when the waiting rows ran out first."""
+        while self.waiting:
+            row = self.waiting.popleft()
+            prompt = self.prompts[row]
+            keys, values, logits = self._prefix(prompt)
+            n = len(prompt)
+            for cache_k, cache_v, k, v in zip(self.keys, self.values, keys, values, strict=True):
+                cache_k[slot, :, :n] = k
+                cache_v[slot, :, :n] = v
+            if self.seen is not None:
+                self.seen[slot] = False
+                self.seen[slot, torch.tensor(prompt, device=self.seen.device)] = True
+            tokens, logps = self._draw(self._penalise(logits[None], slot), [row])
+            if self._record(slot, row, tokens[0], logps[0]):
+                self.slot_row[slot], self.position[slot] = row, n
+                self.next_token[slot] = tokens[0]
+                return True
+        return False
+
+    def _move(self, source: int, target: int) -> None:
+        for cache in (*self.keys, *self.values):
+            cache[target].copy_(cache[source])
+        if self.seen is not None:
+            self.seen[target] = self.seen[source]
+        for state in (self.slot_row, self.position, self.next_token):
+            state[target] = state[source]
+        self.stats["slot_moves"] += 1
+
+    def loop(self) -> RolloutOutput:
+        started = time.perf_counter()
+        live = 0
+        while live < self.slots and self._admit(live):
+            live += 1
+        device = self.w.device
+        while live:
+            positions = self.position[:live]
+            length = min(self.capacity, -(-(max(positions) + 1) // LENGTH_BUCKET) * LENGTH_BUCKET)
+            logits = self.engine._decode(
+                self.w,
+                torch.tensor(self.next_token[:live], device=device),
+                torch.tensor(positions, device=device),
+                self.cos, self.sin, self.keys, self.values, length,
+            )  # fmt: skip
+            self.stats["decode_steps"] += 1
+            rows = self.slot_row[:live]
+            tokens, logps = self._draw(self._penalise(logits, slice(0, live)), rows)
+            done = []
+            for slot, (row, token, logp) in enumerate(zip(rows, tokens, logps, strict=True)):
+                self.position[slot] += 1
+                self.next_token[slot] = token
+                if not self._record(slot, row, token, logp):
+                    done.append(slot)
+            for slot in reversed(done):  # later slots first: those above are live
+                if self._admit(slot):
+                    continue
+                live -= 1
+                if slot != live:
+                    self._move(live, slot)
+        self.stats["seconds"] = time.perf_counter() - started
+        self.stats["tokens"] = float(sum(len(t) for t in self.tokens))
+        return RolloutOutput(
+            tokens=self.tokens,
+            logprobs=[torch.tensor(lp, dtype=torch.float32) for lp in self.logprobs],
+            finished=self.finished,
+            stats=self.stats,
+        )
