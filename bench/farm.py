@@ -35,6 +35,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -49,22 +50,30 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.farm_policy import pretrain_policy, tiny_models  # noqa: E402
+from bench.farm_synthetic import synthetic_corpus, synthetic_pairs  # noqa: E402
+
 PIPELINES = ("plain", "concord")
 HH_FILE = "hh-rlhf_harmless-base_test.jsonl.gz"
 
 
 @dataclass(frozen=True)
 class FarmConfig:
-    """One farm's sizes. Pairs: HH-RLHF harmless rows (prompt, chosen, rejected) for labelling;
-    gold_pairs: other rows gold trains on (held_out of them for its accuracy); label_budget:
-    judgements the annotators may submit (both pipelines alike); overlap: annotators per pair;
-    rm_steps / rl_steps: optimiser steps of the reward model and of RLOO; eval_every: RLOO
-    evaluates and checkpoints this often; max_chars: texts are cut to this many characters."""
+    """One farm's sizes. data: ``synthetic`` (the built-in domain of bench/farm_synthetic.py, its
+    gold a known function: runs anywhere) or ``hh`` (HH-RLHF harmless rows from the shared data,
+    gold a reward model trained on ``gold_pairs`` of them, ``held_out`` kept for its accuracy).
+    pairs: rows (prompt, better, worse) for labelling; label_budget: judgements the annotators may
+    submit (both pipelines alike); overlap: annotators per pair; rm_steps / rl_steps: optimiser
+    steps of the reward model and of RLOO; eval_every: RLOO evaluates and checkpoints this often;
+    max_chars: HH texts are cut to this many characters; polite_bias: the synthetic data's
+    spurious stock phrase (farm_synthetic.synthetic_pairs); pretrain_steps: language-model steps
+    that make the tiny policy answer in the domain's words before the loop (0: none)."""
 
     name: str
+    data: str = "synthetic"
     pairs: int = 24
-    gold_pairs: int = 160
-    held_out: int = 40
+    gold_pairs: int = 0
+    held_out: int = 0
     eval_prompts: int = 8
     label_budget: int = 48
     overlap: int = 2
@@ -73,19 +82,26 @@ class FarmConfig:
     eval_every: int = 2
     rloo_k: int = 2
     batch_size: int = 4
-    max_new_tokens: int = 8
+    max_new_tokens: int = 12
     max_chars: int = 160
     gold_steps: int = 40
     tiny: bool = True
+    polite_bias: float = 0.0
+    pretrain_steps: int = 30
     annotators: tuple[str, ...] = ("careful", "left", "longer", "random")
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 SMALL = FarmConfig(name="small")
 FULL = FarmConfig(
-    name="full", pairs=64, gold_pairs=600, held_out=120, eval_prompts=16, label_budget=128,
-    rm_steps=40, rl_steps=24, eval_every=4, max_new_tokens=16, gold_steps=200,
+    name="full", data="hh", pairs=64, gold_pairs=600, held_out=120, eval_prompts=16,
+    label_budget=128, rm_steps=40, rl_steps=24, eval_every=4, max_new_tokens=16, gold_steps=200,
+    pretrain_steps=0,
 )  # fmt: skip
+HH_SMALL = FarmConfig(
+    name="hh-small", data="hh", gold_pairs=160, held_out=40, max_new_tokens=8, pretrain_steps=0
+)
+CONFIGS = {c.name: c for c in (SMALL, HH_SMALL, FULL)}
 
 
 # --- data -------------------------------------------------------------------------------------------
@@ -138,15 +154,19 @@ class Gold:
         return np.asarray(reward_scores(self.folder, conversations, list(answers), max_length=256))
 
 
-def tiny_models(folder: Path, corpus: list[str]) -> tuple[Path, Path]:
-    """A tiny tokenizer trained on ``corpus`` and a 2-layer Llama policy (``policy``) and reward
-    model (``rm``) on it: the --small configuration's models (tests.helpers.tiny_models)."""
-    from tests.helpers.tiny_models import chatml_tokenizer, tiny_llama
+@dataclass
+class ProgrammaticGold:
+    """Gold as a known function: the built-in domain's ``gold_reward`` (bench/farm_synthetic.py).
+    It is the truth by construction (accuracy 1, nothing held out)."""
 
-    tokenizer = chatml_tokenizer(folder / "tokenizer", corpus, vocab_size=600)
-    policy = tiny_llama(folder / "policy", tokenizer)
-    rm = tiny_llama(folder / "rm", tokenizer, seed=1, for_classification=True)
-    return policy, rm
+    accuracy: float = 1.0
+    n_held_out: int = 0
+
+    def score(self, prompts: Sequence[str], answers: Sequence[str]) -> np.ndarray:
+        """Gold rewards [N] of (prompt, answer) pairs."""
+        from bench.farm_synthetic import gold_rewards
+
+        return gold_rewards(prompts, answers)
 
 
 def train_gold(config: FarmConfig, rows: list[tuple[str, str, str]], base: Path, out: Path) -> Gold:
@@ -254,7 +274,7 @@ def _execute(run: Any, user: Any) -> Any:
     return run
 
 
-def gold_curve(run: Any, gold: Gold) -> list[dict[str, float]]:
+def gold_curve(run: Any, gold: Gold | ProgrammaticGold) -> list[dict[str, float]]:
     """Gold's mean reward of the run's stored samples at each evaluated step, recorded as the
     ``gold_reward_mean`` metric (the stopping panel's gold points); [{step, kl, proxy, gold}]."""
     from training import services
@@ -312,7 +332,7 @@ def run_pipeline(
     *,
     rows: list[tuple[str, str, str]],
     eval_prompts: list[str],
-    gold: Gold,
+    gold: Gold | ProgrammaticGold,
     base_model: str,
     start_policy: Path,
 ) -> dict[str, Any]:
@@ -429,33 +449,56 @@ def mean_interval(
     return {"mean": float(array.mean()), "low": float(low), "high": float(high), "n": array.size}
 
 
+def farm_rows(config: FarmConfig) -> list[tuple[str, str, str]]:
+    """(prompt, better, worse) rows: gold's training rows, the labelled rows, then the evaluation
+    prompts' rows, in that order; the built-in domain's (seed 0) or HH-RLHF's from the shared data
+    (``CONCORD_SHARED_DATA``, else ../shared/data). ValueError when the file gives too few."""
+    needed = config.gold_pairs + config.pairs + config.eval_prompts
+    if config.data == "synthetic":
+        return synthetic_pairs(needed, 0, polite_bias=config.polite_bias)
+    if config.data != "hh":
+        raise ValueError(f"data must be 'synthetic' or 'hh', got {config.data!r}")
+    data_dir = Path(os.environ.get("CONCORD_SHARED_DATA", ROOT.parent / "shared" / "data"))
+    every = hh_rows(data_dir, needed, config.max_chars)
+    if len(every) < needed:
+        raise ValueError(f"{HH_FILE} gave {len(every)} usable rows, the config needs {needed}")
+    return every
+
+
+def farm_corpus(config: FarmConfig, rows: Sequence[tuple[str, str, str]]) -> list[str]:
+    """The tiny tokenizer's training texts: the rows' texts (twice), plus the built-in domain's
+    words and phrase for the synthetic data."""
+    texts = [text for row in rows for text in row] * 2
+    return synthetic_corpus(rows) + texts if config.data == "synthetic" else texts
+
+
 def run_farm(config: FarmConfig, seeds: Sequence[int], workdir: Path) -> dict[str, Any]:
     """Gold, then both pipelines at every seed; the summary with intervals. Needs Django set up with
     a database, and ``settings.CONCORD_MODELS_DIR`` writable (the base model goes there)."""
     from django.conf import settings
 
-    data_dir = Path(os.environ.get("CONCORD_SHARED_DATA", ROOT.parent / "shared" / "data"))
     started = time.process_time()
-    needed = config.pairs + config.gold_pairs + config.eval_prompts
-    every = hh_rows(data_dir, needed, config.max_chars)
-    if len(every) < needed:
-        raise ValueError(f"{HH_FILE} gave {len(every)} usable rows, the config needs {needed}")
+    every = farm_rows(config)
     gold_rows = every[: config.gold_pairs]
     rows = every[config.gold_pairs : config.gold_pairs + config.pairs]
     eval_prompts = [p for p, _, _ in every[config.gold_pairs + config.pairs :]]
     models = Path(settings.CONCORD_MODELS_DIR)
     base_model = "smollm2-135m-instruct"
     if config.tiny:
-        corpus = [text for row in every for text in row] * 2
-        policy, rm_base = tiny_models(workdir / "tiny", corpus)
-        import shutil
-
+        policy, rm_base = tiny_models(workdir / "tiny", farm_corpus(config, every))
+        if config.pretrain_steps:
+            answers = [(p, a) for p, better, worse in every for a in (better, worse)]
+            pretrain_policy(policy, answers, steps=config.pretrain_steps, seed=0)
         shutil.copytree(policy, models / base_model, dirs_exist_ok=True)
         gold_base, start_policy = rm_base, policy
     else:
         start_policy = models / base_model
         gold_base = start_policy
-    gold = train_gold(config, gold_rows, gold_base, workdir)
+    gold: Gold | ProgrammaticGold = (
+        ProgrammaticGold()
+        if config.data == "synthetic"
+        else train_gold(config, gold_rows, gold_base, workdir)
+    )
     gold_cpu = time.process_time() - started
     results = [
         run_pipeline(
@@ -475,7 +518,10 @@ def run_farm(config: FarmConfig, seeds: Sequence[int], workdir: Path) -> dict[st
     return {
         "config": asdict(config),
         "seeds": list(seeds),
-        "gold": {"accuracy": gold.accuracy, "held_out_pairs": gold.n_held_out, "cpu_s": gold_cpu},
+        "gold": {
+            "kind": "programmatic" if config.data == "synthetic" else "reward model",
+            "accuracy": gold.accuracy, "held_out_pairs": gold.n_held_out, "cpu_s": gold_cpu,
+        },  # fmt: skip
         "summary": summary,
         "runs": results,
         "cpu_s_total": time.process_time() - started,
@@ -530,10 +576,13 @@ def _setup_django() -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="the CI configuration: tiny models")
+    parser.add_argument(
+        "--config", choices=sorted(CONFIGS), help="a named configuration (default: full)"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
-    config = SMALL if args.small else FULL
+    config = SMALL if args.small else CONFIGS[args.config or "full"]
     old_name = _setup_django()
     from django.conf import settings
     from django.db import connection
@@ -551,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         connection.creation.destroy_test_db(old_name, verbosity=0)
     report["machine"] = {"cpu_count": os.cpu_count(), "precision": "float32", "device": "cpu"}
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "farm-small" if args.small else "farm"
+    stem = "farm" if config is FULL else f"farm-{config.name}"
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=float) + "\n")
     plot(report, args.out / f"{stem}.png")
     print(json.dumps({"gold": report["gold"], "summary": report["summary"]}, indent=2))

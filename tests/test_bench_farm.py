@@ -1,14 +1,15 @@
-"""The gold-reward farm's small configuration (bench/farm.py --small) closes the loop: gold trained
-and measured, simulated annotators label through the labelling services, consensus and export, a
-reward model and an RLOO run through the worker path, gold points at every evaluation, the peak
-line, a recorded roll-back decision and a gold win rate, for both pipelines. Tiny models, minutes on
-a loaded CPU: it checks the loop turns, not that it helps."""
+"""The gold-reward farm's small configuration (bench/farm.py --small) closes the loop on the built-in
+synthetic domain (no shared data needed: it runs in CI): programmatic gold, simulated annotators
+label through the labelling services, consensus and export, a reward model and an RLOO run through
+the worker path, gold points at every evaluation, the peak line, a recorded roll-back decision and a
+gold win rate, for both pipelines. Tiny models, minutes on a loaded CPU: it checks the loop turns,
+not that it helps. The HH-RLHF configuration (gold a trained reward model) needs the shared data."""
 
 import math
 
 import pytest
 
-from bench.farm import HH_FILE, SMALL, mean_interval, run_farm, win_rate
+from bench.farm import HH_FILE, HH_SMALL, SMALL, mean_interval, run_farm, win_rate
 from monitoring.models import StopDecision
 from tests.helpers.shared_data import DATA_DIR, require
 from training.models import MetricPoint, TrainingRun
@@ -16,16 +17,28 @@ from training.models import MetricPoint, TrainingRun
 pytestmark = pytest.mark.django_db
 
 
-def test_the_small_farm_closes_the_loop(tmp_path, settings):
-    require(
-        DATA_DIR / HH_FILE
-    )  # HH-RLHF's harmless pairs from ../shared/data; skipped without them
+def _farm(tmp_path, settings, config):
     settings.EXPORT_DIR = tmp_path / "exports"
     settings.CONCORD_RUNS_DIR = tmp_path / "runs"
     settings.CONCORD_MODELS_DIR = tmp_path / "models"
     (tmp_path / "models").mkdir()
-    report = run_farm(SMALL, [0], tmp_path / "work")
+    return run_farm(config, [0], tmp_path / "work")
+
+
+def test_the_small_farm_closes_the_loop(tmp_path, settings):
+    report = _farm(tmp_path, settings, SMALL)
+    assert report["gold"]["kind"] == "programmatic" and report["gold"]["accuracy"] == 1.0
+    _check_loop(report)
+
+
+def test_the_hh_farm_trains_and_measures_its_gold(tmp_path, settings):
+    require(DATA_DIR / HH_FILE)  # HH-RLHF's harmless pairs from ../shared/data; skipped without
+    report = _farm(tmp_path, settings, HH_SMALL)
     assert 0 <= report["gold"]["accuracy"] <= 1 and report["gold"]["held_out_pairs"] == 40
+    _check_loop(report)
+
+
+def _check_loop(report):
     runs = report["runs"]
     assert [r["pipeline"] for r in runs] == ["plain", "concord"]
     for run in runs:
