@@ -400,7 +400,8 @@ class RewardEnsemble:
     """K reward models scoring the same (prompt, response) pairs: ``score`` -> [K, B].
 
     ``scorers``: one ``RewardScorer`` whose model has K outputs (mode ``heads``) or K scorers of
-    one output each (mode ``independent``). A plain reward model is an ensemble of one."""
+    one output each (mode ``independent``). A plain reward model is an ensemble of one. The online
+    recipes score an independent ensemble through it too (``ensemble_scoring``)."""
 
     def __init__(self, manifest: EnsembleManifest, scorers: Sequence[RewardScorer]) -> None:
         expected = 1 if manifest.mode == "heads" else manifest.size
@@ -421,6 +422,14 @@ class RewardEnsemble:
         for scorer in self.scorers:
             scorer.model.eval().requires_grad_(False)
         return self
+
+    def share_clusters(self, variants: Sequence[Messages], originals: Sequence[Messages]) -> None:
+        """Every member places ``variants`` in the clusters of ``originals`` (RewardScorer's)."""
+        for scorer in self.scorers:
+            scorer.share_clusters(variants, originals)
+
+    def conditioned_clusters(self) -> int:
+        return self.scorers[0].conditioned_clusters()
 
     def score_inputs(
         self,
@@ -575,20 +584,11 @@ def reward_scores(
     """Scalar rewards [N] of (conversation, response) pairs under the reward model in ``folder``,
     on the GPU when there is one, ``batch_size`` pairs a forward. ``conversations``: [N] lists of
     {"role", "content"} messages; ``texts``: [N] responses. Inputs are fitted to ``max_length``
-    tokens (half kept for the prompt when needed)."""
-    from training.recipes.models import load_tokenizer
-
+    tokens (half kept for the prompt when needed). An ensemble (``ensemble.json``) scores with its
+    members' mean (``load_reward_ensemble``)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = load_tokenizer(folder)
-    model = load_sequence_classifier(folder, device=device, tokenizer=tokenizer, packing=False)
-    model.eval().requires_grad_(False)
-    scorer = RewardScorer(model, tokenizer, max_length=max_length, prompt_budget=max_length // 2)
-    inputs = [
-        scorer.encode(tuple((m["role"], m["content"]) for m in conv), text)
-        for conv, text in zip(conversations, texts, strict=True)
-    ]
-    out: list[float] = []
-    with torch.inference_mode():
-        for start in range(0, len(inputs), batch_size):
-            out.extend(scorer.score(inputs[start : start + batch_size]).tolist())
-    return out
+    ensemble = load_reward_ensemble(
+        folder, device, max_length=max_length, prompt_budget=max_length // 2
+    )
+    prompts = [tuple((m["role"], m["content"]) for m in conv) for conv in conversations]
+    return ensemble.score(prompts, list(texts), batch_size=batch_size).mean(dim=0).tolist()
