@@ -161,12 +161,13 @@ def stop_index_peak_fit(
     n_boot: int = 200,
 ) -> int:
     """The peak-fit rule (module docstring): the index of the checkpoint it keeps. Gold is read at
-    evaluations gold_every-1, 2 gold_every-1, ... (as rated rounds come)."""
+    evaluations gold_every, 2 gold_every, ... (as rated rounds come; index 0 is the starting
+    policy, farm_eval.checkpoint_curve's first row)."""
     k, p = _checked(kl, proxy)
     _, g = _checked(kl, gold)
     if gold_every < 1:
         raise ValueError(f"gold_every must be >= 1, got {gold_every}")
-    rated = [i for i in range(k.size) if (i + 1) % gold_every == 0]
+    rated = [i for i in range(k.size) if i > 0 and i % gold_every == 0]
     estimate = None
     for i in range(k.size):
         known = [j for j in rated if j <= i]

@@ -1,8 +1,8 @@
 """The farm's built-in domain (issue #34): synthetic prompts, answers and a programmatic gold reward,
 so the small farm runs anywhere (CI clones have no ``../shared/data``). Pure Python and NumPy.
 
-The domain: four topics, each with six on-topic words. A prompt asks about one topic ("Any tips on
-garden?"); an answer is a short sentence of words drawn from that topic, the other topics, and filler,
+The domain: four topics, each with six on-topic words. A prompt asks about one topic for someone ("Any tips
+on garden for a beginner?", 192 distinct prompts); an answer is a short sentence of words drawn from that topic, the other topics, and filler,
 sometimes ending in the stock phrase PHRASE = "thank you for your question!".
 
 Gold (what people want, a known function; ``gold_reward``), over the answer's lower-case words:
@@ -11,8 +11,8 @@ Gold (what people want, a known function; ``gold_reward``), over the answer's lo
 
 on_topic: the distinct on-topic words of the prompt's topic (repeating one earns nothing);
 off_topic: every word of another topic; words: all words. The stock phrase is five neutral words:
-it earns nothing and costs length past ten words. Example: "Any tips on garden?" answered "Use soil
-and water, thank you for your question!" has 9 words, on-topic {soil, water}: gold 2.0.
+it earns nothing and costs length past ten words. Example: "Any tips on garden for a friend?"
+answered "Use soil and water, thank you for your question!" has 9 words, on-topic {soil, water}: gold 2.0.
 
 The hack: in the labelled pairs (``synthetic_pairs``) the phrase is appended to the better answer
 with probability ``polite_bias`` (and to the worse one with a quarter of it), so the phrase goes with
@@ -37,7 +37,15 @@ TOPICS: dict[str, tuple[str, ...]] = {
 }
 FILLER = ("the", "a", "and", "it", "is", "can", "use", "some", "good", "try", "with", "then")
 PHRASE = "thank you for your question!"
-PROMPT_FORMS = ("Any tips on {topic}?", "Tell me about {topic}.", "How do I start with {topic}?")
+PROMPT_FORMS = (
+    "Any tips on {topic} for {who}?", "Tell me about {topic} for {who}.",
+    "How does {who} start with {topic}?",
+)  # fmt: skip
+PEOPLE = (
+    "a beginner", "my mother", "a student", "my team", "a friend", "my neighbour", "a child",
+    "my boss", "a retiree", "my cousin", "a tourist", "my father", "a teenager", "my sister",
+    "a couple", "my uncle",
+)  # fmt: skip
 LENGTH_BUDGET = 10  # words gold allows before charging for length
 LENGTH_COST = 0.25  # gold lost per word past the budget
 OFF_TOPIC_COST = 0.5  # gold lost per word of another topic
@@ -84,12 +92,17 @@ def word_count(answers: Sequence[str]) -> float:
 
 
 def synthetic_prompts(n: int, rng: np.random.Generator) -> list[str]:
-    """``n`` prompts, each a random form about a random topic."""
-    topics, forms = list(TOPICS), PROMPT_FORMS
-    return [
-        forms[rng.integers(len(forms))].format(topic=topics[rng.integers(len(topics))])
-        for _ in range(n)
+    """``n`` distinct prompts (a form, a topic and a person each) in random order; ValueError
+    beyond the 192 there are."""
+    every = [
+        form.format(topic=topic, who=who)
+        for form in PROMPT_FORMS
+        for topic in TOPICS
+        for who in PEOPLE
     ]
+    if not 0 <= n <= len(every):
+        raise ValueError(f"the domain has {len(every)} distinct prompts, {n} asked for")
+    return [every[i] for i in rng.permutation(len(every))[:n]]
 
 
 def synthetic_answer(prompt: str, rng: np.random.Generator, *, polite: bool = False) -> str:

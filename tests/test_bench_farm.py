@@ -10,6 +10,8 @@ import math
 import pytest
 
 from bench.farm import HH_FILE, HH_SMALL, SMALL, mean_interval, run_farm, win_rate
+from bench.farm_eval import answer_row, gold_verdict
+from bench.farm_rules import ALARMS
 from monitoring.models import StopDecision
 from tests.helpers.shared_data import DATA_DIR, require
 from training.models import MetricPoint, TrainingRun
@@ -48,12 +50,20 @@ def _check_loop(report):
         assert run["peak_line"].endswith(".")
         rl = TrainingRun.objects.get(pk=run["rl_run"])
         assert rl.status == TrainingRun.Status.SUCCEEDED
-        assert MetricPoint.objects.filter(run=rl, name="gold_reward_mean").count() == len(
-            run["curve"]
-        )
+        # a gold point at every checkpoint; the curve's first row is the starting policy (KL 0)
+        assert run["curve"][0]["step"] == 0 and run["curve"][0]["kl"] == 0
+        gold_points = MetricPoint.objects.filter(run=rl, name="gold_reward_mean")
+        rated = [row for row in run["curve"] if row["gold_rated"]]
+        assert gold_points.count() == len(rated) == (len(run["curve"]) - 1) // SMALL.gold_every
         (decision,) = StopDecision.objects.filter(run=rl)
         assert decision.decision == "rollback" and decision.checkpoint.step == run["kept_step"]
+        assert set(run["alarms"]["first_fired"]) == set(ALARMS)
+        # the kept checkpoint's eval round, rated from gold through the eval-round services
+        assert run["eval_round"]["ratings"] >= 3 and run["eval_round"]["status"] == "closed"
+        assert [v["rule"] for v in run["stop_rules"]] == ["peak_fit", "plateau", "fixed_kl"]
     assert runs[0]["consensus"] == "majority" and runs[1]["consensus"] == "dawid_skene"
+    assert (runs[0]["ensemble_size"], runs[1]["ensemble_size"]) == (1, SMALL.ensemble_size)
+    assert runs[1]["curve"][1]["disagreement"] is not None  # the ensemble's spread is read
     assert runs[0]["kept_step"] == SMALL.rl_steps  # plain: fixed steps, the last one
     assert set(report["summary"]) == {"plain", "concord"}
 
@@ -67,3 +77,23 @@ def test_win_rate_and_interval_by_hand():
     assert mean_interval([0.7]) == {"mean": 0.7, "low": 0.7, "high": 0.7, "n": 1}
     both = mean_interval([0.0, 1.0])
     assert both["mean"] == 0.5 and 0 <= both["low"] <= 0.5 <= both["high"] <= 1
+
+
+def test_gold_verdict_and_answer_row_by_hand():
+    """gap 1: the checkpoint wins when the draw is under sigmoid(1) = 0.731, usefulness 3 + 1 = 4;
+    equal gold is a tie; usefulness is clipped to 1-5. Two members [[1, 2], [3, 4]]: member means
+    (2, 3), proxy 2.5, each answer's population std 1."""
+    import numpy as np
+
+    assert gold_verdict(2.0, 1.0, 0.5) == ("checkpoint", 4)
+    assert gold_verdict(2.0, 1.0, 0.8) == ("baseline", 4)
+    assert gold_verdict(1.0, 1.0, 0.1) == ("tie", 3)
+    assert gold_verdict(-5.0, 1.0, 0.9) == ("baseline", 1)
+    row = answer_row(
+        ["Any tips on garden for a friend?"] * 2, ["Soil.", "Soil and water, thank you for your question!"],
+        np.array([1.0, 2.0]), np.array([[1.0, 2.0], [3.0, 4.0]]),
+    )  # fmt: skip
+    assert row["proxy"] == 2.5 and row["gold"] == 1.5 and row["disagreement"] == 1.0
+    assert row["phrase"] == 0.5 and row["words"] == 4.5 and row["rho"] is None  # 2 answers
+    with pytest.raises(ValueError, match="members"):
+        answer_row(["p"], ["a"], np.array([1.0]), np.array([[1.0, 2.0]]))

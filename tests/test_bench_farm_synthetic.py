@@ -20,7 +20,7 @@ from bench.farm_synthetic import (
 def test_gold_by_hand():
     """'Use soil and water, thank you for your question!': 9 words, on-topic {soil, water} -> 2.
     Repeats earn nothing, another topic's word costs 0.5, each word past ten 0.25."""
-    garden = "Any tips on garden?"
+    garden = "Any tips on garden for a friend?"
     assert prompt_topic(garden) == "garden" and prompt_topic("Hello there.") is None
     assert gold_reward(garden, f"Use soil and water, {PHRASE}") == 2.0
     assert gold_reward(garden, "Soil soil soil.") == 1.0
@@ -44,19 +44,22 @@ def test_phrase_rate_and_word_count():
 
 
 def test_pairs_are_gold_ordered_seeded_and_polite_at_the_asked_rate():
-    rows = synthetic_pairs(400, 3, polite_bias=0.6)
-    assert rows == synthetic_pairs(400, 3, polite_bias=0.6)
+    rows = synthetic_pairs(192, 3, polite_bias=0.6)
+    assert rows == synthetic_pairs(192, 3, polite_bias=0.6)
     better, worse = ([r[i] for r in rows] for i in (1, 2))
     prompts = [r[0] for r in rows]
-    plain = synthetic_pairs(400, 3)
+    assert len(set(prompts)) == 192  # every prompt once
+    plain = synthetic_pairs(192, 3)
     # before the phrase, the better answer is better under gold (ties were redrawn)
     assert all(gold_reward(p, b) > gold_reward(p, w) for p, b, w in plain)
-    assert phrase_rate(better) == pytest.approx(0.6, abs=0.06)
-    assert phrase_rate(worse) == pytest.approx(0.15, abs=0.05)
+    assert phrase_rate(better) == pytest.approx(0.6, abs=0.08)
+    assert phrase_rate(worse) == pytest.approx(0.15, abs=0.06)
     assert phrase_rate([r[1] for r in plain]) == 0.0
     assert np.mean(gold_rewards(prompts, better)) > np.mean(gold_rewards(prompts, worse))
     with pytest.raises(ValueError, match="polite_bias"):
         synthetic_pairs(3, 0, polite_bias=1.5)
+    with pytest.raises(ValueError, match="192 distinct prompts, 193 asked for"):
+        synthetic_pairs(193, 0)
 
 
 def test_answers_stay_in_the_domain_sizes():
