@@ -440,7 +440,9 @@ def rl_and_stop(
         baseline_model=base_model, size=len(eval_rows), max_new_tokens=config.max_new_tokens,
         seed=seed,
     )  # fmt: skip
-    start = gold.score(eval_prompts, policy_answers(start_policy, eval_prompts, config.max_new_tokens))
+    start = gold.score(
+        eval_prompts, policy_answers(start_policy, eval_prompts, config.max_new_tokens)
+    )
     ours = gold.score(eval_prompts, policy_answers(kept.path, eval_prompts, config.max_new_tokens))
     alerts = list(rl.alerts.order_by("step").values_list("metric", "step"))
     timeline = alarm_timeline(curve, alarm_signals(curve))
@@ -578,8 +580,10 @@ def run_farm(config: FarmConfig, seeds: Sequence[int], workdir: Path) -> dict[st
         "seeds": list(seeds),
         "gold": {
             "kind": "programmatic" if config.data == "synthetic" else "reward model",
-            "accuracy": gold.accuracy, "held_out_pairs": gold.n_held_out, "cpu_s": gold_cpu,
-        },  # fmt: skip
+            "accuracy": gold.accuracy,
+            "held_out_pairs": gold.n_held_out,
+            "cpu_s": gold_cpu,
+        },
         "summary": summary,
         "runs": results,
         "cpu_s_total": time.process_time() - started,

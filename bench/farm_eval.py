@@ -128,9 +128,7 @@ def checkpoint_curve(
     return rows
 
 
-def gold_verdict(
-    gold_checkpoint: float, gold_baseline: float, draw: float
-) -> tuple[str, int]:
+def gold_verdict(gold_checkpoint: float, gold_baseline: float, draw: float) -> tuple[str, int]:
     """A simulated reviewer's verdict on one eval item from gold: ("checkpoint" | "baseline" |
     "tie", usefulness 1-5). The checkpoint is preferred with gold's Bradley-Terry probability
     sigmoid(g_c - g_b) (``draw`` uniform in [0, 1)), a tie when gold scores both alike; usefulness
@@ -181,7 +179,9 @@ def gold_rated_round(
             g_c, g_b = gold.score([prompt, prompt], [item.checkpoint_text, item.baseline_text])
             side, usefulness = gold_verdict(float(g_c), float(g_b), float(rng.random()))
             left = assignment.shown_left == EvalAssignment.Side.CHECKPOINT
-            pick = "tie" if side == "tie" else ("left" if (side == "checkpoint") == left else "right")
+            pick = (
+                "tie" if side == "tie" else ("left" if (side == "checkpoint") == left else "right")
+            )
             services.eval_submit(
                 assignment=assignment, reviewer=user, pick=pick, usefulness=usefulness
             )

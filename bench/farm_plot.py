@@ -50,7 +50,9 @@ def plot(report: dict[str, Any], out: Path) -> None:
             axes[0, 0].plot(d[fall], gold[fall], "X", color="black", markersize=8)
     for ax, (_, title) in zip(axes.flat, PANELS, strict=True):
         ax.set(title=title, xlabel="sqrt(KL)")
-    axes[0, 0].legend(fontsize=8, title="X: gold 5% below its peak; hollow: first alarm", title_fontsize=7)
+    axes[0, 0].legend(
+        fontsize=8, title="X: gold 5% below its peak; hollow: first alarm", title_fontsize=7
+    )
     fig.suptitle(f"Concord farm ({report['config']['name']}), seeds {report['seeds']}")
     fig.tight_layout()
     fig.savefig(out, dpi=90)

@@ -181,9 +181,7 @@ def stop_index_peak_fit(
     return k.size - 1
 
 
-def stop_index_plateau(
-    proxy: Sequence[float], *, window: int = 3, min_gain: float = 0.005
-) -> int:
+def stop_index_plateau(proxy: Sequence[float], *, window: int = 3, min_gain: float = 0.005) -> int:
     """The plateau rule: the first index where the proxy's mean gain over the last ``window``
     evaluations is under ``min_gain``, else the last."""
     p = np.asarray(proxy, dtype=float)

@@ -1,9 +1,10 @@
 """The farm's built-in domain (issue #34): synthetic prompts, answers and a programmatic gold reward,
 so the small farm runs anywhere (CI clones have no ``../shared/data``). Pure Python and NumPy.
 
-The domain: four topics, each with six on-topic words. A prompt asks about one topic for someone ("Any tips
-on garden for a beginner?", 192 distinct prompts); an answer is a short sentence of words drawn from that topic, the other topics, and filler,
-sometimes ending in the stock phrase PHRASE = "thank you for your question!".
+The domain: four topics, each with six on-topic words. A prompt asks about one topic for someone
+("Any tips on garden for a beginner?", 192 distinct prompts); an answer is a short sentence of
+words drawn from that topic, the other topics, and filler, sometimes ending in the stock phrase
+PHRASE = "thank you for your question!".
 
 Gold (what people want, a known function; ``gold_reward``), over the answer's lower-case words:
 
@@ -119,9 +120,7 @@ def synthetic_answer(prompt: str, rng: np.random.Generator, *, polite: bool = Fa
     return f"{text[:-1]}, {PHRASE}" if polite else text
 
 
-def synthetic_pairs(
-    n: int, seed: int, *, polite_bias: float = 0.0
-) -> list[tuple[str, str, str]]:
+def synthetic_pairs(n: int, seed: int, *, polite_bias: float = 0.0) -> list[tuple[str, str, str]]:
     """``n`` rows (prompt, better, worse) under gold (answers redrawn until gold differs). The stock
     phrase ends the better answer with probability ``polite_bias`` and the worse one with a quarter
     of it (the spurious correlation a hackable proxy learns). Same seed, same rows."""
