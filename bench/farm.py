@@ -118,8 +118,8 @@ HH_SMALL = FarmConfig(
 # phrase on 70% of the better answers in the labelled pairs, a policy pre-trained to answer in
 # the domain's words, long enough RLOO runs to over-optimise, one Concord run per objective.
 SYNTHETIC = FarmConfig(
-    name="synthetic", pairs=64, eval_prompts=24, label_budget=128, rm_steps=48, rl_steps=27,
-    eval_every=3, rloo_k=4, batch_size=4, max_new_tokens=24, polite_bias=0.7, pretrain_steps=200,
+    name="synthetic", pairs=48, eval_prompts=16, label_budget=96, rm_steps=40, rl_steps=16,
+    eval_every=2, rloo_k=4, batch_size=4, max_new_tokens=24, polite_bias=0.7, pretrain_steps=150,
     objectives=("mean", "wco", "uwo"), kl_target=2.0,
 )  # fmt: skip
 CONFIGS = {c.name: c for c in (SMALL, HH_SMALL, FULL, SYNTHETIC)}
@@ -445,17 +445,23 @@ def rl_and_stop(
     )
     ours = gold.score(eval_prompts, policy_answers(kept.path, eval_prompts, config.max_new_tokens))
     alerts = list(rl.alerts.order_by("step").values_list("metric", "step"))
-    timeline = alarm_timeline(curve, alarm_signals(curve))
-    verdicts = compare_stop_rules(
-        curve, gold_start=curve[0]["gold"], kl_target=config.kl_target, gold_every=config.gold_every
-    )
     return {
         "objective": objective, "rl_run": rl.pk, "kept_step": kept.step, "stop_rule": rule,
         "peak_line": peak.text, "eval_round": rated, "gold_win_rate": win_rate(ours, start),
         "gold_reward": float(ours.mean()), "gold_reward_start": float(start.mean()),
         "curve": curve, "alerts": [{"metric": m, "step": s} for m, s in alerts],
-        "alarms": asdict(timeline), "stop_rules": [asdict(v) for v in verdicts],
+        **judge_curve(curve, config),
     }  # fmt: skip
+
+
+def judge_curve(curve: list[dict[str, Any]], config: FarmConfig) -> dict[str, Any]:
+    """A run's ``alarms`` (farm_rules.alarm_timeline) and ``stop_rules`` (compare_stop_rules, with
+    the configuration's fixed KL and gold points) from its curve."""
+    timeline = alarm_timeline(curve, alarm_signals(curve))
+    verdicts = compare_stop_rules(
+        curve, gold_start=curve[0]["gold"], kl_target=config.kl_target, gold_every=config.gold_every
+    )
+    return {"alarms": asdict(timeline), "stop_rules": [asdict(v) for v in verdicts]}
 
 
 # --- the farm ---------------------------------------------------------------------------------------
@@ -522,24 +528,35 @@ def summarise(results: Sequence[dict[str, Any]], config: FarmConfig) -> dict[str
 
 def merge_reports(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One report from farm runs of one configuration at different seeds (run side by side as
-    separate processes): runs joined in seed order, the summary recomputed."""
+    separate processes): runs joined in seed order, their alarms and stop rules judged again from
+    their curves (``judge_curve``), the summary recomputed."""
     names = {r["config"]["name"] for r in reports}
     if len(names) != 1:
         raise ValueError(f"reports of different configurations: {sorted(names)}")
-    config = CONFIGS[names.pop()]
-    config = dataclasses.replace(config, objectives=tuple(reports[0]["config"]["objectives"]))
+    objectives = dict.fromkeys(o for r in reports for o in r["config"]["objectives"])
+    config = dataclasses.replace(CONFIGS[names.pop()], objectives=tuple(objectives))
     runs = sorted((run for r in reports for run in r["runs"]), key=lambda run: run["seed"])
+    for run in runs:  # the judges of today's farm_rules on the recorded curves
+        run.update(judge_curve(run["curve"], config))
     return {
-        **reports[0], "seeds": sorted(s for r in reports for s in r["seeds"]), "runs": runs,
+        **reports[0], "seeds": sorted({s for r in reports for s in r["seeds"]}), "runs": runs,
         "summary": summarise(runs, config),
         "cpu_s_total": sum(r["cpu_s_total"] for r in reports),
         "parts": [{"seeds": r["seeds"], "cpu_s_total": r["cpu_s_total"]} for r in reports],
     }  # fmt: skip
 
 
-def run_farm(config: FarmConfig, seeds: Sequence[int], workdir: Path) -> dict[str, Any]:
-    """Gold, then both pipelines at every seed; the summary with intervals. Needs Django set up with
-    a database, and ``settings.CONCORD_MODELS_DIR`` writable (the base model goes there)."""
+def run_farm(
+    config: FarmConfig,
+    seeds: Sequence[int],
+    workdir: Path,
+    *,
+    partial: Path | None = None,
+    pipelines: Sequence[str] = PIPELINES,
+) -> dict[str, Any]:
+    """Gold, then the pipelines (both by default) at every seed; the summary with intervals. Needs
+    Django set up with a database, and ``settings.CONCORD_MODELS_DIR`` writable (the base model
+    goes there). ``partial``: a file rewritten with the runs done so far after each pipeline."""
     from django.conf import settings
 
     started = time.process_time()
@@ -565,15 +582,16 @@ def run_farm(config: FarmConfig, seeds: Sequence[int], workdir: Path) -> dict[st
         else train_gold(config, gold_rows, gold_base, workdir)
     )
     gold_cpu = time.process_time() - started
-    results = [
-        result
-        for seed in seeds
-        for pipeline in PIPELINES
-        for result in run_pipeline(
-            config, pipeline, seed, rows=rows, eval_rows=eval_rows, gold=gold,
-            base_model=base_model, start_policy=start_policy,
-        )
-    ]  # fmt: skip
+    results: list[dict[str, Any]] = []
+    for seed in seeds:
+        for pipeline in pipelines:
+            results += run_pipeline(
+                config, pipeline, seed, rows=rows, eval_rows=eval_rows, gold=gold,
+                base_model=base_model, start_policy=start_policy,
+            )  # fmt: skip
+            if partial is not None:  # what is done so far, should the farm be stopped
+                partial.write_text(json.dumps({"config": asdict(config), "runs": results},
+                                              default=float))  # fmt: skip
     summary = summarise(results, config)
     return {
         "config": asdict(config),
@@ -590,9 +608,13 @@ def run_farm(config: FarmConfig, seeds: Sequence[int], workdir: Path) -> dict[st
     }
 
 
-def _setup_django() -> Any:
-    """Django with a fresh test database (created here, dropped by the caller's teardown) and the
-    broker answered in-process (runs execute on this process, as the tests do)."""
+def _setup_django(*, eager: bool = True) -> Any:
+    """Django with a fresh test database (created here, dropped by the caller's teardown). With
+    ``eager`` the broker is answered in-process (every task runs on this process, as the tests
+    do); without, tasks go to ``CELERY_BROKER_URL`` with no worker behind it: the farm still
+    executes its training runs and round generation itself, and the dashboards' debounced
+    refreshes (an agreement report after every judgement, a stopping panel after every rating,
+    seconds each on a loaded machine) are left queued."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
@@ -602,7 +624,7 @@ def _setup_django() -> Any:
 
     from config.celery import app
 
-    app.conf.task_always_eager = True
+    app.conf.task_always_eager = eager
     setup_test_environment()
     old_name = connection.settings_dict["NAME"]
     connection.creation.create_test_db(verbosity=0, autoclobber=True)
@@ -624,6 +646,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--merge", type=Path, nargs="+", help="join these JSON reports (one per seed) and stop"
     )
+    parser.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
+    parser.add_argument(
+        "--no-side-tasks", action="store_true",
+        help="send tasks to the broker with no worker: the dashboards' refreshes do not run",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.merge:
         merged = merge_reports([json.loads(path.read_text()) for path in args.merge])
@@ -635,7 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = SMALL if args.small else CONFIGS[args.config or "full"]
     if args.objectives:
         config = dataclasses.replace(config, objectives=tuple(args.objectives))
-    old_name = _setup_django()
+    old_name = _setup_django(eager=not args.no_side_tasks)
     from django.conf import settings
     from django.db import connection
 
@@ -647,7 +674,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if config.tiny:
                 settings.CONCORD_MODELS_DIR = work / "models"
                 (work / "models").mkdir()
-            report = run_farm(config, args.seeds, work)
+            args.out.mkdir(parents=True, exist_ok=True)
+            partial = args.out / f"farm-{config.name}.partial.json"
+            report = run_farm(config, args.seeds, work, partial=partial, pipelines=args.pipelines)
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
     report["machine"] = {"cpu_count": os.cpu_count(), "precision": "float32", "device": "cpu"}

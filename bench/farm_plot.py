@@ -2,7 +2,8 @@
 reward, the share of answers saying the stock phrase and their length in words; each alarm's first
 firing and gold's 5% fall marked on the gold panel. matplotlib (the ``bench`` extra).
 
-Run: ``python bench/farm_plot.py bench/results/farm-synthetic.json`` (writes the PNG beside it)."""
+Run: ``python bench/farm_plot.py bench/results/farm-synthetic.json`` (writes the PNG beside it and
+prints the report's tables in Markdown)."""
 
 from __future__ import annotations
 
@@ -59,10 +60,51 @@ def plot(report: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
+def _step(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def tables(report: dict[str, Any]) -> str:
+    """The report as Markdown: per run, where gold peaked and fell 5%, each alarm's first firing
+    (steps; "-": never), the stop rules' kept KL against gold's peak KL, and the kept checkpoint's
+    gold win rate; then the summary per variant."""
+    alarms = ("rm_vs_human", "hacking_trend", "length", "repetition", "disagreement")
+    head = ["run", "seed", "gold peak step (KL)", "gold -5% at", *alarms, "stop rules: KL kept "
+            "(within 15% / keeps 95%)", "kept", "win rate"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in report["runs"]:
+        curve = {row["step"]: row for row in run["curve"]}
+        timeline = run["alarms"]
+        peak = timeline["peak_step"]
+        rules = "; ".join(
+            f"{v['rule']} {v['kl']:.2f} ({'y' if v['within_kl'] else 'n'}/"
+            f"{'y' if v['keeps_gold'] else 'n'})"
+            for v in run["stop_rules"]
+        )
+        name = "plain" if run["pipeline"] == "plain" else f"concord {run['objective']}"
+        cells = [name, str(run["seed"]), f"{peak} ({curve[peak]['kl']:.2f})",
+                 _step(timeline["fall_step"]),
+                 *(_step(timeline["first_fired"].get(a)) for a in alarms), rules,
+                 str(run["kept_step"]), f"{run['gold_win_rate']:.2f}"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| variant | gold win rate | gold reward | labels | CPU s |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in report["summary"].items():
+        cells = [f"{row[k]['mean']:.2f} [{row[k]['low']:.2f}, {row[k]['high']:.2f}]"
+                 for k in ("gold_win_rate", "gold_reward", "labels", "cpu_s")]  # fmt: skip
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     for name in argv:
         path = Path(name)
-        plot(json.loads(path.read_text()), path.with_suffix(".png"))
+        report = json.loads(path.read_text())
+        print(tables(report))
+        plot(report, path.with_suffix(".png"))
     return 0
 
 

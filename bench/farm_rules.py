@@ -111,14 +111,16 @@ class Timeline:
 
 
 def gold_peak_and_fall(gold: Sequence[float], *, fall: float = 0.05) -> tuple[int, int | None]:
-    """(index of the best gold, index of the first later evaluation with gold <= peak - fall |peak|,
-    or None). Ties keep the first best."""
+    """(index of the best gold, index of the first later evaluation with gold <= peak - fall |peak|
+    and below the peak, or None). Ties keep the first best."""
     values = np.asarray(gold, dtype=float)
     if values.size == 0 or not np.isfinite(values).all():
         raise ValueError("gold must be a non-empty sequence of finite numbers")
     peak = int(np.argmax(values))
     limit = values[peak] - fall * abs(values[peak])
-    later = [i for i in range(peak + 1, values.size) if values[i] <= limit]
+    later = [
+        i for i in range(peak + 1, values.size) if values[i] <= limit and values[i] < values[peak]
+    ]  # strictly below: a peak of 0 has a limit of 0, and equal to the peak is not a fall
     return peak, (later[0] if later else None)
 
 

@@ -33,6 +33,7 @@ def test_gold_peak_and_fall_by_hand():
     assert gold_peak_and_fall([1.0, 2.0, 3.0]) == (2, None)  # still rising: no fall
     # a negative peak falls by 5% of its size: -1.0 -> -1.05
     assert gold_peak_and_fall([-2.0, -1.0, -1.04, -1.05]) == (1, 3)
+    assert gold_peak_and_fall([0.0, 0.0, -0.1]) == (0, 2)  # equal to a peak of 0 is no fall
     with pytest.raises(ValueError, match="non-empty"):
         gold_peak_and_fall([])
 
