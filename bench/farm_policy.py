@@ -68,6 +68,6 @@ def pretrain_policy(
         optimiser.zero_grad()
         out.loss.backward()
         optimiser.step()
-        losses.append(float(out.loss))
+        losses.append(float(out.loss.detach()))
     model.eval().save_pretrained(str(folder))
     return losses
