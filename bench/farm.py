@@ -118,8 +118,8 @@ HH_SMALL = FarmConfig(
 # phrase on 70% of the better answers in the labelled pairs, a policy pre-trained to answer in
 # the domain's words, long enough RLOO runs to over-optimise, one Concord run per objective.
 SYNTHETIC = FarmConfig(
-    name="synthetic", pairs=48, eval_prompts=16, label_budget=96, rm_steps=40, rl_steps=16,
-    eval_every=2, rloo_k=4, batch_size=4, max_new_tokens=24, polite_bias=0.7, pretrain_steps=150,
+    name="synthetic", pairs=48, eval_prompts=12, label_budget=96, rm_steps=30, rl_steps=12,
+    eval_every=2, rloo_k=2, batch_size=4, max_new_tokens=16, polite_bias=0.7, pretrain_steps=150,
     objectives=("mean", "wco", "uwo"), kl_target=2.0,
 )  # fmt: skip
 CONFIGS = {c.name: c for c in (SMALL, HH_SMALL, FULL, SYNTHETIC)}
