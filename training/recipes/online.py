@@ -110,7 +110,7 @@ def load_reward_scorer(
         _load_member_scorer(folder, config, device, fit)
         for folder in (Path(config.reward_model) / name for name in manifest.members)
     ]
-    return RewardEnsemble(manifest, members)
+    return RewardEnsemble(manifest, members, fit)
 
 
 def _load_member_scorer(

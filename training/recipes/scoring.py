@@ -403,12 +403,18 @@ class RewardEnsemble:
     one output each (mode ``independent``). A plain reward model is an ensemble of one. The online
     recipes score an independent ensemble through it too (``ensemble_scoring``)."""
 
-    def __init__(self, manifest: EnsembleManifest, scorers: Sequence[RewardScorer]) -> None:
+    def __init__(
+        self,
+        manifest: EnsembleManifest,
+        scorers: Sequence[RewardScorer],
+        fit: FitLog | None = None,
+    ) -> None:
         expected = 1 if manifest.mode == "heads" else manifest.size
         if len(scorers) != expected:
             raise ValueError(f"mode {manifest.mode!r} needs {expected} scorers, got {len(scorers)}")
         self.manifest = manifest
         self.scorers = list(scorers)
+        self.fit = fit or self.scorers[0].fit  # the input-fitting log the members share, if any
 
     @property
     def mode(self) -> str:
