@@ -16,7 +16,9 @@ from monitoring.models import StopDecision
 from tests.helpers.shared_data import DATA_DIR, require
 from training.models import MetricPoint, TrainingRun
 
-pytestmark = pytest.mark.django_db
+# Committed rows: the worker path's heartbeat thread reads the run on its own connection, and a run
+# it cannot see counts as reaped (cancelled), as in tests/training/test_runs_worker.py.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _farm(tmp_path, settings, config):
