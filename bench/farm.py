@@ -32,9 +32,11 @@ DATABASE_URL names the server). Writes bench/results/farm[-small].json and .png.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -49,22 +51,38 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.farm_eval import checkpoint_curve, gold_rated_round, policy_answers  # noqa: E402
+from bench.farm_plot import plot  # noqa: E402
+from bench.farm_policy import pretrain_policy, tiny_models  # noqa: E402
+from bench.farm_rules import alarm_signals, alarm_timeline, compare_stop_rules  # noqa: E402
+from bench.farm_synthetic import synthetic_corpus, synthetic_pairs  # noqa: E402
+
 PIPELINES = ("plain", "concord")
 HH_FILE = "hh-rlhf_harmless-base_test.jsonl.gz"
 
 
 @dataclass(frozen=True)
 class FarmConfig:
-    """One farm's sizes. Pairs: HH-RLHF harmless rows (prompt, chosen, rejected) for labelling;
-    gold_pairs: other rows gold trains on (held_out of them for its accuracy); label_budget:
-    judgements the annotators may submit (both pipelines alike); overlap: annotators per pair;
-    rm_steps / rl_steps: optimiser steps of the reward model and of RLOO; eval_every: RLOO
-    evaluates and checkpoints this often; max_chars: texts are cut to this many characters."""
+    """One farm's sizes. data: ``synthetic`` (the built-in domain of bench/farm_synthetic.py, its
+    gold a known function: runs anywhere) or ``hh`` (HH-RLHF harmless rows from the shared data,
+    gold a reward model trained on ``gold_pairs`` of them, ``held_out`` kept for its accuracy).
+    pairs: rows (prompt, better, worse) for labelling; label_budget: judgements the annotators may
+    submit (both pipelines alike); overlap: annotators per pair; rm_steps / rl_steps: optimiser
+    steps of the reward model and of RLOO; eval_every: RLOO evaluates and checkpoints this often;
+    max_chars: HH texts are cut to this many characters; polite_bias: the synthetic data's
+    spurious stock phrase (farm_synthetic.synthetic_pairs); pretrain_steps: language-model steps
+    that make the tiny policy answer in the domain's words before the loop (0: none);
+    ensemble_size, objectives: the Concord pipeline's reward-model ensemble (heads) and its RL
+    runs, one per objective (mean, wco, uwo: Gao's shape for each) on the same ensemble;
+    gold_every, kl_target: the peak-fit rule's gold points (every n-th checkpoint, as human-eval
+    rounds are rarer than evaluations; the stopping panel sees only those) and the fixed-KL
+    rule's KL (nats), farm_rules' stop rules."""
 
     name: str
+    data: str = "synthetic"
     pairs: int = 24
-    gold_pairs: int = 160
-    held_out: int = 40
+    gold_pairs: int = 0
+    held_out: int = 0
     eval_prompts: int = 8
     label_budget: int = 48
     overlap: int = 2
@@ -73,19 +91,38 @@ class FarmConfig:
     eval_every: int = 2
     rloo_k: int = 2
     batch_size: int = 4
-    max_new_tokens: int = 8
+    max_new_tokens: int = 12
     max_chars: int = 160
     gold_steps: int = 40
     tiny: bool = True
+    polite_bias: float = 0.0
+    pretrain_steps: int = 30
+    ensemble_size: int = 3
+    objectives: tuple[str, ...] = ("uwo",)
+    gold_every: int = 3
+    kl_target: float = 1.0
     annotators: tuple[str, ...] = ("careful", "left", "longer", "random")
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 SMALL = FarmConfig(name="small")
 FULL = FarmConfig(
-    name="full", pairs=64, gold_pairs=600, held_out=120, eval_prompts=16, label_budget=128,
-    rm_steps=40, rl_steps=24, eval_every=4, max_new_tokens=16, gold_steps=200,
+    name="full", data="hh", pairs=64, gold_pairs=600, held_out=120, eval_prompts=16,
+    label_budget=128, rm_steps=40, rl_steps=24, eval_every=4, max_new_tokens=16, gold_steps=200,
+    pretrain_steps=0,
 )  # fmt: skip
+HH_SMALL = FarmConfig(
+    name="hh-small", data="hh", gold_pairs=160, held_out=40, max_new_tokens=8, pretrain_steps=0
+)
+# The hackable farm (issue #34's proxy demo and Gao's shape): the built-in domain with the stock
+# phrase on 70% of the better answers in the labelled pairs, a policy pre-trained to answer in
+# the domain's words, long enough RLOO runs to over-optimise, one Concord run per objective.
+SYNTHETIC = FarmConfig(
+    name="synthetic", pairs=48, eval_prompts=12, label_budget=96, rm_steps=30, rl_steps=12,
+    eval_every=2, rloo_k=2, batch_size=4, max_new_tokens=16, polite_bias=0.7, pretrain_steps=150,
+    objectives=("mean", "wco", "uwo"), kl_target=2.0,
+)  # fmt: skip
+CONFIGS = {c.name: c for c in (SMALL, HH_SMALL, FULL, SYNTHETIC)}
 
 
 # --- data -------------------------------------------------------------------------------------------
@@ -138,15 +175,19 @@ class Gold:
         return np.asarray(reward_scores(self.folder, conversations, list(answers), max_length=256))
 
 
-def tiny_models(folder: Path, corpus: list[str]) -> tuple[Path, Path]:
-    """A tiny tokenizer trained on ``corpus`` and a 2-layer Llama policy (``policy``) and reward
-    model (``rm``) on it: the --small configuration's models (tests.helpers.tiny_models)."""
-    from tests.helpers.tiny_models import chatml_tokenizer, tiny_llama
+@dataclass
+class ProgrammaticGold:
+    """Gold as a known function: the built-in domain's ``gold_reward`` (bench/farm_synthetic.py).
+    It is the truth by construction (accuracy 1, nothing held out)."""
 
-    tokenizer = chatml_tokenizer(folder / "tokenizer", corpus, vocab_size=600)
-    policy = tiny_llama(folder / "policy", tokenizer)
-    rm = tiny_llama(folder / "rm", tokenizer, seed=1, for_classification=True)
-    return policy, rm
+    accuracy: float = 1.0
+    n_held_out: int = 0
+
+    def score(self, prompts: Sequence[str], answers: Sequence[str]) -> np.ndarray:
+        """Gold rewards [N] of (prompt, answer) pairs."""
+        from bench.farm_synthetic import gold_rewards
+
+        return gold_rewards(prompts, answers)
 
 
 def train_gold(config: FarmConfig, rows: list[tuple[str, str, str]], base: Path, out: Path) -> Gold:
@@ -254,52 +295,6 @@ def _execute(run: Any, user: Any) -> Any:
     return run
 
 
-def gold_curve(run: Any, gold: Gold) -> list[dict[str, float]]:
-    """Gold's mean reward of the run's stored samples at each evaluated step, recorded as the
-    ``gold_reward_mean`` metric (the stopping panel's gold points); [{step, kl, proxy, gold}]."""
-    from training import services
-    from training.models import MetricPoint
-
-    rows = []
-    steps = sorted(set(run.samples.values_list("step", flat=True)))
-    for step in steps:
-        samples = list(run.samples.filter(step=step))
-        value = float(
-            np.mean(gold.score([s.prompt for s in samples], [s.response for s in samples]))
-        )
-        services.metrics_record(run_id=run.pk, step=step, metrics={"gold_reward_mean": value})
-        point = dict(MetricPoint.objects.filter(run=run, step=step).values_list("name", "value"))
-        rows.append(
-            {"step": step, "kl": point.get("kl"), "proxy": point.get("eval_reward_mean"),
-             "gold": value}
-        )  # fmt: skip
-    return rows
-
-
-def greedy_answers(model_dir: str | Path, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-    """The model's greedy answers to ``prompts`` (chat template), for the gold win rate."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    answers = []
-    with torch.inference_mode():
-        for prompt in prompts:
-            encoded = tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True,
-                return_tensors="pt", return_dict=True,
-            )  # fmt: skip
-            ids = encoded["input_ids"]
-            out = model.generate(
-                input_ids=ids, attention_mask=encoded["attention_mask"],
-                max_new_tokens=max_new_tokens, do_sample=False,
-                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-            )  # fmt: skip
-            answers.append(tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
-    return answers
-
-
 def win_rate(ours: np.ndarray, theirs: np.ndarray) -> float:
     """Share of prompts where ours scores above theirs under gold, a tie counting a half: [N] x2."""
     return float(np.mean((ours > theirs) + 0.5 * (ours == theirs)))
@@ -311,19 +306,20 @@ def run_pipeline(
     seed: int,
     *,
     rows: list[tuple[str, str, str]],
-    eval_prompts: list[str],
-    gold: Gold,
+    eval_rows: list[tuple[str, str, str]],
+    gold: Gold | ProgrammaticGold,
     base_model: str,
     start_policy: Path,
-) -> dict[str, Any]:
-    """One pipeline (``plain`` or ``concord``) at one seed, end to end (module docstring)."""
+) -> list[dict[str, Any]]:
+    """One pipeline (``plain`` or ``concord``) at one seed, end to end (module docstring): the
+    labels, consensus and reward model once, then one RL run per objective (plain: one run on its
+    single reward model; concord: one per ``config.objectives`` on its ensemble). One result each;
+    its ``cpu_s`` counts the shared part and its own run."""
     from django.contrib.auth import get_user_model
 
     from annotation.services.exporting import dataset_export
     from annotation.services.importing import comparisons_import, project_get_or_create
     from common.roles import ML_ENGINEER, role_assign
-    from monitoring.selectors.stopping_panel import run_peak_line
-    from monitoring.services.eval_rounds import decision_record
     from training import services
 
     if pipeline not in PIPELINES:
@@ -337,9 +333,9 @@ def run_pipeline(
     for i, (prompt, chosen, rejected) in enumerate(rows):
         a, b = (chosen, rejected) if rng.random() < 0.5 else (rejected, chosen)
         lines.append(
-            json.dumps({"prompt": prompt, "response_a": a, "response_b": b, "id": f"hh-{i}"})
+            json.dumps({"prompt": prompt, "response_a": a, "response_b": b, "id": f"pair-{i}"})
         )
-        golden[f"hh-{i}"] = (prompt, a, b)
+        golden[f"pair-{i}"] = (prompt, a, b)
     comparisons_import(project=project, lines=lines)
     scores_a = gold.score([g[0] for g in golden.values()], [g[1] for g in golden.values()])
     scores_b = gold.score([g[0] for g in golden.values()], [g[2] for g in golden.values()])
@@ -350,65 +346,122 @@ def run_pipeline(
     )
     consensus = "majority" if pipeline == "plain" else "dawid_skene"
     snapshot = services.snapshot_for(export=dataset_export(project=project, consensus=consensus))
-    common = {"max_length": 256, "learning_rate": 1e-3 if config.tiny else 1e-5, "seed": seed}
+    held_out = [
+        json.dumps({"prompt": p, "response_a": a, "response_b": b, "id": f"held-out-{i}"})
+        for i, (p, a, b) in enumerate(eval_rows)
+    ]  # after the export: prompts the runs never trained on, for the eval round
+    comparisons_import(project=project, lines=held_out)
+    size = 1 if pipeline == "plain" else config.ensemble_size
+    ensemble = {"ensemble_size": size, "ensemble_mode": "heads"} if size > 1 else {}
     rm = _execute(
         services.run_create(
             name=f"farm rm {pipeline} {seed}", kind="rm", base_model=base_model,
             snapshot=snapshot, created_by=engineer,
-            config={**common, "max_steps": config.rm_steps, "batch_size": 4,
-                    "checkpoint_every": 0, "eval_fraction": 0.0},
+            config={**_common(config, seed), "max_steps": config.rm_steps, "batch_size": 4,
+                    "checkpoint_every": 0, "eval_fraction": 0.0, **ensemble},
         ),
         engineer,
     )  # fmt: skip
+    shared = {"pipeline": pipeline, "seed": seed, "labels": labels, "consensus": consensus,
+              "ensemble_size": size, "rm_run": rm.pk}  # fmt: skip
+    shared_cpu = time.process_time() - started
+    results = []
+    for objective in ("single",) if size == 1 else config.objectives:
+        begun = time.process_time()
+        outcome = rl_and_stop(
+            config, pipeline, seed, objective, rm=rm, engineer=engineer, eval_rows=eval_rows,
+            gold=gold, base_model=base_model, start_policy=start_policy,
+        )  # fmt: skip
+        own = time.process_time() - begun
+        results.append({**shared, **outcome, "cpu_s": shared_cpu + own})
+    return results
+
+
+def _common(config: FarmConfig, seed: int) -> dict[str, Any]:
+    return {"max_length": 256, "learning_rate": 1e-3 if config.tiny else 1e-5, "seed": seed}
+
+
+def rl_and_stop(
+    config: FarmConfig,
+    pipeline: str,
+    seed: int,
+    objective: str,
+    *,
+    rm: Any,
+    engineer: Any,
+    eval_rows: list[tuple[str, str, str]],
+    gold: Gold | ProgrammaticGold,
+    base_model: str,
+    start_policy: Path,
+) -> dict[str, Any]:
+    """One RLOO run against ``rm`` under ``objective`` (``single``: a plain reward model), its
+    checkpoints' curve, the stop decision (plain: the last step; concord: the stopping panel's peak
+    line, else the best gold-rated checkpoint), the decision recorded, a gold-rated eval round on
+    the kept checkpoint, its gold win rate, the alarms' timeline and the stop rules' verdicts."""
+    from monitoring.selectors.stopping_panel import run_peak_line
+    from monitoring.services.eval_rounds import decision_record
+    from training import services
+
     rl = _execute(
         services.run_create(
-            name=f"farm rloo {pipeline} {seed}", kind="rloo", base_model=base_model,
-            snapshot=snapshot, created_by=engineer, reward_model_run=rm,
-            config={**common, "max_steps": config.rl_steps, "epochs": 50,
+            name=f"farm rloo {pipeline} {objective} {seed}", kind="rloo", base_model=base_model,
+            snapshot=rm.snapshot, created_by=engineer, reward_model_run=rm,
+            config={**_common(config, seed), "max_steps": config.rl_steps, "epochs": 50,
                     "batch_size": config.batch_size,
                     "rloo_k": config.rloo_k, "max_new_tokens": config.max_new_tokens,
                     "eval_every": config.eval_every, "checkpoint_every": config.eval_every,
-                    "eval_prompts": config.eval_prompts, "missing_eos_penalty": 0.0},
+                    "keep_checkpoints": config.rl_steps // config.eval_every + 1,
+                    "eval_prompts": config.eval_prompts, "missing_eos_penalty": 0.0,
+                    **({} if objective == "single" else {"reward_objective": objective})},
         ),
         engineer,
     )  # fmt: skip
-    curve = gold_curve(rl, gold)
+    eval_prompts = [p for p, _, _ in eval_rows]
+    curve = checkpoint_curve(
+        rl, Path(rm.output_dir) / "final", gold, eval_prompts, start_policy=start_policy,
+        max_new_tokens=config.max_new_tokens, gold_every=config.gold_every,
+    )  # fmt: skip
     peak = run_peak_line(rl, rated_rounds=[], n_boot=300)
     checkpoints = {f"step {c.step}": c for c in rl.checkpoints.all()}
-    last = rl.checkpoints.order_by("-step").first()
-    if pipeline == "plain" or not curve:
-        kept, rule = last, "fixed steps"
+    rated_steps = {row["step"]: row["gold"] for row in curve if row.get("gold_rated")}
+    if pipeline == "plain" or not rated_steps:
+        kept, rule = rl.checkpoints.order_by("-step").first(), "fixed steps"
     elif peak.checkpoint is not None:
         kept, rule = checkpoints[str(peak.checkpoint)], "peak estimate"
     else:
-        best = max(curve, key=lambda row: row["gold"])["step"]
-        kept = min(rl.checkpoints.all(), key=lambda c: (abs(c.step - best), c.step))
-        rule = "best gold point (no peak estimated)"
+        best = max(rated_steps, key=lambda step: rated_steps[step])
+        kept, rule = rl.checkpoints.get(step=best), "best gold-rated checkpoint (no peak)"
     decision_record(
         run=rl, decision="rollback", reviewer=engineer, checkpoint=kept,
         note=f"farm {pipeline}: {rule}; {peak.text}",
     )  # fmt: skip
-    prompts = eval_prompts
-    start = gold.score(prompts, greedy_answers(start_policy, prompts, config.max_new_tokens))
-    ours = gold.score(prompts, greedy_answers(kept.path, prompts, config.max_new_tokens))
-    alerts = list(rl.alerts.values_list("metric", "step"))
+    rated = gold_rated_round(
+        checkpoint=kept, project=rm.snapshot.export.project, gold=gold,
+        baseline_model=base_model, size=len(eval_rows), max_new_tokens=config.max_new_tokens,
+        seed=seed,
+    )  # fmt: skip
+    start = gold.score(
+        eval_prompts, policy_answers(start_policy, eval_prompts, config.max_new_tokens)
+    )
+    ours = gold.score(eval_prompts, policy_answers(kept.path, eval_prompts, config.max_new_tokens))
+    alerts = list(rl.alerts.order_by("step").values_list("metric", "step"))
     return {
-        "pipeline": pipeline,
-        "seed": seed,
-        "labels": labels,
-        "consensus": consensus,
-        "rm_run": rm.pk,
-        "rl_run": rl.pk,
-        "kept_step": kept.step,
-        "stop_rule": rule,
-        "peak_line": peak.text,
-        "gold_win_rate": win_rate(ours, start),
-        "gold_reward": float(ours.mean()),
-        "gold_reward_start": float(start.mean()),
-        "curve": curve,
-        "alerts": [{"metric": m, "step": s} for m, s in alerts],
-        "cpu_s": time.process_time() - started,
-    }
+        "objective": objective, "rl_run": rl.pk, "kept_step": kept.step, "stop_rule": rule,
+        "peak_line": peak.text, "eval_round": rated, "gold_win_rate": win_rate(ours, start),
+        "gold_reward": float(ours.mean()), "gold_reward_start": float(start.mean()),
+        "curve": curve, "alerts": [{"metric": m, "step": s} for m, s in alerts],
+        **judge_curve(curve, config),
+    }  # fmt: skip
+
+
+def judge_curve(curve: list[dict[str, Any]], config: FarmConfig) -> dict[str, Any]:
+    """A run's ``alarms`` (farm_rules.alarm_timeline) and ``stop_rules`` (compare_stop_rules, with
+    the configuration's fixed KL and gold points) from its curve."""
+    timeline = alarm_timeline(curve, alarm_signals(curve))
+    verdicts = compare_stop_rules(
+        curve, gold_start=curve[0]["gold"], kl_target=config.kl_target, gold_every=config.gold_every
+    )
+    return {"alarms": asdict(timeline), "stop_rules": [asdict(v) for v in verdicts]}
 
 
 # --- the farm ---------------------------------------------------------------------------------------
@@ -429,88 +482,139 @@ def mean_interval(
     return {"mean": float(array.mean()), "low": float(low), "high": float(high), "n": array.size}
 
 
-def run_farm(config: FarmConfig, seeds: Sequence[int], workdir: Path) -> dict[str, Any]:
-    """Gold, then both pipelines at every seed; the summary with intervals. Needs Django set up with
-    a database, and ``settings.CONCORD_MODELS_DIR`` writable (the base model goes there)."""
-    from django.conf import settings
-
+def farm_rows(config: FarmConfig) -> list[tuple[str, str, str]]:
+    """(prompt, better, worse) rows: gold's training rows, the labelled rows, then the evaluation
+    prompts' rows, in that order; the built-in domain's (seed 0) or HH-RLHF's from the shared data
+    (``CONCORD_SHARED_DATA``, else ../shared/data). ValueError when the file gives too few."""
+    needed = config.gold_pairs + config.pairs + config.eval_prompts
+    if config.data == "synthetic":
+        return synthetic_pairs(needed, 0, polite_bias=config.polite_bias)
+    if config.data != "hh":
+        raise ValueError(f"data must be 'synthetic' or 'hh', got {config.data!r}")
     data_dir = Path(os.environ.get("CONCORD_SHARED_DATA", ROOT.parent / "shared" / "data"))
-    started = time.process_time()
-    needed = config.pairs + config.gold_pairs + config.eval_prompts
     every = hh_rows(data_dir, needed, config.max_chars)
     if len(every) < needed:
         raise ValueError(f"{HH_FILE} gave {len(every)} usable rows, the config needs {needed}")
+    return every
+
+
+def farm_corpus(config: FarmConfig, rows: Sequence[tuple[str, str, str]]) -> list[str]:
+    """The tiny tokenizer's training texts: the rows' texts (twice), plus the built-in domain's
+    words and phrase for the synthetic data."""
+    texts = [text for row in rows for text in row] * 2
+    return synthetic_corpus(rows) + texts if config.data == "synthetic" else texts
+
+
+def variant_name(result: dict[str, Any], config: FarmConfig) -> str:
+    """The summary's key of a run: ``plain``, or ``concord`` with its objective when the config
+    compares objectives (``concord-wco``)."""
+    if result["pipeline"] == "plain" or len(config.objectives) == 1:
+        return result["pipeline"]
+    return f"{result['pipeline']}-{result['objective']}"
+
+
+def summarise(results: Sequence[dict[str, Any]], config: FarmConfig) -> dict[str, Any]:
+    """Per variant (``variant_name``): gold win rate, gold reward, labels and CPU seconds, each a
+    mean with a 90% bootstrap interval over the seeds."""
+    summary = {}
+    for name in dict.fromkeys(variant_name(r, config) for r in results):
+        mine = [r for r in results if variant_name(r, config) == name]
+        summary[name] = {
+            key: mean_interval([r[key] for r in mine])
+            for key in ("gold_win_rate", "gold_reward", "labels", "cpu_s")
+        }
+    return summary
+
+
+def merge_reports(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One report from farm runs of one configuration at different seeds (run side by side as
+    separate processes): runs joined in seed order, their alarms and stop rules judged again from
+    their curves (``judge_curve``), the summary recomputed."""
+    names = {r["config"]["name"] for r in reports}
+    if len(names) != 1:
+        raise ValueError(f"reports of different configurations: {sorted(names)}")
+    objectives = dict.fromkeys(o for r in reports for o in r["config"]["objectives"])
+    config = dataclasses.replace(CONFIGS[names.pop()], objectives=tuple(objectives))
+    runs = sorted((run for r in reports for run in r["runs"]), key=lambda run: run["seed"])
+    for run in runs:  # the judges of today's farm_rules on the recorded curves
+        run.update(judge_curve(run["curve"], config))
+    return {
+        **reports[0], "seeds": sorted({s for r in reports for s in r["seeds"]}), "runs": runs,
+        "summary": summarise(runs, config),
+        "cpu_s_total": sum(r["cpu_s_total"] for r in reports),
+        "parts": [{"seeds": r["seeds"], "cpu_s_total": r["cpu_s_total"]} for r in reports],
+    }  # fmt: skip
+
+
+def run_farm(
+    config: FarmConfig,
+    seeds: Sequence[int],
+    workdir: Path,
+    *,
+    partial: Path | None = None,
+    pipelines: Sequence[str] = PIPELINES,
+) -> dict[str, Any]:
+    """Gold, then the pipelines (both by default) at every seed; the summary with intervals. Needs
+    Django set up with a database, and ``settings.CONCORD_MODELS_DIR`` writable (the base model
+    goes there). ``partial``: a file rewritten with the runs done so far after each pipeline."""
+    from django.conf import settings
+
+    started = time.process_time()
+    every = farm_rows(config)
     gold_rows = every[: config.gold_pairs]
     rows = every[config.gold_pairs : config.gold_pairs + config.pairs]
-    eval_prompts = [p for p, _, _ in every[config.gold_pairs + config.pairs :]]
+    eval_rows = every[config.gold_pairs + config.pairs :]
     models = Path(settings.CONCORD_MODELS_DIR)
     base_model = "smollm2-135m-instruct"
     if config.tiny:
-        corpus = [text for row in every for text in row] * 2
-        policy, rm_base = tiny_models(workdir / "tiny", corpus)
-        import shutil
-
+        policy, rm_base = tiny_models(workdir / "tiny", farm_corpus(config, every))
+        if config.pretrain_steps:
+            answers = [(p, a) for p, better, worse in every for a in (better, worse)]
+            pretrain_policy(policy, answers, steps=config.pretrain_steps, seed=0)
         shutil.copytree(policy, models / base_model, dirs_exist_ok=True)
         gold_base, start_policy = rm_base, policy
     else:
         start_policy = models / base_model
         gold_base = start_policy
-    gold = train_gold(config, gold_rows, gold_base, workdir)
+    gold: Gold | ProgrammaticGold = (
+        ProgrammaticGold()
+        if config.data == "synthetic"
+        else train_gold(config, gold_rows, gold_base, workdir)
+    )
     gold_cpu = time.process_time() - started
-    results = [
-        run_pipeline(
-            config, pipeline, seed, rows=rows, eval_prompts=eval_prompts, gold=gold,
-            base_model=base_model, start_policy=start_policy,
-        )
-        for seed in seeds
-        for pipeline in PIPELINES
-    ]  # fmt: skip
-    summary = {}
-    for pipeline in PIPELINES:
-        mine = [r for r in results if r["pipeline"] == pipeline]
-        summary[pipeline] = {
-            key: mean_interval([r[key] for r in mine])
-            for key in ("gold_win_rate", "gold_reward", "labels", "cpu_s")
-        }
+    results: list[dict[str, Any]] = []
+    for seed in seeds:
+        for pipeline in pipelines:
+            results += run_pipeline(
+                config, pipeline, seed, rows=rows, eval_rows=eval_rows, gold=gold,
+                base_model=base_model, start_policy=start_policy,
+            )  # fmt: skip
+            if partial is not None:  # what is done so far, should the farm be stopped
+                partial.write_text(json.dumps({"config": asdict(config), "runs": results},
+                                              default=float))  # fmt: skip
+    summary = summarise(results, config)
     return {
         "config": asdict(config),
         "seeds": list(seeds),
-        "gold": {"accuracy": gold.accuracy, "held_out_pairs": gold.n_held_out, "cpu_s": gold_cpu},
+        "gold": {
+            "kind": "programmatic" if config.data == "synthetic" else "reward model",
+            "accuracy": gold.accuracy,
+            "held_out_pairs": gold.n_held_out,
+            "cpu_s": gold_cpu,
+        },
         "summary": summary,
         "runs": results,
         "cpu_s_total": time.process_time() - started,
     }
 
 
-def plot(report: dict[str, Any], out: Path) -> None:
-    """Gold and proxy reward against sqrt(KL) at every evaluation, one line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
-    colours = {"plain": "tab:grey", "concord": "tab:blue"}
-    for run in report["runs"]:
-        points = [p for p in run["curve"] if p["kl"] is not None]
-        d = [max(p["kl"], 0.0) ** 0.5 for p in points]
-        label = f"{run['pipeline']} seed {run['seed']}"
-        axes[0].plot(d, [p["gold"] for p in points], "o-", color=colours[run["pipeline"]],
-                     alpha=0.7, label=label)  # fmt: skip
-        axes[1].plot(d, [p["proxy"] for p in points], "o-", color=colours[run["pipeline"]],
-                     alpha=0.7, label=label)  # fmt: skip
-    axes[0].set(title="gold reward", xlabel="sqrt(KL)", ylabel="reward")
-    axes[1].set(title="proxy reward (eval_reward_mean)", xlabel="sqrt(KL)")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"Concord farm ({report['config']['name']}), seeds {report['seeds']}")
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-
-
-def _setup_django() -> Any:
-    """Django with a fresh test database (created here, dropped by the caller's teardown) and the
-    broker answered in-process (runs execute on this process, as the tests do)."""
+def _setup_django(*, eager: bool = True) -> Any:
+    """Django with a fresh test database (created here, dropped by the caller's teardown). With
+    ``eager`` the broker is answered in-process (every task runs on this process, as the tests
+    do); without, tasks go to ``CELERY_BROKER_URL`` with no worker behind it: the farm still
+    executes its training runs and round generation itself, and the dashboards' debounced
+    refreshes (an agreement report after every judgement, a stopping panel after every rating,
+    seconds each on a loaded machine) are left queued."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
@@ -520,7 +624,7 @@ def _setup_django() -> Any:
 
     from config.celery import app
 
-    app.conf.task_always_eager = True
+    app.conf.task_always_eager = eager
     setup_test_environment()
     old_name = connection.settings_dict["NAME"]
     connection.creation.create_test_db(verbosity=0, autoclobber=True)
@@ -530,11 +634,35 @@ def _setup_django() -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="the CI configuration: tiny models")
+    parser.add_argument(
+        "--config", choices=sorted(CONFIGS), help="a named configuration (default: full)"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--objectives", nargs="+", choices=("mean", "wco", "uwo"),
+        help="the Concord runs' objectives (default: the configuration's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", help="join these JSON reports (one per seed) and stop"
+    )
+    parser.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
+    parser.add_argument(
+        "--no-side-tasks", action="store_true",
+        help="send tasks to the broker with no worker: the dashboards' refreshes do not run",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    config = SMALL if args.small else FULL
-    old_name = _setup_django()
+    if args.merge:
+        merged = merge_reports([json.loads(path.read_text()) for path in args.merge])
+        stem = f"farm-{merged['config']['name']}"
+        (args.out / f"{stem}.json").write_text(json.dumps(merged, indent=2, default=float) + "\n")
+        plot(merged, args.out / f"{stem}.png")
+        print(json.dumps(merged["summary"], indent=2))
+        return 0
+    config = SMALL if args.small else CONFIGS[args.config or "full"]
+    if args.objectives:
+        config = dataclasses.replace(config, objectives=tuple(args.objectives))
+    old_name = _setup_django(eager=not args.no_side_tasks)
     from django.conf import settings
     from django.db import connection
 
@@ -546,14 +674,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             if config.tiny:
                 settings.CONCORD_MODELS_DIR = work / "models"
                 (work / "models").mkdir()
-            report = run_farm(config, args.seeds, work)
+            args.out.mkdir(parents=True, exist_ok=True)
+            partial = args.out / f"farm-{config.name}.partial.json"
+            report = run_farm(config, args.seeds, work, partial=partial, pipelines=args.pipelines)
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
     report["machine"] = {"cpu_count": os.cpu_count(), "precision": "float32", "device": "cpu"}
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "farm-small" if args.small else "farm"
+    stem = "farm" if config is FULL else f"farm-{config.name}"
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=float) + "\n")
-    plot(report, args.out / f"{stem}.png")
+    try:
+        plot(report, args.out / f"{stem}.png")
+    except ImportError:  # matplotlib is the bench extra's: draw later with bench/farm_plot.py
+        print(f"matplotlib missing: no PNG; run bench/farm_plot.py {args.out / stem}.json")
     print(json.dumps({"gold": report["gold"], "summary": report["summary"]}, indent=2))
     return 0
 

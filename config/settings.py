@@ -401,6 +401,12 @@ CONCORD_ALERT_RULES = [
      "meaning": "ensemble disagreement rising: the reward models disagree on the policy's answers "
                 "twice as much as at the first evaluation (early sign of reward gaming)",
      "diagnosis_step": 2},
+    # Relative: fires when the held-out answers grow to 1.5 times their first evaluated length.
+    {"metric": "eval_response_length", "direction": ">", "threshold": 1.5,
+     "relative_to_first": True,
+     "meaning": "answers growing long: 1.5 times their length at the first evaluation (the reward "
+                "model may be paying for length rather than content)",
+     "diagnosis_step": 2},
 ]  # fmt: skip
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-jobs": {"task": "common.tasks.jobs_reap_stale", "schedule": 60.0},

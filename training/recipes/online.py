@@ -34,12 +34,17 @@ from training.inference.engine_choice import engine_for
 from training.recipes.config import ConfigError, OnlineRLConfig
 from training.recipes.data import ChatEncoder, FitLog, Messages, chunks, load_prompt_clusters
 from training.recipes.distributed import Ranks, all_gather_rows, gather_objects
-from training.recipes.ensemble_scoring import EnsembleScorer, reward_members, score_member_texts
+from training.recipes.ensemble_scoring import reward_members, score_member_texts
 from training.recipes.lora import is_lora_model
 from training.recipes.models import input_limit, load_policy, load_tokenizer, reference_model
 from training.recipes.packing import TokenizedSequence
 from training.recipes.runtime import autocast, rng_state, set_rng_state
-from training.recipes.scoring import EnsembleManifest, RewardScorer, load_member_scorer
+from training.recipes.scoring import (
+    EnsembleManifest,
+    RewardEnsemble,
+    RewardScorer,
+    load_member_scorer,
+)
 
 # The held-out prompts depend on the data file only, not on the run's seed, so runs with different
 # seeds on the same data are evaluated on the same prompts.
@@ -51,14 +56,14 @@ class OnlineModels:
     """What an online recipe loads: the trainable policy (``packed``: packed batches work with it),
     the frozen reference (None when the config needs none: GRPO with kl_coef 0), and the frozen
     reward model behind ``scorer`` (None when GRPO scores with verifiable rewards alone; an
-    ``EnsembleScorer`` for an ensemble of independent reward models)."""
+    ``RewardEnsemble`` for an ensemble of independent reward models)."""
 
     tokenizer: Any  # the policy's, left padding for generation
     encoder: ChatEncoder
     policy: Any
     packed: bool
     reference: Any | None
-    scorer: RewardScorer | EnsembleScorer | None
+    scorer: RewardScorer | RewardEnsemble | None
 
 
 def load_online_models(
@@ -90,10 +95,10 @@ def load_online_models(
 
 def load_reward_scorer(
     config: OnlineRLConfig, device: torch.device
-) -> RewardScorer | EnsembleScorer:
+) -> RewardScorer | RewardEnsemble:
     """The frozen reward model of ``config.reward_model`` behind a scorer, conditioned on the
     prompts' clusters when it was trained per cluster. An ensemble (``ensemble.json`` beside it):
-    one scorer with K heads, or an ``EnsembleScorer`` over its K member folders."""
+    one scorer with K heads, or a ``RewardEnsemble`` over its K member folders."""
     manifest = EnsembleManifest.read(config.reward_model)  # a plain reward model: heads, K = 1
     if manifest.mode == "heads":
         return _load_member_scorer(
@@ -104,7 +109,7 @@ def load_reward_scorer(
         _load_member_scorer(folder, config, device, fit)
         for folder in (Path(config.reward_model) / name for name in manifest.members)
     ]
-    return EnsembleScorer(members, fit)
+    return RewardEnsemble(manifest, members, fit)
 
 
 def _load_member_scorer(
@@ -269,7 +274,7 @@ def sample_rollouts(
 
 @torch.no_grad()
 def score_rollout_members(
-    scorer: RewardScorer | EnsembleScorer, rollouts: Sequence[Rollout], batch_size: int
+    scorer: RewardScorer | RewardEnsemble, rollouts: Sequence[Rollout], batch_size: int
 ) -> torch.Tensor:
     """Every reward-model member's scores [K, R] float32 (K = 1 for a plain reward model; the
     reward model reads text, so its tokenizer may differ; a cluster-conditioned one reads each
@@ -309,7 +314,7 @@ def objective_scores(
 
 @torch.no_grad()
 def score_rollouts(
-    scorer: RewardScorer | EnsembleScorer,
+    scorer: RewardScorer | RewardEnsemble,
     rollouts: Sequence[Rollout],
     batch_size: int,
     config: OnlineRLConfig,

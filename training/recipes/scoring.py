@@ -351,14 +351,21 @@ class RewardEnsemble:
     """K reward models scoring the same (prompt, response) pairs: ``score`` -> [K, B].
 
     ``scorers``: one ``RewardScorer`` whose model has K outputs (mode ``heads``) or K scorers of
-    one output each (mode ``independent``). A plain reward model is an ensemble of one."""
+    one output each (mode ``independent``). A plain reward model is an ensemble of one. The online
+    recipes score an independent ensemble through it too (``ensemble_scoring``)."""
 
-    def __init__(self, manifest: EnsembleManifest, scorers: Sequence[RewardScorer]) -> None:
+    def __init__(
+        self,
+        manifest: EnsembleManifest,
+        scorers: Sequence[RewardScorer],
+        fit: FitLog | None = None,
+    ) -> None:
         expected = 1 if manifest.mode == "heads" else manifest.size
         if len(scorers) != expected:
             raise ValueError(f"mode {manifest.mode!r} needs {expected} scorers, got {len(scorers)}")
         self.manifest = manifest
         self.scorers = list(scorers)
+        self.fit = fit or self.scorers[0].fit  # the input-fitting log the members share, if any
 
     @property
     def mode(self) -> str:
@@ -372,6 +379,14 @@ class RewardEnsemble:
         for scorer in self.scorers:
             scorer.model.eval().requires_grad_(False)
         return self
+
+    def share_clusters(self, variants: Sequence[Messages], originals: Sequence[Messages]) -> None:
+        """Every member places ``variants`` in the clusters of ``originals`` (RewardScorer's)."""
+        for scorer in self.scorers:
+            scorer.share_clusters(variants, originals)
+
+    def conditioned_clusters(self) -> int:
+        return self.scorers[0].conditioned_clusters()
 
     def score_inputs(
         self,
@@ -533,24 +548,12 @@ def reward_scores(
     """Scalar rewards [N] of (conversation, response) pairs under the reward model in ``folder``,
     on the GPU when there is one, ``batch_size`` pairs a forward. ``conversations``: [N] lists of
     {"role", "content"} messages; ``texts``: [N] responses. Inputs are fitted to ``max_length``
-    tokens (half kept for the prompt when needed). A multi-aspect model gives the weighted sum
-    of its aspects with the weights saved beside it."""
-    scorer = load_member_scorer(
-        folder,
-        device=torch.device("cuda" if torch.cuda.is_available() else "cpu"),
-        num_labels=1,
-        max_length=max_length,
-        prompt_budget=max_length // 2,
-        packing=False,
-        fit=FitLog("samples"),
-        prompt_clusters=dict,
+    tokens (half kept for the prompt when needed). An ensemble (``ensemble.json``) scores with its
+    members' mean (``load_reward_ensemble``); a multi-aspect model gives the weighted sum of its
+    aspects with the weights saved beside it."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ensemble = load_reward_ensemble(
+        folder, device, max_length=max_length, prompt_budget=max_length // 2
     )
-    inputs = [
-        scorer.encode(tuple((m["role"], m["content"]) for m in conv), text)
-        for conv, text in zip(conversations, texts, strict=True)
-    ]
-    out: list[float] = []
-    with torch.inference_mode():
-        for start in range(0, len(inputs), batch_size):
-            out.extend(scorer.score(inputs[start : start + batch_size]).tolist())
-    return out
+    prompts = [tuple((m["role"], m["content"]) for m in conv) for conv in conversations]
+    return ensemble.score(prompts, list(texts), batch_size=batch_size).mean(dim=0).tolist()

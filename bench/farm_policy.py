@@ -1,0 +1,73 @@
+"""The small farm's models (issue #34): a tiny tokenizer and 2-layer Llamas built from configs, and a
+short language-model pre-training of the tiny policy on the built-in domain's answers, so that it
+starts as an "instruct" model that answers in the domain's words (a random one babbles, and no
+reward would move it in a few steps). Worker-side code: torch and transformers are imported inside
+the functions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+
+def tiny_models(folder: Path, corpus: list[str]) -> tuple[Path, Path]:
+    """A tiny tokenizer trained on ``corpus`` and a 2-layer Llama policy (``policy``) and reward
+    model (``rm``) on it: the small configuration's models (tests.helpers.tiny_models)."""
+    from tests.helpers.tiny_models import chatml_tokenizer, tiny_llama
+
+    tokenizer = chatml_tokenizer(folder / "tokenizer", corpus, vocab_size=600)
+    policy = tiny_llama(folder / "policy", tokenizer)
+    rm = tiny_llama(folder / "rm", tokenizer, seed=1, for_classification=True)
+    return policy, rm
+
+
+def pretrain_policy(
+    folder: Path,
+    conversations: Sequence[tuple[str, str]],
+    *,
+    steps: int,
+    seed: int = 0,
+    batch_size: int = 16,
+    learning_rate: float = 3e-3,
+) -> list[float]:
+    """Train the causal LM in ``folder`` in place for ``steps`` AdamW steps of next-token loss on
+    (prompt, answer) ``conversations`` in its chat template (every token, the answer's end token
+    included, so it learns to stop), ``batch_size`` conversations a step drawn with ``seed``.
+    Returns the loss of each step. float32 on the CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if steps < 0 or batch_size < 1 or not conversations:
+        raise ValueError(
+            f"need steps >= 0, batch_size >= 1 and conversations; got {steps}, {batch_size}, "
+            f"{len(conversations)}"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), padding_side="right")
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).train()
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}, {"role": "assistant", "content": a}], tokenize=False
+        )
+        for p, a in conversations
+    ]
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    labels = encoded["input_ids"].masked_fill(encoded["attention_mask"] == 0, -100)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    losses = []
+    for _ in range(steps):
+        pick = torch.as_tensor(rng.integers(0, len(texts), batch_size))
+        out = model(
+            input_ids=encoded["input_ids"][pick],
+            attention_mask=encoded["attention_mask"][pick],
+            labels=labels[pick],
+        )
+        optimiser.zero_grad()
+        out.loss.backward()
+        optimiser.step()
+        losses.append(float(out.loss.detach()))
+    model.eval().save_pretrained(str(folder))
+    return losses

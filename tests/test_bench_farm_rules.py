@@ -1,0 +1,126 @@
+"""The farm's alarm timeline and stop rules (bench/farm_rules.py) on hand-made curves: gold of known
+peak, alarms of known first firing, and the three stop rules on Gao's curve with a known peak
+(alpha 1, beta 0.5: KL* = e^2 = 7.389)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from bench.farm_rules import (
+    alarm_signals,
+    alarm_timeline,
+    compare_stop_rules,
+    gold_peak_and_fall,
+    judge_stop,
+    stop_index_fixed_kl,
+    stop_index_peak_fit,
+    stop_index_plateau,
+)
+
+PEAK_KL = math.e**2
+
+
+def _gao(kl, alpha=1.0, beta=0.5):
+    d = np.sqrt(np.asarray(kl, dtype=float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(d > 0, d * (alpha - beta * np.log(d)), 0.0)
+
+
+def test_gold_peak_and_fall_by_hand():
+    # peak 2.0 at index 2; 5% below is 1.9: index 3 (1.95) is not yet, index 4 (1.9) is
+    assert gold_peak_and_fall([1.0, 1.5, 2.0, 1.95, 1.9, 1.0]) == (2, 4)
+    assert gold_peak_and_fall([1.0, 2.0, 3.0]) == (2, None)  # still rising: no fall
+    # a negative peak falls by 5% of its size: -1.0 -> -1.05
+    assert gold_peak_and_fall([-2.0, -1.0, -1.04, -1.05]) == (1, 3)
+    assert gold_peak_and_fall([0.0, 0.0, -0.1]) == (0, 2)  # equal to a peak of 0 is no fall
+    with pytest.raises(ValueError, match="non-empty"):
+        gold_peak_and_fall([])
+
+
+def _curve():
+    """Gold peaks at step 30 and has fallen 5% at step 50; the proxy rises throughout."""
+    gold = [1.0, 1.5, 2.0, 1.95, 1.8, 1.5]
+    rows = []
+    for i, g in enumerate(gold):
+        rows.append(
+            {"step": 10 * (i + 1), "kl": 0.5 * (i + 1), "proxy": 1.0 + i, "gold": g,
+             "words": [6, 6, 7, 8, 9, 12][i], "repetition": [0, 0, 0, 0.05, 0.2, 0.3][i],
+             "rho": [0.8, 0.7, 0.5, 0.2, 0.1, None][i],
+             "disagreement": [0.1, 0.12, 0.15, 0.21, 0.3, 0.4][i]}
+        )  # fmt: skip
+    return rows
+
+
+def test_alarms_fire_where_the_hand_made_curve_says():
+    curve = _curve()
+    signals = alarm_signals(curve)
+    # rho < 0.3 from index 3; words >= 9 (1.5 x 6) from index 4; repetition > 0.1 from index 4;
+    # disagreement >= 0.2 from index 3; proxy up while gold down over 3 evaluations from index 4
+    assert signals["rm_vs_human"] == [False, False, False, True, True, False]
+    assert signals["length"] == [False, False, False, False, True, True]
+    assert signals["repetition"] == [False, False, False, False, True, True]
+    assert signals["disagreement"] == [False, False, False, True, True, True]
+    assert signals["hacking_trend"][:4] == [False] * 4 and signals["hacking_trend"][4]
+    timeline = alarm_timeline(curve, signals)
+    assert (timeline.peak_step, timeline.peak_gold, timeline.fall_step) == (30, 2.0, 50)
+    assert timeline.first_fired == {
+        "rm_vs_human": 40, "hacking_trend": 50, "length": 50, "repetition": 50,
+        "disagreement": 40,
+    }  # fmt: skip
+    assert timeline.before_fall == {
+        "rm_vs_human": True, "hacking_trend": False, "length": False, "repetition": False,
+        "disagreement": True,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="has 2 values for 6 rows"):
+        alarm_timeline(curve, {"x": [True, False]})
+
+
+def test_one_model_has_no_disagreement_alarm_and_a_flat_run_no_alarm():
+    curve = [
+        {"step": s, "kl": 0.1 * s, "proxy": 1.0, "gold": 1.0, "words": 5, "repetition": 0.0,
+         "rho": 0.9, "disagreement": None}
+        for s in (1, 2, 3, 4)
+    ]  # fmt: skip
+    signals = alarm_signals(curve)
+    assert not any(any(v) for v in signals.values())
+    assert alarm_timeline(curve, signals).before_fall == dict.fromkeys(signals)  # gold never fell
+
+
+def test_peak_fit_rule_stops_near_the_known_peak():
+    """The proxy drifts above gold by 0.3 sqrt(KL); gold every 2nd evaluation corrects the slope:
+    the rule keeps the checkpoint nearest KL* = e^2 (7.0, on a grid of 0.5), within 15%."""
+    kl = np.arange(1, 31) * 0.5
+    gold = _gao(kl)
+    proxy = gold + 0.3 * np.sqrt(kl)
+    index = stop_index_peak_fit(kl, proxy, gold, gold_every=2)
+    assert kl[index] == pytest.approx(7.5, abs=0.51)
+    assert abs(kl[index] - PEAK_KL) / PEAK_KL <= 0.15
+    # without gold points it would trust the drifting proxy and stop later
+    uncorrected = stop_index_peak_fit(kl, proxy, gold, gold_every=len(kl) + 1)
+    assert kl[uncorrected] > kl[index]
+
+
+def test_plateau_and_fixed_kl_rules_by_hand():
+    # gains per evaluation over the last 3: (3-1)/2 = 1, (3-2)/2, (3-3)/2 = 0 at index 4
+    assert stop_index_plateau([1.0, 2.0, 3.0, 3.0, 3.0, 3.0]) == 4
+    assert stop_index_plateau([1.0, 2.0, 3.0]) == 2  # never plateaus: the last
+    assert stop_index_fixed_kl([0.1, 0.4, 0.6, 0.9], target=0.5) == 2
+    assert stop_index_fixed_kl([0.1, 0.2], target=0.5) == 1
+    with pytest.raises(ValueError, match="target KL > 0"):
+        stop_index_fixed_kl([0.1], target=0.0)
+
+
+def test_judge_stop_by_hand_and_the_three_rules_side_by_side():
+    curve = _curve()
+    # gold peak 2.0 at KL 1.5, start 1.0: index 3 keeps (1.95 - 1) / (2 - 1) = 0.95 at KL 2.0
+    verdict = judge_stop("x", 3, curve, gold_start=1.0)
+    assert verdict.kept == pytest.approx(0.95) and verdict.keeps_gold
+    assert verdict.kl_error == pytest.approx(0.5 / 1.5) and not verdict.within_kl
+    exact = judge_stop("x", 2, curve, gold_start=1.0)
+    assert exact.kl_error == 0 and exact.kept == 1 and exact.within_kl
+    verdicts = compare_stop_rules(curve, gold_start=1.0, kl_target=1.0)
+    assert [v.rule for v in verdicts] == ["peak_fit", "plateau", "fixed_kl"]
+    assert verdicts[2].index == 1  # KL 1.0 reached at the second evaluation
+    with pytest.raises(ValueError, match="outside"):
+        judge_stop("x", 6, curve, gold_start=1.0)
