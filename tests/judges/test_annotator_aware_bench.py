@@ -3,24 +3,17 @@ label, the expected calibration error, the mean and sd over seeds of both models
 paired difference, and the file of finished runs a rerun resumes from."""
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.helpers.bench_scripts import bench_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import bench_annotator_aware_rm
-
-        yield bench_annotator_aware_rm
-    finally:
-        sys.path.remove(str(BENCH))
+    with bench_script("bench_annotator_aware_rm") as module:
+        yield module
 
 
 def test_majority_is_the_strict_plurality(bench):

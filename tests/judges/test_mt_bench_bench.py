@@ -5,24 +5,17 @@ figures are read against; and that without FastChat's texts it says the judges w
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.helpers.bench_scripts import BENCH, bench_script
 from tests.helpers.shared_data import DATA_DIR, MT_BENCH, require
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import judge_mt_bench
-
-        yield judge_mt_bench
-    finally:
-        sys.path.remove(str(BENCH))
+    with bench_script("judge_mt_bench") as module:
+        yield module
 
 
 def test_the_split_is_by_question_and_loses_no_vote(bench):
