@@ -15,9 +15,8 @@ The votes (../shared/data/mt_bench_human_judgments_turn1.jsonl) and FastChat's t
   optimiser steps of ``--rm-batch`` pairs, ``--rm-max-length`` tokens): far less than one epoch.
 - ``smollm2-short``: SmolLM2-135M-Instruct with bench/judge_template_short.txt, greedy, both orders,
   on a fixed random sample of ``--llm-comparisons`` voted comparisons (``--subset-seed``; CPU
-  time); run as
-  ``manage.py judge_run`` on project ``mt-bench-subset``, where the other two judges' verdicts on
-  the same comparisons are imported too, so the subset rows compare like with like.
+  time); run as ``manage.py judge_run`` on project ``mt-bench-subset``, where the other two judges'
+  verdicts on the same comparisons are imported too, so the subset rows compare like with like.
 
 Every figure is read from ``manage.py judge_report --json``: Cohen's kappa with the experts'
 majority, the paper's agreement figures (with / without ties), swap-flip rate, position and length
