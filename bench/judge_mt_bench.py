@@ -14,9 +14,9 @@ The votes (../shared/data/mt_bench_human_judgments_turn1.jsonl) and FastChat's t
   The verdicts of the 8 folds are imported as one judge. A CPU-feasible budget (``--rm-steps``
   optimiser steps of ``--rm-batch`` pairs, ``--rm-max-length`` tokens): far less than one epoch.
 - ``smollm2-short``: SmolLM2-135M-Instruct with bench/judge_template_short.txt, greedy, both orders,
-  on the first ``--llm-comparisons`` comparisons of questions 81-90 only (CPU time); run as
-  ``manage.py judge_run`` on project ``mt-bench-subset``, where the other two judges' verdicts on
-  the same comparisons are imported too, so the subset rows compare like with like.
+  on a fixed random sample of ``--llm-comparisons`` voted comparisons (``--subset-seed``; CPU
+  time); run as ``manage.py judge_run`` on project ``mt-bench-subset``, where the other two judges'
+  verdicts on the same comparisons are imported too, so the subset rows compare like with like.
 
 Every figure is read from ``manage.py judge_report --json``: Cohen's kappa with the experts'
 majority, the paper's agreement figures (with / without ties), swap-flip rate, position and length
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -146,7 +147,8 @@ def rm_fold_verdicts(args: argparse.Namespace) -> tuple[dict[str, str], dict[str
     """{external id: "a" | "b"} of the reward model on every comparison of the folds done, each
     judged by the fold model that never saw its question; and timings. Each fold's verdicts and
     times are appended to ``args.rm_verdicts`` as it finishes, and folds already there are not
-    trained again (a rerun resumes); no new fold starts after ``args.rm_deadline_s`` seconds."""
+    trained again (a rerun resumes); only ``args.folds`` are trained, and no new fold starts after
+    ``args.rm_deadline_s`` seconds. The verdicts returned are those of every fold in the file."""
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_annotator_aware_rm import majority, mt_bench_items
 
@@ -158,7 +160,7 @@ def rm_fold_verdicts(args: argparse.Namespace) -> tuple[dict[str, str], dict[str
     store = Path(args.rm_verdicts)
     done = [json.loads(line) for line in store.open()] if store.is_file() else []
     started = time.perf_counter()
-    for fold in range(FOLDS):
+    for fold in args.folds:
         if any(row["fold"] == fold for row in done):
             continue
         if time.perf_counter() - started > args.rm_deadline_s:
@@ -213,6 +215,16 @@ def rm_fold_verdicts(args: argparse.Namespace) -> tuple[dict[str, str], dict[str
     return verdicts, timings
 
 
+def llm_subset(voted: set[str], size: int, seed: int) -> set[str]:
+    """A fixed random sample of ``size`` of the voted comparisons' external ids (all of them when
+    ``size`` is larger): the same ids for the same seed on every run, from any question."""
+    if size < 1:
+        raise SystemExit(f"--llm-comparisons must be at least 1, got {size}")
+    ordered = sorted(voted)
+    sample = random.Random(seed).sample(ordered, min(size, len(ordered)))  # noqa: S311 (no secret)
+    return set(sample)
+
+
 COLUMNS = (
     ("scope", "Scope"), ("judge", "Judge"), ("items", "Pairs"),
     ("kappa_consensus", "κ vs majority"), ("judge_human", "Agree w/ ties"),
@@ -234,7 +246,7 @@ def table_row(scope: str, name: str, report: dict[str, Any], per_s: float | None
         "judge_human_no_ties": votes["judge_human_no_ties"], "human_human": votes["human_human"],
         "human_human_no_ties": votes["human_human_no_ties"], "flip": flip,
         "position_bias": report["position_bias"], "length_bias": report["length_bias"],
-        "answers_per_s": None if per_s is None else round(per_s, 2),
+        "answers_per_s": None if per_s is None else round(per_s, 3),
     }  # fmt: skip
 
 
@@ -263,9 +275,24 @@ def main() -> None:
     parser.add_argument(
         "--rm-deadline-s", type=float, default=float("inf"), help="start no fold after this"
     )
-    parser.add_argument("--llm-comparisons", type=int, default=40)
+    parser.add_argument(
+        "--folds",
+        nargs="+",
+        type=int,
+        choices=range(FOLDS),
+        default=list(range(FOLDS)),
+        help="the folds this process trains (several processes can share --rm-verdicts)",
+    )
+    parser.add_argument("--llm-comparisons", type=int, default=40, help="the subset's size")
+    parser.add_argument("--subset-seed", type=int, default=0, help="which random subset")
     parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--skip-llm", action="store_true")
+    parser.add_argument(
+        "--llm-ran",
+        action="store_true",
+        help="the SmolLM2 judge already ran on the subset project (manage.py judge_run beside "
+        "the reward model's folds): report it, answers/s from its stored seconds per answer",
+    )
     parser.add_argument(
         "--reuse-projects",
         action="store_true",
@@ -297,13 +324,7 @@ def main() -> None:
     result["machine"] = {"cpu": cpu_flags(), "threads": torch.get_num_threads(),
                          "precision": "float32", "loaded": os.getloadavg()}  # fmt: skip
     voted = {external_id(v["question_id"], v["model_a"], v["model_b"]) for v in experts}
-    first_questions = sorted({int(v["question_id"]) for v in experts})[:10]
-    subset_ids = sorted(
-        {external_id(v["question_id"], v["model_a"], v["model_b"]) for v in experts
-         if int(v["question_id"]) in first_questions},
-        key=lambda i: (int(i.split(":")[1]), i),
-    )[: args.llm_comparisons]  # fmt: skip
-    subset = set(subset_ids)
+    subset = llm_subset(voted, args.llm_comparisons, args.subset_seed)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if not args.reuse_projects:
@@ -324,7 +345,9 @@ def main() -> None:
         reports |= {(PROJECT, "rm-8fold"): rm_per_s}
         if subset & set(rm):
             reports |= {(SUBSET, "rm-8fold"): rm_per_s}
-    if not args.skip_llm:
+    if args.llm_ran:
+        reports[(SUBSET, "smollm2-short")] = None  # answers/s from its report, below
+    elif not args.skip_llm:
         began = time.perf_counter()
         manage("judge_run", "--project", SUBSET, "--judge", "smollm2-short", "--model",
                "smollm2-135m-instruct", "--template", str(ROOT / "bench" /
@@ -335,9 +358,14 @@ def main() -> None:
     rows, full = [], {}
     for (slug, judge), per_s in reports.items():
         report = _report(slug, judge)
+        if per_s is None and report["seconds_per_answer"]:
+            per_s = 1 / report["seconds_per_answer"]  # its job's own time, loading left out
         full[f"{slug}/{judge}"] = report
-        scope = "all 80 questions" if slug == PROJECT else f"{len(subset)} pairs of q81-90"
+        scope = "all 80 questions" if slug == PROJECT else f"{len(subset)} random pairs"
+        if judge == "rm-8fold" and len(rm_timings["folds_done"]) < FOLDS:  # a partial run
+            scope += f", reward model's folds {rm_timings['folds_done']} only"
         rows.append(table_row(scope, judge, report, per_s))
+    result["machine"]["loaded_at_end"] = os.getloadavg()
     result.update(rows=rows, reports=full)
     print(json.dumps(result, indent=1))
     print(markdown(rows), file=sys.stderr)

@@ -5,24 +5,17 @@ figures are read against; and that without FastChat's texts it says the judges w
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.helpers.bench_scripts import BENCH, bench_script
 from tests.helpers.shared_data import DATA_DIR, MT_BENCH, require
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import judge_mt_bench
-
-        yield judge_mt_bench
-    finally:
-        sys.path.remove(str(BENCH))
+    with bench_script("judge_mt_bench") as module:
+        yield module
 
 
 def test_the_split_is_by_question_and_loses_no_vote(bench):
@@ -58,3 +51,20 @@ def test_without_the_texts_the_bench_says_the_judges_were_not_run(tmp_path):
     result = json.loads(out.stdout)
     assert (result["experts"]["comparisons"], result["experts"]["votes"]) == (821, 1343)
     assert result["judges"].startswith("not run: the votes carry no text")
+
+
+def test_the_llm_subset_is_a_fixed_random_sample_of_the_voted_comparisons(bench):
+    """The same ids for the same seed whatever the set's order, another sample for another seed,
+    drawn from all the questions (not the first ones), never more than there are; a size below 1
+    is refused."""
+    pairs = ("m1|m2", "m1|m3", "m2|m3")
+    voted = {f"mt-bench:{q}:turn1:{pair}" for q in range(81, 161) for pair in pairs}
+    first = bench.llm_subset(voted, 40, 0)
+    assert first == bench.llm_subset(set(sorted(voted, reverse=True)), 40, 0)
+    assert len(first) == 40 and first <= voted
+    assert bench.llm_subset(voted, 40, 1) != first
+    questions = sorted(int(key.split(":")[1]) for key in first)
+    assert questions[0] < 100 and questions[-1] > 140  # spread over the 80 questions
+    assert bench.llm_subset(voted, 500, 0) == voted
+    with pytest.raises(SystemExit, match="at least 1"):
+        bench.llm_subset(voted, 0, 0)
