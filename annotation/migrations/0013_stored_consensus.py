@@ -92,7 +92,7 @@ COLUMNS = (
     "ds_choice, ds_margin, p_a, p_b, p_tie, p_both_bad"
 )
 UPSERT = (
-    f"INSERT INTO annotation_storedconsensus ({COLUMNS}) {{figures}} "
+    f"INSERT INTO annotation_storedconsensus ({COLUMNS}) {{figures}} "  # nosec B608 (constant column names)
     "ON CONFLICT (comparison_id) DO UPDATE SET "
     + ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS.split(", ")[1:])
 )
@@ -126,7 +126,7 @@ def _statements(groups: str) -> list[str]:
                  "SELECT comparison_id FROM new_judgements"),
     ):  # fmt: skip
         statements.append(
-            f"CREATE FUNCTION annotation_judgement_consensus_{name}() RETURNS trigger "
+            f"CREATE FUNCTION annotation_judgement_consensus_{name}() RETURNS trigger "  # nosec B608 (constant sources)
             f"LANGUAGE plpgsql AS $$ BEGIN PERFORM annotation_consensus_refresh("
             f"ARRAY(SELECT DISTINCT t.comparison_id FROM ({source}) t)); RETURN NULL; END $$"
         )
