@@ -3,6 +3,7 @@ demo accounts for every role, and the demo annotators' (simulated) judgements. I
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from annotation.demo_items import demo_items_load
 from annotation.services.importing import ImportResult, comparisons_import, project_get_or_create
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_assign
@@ -43,11 +45,13 @@ Keys: `1` left better, `2` right better, `3` tie; hold `Shift` for "much better"
 class DemoReport:
     accounts: list[tuple[str, str]]
     imported: ImportResult
+    items_created: dict[str, int]
 
 
 @transaction.atomic
 def demo_load(*, comparisons_path: Path = DEMO_COMPARISONS) -> DemoReport:
-    """Create the demo accounts and project and import the demo comparisons (safe to run again)."""
+    """Create the demo accounts and projects (pairwise, rating, ranking) and import their items
+    (safe to run again)."""
     if settings.PRODUCTION:
         raise ConcordError("the demo (with its known passwords) cannot be loaded in production")
     if not comparisons_path.is_file():
@@ -83,4 +87,6 @@ def demo_load(*, comparisons_path: Path = DEMO_COMPARISONS) -> DemoReport:
     )
     project.members.add(*members)
     imported = comparisons_import(project=project, lines=comparisons_path)
-    return DemoReport(accounts=accounts, imported=imported)
+    rows = [json.loads(line) for line in comparisons_path.read_text().splitlines() if line.strip()]
+    items = demo_items_load(comparison_rows=rows, members=members)
+    return DemoReport(accounts=accounts, imported=imported, items_created=items)

@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from annotation.demo import DEMO_COMPARISONS, DEMO_PASSWORD, demo_load
-from annotation.models import Comparison, Judgement, Project
+from annotation.models import Comparison, Judgement, Project, TaskAnswer, TaskItem
 from common.errors import ConcordError
 
 pytestmark = pytest.mark.django_db
@@ -95,3 +95,20 @@ def test_a_generated_answer_with_a_nul_is_written_with_u_fffd_and_imports(tmp_pa
     comparison = Comparison.objects.get(project=project)
     texts = {comparison.response_a.text, comparison.response_b.text}
     assert texts == {"Use x\ufffdy.", "Fine."}
+
+
+def test_demo_has_rating_and_ranking_projects_with_answers_and_open_work():
+    """The demo's rating and ranking projects: items, simulated answers on the first ones, and
+    work left in ana's queue; a second load adds nothing."""
+    report = demo_load()
+    assert report.items_created["demo-rating"] == 24 and report.items_created["demo-ranking"] == 6
+    rating = Project.objects.get(slug="demo-rating")
+    assert rating.task_type == "rating" and rating.rating_thumbs
+    assert rating.rating_aspects == ["helpfulness", "correctness", "verbosity"]
+    ranking = Project.objects.get(slug="demo-ranking")
+    assert all(i.positions.count() == 4 for i in TaskItem.objects.filter(project=ranking))
+    assert TaskAnswer.objects.filter(item__project=rating).count() == 8 * 3
+    assert TaskAnswer.objects.filter(item__project=ranking).count() == 3 * 3
+    assert not TaskAnswer.objects.filter(annotator__username="ana").exists()
+    again = demo_load()
+    assert again.items_created == {"demo-rating": 0, "demo-ranking": 0}
