@@ -17,7 +17,7 @@ from annotation.demo import demo_load
 from annotation.models import Comparison, DatasetExport, Judgement, Project, ProjectEvent
 from annotation.services.exporting import dataset_export, export_folder_sha256
 from common.roles import ANNOTATOR, user_roles
-from tests.helpers.archives import add_training_and_eval, measures, purge
+from tests.helpers.archives import add_training_and_eval, measures, purge, purge_item_answers
 from training.models import TrainingRun
 
 pytestmark = pytest.mark.django_db
@@ -162,6 +162,7 @@ def test_accounts_come_back_with_their_roles_and_members_with_their_role(tmp_pat
     kept, *gone = usernames
     path = _archive(tmp_path)
     purge(project)
+    purge_item_answers()
     get_user_model().objects.filter(username__in=gone).delete()
     get_user_model().objects.get(username=kept).groups.clear()
     call_command("restore_project", str(path))

@@ -17,6 +17,7 @@ from tests.helpers.archives import (
     measures,
     member_digests,
     purge,
+    purge_item_answers,
     rows_of,
 )
 from tests.helpers.shared_data import PANDALM_TESTSET, require
@@ -76,6 +77,7 @@ def test_missing_accounts_are_created_inactive_without_password(tmp_path, export
     path = tmp_path / "demo.zip"
     call_command("archive_project", "--project", "demo", "--out", str(path))
     purge(project)
+    purge_item_answers()
     get_user_model().objects.filter(username="ben").delete()
     n_users = get_user_model().objects.count()
     call_command("restore_project", str(path))
@@ -208,6 +210,7 @@ def test_truncated_archive_is_refused_and_nothing_is_written(tmp_path, exports):
     path = tmp_path / "demo.zip"
     call_command("archive_project", "--project", "demo", "--out", str(path))
     purge(Project.objects.get(slug="demo"))
+    purge_item_answers()
     get_user_model().objects.filter(username="ben").delete()
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -293,3 +296,13 @@ def test_a_file_changed_after_its_check_is_rolled_back(tmp_path, exports):
     with pytest.raises(ArchiveError, match="changed while it was restored"):
         archive_restore(path, options={"slug": "demo"}, manifest=manifest)
     assert _state() == state and not Comparison.objects.filter(project__slug="demo").exists()
+
+
+def test_a_rating_project_is_refused_whole_not_archived_without_its_items(tmp_path, exports):
+    """Archives carry pairwise projects only for now: archiving the demo's rating project is
+    refused with a message that names the items export, and no file is written."""
+    demo_load()
+    path = tmp_path / "rating.zip"
+    with pytest.raises(CommandError, match="export_items"):
+        call_command("archive_project", "--project", "demo-rating", "--out", str(path))
+    assert not path.exists()

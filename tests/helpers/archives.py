@@ -23,6 +23,8 @@ from annotation.models import (
     ProjectEvent,
     PromptCluster,
     RepeatJudgement,
+    TaskAnswer,
+    TaskLease,
 )
 from annotation.services.adjudication import adjudication_record, guidelines_update
 from annotation.services.agreement import project_consensus
@@ -196,3 +198,10 @@ def purge(project: Project) -> None:
 
 def rows_of(project: Project) -> dict[str, int]:
     return {t.model: t.rows(project).count() for t in archive_tables()}
+
+
+def purge_item_answers() -> None:
+    """Delete the answers and leases of the demo's rating and ranking projects, which archives do
+    not carry, so the accounts that gave them can be deleted as on a fresh instance."""
+    TaskAnswer.objects.exclude(item__project__task_type="pairwise").delete()
+    TaskLease.objects.exclude(item__project__task_type="pairwise").delete()
