@@ -534,7 +534,9 @@ def merge_reports(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if len(names) != 1:
         raise ValueError(f"reports of different configurations: {sorted(names)}")
     objectives = dict.fromkeys(o for r in reports for o in r["config"]["objectives"])
-    config = dataclasses.replace(CONFIGS[names.pop()], objectives=tuple(objectives))
+    name = names.pop()
+    recorded = {k: tuple(v) if isinstance(v, list) else v for k, v in reports[0]["config"].items()}
+    config = dataclasses.replace(FarmConfig(**recorded), name=name, objectives=tuple(objectives))
     runs = sorted((run for r in reports for run in r["runs"]), key=lambda run: run["seed"])
     for run in runs:  # the judges of today's farm_rules on the recorded curves
         run.update(judge_curve(run["curve"], config))
@@ -648,6 +650,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
     parser.add_argument(
+        "--rl-steps", type=int,
+        help="RLOO steps (default: the configuration's); the report is named after them",
+    )  # fmt: skip
+    parser.add_argument("--eval-every", type=int, help="RLOO evaluates this often (steps)")
+    parser.add_argument(
         "--no-side-tasks", action="store_true",
         help="send tasks to the broker with no worker: the dashboards' refreshes do not run",
     )  # fmt: skip
@@ -662,6 +669,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = SMALL if args.small else CONFIGS[args.config or "full"]
     if args.objectives:
         config = dataclasses.replace(config, objectives=tuple(args.objectives))
+    if args.rl_steps or args.eval_every:
+        steps, every = args.rl_steps or config.rl_steps, args.eval_every or config.eval_every
+        name = f"{config.name}-{steps}steps"
+        config = dataclasses.replace(config, name=name, rl_steps=steps, eval_every=every)
     old_name = _setup_django(eager=not args.no_side_tasks)
     from django.conf import settings
     from django.db import connection
