@@ -4,10 +4,9 @@ pairwise-only pages' notice)."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any
-
-import statistics
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Q

@@ -11,8 +11,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from annotation.formats import FORMAT_NAMES, ITEM_READERS
 from annotation.models import DatasetExport, ImportJob, Project, TaskType
 from annotation.selectors import projects as selectors
-from annotation.selectors.task_items import item_annotator_progress, items_summary
 from annotation.selectors.agreement import agreement_alerts
+from annotation.selectors.task_items import item_annotator_progress, items_summary
 from annotation.services.exporting import (
     CONSENSUS_RULES,
     JUDGEMENTS_FILE,

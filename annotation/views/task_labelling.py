@@ -26,7 +26,9 @@ def _last_answer_key(project: Project) -> str:
     return f"concord:last-answer:{project.pk}"
 
 
-def _screen(request: HttpRequest, project: Project, prompt, shown: list[dict], **extra) -> HttpResponse:
+def _screen(
+    request: HttpRequest, project: Project, prompt, shown: list[dict], **extra
+) -> HttpResponse:
     """The item screen: ``shown`` in screen order ({"slot", "response"} and, when changing an
     answer, its "rank"); ``extra``: the action URLs, the lease or the answer being changed."""
     low, high = RATING_SCALE
@@ -42,7 +44,9 @@ def _screen(request: HttpRequest, project: Project, prompt, shown: list[dict], *
         **extra,
     }
     editing = extra.get("editing")
-    keys = [(key, does) for key, does in context["plugin"].keys.items() if not editing or key != "S"]
+    keys = [
+        (key, does) for key, does in context["plugin"].keys.items() if not editing or key != "S"
+    ]
     if extra.get("undo") and not editing:
         keys.append(("Z", "change your last answer"))
     context["keys"] = keys

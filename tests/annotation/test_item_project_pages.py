@@ -61,7 +61,9 @@ def test_the_lead_pages_show_items_never_zero_comparisons(demo, slug):
     assert f"{items} items" in manage and f"{answers} answers" in manage
     assert "import_items" in manage and "Import comparisons" not in manage
     assert "Create export" not in manage  # the pairwise export: export_items instead
-    assert reverse("annotation:adjudicate", args=[slug]) not in manage  # subnav: pairwise pages hidden
+    assert (
+        reverse("annotation:adjudicate", args=[slug]) not in manage
+    )  # subnav: pairwise pages hidden
     people = _page(demo, "mel", reverse("annotation:project-members", args=[slug]))
     bens = TaskAnswer.objects.filter(item__project__slug=slug, annotator__username="ben")
     assert "<th>Answers</th>" in people
@@ -114,9 +116,11 @@ def test_the_reviewer_sees_items_in_the_project_list(demo):
 
 def test_an_upload_of_comparisons_and_a_pairwise_export_are_refused(demo):
     project = Project.objects.get(slug="demo-rating")
-    upload = SimpleUploadedFile("pairs.jsonl", b'{"prompt": "p", "response_a": "a", "response_b": "b"}\n')
+    upload = SimpleUploadedFile(
+        "pairs.jsonl", b'{"prompt": "p", "response_a": "a", "response_b": "b"}\n'
+    )
     with pytest.raises(ConcordError, match="rating project: uploads import pairwise comparisons"):
         import_job_create(project=project, upload=upload, created_by=None)
-    with pytest.raises(ValueError, match="export its items with python manage.py export_items"):
+    with pytest.raises(ValueError, match=r"export its items with python manage\.py export_items"):
         dataset_export(project=project)
     assert not project.import_jobs.exists() and not project.exports.exists()
