@@ -1,7 +1,7 @@
 """The labelling screen of rating and ranking projects: claim an item through the work queue,
 show its responses in the lease's display order, submit or skip, and change the session's last
-answer (undo). Thin: the work queue
-(annotation.work_queue.items) writes, the project's task-type plug-in reads the form."""
+answer (undo). Thin: the work queue (annotation.work_queue.items) and
+annotation.services.task_answers write, the project's task-type plug-in reads the form."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from annotation.models import RATING_SCALE, Project, TaskType
+from annotation.models import RATING_SCALE, Project, Prompt, TaskType
 from annotation.selectors.task_items import answer_screen, item_progress, task_answer_own
 from annotation.services.task_answers import task_answer_edit
 from annotation.views.membership import elapsed_ms as _elapsed_ms
@@ -27,7 +27,7 @@ def _last_answer_key(project: Project) -> str:
 
 
 def _screen(
-    request: HttpRequest, project: Project, prompt, shown: list[dict], **extra
+    request: HttpRequest, project: Project, prompt: Prompt, shown: list[dict], **extra: object
 ) -> HttpResponse:
     """The item screen: ``shown`` in screen order ({"slot", "response"} and, when changing an
     answer, its "rank"); ``extra``: the action URLs, the lease or the answer being changed."""
