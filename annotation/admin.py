@@ -25,6 +25,7 @@ from django.db.models import QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
+from annotation.forms import AspectsField, ProjectForm
 from annotation.models import (
     Assignment,
     ClusteringRun,
@@ -102,6 +103,10 @@ class MembershipInline(admin.TabularInline):
 class ProjectAdminForm(forms.ModelForm):
     """A project's settings; the service's validation runs in ``clean`` so that its refusal shows
     on the field it names and nothing is saved."""
+
+    rating_aspects = AspectsField(
+        required=False, help_text=ProjectForm.base_fields["rating_aspects"].help_text
+    )
 
     class Meta:
         model = Project

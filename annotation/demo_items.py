@@ -57,18 +57,21 @@ def _rating_answers(rng: random.Random, response: str) -> list[dict[str, Any]]:
     return answers
 
 
-def _ranking_answers(rng: random.Random, size: int) -> list[dict[str, Any]]:
+def _ranking_answers(rng: random.Random, size: int, item: int) -> list[dict[str, Any]]:
     """Simulated rankings: the listed order (the file lists no order of merit) with one swap of
-    neighbours per annotator at random, as competition ranks (1 = best)."""
+    neighbours per annotator at random, as competition ranks (1 = best). Each answer keeps the
+    display order it was "shown" in, rotated per annotator and item as the screen rotates it, so
+    the agreement page has position bias by screen slot to show (none, by construction)."""
     answers = []
-    for name in SIMULATED:
+    for k, name in enumerate(SIMULATED):
         order = list(range(size))
         swap = rng.randrange(size - 1)
         order[swap], order[swap + 1] = order[swap + 1], order[swap]
         ranks = [0] * size
         for rank, index in enumerate(order, start=1):
             ranks[index] = rank
-        answers.append({"annotator": name, "ranks": ranks})
+        shown = [(slot + k + item) % size for slot in range(size)]
+        answers.append({"annotator": name, "ranks": ranks, "order": shown})
     return answers
 
 
@@ -105,7 +108,7 @@ def demo_items_load(*, comparison_rows: list[dict[str, Any]], members: list) -> 
     ranking_rows = []
     for i, line in enumerate(DEMO_RANKING_ITEMS.read_text(encoding="utf-8").splitlines()):
         row = json.loads(line)
-        row["answers"] = _ranking_answers(rng, len(row["responses"])) if i < 3 else []
+        row["answers"] = _ranking_answers(rng, len(row["responses"]), i) if i < 3 else []
         ranking_rows.append(row)
     return {
         "demo-rating": task_items_create(project=rating, rows=rating_rows).items_created,

@@ -17,21 +17,55 @@ class SuggestionJudgeField(forms.ModelChoiceField):
         return machine_account_label(obj.get_username())
 
 
+class AspectsField(forms.CharField):
+    """Rating aspects typed as names separated by commas ("helpfulness, correctness"), kept as a
+    list; the names' rule (1-8 distinct slug-like names) is the service's."""
+
+    def prepare_value(self, value: object) -> object:
+        if isinstance(value, list):
+            return ", ".join(str(name) for name in value)
+        return value
+
+    def to_python(self, value: object) -> list[str]:
+        if isinstance(value, list):
+            return value
+        text = super().to_python(value) or ""
+        return [name.strip() for name in text.split(",") if name.strip()]
+
+
 class ProjectForm(forms.ModelForm):
     """A project's settings (the model's validation runs again in project_create/project_update)."""
+
+    rating_aspects = AspectsField(
+        required=False,
+        label="Rating aspects",
+        help_text="Rating projects: up to 8 names separated by commas, each scored 1-5 "
+        "(lowercase letters, digits, _ and -), e.g. helpfulness, correctness. Leave empty for "
+        "thumbs only.",
+    )
 
     class Meta:
         model = Project
         fields = PROJECT_FIELDS
         widgets = {"guidelines": forms.Textarea(attrs={"rows": 8})}
         field_classes = {"suggestion_judge": SuggestionJudgeField}
+        labels = {
+            "allow_ties": "Allow ties",
+            "rating_thumbs": "Rating: thumbs up or down",
+        }
+        help_texts = {
+            "allow_ties": "Pairwise: a tie verdict; ranking: equal ranks for equally good responses.",
+            "task_type": "What annotators do with each item. It is fixed once the project holds "
+            "comparisons or items.",
+        }
 
-    # Active preference collection's settings: a form that leaves them out keeps their values.
+    # Settings a form may leave out (API clients, older pages): they keep their values.
     OPTIONAL_SETTINGS = (
         "queue_order",
         "exploration_share",
         "continuous_rm_every",
         "continuous_rm_ensemble_size",
+        "task_type",
     )
 
     def __init__(self, *args, **kwargs) -> None:

@@ -30,6 +30,7 @@ urlpatterns = [
     path("p/<slug:slug>/label/history/", labelling.label_history, name="label-history"),
     path("p/<slug:slug>/label/<int:assignment_id>/", labelling.label_submit, name="label-submit"),
     path("p/<slug:slug>/label/<int:assignment_id>/skip/", labelling.label_skip, name="label-skip"),
+    path("p/<slug:slug>/item/last/", task_labelling.item_edit_last, name="item-edit-last"),
     path("p/<slug:slug>/item/<int:lease_id>/", task_labelling.item_submit, name="item-submit"),
     path("p/<slug:slug>/item/<int:lease_id>/skip/", task_labelling.item_skip, name="item-skip"),
     path("p/<slug:slug>/clusters/", clustering.clusters, name="clusters"),

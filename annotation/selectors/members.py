@@ -9,7 +9,14 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from annotation.models import Judgement, Project, ProjectEvent, ProjectMembership
+from annotation.models import (
+    Judgement,
+    Project,
+    ProjectEvent,
+    ProjectMembership,
+    TaskAnswer,
+    TaskType,
+)
 from annotation.selectors.agreement import cached_dashboard
 from common.roles import human_judgements
 
@@ -21,7 +28,8 @@ RECENT_DAYS = 7
 class MemberActivity:
     """One member of a project and what they did in it.
 
-    ``judgements``: all their judgements in the project (imported ones included); ``recent``: those
+    ``judgements``: all their judgements in the project (imported ones included; a rating or
+    ranking project's: their answers, repeats left out); ``recent``: those
     made in the last RECENT_DAYS days; ``last_active``: their latest judgement (made or edited),
     None if none; ``agreement``: their leave-one-out agreement with the other annotators' consensus
     (0-1) from the last computed agreement dashboard, None when it was never computed or does not
@@ -56,11 +64,13 @@ def project_members(*, project: Project) -> list[MemberActivity]:
         .order_by("role", "user__username")
     )
     since = timezone.now() - timedelta(days=RECENT_DAYS)
+    if project.task_type == TaskType.PAIRWISE:
+        work = Judgement.objects.filter(comparison__project=project)
+    else:
+        work = TaskAnswer.objects.filter(item__project=project, repeat=False)
     activity = {
         row["annotator"]: row
-        for row in Judgement.objects.filter(
-            comparison__project=project, annotator__in=[m.user_id for m in memberships]
-        )
+        for row in work.filter(annotator__in=[m.user_id for m in memberships])
         .values("annotator")
         .annotate(
             total=Count("id"),

@@ -17,8 +17,10 @@ from annotation.models import (
     Project,
     ProjectMembership,
     QueueOrder,
+    TaskType,
 )
 from annotation.selectors.labelling import BATCH_SIZE
+from annotation.selectors.task_items import items_summary
 from common.roles import (
     human_judgements,
     machine_account_ids,
@@ -33,40 +35,67 @@ _HUMAN_JUDGEMENTS = Count("judgements", filter=not_machine("judgements__annotato
 
 @dataclass(frozen=True)
 class ProjectProgress:
-    """Progress of one project: comparisons, judgements, comparisons with all ``overlap`` judgements,
-    and (for an annotator's view) how many the annotator has judged."""
+    """Progress of one project in its own units: ``units`` (comparisons of a pairwise project,
+    items of a rating or ranking one; gold items included), ``answers`` (people's judgements or
+    answers; repeats left out), ``complete`` (units with all ``overlap`` of them) and, for an
+    annotator's view, how many the annotator has answered."""
 
     project: Project
-    comparisons: int
-    judgements: int
+    units: int
+    answers: int
     complete: int
-    judged_by_me: int | None = None
+    answered_by_me: int | None = None
+
+    @property
+    def pairwise(self) -> bool:
+        return self.project.task_type == TaskType.PAIRWISE
+
+    @property
+    def unit_name(self) -> str:
+        return "comparisons" if self.pairwise else "items"
+
+    @property
+    def answer_name(self) -> str:
+        return "judgements" if self.pairwise else "answers"
 
     @property
     def percent_complete(self) -> int:
-        return round(100 * self.complete / self.comparisons) if self.comparisons else 0
+        return round(100 * self.complete / self.units) if self.units else 0
+
+
+def _pairwise_progress(project: Project, annotator: AbstractBaseUser | None) -> ProjectProgress:
+    comparisons = Comparison.objects.filter(project=project)
+    complete = (
+        comparisons.annotate(n=_HUMAN_JUDGEMENTS).filter(n__gte=F("project__overlap")).count()
+    )
+    judgements = human_judgements(Judgement.objects.filter(comparison__project=project))
+    return ProjectProgress(
+        project=project,
+        units=comparisons.count(),
+        answers=judgements.count(),
+        complete=complete,
+        answered_by_me=judgements.filter(annotator=annotator).count() if annotator else None,
+    )
+
+
+def _item_progress(project: Project, annotator: AbstractBaseUser | None) -> ProjectProgress:
+    summary = items_summary(project=project, annotator=annotator)
+    return ProjectProgress(
+        project=project,
+        units=summary.items,
+        answers=summary.answers,
+        complete=summary.complete,
+        answered_by_me=summary.answered_by_me,
+    )
 
 
 def _progress(projects, annotator: AbstractBaseUser | None) -> list[ProjectProgress]:
-    rows = []
-    for project in projects:
-        comparisons = Comparison.objects.filter(project=project)
-        complete = (
-            comparisons.annotate(n=_HUMAN_JUDGEMENTS).filter(n__gte=F("project__overlap")).count()
-        )
-        judgements = human_judgements(Judgement.objects.filter(comparison__project=project))
-        rows.append(
-            ProjectProgress(
-                project=project,
-                comparisons=comparisons.count(),
-                judgements=judgements.count(),
-                complete=complete,
-                judged_by_me=(
-                    judgements.filter(annotator=annotator).count() if annotator else None
-                ),
-            )
-        )
-    return rows
+    return [
+        _pairwise_progress(project, annotator)
+        if project.task_type == TaskType.PAIRWISE
+        else _item_progress(project, annotator)
+        for project in projects
+    ]
 
 
 def projects_for_annotator(*, annotator: AbstractBaseUser) -> list[ProjectProgress]:

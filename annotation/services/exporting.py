@@ -65,6 +65,7 @@ from annotation.models import (
     Judgement,
     Project,
     Prompt,
+    TaskType,
 )
 from annotation.selectors.adjudication import adjudicated_choices, judgements_per_version
 from common.roles import human_judgements
@@ -340,7 +341,13 @@ def dataset_export(
 ) -> DatasetExport:
     """Freeze the project's current judgements into a hashed export (or return the identical one).
     ``fallback``: the rule for comparisons without a verdict under ``consensus="adjudicated"``;
-    ``progress(done, total)``: called as the files are written (judged comparisons)."""
+    ``progress(done, total)``: called as the files are written (judged comparisons). A rating or
+    ranking project has no comparisons to export: ValueError naming ``export_items``."""
+    if project.task_type != TaskType.PAIRWISE:
+        raise ValueError(
+            f"{project.slug} is a {project.task_type} project: export its items with python "
+            f"manage.py export_items --project {project.slug} --format FORMAT --out FILE"
+        )
     if consensus not in CONSENSUS_RULES:
         raise ValueError(f"unknown consensus rule {consensus!r}; expected one of {CONSENSUS_RULES}")
     if fallback not in FALLBACK_RULES:

@@ -23,7 +23,7 @@ from django.core.files.uploadedfile import UploadedFile
 
 from annotation import formats
 from annotation.formats.containers import compression_of
-from annotation.models import ImportJob, Project
+from annotation.models import ImportJob, Project, TaskType
 from annotation.parsing import ImportValidationError
 from annotation.services.import_result import ProgressMeter
 from annotation.services.importing import ImportOptions, comparisons_import
@@ -61,7 +61,8 @@ def import_job_create(
     scalars_as_text: bool = False,
     scalars_as_text_name: str = SCALARS_AS_TEXT_API,
 ) -> ImportJob:
-    """Store the uploaded file and queue its import; refuses oversized files and archives.
+    """Store the uploaded file and queue its import; refuses oversized files, archives, and a
+    rating or ranking project (its items come in through ``import_items``).
 
     ``format``: "auto" or a name of annotation.formats.READERS; ``skip_invalid``: import the good
     rows and list the bad ones beside the upload; ``scalars_as_text``: see formats.ReadOptions;
@@ -69,6 +70,12 @@ def import_job_create(
     field by default; the upload page passes its checkbox).
     """
     name = Path(upload.name or "upload.jsonl").name
+    if project.task_type != TaskType.PAIRWISE:
+        raise ConcordError(
+            f"{project.slug} is a {project.task_type} project: uploads import pairwise "
+            f"comparisons. Import its items with python manage.py import_items PATH --project "
+            f"{project.slug} --format FORMAT"
+        )
     if format not in formats.FORMAT_NAMES:
         raise ConcordError(f"unknown format {format!r}; expected one of {formats.FORMAT_NAMES}")
     if name.lower().endswith(REFUSED_SUFFIXES):

@@ -24,7 +24,15 @@ from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from annotation.models import Assignment, Comparison, Project, ProjectEvent, ProjectMembership
+from annotation.models import (
+    Assignment,
+    Comparison,
+    Project,
+    ProjectEvent,
+    ProjectMembership,
+    TaskAnswer,
+    TaskType,
+)
 from annotation.selectors.projects import suggestion_judges
 from annotation.services.active_queue import overlap_targets_update, queue_order_apply
 from annotation.services.adjudication import guidelines_update
@@ -50,10 +58,18 @@ PROJECT_FIELDS = (
     "continuous_rm",
     "continuous_rm_every",
     "continuous_rm_ensemble_size",
+    "task_type",
+    "rating_aspects",
+    "rating_thumbs",
 )
 # Settings whose change re-orders the queue, or recomputes which comparisons need fewer humans.
 QUEUE_SETTINGS = frozenset({"queue_order", "exploration_share"})
 OVERLAP_SETTINGS = frozenset({"overlap_reduction", "overlap", "suggestion_judge"})
+
+# A rating project scores 1-8 aspects, each named like a slug (it becomes a form field's name and
+# an export column): lowercase letters, digits, "_" and "-", starting with a letter.
+MAX_RATING_ASPECTS = 8
+ASPECT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 
 # The global role a membership needs for its pages (the labelling screen asks for Annotator).
 MEMBERSHIP_ROLES = {
@@ -91,11 +107,15 @@ def _validated(project: Project, fields: dict[str, Any]) -> None:
     unknown = sorted(set(fields) - set(PROJECT_FIELDS))
     if unknown:
         raise ProjectError(f"unknown project settings: {', '.join(unknown)}")
+    stored = {
+        name: getattr(project, name) for name in ("task_type", "rating_aspects", "rating_thumbs")
+    }
     for name, value in fields.items():
         setattr(project, name, value)
     try:
         project.full_clean(exclude=["created_by"])
         _check_suggestion_judge(project)
+        _check_task_settings(project, stored)
     except ValidationError as exc:
         errors = exc.message_dict
         summary = "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in errors.items())
@@ -115,6 +135,82 @@ def _check_suggestion_judge(project: Project) -> None:
                 "this project's pairs (the judges page lists them); leave it empty for no suggestions"
             }
         )
+
+
+def rating_aspects_problem(aspects: object) -> str | None:
+    """Why ``aspects`` cannot be a rating project's aspects (a list of 0-8 distinct slug-like
+    names), or None when they can. Pure; the import command's project setup uses it too."""
+    if not isinstance(aspects, list) or not all(isinstance(a, str) for a in aspects):
+        return "must be a list of names"
+    bad = [a for a in aspects if not ASPECT_NAME.fullmatch(a)]
+    if bad:
+        return (
+            f"{bad[0]!r} is not a slug-like name: use 1-40 lowercase letters, digits, _ and -, "
+            "starting with a letter (e.g. instruction_following)"
+        )
+    repeated = sorted({a for a in aspects if aspects.count(a) > 1})
+    if repeated:
+        return f"{', '.join(repeated)} appears more than once"
+    if len(aspects) > MAX_RATING_ASPECTS:
+        return f"at most {MAX_RATING_ASPECTS} aspects, got {len(aspects)}"
+    return None
+
+
+def _check_task_settings(project: Project, stored: dict[str, Any]) -> None:
+    """The task type, rating aspects and thumbs of ``project`` (``stored``: their saved values).
+    The type stays once the project holds comparisons or items (their data would no longer fit
+    it); a rating project asks for 1-8 aspects, thumbs or both; aspects that answers already
+    score cannot be removed or renamed (adding one is fine). ValidationError otherwise."""
+    aspects = project.rating_aspects
+    if project.pk is not None and project.task_type != stored["task_type"]:
+        held = _data_held(project)
+        if held:
+            raise ValidationError(
+                {
+                    "task_type": f"stays {stored['task_type']}: this project already holds "
+                    f"{held}, which a {project.task_type} project cannot use. Create a new "
+                    "project for another task type."
+                }
+            )
+    if project.task_type != TaskType.RATING:
+        if aspects or project.rating_thumbs:
+            field = "rating_aspects" if aspects else "rating_thumbs"
+            raise ValidationError(
+                {field: "aspects and thumbs belong to rating projects: clear them for this type"}
+            )
+        return
+    if aspects != stored["rating_aspects"]:
+        problem = rating_aspects_problem(aspects)
+        if problem:
+            raise ValidationError({"rating_aspects": problem})
+    if not aspects and not project.rating_thumbs:
+        raise ValidationError(
+            {"rating_aspects": "a rating project asks for 1-8 aspects, thumbs or both"}
+        )
+    if project.pk is not None:
+        removed = [a for a in stored["rating_aspects"] or [] if a not in aspects]
+        scored = [a for a in removed if _aspect_scored(project, a)]
+        if scored:
+            raise ValidationError(
+                {
+                    "rating_aspects": f"answers already score {', '.join(scored)}: keep "
+                    "those aspects (you may add new ones)"
+                }
+            )
+
+
+def _data_held(project: Project) -> str:
+    """What the saved ``project`` holds that ties it to its task type ("12 comparisons",
+    "3 items"), or "" when it holds nothing yet."""
+    comparisons = Comparison.objects.filter(project_id=project.pk).count()
+    if comparisons:
+        return f"{comparisons} comparison{'s' * (comparisons != 1)}"
+    items = project.task_items.count()
+    return f"{items} item{'s' * (items != 1)}" if items else ""
+
+
+def _aspect_scored(project: Project, aspect: str) -> bool:
+    return TaskAnswer.objects.filter(item__project_id=project.pk, scores__has_key=aspect).exists()
 
 
 def _audit_value(project: Project, name: str) -> Any:

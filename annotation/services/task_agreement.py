@@ -21,6 +21,7 @@ from annotation.agreement.ranking import (
     pairwise_agreement_from_rankings,
     ranking_position_bias,
 )
+from annotation.agreement.ranking_slots import slot_rank_bias, slot_ranks_from_stored
 from annotation.agreement.ratings import (
     aspect_alpha,
     rater_leniency,
@@ -124,10 +125,11 @@ def rating_agreement(project: Project) -> dict[str, Any]:
 def ranking_agreement(project: Project) -> dict[str, Any]:
     """Kendall's W and the mean pairwise Kendall tau-b (means over items ranked by at least two
     annotators), the rankings decomposed into pairs (percent agreement and Fleiss' kappa, as for
-    pairwise projects) and position bias from the stored display orders."""
+    pairwise projects) and position bias from the stored display orders: the tau between screen
+    slot and rank, and the mean rank by screen slot with Friedman's test (``slots``)."""
     answers = _answers(project)
     by_item: dict[int, list[list[int]]] = defaultdict(list)
-    positions, ranks = [], []
+    positions, ranks, by_slot = [], [], []
     for item_id, _, _, _, item_ranks, order in answers:
         by_item[item_id].append(list(item_ranks))
         if order:
@@ -136,6 +138,7 @@ def ranking_agreement(project: Project) -> dict[str, Any]:
                 shown_at[position] = slot
             positions.append(shown_at)
             ranks.append(list(item_ranks))
+            by_slot.append(slot_ranks_from_stored(order, item_ranks))
     shared = [np.asarray(r, dtype=float) for r in by_item.values() if len(r) >= 2]
     ws = [kendall_w(r) for r in shared]
     taus = [mean_pairwise_kendall_tau(r) for r in shared]
@@ -165,8 +168,32 @@ def ranking_agreement(project: Project) -> dict[str, Any]:
             "tau": _num(bias.tau),
             "first_best_rate": _num(bias.first_best_rate),
             "first_best_expected": _num(bias.first_best_expected),
+            "slots": _slot_bias(by_slot),
         }
     return report
+
+
+def _slot_bias(slot_ranks: list[list[float]]) -> dict[str, Any]:
+    """The mean rank by screen slot (1 = best) per ranking size and Friedman's test of "the slot
+    does not matter" (``annotation.agreement.ranking_slots``), JSON-safe."""
+    bias = slot_rank_bias(slot_ranks)
+    return {
+        "sizes": [
+            {
+                "k": size.k,
+                "n_rankings": size.n_rankings,
+                "mean_rank": [_num(value, 4) for value in size.mean_rank],
+                "expected": size.expected,
+                "statistic": _num(size.statistic),
+                "df": size.df,
+            }
+            for size in bias.by_size
+        ],
+        "test": "friedman",
+        "statistic": _num(bias.statistic),
+        "df": bias.df,
+        "p_value": _num(bias.p_value),
+    }
 
 
 def gold_agreement(project: Project) -> dict[str, dict[str, Any]]:

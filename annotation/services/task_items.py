@@ -34,12 +34,11 @@ from annotation.models import (
 )
 from annotation.parsing import content_hash, response_hash
 from annotation.services.import_rows import ImportCounts, annotators_for
+from annotation.services.projects import rating_aspects_problem
 from common.errors import ConcordError
 
 MAX_IMPORT_BYTES = 2 << 30
 MAX_ERRORS_SHOWN = 20
-MAX_ASPECTS = 12
-MAX_ASPECT_NAME = 40
 
 
 class TaskImportError(ConcordError):
@@ -199,16 +198,16 @@ def project_task_setup(
     """Set the project's task type and, for ratings, its aspects (each scored 1-5) and thumbs;
     audited as an edit. TaskImportError (nothing changed) for an unknown type, a type change in a
     project that already holds pairs or items, or aspects that are not distinct short names, or a
-    rating project with neither aspects nor thumbs."""
+    rating project with neither aspects nor thumbs (the aspects' rule is the settings page's:
+    ``rating_aspects_problem``)."""
     if task_type not in TaskType.values:
         raise TaskImportError(f"unknown task type {task_type!r}; expected one of {TaskType.values}")
     aspects = [a.strip() for a in rating_aspects or []]
     if task_type != TaskType.RATING and (aspects or rating_thumbs):
         raise TaskImportError("aspects and thumbs belong to rating projects")
-    if any(not a or len(a) > MAX_ASPECT_NAME for a in aspects) or len(set(aspects)) < len(aspects):
-        raise TaskImportError(f"aspects must be distinct names of 1-{MAX_ASPECT_NAME} characters")
-    if len(aspects) > MAX_ASPECTS:
-        raise TaskImportError(f"at most {MAX_ASPECTS} aspects")
+    problem = rating_aspects_problem(aspects)
+    if problem:
+        raise TaskImportError(f"aspects: {problem}")
     if task_type == TaskType.RATING and not aspects and not rating_thumbs:
         raise TaskImportError("a rating project asks for aspects, thumbs or both")
     with transaction.atomic():

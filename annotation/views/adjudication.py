@@ -17,6 +17,7 @@ from annotation.models import SCREEN_PAIR, Flag, Project
 from annotation.selectors import adjudication as selectors
 from annotation.services import adjudication as services
 from annotation.views.labelling import _member_project, _wants_json
+from annotation.views.pairwise_only import pairwise_only
 from common.roles import ADJUDICATOR, ML_ENGINEER, role_required
 from common.sides import screen_order, screen_side
 
@@ -85,6 +86,7 @@ def _votes_without_sides(votes: dict[str, int]) -> str:
 
 
 @role_required(ML_ENGINEER, ADJUDICATOR)
+@pairwise_only("Adjudication")
 def adjudicate(request: HttpRequest, slug: str) -> HttpResponse:
     """The queue and one comparison to decide: the first in the queue, the first after ``?after=ID``
     (a skip), or ``?comparison=ID`` (any of the project's, e.g. to re-adjudicate)."""
@@ -136,6 +138,7 @@ def adjudicate(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @role_required(ML_ENGINEER, ADJUDICATOR, methods=("POST",))
+@pairwise_only("Adjudication")
 def adjudicate_save(request: HttpRequest, slug: str, comparison_id: int) -> HttpResponse:
     """Record the verdict (pick, shown_left, note) on the comparison, then show the next one."""
     project = get_object_or_404(Project, slug=slug)

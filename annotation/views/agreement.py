@@ -15,6 +15,7 @@ from annotation.models import Project, TaskType
 from annotation.selectors import adjudication as adjudication_selectors
 from annotation.selectors import agreement as agreement_selectors
 from annotation.services import agreement as agreement_services
+from annotation.views.pairwise_only import pairwise_only
 from annotation.work_queue.registry import task_type_of
 from common.roles import ML_ENGINEER, role_required
 
@@ -119,6 +120,7 @@ def agreement_refresh(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @role_required(ML_ENGINEER)
+@pairwise_only("An annotator's disagreements")
 def agreement_annotator(request: HttpRequest, slug: str, username: str) -> HttpResponse:
     """Drill-down: one annotator's statistics and the comparisons where they differ from the others'
     majority."""

@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from annotation.models import ClusteringRun, Project, PromptCluster
 from annotation.selectors import clustering as selectors
 from annotation.services import clustering as service
+from annotation.views.pairwise_only import pairwise_only
 from common.errors import ConcordError
 from common.lifecycle import job_state
 from common.roles import ML_ENGINEER, role_required
@@ -38,6 +39,7 @@ def _run_status(run: ClusteringRun | None) -> dict[str, object]:
 
 
 @role_required(ML_ENGINEER, methods=("GET",))
+@pairwise_only("Prompt clusters")
 def clusters(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_object_or_404(Project, slug=slug)
     current = selectors.clustering_run_current(project=project)
@@ -71,6 +73,7 @@ def clusters_status(request: HttpRequest, slug: str) -> JsonResponse:
 
 
 @role_required(ML_ENGINEER, methods=("POST",))
+@pairwise_only("Prompt clusters")
 def clusters_recluster(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_object_or_404(Project, slug=slug)
     raw_k = request.POST.get("k", "").strip()
@@ -90,6 +93,7 @@ def clusters_recluster(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @role_required(ML_ENGINEER, methods=("POST",))
+@pairwise_only("Prompt clusters")
 def cluster_rename(request: HttpRequest, slug: str, cluster_id: int) -> HttpResponse:
     project = get_object_or_404(Project, slug=slug)
     cluster = get_object_or_404(PromptCluster, pk=cluster_id, run__project=project)

@@ -8,11 +8,13 @@ from annotation.models import Project
 from annotation.selectors import items as selectors
 from annotation.selectors.clustering import clustering_run_current
 from annotation.selectors.item_detail import item_detail
+from annotation.views.pairwise_only import pairwise_only
 from common.errors import ConcordError
 from common.roles import ML_ENGINEER, role_required
 
 
 @role_required(ML_ENGINEER, methods=("GET",))
+@pairwise_only("The item browser")
 def items_browse(request: HttpRequest, slug: str) -> HttpResponse:
     """The table: filters in the GET parameters (a URL can be shared), ``after``/``before`` cursors."""
     project = get_object_or_404(Project, slug=slug)
@@ -44,6 +46,7 @@ def items_browse(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @role_required(ML_ENGINEER, methods=("GET",))
+@pairwise_only("The item page")
 def item_page(request: HttpRequest, slug: str, comparison_id: int) -> HttpResponse:
     """One comparison: prompt, both responses, judgements, consensus under each rule, history."""
     project = get_object_or_404(Project, slug=slug)

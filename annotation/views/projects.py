@@ -8,10 +8,11 @@ from django.contrib import messages
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from annotation.formats import FORMAT_NAMES
-from annotation.models import DatasetExport, ImportJob, Project
+from annotation.formats import FORMAT_NAMES, ITEM_READERS
+from annotation.models import DatasetExport, ImportJob, Project, TaskType
 from annotation.selectors import projects as selectors
 from annotation.selectors.agreement import agreement_alerts
+from annotation.selectors.task_items import item_annotator_progress, items_summary
 from annotation.services.exporting import (
     CONSENSUS_RULES,
     JUDGEMENTS_FILE,
@@ -20,6 +21,7 @@ from annotation.services.exporting import (
 )
 from annotation.services.hf_export import HF_FORMAT, hf_export_archive
 from annotation.services.import_jobs import import_job_create, import_job_progress
+from annotation.work_queue.registry import task_type_of
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_required
 
@@ -43,8 +45,18 @@ def project_overview(request: HttpRequest) -> HttpResponse:
 
 @role_required(ML_ENGINEER)
 def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
-    """The project lead's page: import, progress per annotator, exports."""
+    """The project lead's page: import, progress per annotator, exports (a rating or ranking
+    project's: its items, answers, annotators, and the import and export commands)."""
     project = get_object_or_404(Project, slug=slug)
+    if project.task_type != TaskType.PAIRWISE:
+        context = {
+            "project": project,
+            "summary": items_summary(project=project),
+            "annotators": item_annotator_progress(project=project),
+            "item_formats": sorted(ITEM_READERS),
+            "export_formats": task_type_of(project).export_formats,
+        }
+        return render(request, "annotation/manage_items.html", context)
     jobs = [import_job_progress(job) for job in project.import_jobs.all()[:10]]
     context = {
         "project": project,

@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from annotation.models import Project
+from annotation.views.pairwise_only import pairwise_only
 from common.errors import ConcordError
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, role_required
@@ -117,6 +118,7 @@ class JudgeForm(forms.Form):
 
 
 @role_required(ML_ENGINEER)
+@pairwise_only("Model judges")
 def judges(request: HttpRequest, slug: str) -> HttpResponse:
     """The project's judges and their jobs; POST creates the next version of a judge and
     launches it (post/redirect/get); a bad form answers 400 with the reasons. The form holds the
@@ -189,6 +191,7 @@ class VerdictUploadForm(forms.Form):
 
 
 @role_required(ML_ENGINEER)
+@pairwise_only("Model judges")
 def judge_import(request: HttpRequest, slug: str) -> HttpResponse:
     """Upload an imported judge's verdicts (post/redirect/get to its report); a bad file answers
     400 naming every bad line, and nothing is stored."""

@@ -5,7 +5,8 @@
 // F or D thumbs down. Ranking: Up / Down focus the previous / next response, a number key places
 // the focused response at that rank (without ties, a response already there takes the focused
 // one's old rank), dragging a response to a place ranks the list top to bottom. Both: Enter
-// submits, R focuses the reason box (Esc leaves it), S skips.
+// submits, R focuses the reason box (Esc leaves it), S skips, Z opens the session's last answer
+// to change it (undo; the form's data-undo-url, absent when there is none).
 (function () {
   "use strict";
   const form = document.getElementById("item-answer");
@@ -95,6 +96,11 @@
     if (key === "Enter") { event.preventDefault(); form.requestSubmit(); return; }
     if (key === "r" || key === "R") { event.preventDefault(); rationale.focus(); return; }
     if ((key === "s" || key === "S") && skip) { event.preventDefault(); skip.requestSubmit(); return; }
+    if ((key === "z" || key === "Z") && form.dataset.undoUrl) {
+      event.preventDefault();
+      window.location.assign(form.dataset.undoUrl);
+      return;
+    }
     if (kind === "rating") {
       if (key === "Tab" && aspects.length) {
         event.preventDefault();

@@ -52,6 +52,9 @@ SETTINGS = {
     "exploration_share": "0.2",
     "continuous_rm_every": "50",
     "continuous_rm_ensemble_size": "5",
+    # the task type at its default, as the admin's form submits it (no aspects, no thumbs)
+    "task_type": "pairwise",
+    "rating_aspects": "",
 }
 
 
@@ -144,6 +147,28 @@ def test_a_settings_edit_in_the_admin_is_audited_like_the_settings_page(
         (1, "Pick the more helpful answer."),
         (2, "Prefer the shorter answer."),
     ]
+
+
+def test_the_admin_sets_a_rating_project_and_refuses_bad_aspects_on_their_field(admin_client):
+    """The admin's project form takes the task type, aspects (names separated by commas) and
+    thumbs, with the settings page's rules: a bad aspect name is refused on its field, unsaved."""
+    data = {**SETTINGS, "slug": "rated", "name": "Rated", "task_type": "rating"}
+    data.pop("suggestion_judge")
+    data.update(_members(Project()))
+    page = admin_client.post(
+        "/admin/annotation/project/add/", {**data, "rating_aspects": "helpfulness, Tone"}
+    )
+    assert page.status_code == 200 and "rating_aspects" in page.context["adminform"].form.errors
+    assert not Project.objects.filter(slug="rated").exists()
+    page = admin_client.post(
+        "/admin/annotation/project/add/",
+        {**data, "rating_aspects": "helpfulness, tone", "rating_thumbs": "on"},
+    )
+    assert page.status_code == 302
+    project = Project.objects.get(slug="rated")
+    assert (project.task_type, project.rating_aspects, project.rating_thumbs) == (
+        "rating", ["helpfulness", "tone"], True,
+    )  # fmt: skip
 
 
 def test_a_project_added_in_the_admin_is_created_by_the_service(admin_client, root):

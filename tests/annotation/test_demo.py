@@ -109,6 +109,8 @@ def test_demo_has_rating_and_ranking_projects_with_answers_and_open_work():
     assert all(i.positions.count() == 4 for i in TaskItem.objects.filter(project=ranking))
     assert TaskAnswer.objects.filter(item__project=rating).count() == 8 * 3
     assert TaskAnswer.objects.filter(item__project=ranking).count() == 3 * 3
+    orders = TaskAnswer.objects.filter(item__project=ranking).values_list("order", flat=True)
+    assert all(sorted(order) == [0, 1, 2, 3] for order in orders)  # position bias can be shown
     assert not TaskAnswer.objects.filter(annotator__username="ana").exists()
     again = demo_load()
     assert again.items_created == {"demo-rating": 0, "demo-ranking": 0}

@@ -247,7 +247,7 @@ def test_project_task_setup_validates_and_audits():
     from annotation.services.task_items import project_task_setup
 
     project = ProjectFactory()
-    with pytest.raises(TaskImportError, match="distinct"):
+    with pytest.raises(TaskImportError, match="more than once"):
         project_task_setup(
             project=project, actor=None, task_type="rating", rating_aspects=["a", "a"]
         )

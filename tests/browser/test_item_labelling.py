@@ -94,3 +94,28 @@ def test_placing_a_taken_rank_swaps_without_ties(fast_hasher, page: Page) -> Non
     page.keyboard.press("Enter")
     expect(page.locator(".messages")).to_contain_text("rank all 3")
     assert not TaskAnswer.objects.exists()
+
+
+def test_z_brings_back_the_last_rating_to_change_it(fast_hasher, page: Page) -> None:
+    """After a rating, Z opens it again filled in; a changed score and Enter store the change on
+    the same answer, and the screen goes on with the next item."""
+    project, _ = rating_project(2, overlap=1)
+    (user,) = annotators(project, 1)
+    _open(page, user, project)
+    page.keyboard.press("4")
+    page.keyboard.press("Tab")
+    page.keyboard.press("3")
+    page.keyboard.press("u")
+    page.keyboard.press("Enter")
+    expect(page.get_by_test_id("done-count")).to_have_text("1")
+    expect(page.get_by_test_id("undo")).to_be_visible()
+    page.keyboard.press("z")
+    expect(page.get_by_test_id("editing")).to_be_visible()
+    expect(page.locator('input[name="score-helpfulness"][value="4"]')).to_be_checked()
+    expect(page.locator('input[name="thumbs"][value="up"]')).to_be_checked()
+    page.keyboard.press("2")  # the first aspect has the focus: helpfulness 4 -> 2
+    page.keyboard.press("Enter")
+    expect(page.locator(".messages")).to_contain_text("Your last answer was changed.")
+    answer = TaskAnswer.objects.get()
+    assert (answer.scores, answer.thumbs) == ({"helpfulness": 2, "correctness": 3}, True)
+    assert TaskLease.objects.filter(status="active").count() == 1  # the next item is on screen

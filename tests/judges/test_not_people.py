@@ -43,7 +43,7 @@ def _figures(project) -> dict:
         "export": (export.pk, export.n_judgements, export.n_pairs),
         "dashboard": dashboard,
         "fingerprint": judgements_fingerprint(project=project),
-        "overview": [(p.comparisons, p.judgements, p.complete) for p in projects_overview()],
+        "overview": [(p.units, p.answers, p.complete) for p in projects_overview()],
         "annotators": annotator_progress(project=project),
         "batches": batch_progress(project=project),
         "queue": adjudication_queue(project=project),

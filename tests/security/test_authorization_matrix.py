@@ -140,6 +140,8 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "annotation:label-submit":        {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
     "annotation:label-skip":          {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
     "annotation:item-submit":         {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
+    # Undo on the item screens: a member without an answer this session is sent back to Label.
+    "annotation:item-edit-last":      {"get": (302, 302, 404, 404, 404), "post": (302, 302, 404, 404, 404)},
     "annotation:item-skip":           {"get": (302, 405, 405, 405, 405), "post": (302, 302, 404, 404, 404)},
     "annotation:label-ahead":         {"get": (302, 405, 405, 405, 405), "post": (302, 200, 404, 404, 404)},
     "annotation:label-history":       {"get": (302, 200, 404, 404, 404), "post": (302, 405, 405, 405, 405)},

@@ -95,7 +95,16 @@ def _task_text(project: Project, report: dict) -> str:
         if report["pairwise"]:
             lines.append(f"  pairwise fleiss_kappa      {_fmt(report['pairwise']['fleiss_kappa'])}")
         if report["position_bias"]:
-            lines.append(f"  position bias tau          {_fmt(report['position_bias']['tau'])}")
+            bias = report["position_bias"]
+            lines.append(f"  position bias tau          {_fmt(bias['tau'])}")
+            slots = bias["slots"]
+            lines.append(
+                f"  slot bias friedman chi2    {_fmt(slots['statistic'])} on {slots['df']} df,"
+                f" p {_fmt(slots['p_value'])}"
+            )
+            for size in slots["sizes"]:
+                means = ", ".join(_fmt(value).strip() for value in size["mean_rank"])
+                lines.append(f"    K={size['k']}: mean rank by slot [{means}]")
     return "\n".join(lines)
 
 
