@@ -9,7 +9,8 @@ that is the 666,666 judgements on 266,666 comparisons of the earlier 240 s figur
 assignments or search indexes (the refit reads neither).
 
 Each side runs ``consensus_refit`` in a fresh process from its own checkout (``--before PATH``,
-e.g. ``git archive <commit> | tar -x -C PATH``), twice:
+e.g. ``git archive <commit> | tar -x -C PATH``), on the schema of its own migrations (the build
+migrates with the first side's; each side migrates forward before it runs), twice:
 
 - ``first_fit``: no stored fit (it is deleted, and the rows set back to what the triggers hold
   before any fit: uniform posteriors, margin 0; not timed), then ``consensus_refit(force=True)``;
@@ -125,31 +126,48 @@ def _difference(a: Path, b: Path) -> float | None:
     return float(np.abs(left[:, 1:] - right[:, 1:]).max())
 
 
-def _build(url: str, comparisons: int) -> dict:
+def _migrate(tree: Path, url: str) -> float:
+    """Migrate the database with ``tree``'s migrations (each side runs on its own schema)."""
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "config.settings",
+           "PYTHONPATH": str(tree)}  # fmt: skip
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=tree, env=env, check=True
+    )
+    return round(time.perf_counter() - started, 1)
+
+
+def _build(url: str, comparisons: int, tree: Path) -> dict:
+    """The project, on the schema of ``tree`` (the first side to run)."""
     sys.path.insert(0, str(ROOT / "bench"))
     sys.path.insert(0, str(ROOT))
     import bench_item_browser as builder
 
     builder._ensure_database(url, fresh=True)
+    migrate_s = _migrate(tree, url)
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()
-    from django.core.management import call_command
 
     builder.N_PROMPTS = comparisons // builder.PER_PROMPT
     started = time.perf_counter()
-    call_command("migrate", verbosity=0)
     steps = builder.load(
         judged=comparisons // 5,
         skip=("assignments", "search_documents", "search_index", "trigram_indexes"),
     )
-    return {"build_s": round(time.perf_counter() - started, 1), "steps_s": steps}
+    return {"migrate_s": migrate_s, "load_s": round(time.perf_counter() - started, 1),
+            "steps_s": steps}  # fmt: skip
 
 
 def _drop(url: str) -> None:
     import psycopg
+
+    if "django" in sys.modules:  # the build's connection
+        from django.db import connections
+
+        connections.close_all()
 
     name = url.rsplit("/", 1)[1]
     with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
@@ -174,11 +192,13 @@ def main() -> None:
         flags = next(line for line in cpuinfo if line.startswith("flags")).split()
     report["cpu_flags"] = sorted({"avx", "avx2", "avx512f", "fma", "sse4_2"} & set(flags))
     report["precision"] = "float64 (NumPy EM, PostgreSQL float8 rows)"
-    if not args.reuse:
-        report["build"] = _build(args.database_url, args.comparisons)
-        print(json.dumps(report["build"]), file=sys.stderr, flush=True)
     sides = [("before", args.before)] if args.before is not None else []
-    for name, tree in [*sides, ("after", ROOT)]:
+    sides.append(("after", ROOT))
+    if not args.reuse:
+        report["build"] = _build(args.database_url, args.comparisons, sides[0][1])
+        print(json.dumps(report["build"]), file=sys.stderr, flush=True)
+    for name, tree in sides:
+        report[f"migrate_{name}_s"] = _migrate(tree, args.database_url)  # its own schema
         report[name] = _side(tree, args.database_url, args.scratch / name)
         print(json.dumps({name: report[name]}), file=sys.stderr, flush=True)
     after = args.scratch / "after"

@@ -12,14 +12,15 @@ annotator's confusion matrix, and rewrites the project's rows with it, in one tr
 2. EM (pure NumPy/SciPy);
 3. compute every row's figures from the votes and the new fit (``agreement.stored_figures``, the
    maths the triggers hold to) and write them set-based: on PostgreSQL a binary ``COPY`` into a
-   temporary table, then one ``UPDATE ... FROM`` of the rows whose figures changed, one ``INSERT``
-   of rows the table lacks and, when the project has rows beyond those, one ``DELETE`` of rows no
-   longer judged; elsewhere ``bulk_create``.
+   temporary table, then one ``UPDATE ... FROM`` of the Dawid-Skene columns of rows whose figures
+   changed, one ``INSERT`` of rows the table lacks and, when the project has rows beyond those,
+   one ``DELETE`` of rows no longer judged; elsewhere ``bulk_create``.
 
 ``consensus_refit_schedule`` asks the worker to do it after judgements change; calls within
-``REFIT_DELAY_SECONDS`` collapse into one run. The fit stores the judgements' fingerprint taken
-before its read, so judgements that arrive during a refit (their triggers use the old fit, and the
-refit's rows may not have seen them) make the next scheduled refit run rather than skip.
+``REFIT_DELAY_SECONDS`` collapse into one run. Judgements that arrive while a refit runs are the
+triggers' (their rows, figured with the old fit, are left as they are: the refit updates only rows
+whose majority figures match its read), and the fit stores the judgements' fingerprint taken
+before its read, so the refit they scheduled runs rather than skips.
 
 On SQLite (the demo) there are no triggers: the refit writes the rows (majority and Dawid-Skene
 both), so the figures follow the judgements a debounce later.
@@ -212,13 +213,23 @@ _DELETE = (  # rows of comparisons no longer judged
     "DELETE FROM annotation_storedconsensus s WHERE s.project_id = %s AND NOT EXISTS "
     "(SELECT 1 FROM consensus_refit_rows t WHERE t.comparison_id = s.comparison_id)"
 )
-_UPDATE = (  # rows whose figures changed (a plain UPDATE: cheaper than ON CONFLICT's per-row path)
+_MAJORITY = ("n_votes", "n_choices", "majority_choice", "majority_margin", "split")
+_DAWID_SKENE = ("ds_choice", "ds_margin", "p_a", "p_b", "p_tie", "p_both_bad")
+# The Dawid-Skene columns of rows whose figures changed (a plain UPDATE: cheaper than ON
+# CONFLICT's per-row path). Only rows whose majority figures are the ones computed from the read:
+# the triggers keep those exact, so a row that differs had its votes changed since the read by a
+# committed statement, and keeps that statement's figures (old fit) until the next refit.
+_UPDATE = (
     "UPDATE annotation_storedconsensus s SET "  # nosec B608 (constant column names)
-    + ", ".join(f"{c} = n.{c}" for c in _STORED)
+    + ", ".join(f"{c} = n.{c}" for c in _DAWID_SKENE)
     + f" FROM ({_NEW_ROWS}) n WHERE s.comparison_id = n.comparison_id AND s.project_id = %s AND ("
-    + ", ".join(f"s.{c}" for c in _STORED)
+    + ", ".join(f"s.{c}" for c in _MAJORITY)
+    + ") = ("
+    + ", ".join(f"n.{c}" for c in _MAJORITY)
+    + ") AND ("
+    + ", ".join(f"s.{c}" for c in _DAWID_SKENE)
     + ") IS DISTINCT FROM ("
-    + ", ".join(f"n.{c}" for c in _STORED)
+    + ", ".join(f"n.{c}" for c in _DAWID_SKENE)
     + ")"
 )
 _INSERT = (  # rows the table lacks (a comparison deleted since the read gets none)
@@ -226,7 +237,8 @@ _INSERT = (  # rows the table lacks (a comparison deleted since the read gets no
     f"SELECT n.comparison_id, %s, {', '.join(f'n.{c}' for c in _STORED)} FROM ({_NEW_ROWS}) n "
     "WHERE NOT EXISTS (SELECT 1 FROM annotation_storedconsensus s "
     "WHERE s.comparison_id = n.comparison_id) "
-    "AND EXISTS (SELECT 1 FROM annotation_comparison c WHERE c.id = n.comparison_id)"
+    "AND EXISTS (SELECT 1 FROM annotation_comparison c WHERE c.id = n.comparison_id) "
+    "ON CONFLICT (comparison_id) DO NOTHING"  # a trigger wrote it meanwhile: its figures stand
 )
 
 
@@ -253,8 +265,8 @@ def _copy_block(votes: ProjectVotes, figures: agreement.StoredFigures) -> bytes:
 
 def _rows_by_copy(project: Project, votes: ProjectVotes, figures: agreement.StoredFigures) -> None:
     """Rewrite the project's rows set-based (PostgreSQL): binary COPY into a temporary table,
-    update the rows whose figures changed (a refit that moves few posteriors writes few rows),
-    insert the ones the table lacks and delete the rows of comparisons no longer judged."""
+    update the Dawid-Skene figures of rows that changed (a refit that moves few posteriors writes
+    few rows), insert the rows the table lacks and delete those of comparisons no longer judged."""
     columns = ", ".join(f"{name} {sql}" for name, sql, _ in _COPY_FIELDS)
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL jit = off")
