@@ -12,7 +12,8 @@ from django.urls import reverse
 from annotation import agreement
 from annotation.agreement import MISSING
 from annotation.models import ConsensusFit, StoredConsensus
-from annotation.selectors.agreement import project_judgements
+from annotation.selectors.agreement import project_judgements, project_votes
+from annotation.services import consensus as consensus_services
 from annotation.services.consensus import consensus_refit
 from tests.factories import JudgementFactory, ProjectFactory, UserFactory
 from tests.helpers.annotation_data import make_pair
@@ -178,3 +179,23 @@ def test_before_the_first_fit_the_item_page_shows_the_vote_shares_with_a_note(ju
     stored = StoredConsensus.objects.get(comparison=pair)
     assert row.note == ""
     assert (row.margin, row.posterior["a"]) == (stored.ds_margin, stored.p_a)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="concurrent rows are the triggers'")
+def test_a_row_whose_votes_changed_since_the_read_keeps_the_triggers_figures(judged):
+    """A judgement committed between the refit's read and its write: the write leaves that row as
+    the trigger wrote it (its new vote counted, the fit of the moment) instead of putting back the
+    figures of the votes it read; the other rows get the new fit."""
+    project, pairs, people = judged
+    consensus_refit(project=project)
+    votes = project_votes(project=project)  # the refit's read ...
+    late = next(p for p in people if not pairs[0].judgements.filter(annotator=p).exists())
+    JudgementFactory(comparison=pairs[0], annotator=late, choice="both_bad")  # ... then a vote
+    by_trigger = StoredConsensus.objects.get(comparison=pairs[0])
+    assert by_trigger.n_votes == 4
+    StoredConsensus.objects.filter(comparison=pairs[1]).update(p_a=0.25)
+    fit = agreement.table_dawid_skene(votes.table)
+    consensus_services._rewrite_rows(project, votes, fit)  # ... and the write
+    kept = StoredConsensus.objects.get(comparison=pairs[0])
+    assert (kept.n_votes, kept.p_a, kept.ds_margin) == (4, by_trigger.p_a, by_trigger.ds_margin)
+    assert StoredConsensus.objects.get(comparison=pairs[1]).p_a != 0.25
