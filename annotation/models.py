@@ -1034,7 +1034,9 @@ class StoredConsensus(models.Model):
     comparison = models.OneToOneField(
         Comparison, on_delete=models.CASCADE, primary_key=True, related_name="stored_consensus"
     )
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # no index of its own: the indexes below lead with the project, and every index is one more
+    # entry to write for each row a refit rewrites
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
     n_votes = models.PositiveIntegerField()
     n_choices = models.PositiveSmallIntegerField()
     majority_choice = models.CharField(max_length=8, choices=Choice.choices, blank=True)

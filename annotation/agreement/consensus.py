@@ -130,14 +130,24 @@ def dawid_skene(
     max_iter: int = 100,
     tol: float = 1e-7,
     smoothing: float = 0.01,
+    init_confusion: np.ndarray | None = None,
+    init_priors: np.ndarray | None = None,
 ) -> DawidSkene:
     """Dawid & Skene (1979) EM: each annotator has a confusion matrix, each item a latent true class.
 
-    item, annotator, label: [J] judgements. Starts from the majority-vote shares; the M-step adds
-    ``smoothing`` pseudo-counts to every confusion cell (and prior) so an annotator who never used a
-    category keeps a finite likelihood. Stops when the log-likelihood gains less than tol x |LL|.
+    item, annotator, label: [J] judgements. Starts from the majority-vote shares, or, given
+    ``init_confusion`` [R, K, K] (P(says l | true k), rows summing to 1) and ``init_priors`` [K], from
+    their E-step (a warm start from an earlier fit: an annotator it did not know gets uniform rows).
+    The M-step adds ``smoothing`` pseudo-counts to every confusion cell (and prior) so an annotator
+    who never used a category keeps a finite likelihood. Stops when the log-likelihood gains less
+    than tol x |LL| (or after ``max_iter`` rounds).
     The posterior over true classes is the soft label a bias-aware export uses; annotators who, e.g.,
     favour the left side or the longer answer get confusion matrices that discount those votes.
+
+    Both steps are products with the one-hot vote matrix (SciPy sparse: a vote's log confusion row
+    summed per item, a vote's posterior row summed per (annotator, said) cell). Only judged items
+    take part; an unjudged item's posterior is the priors (it adds log 1 = 0 to the
+    log-likelihood), so a project of many unjudged comparisons costs no more than its votes.
     """
     from scipy import sparse  # only consensus needs it; the report and the command do not
 
@@ -146,16 +156,36 @@ def dawid_skene(
     label = np.asarray(label, np.int64)
     k = n_categories
     counts = item_counts(item, label, n_items=n_items, n_categories=k)
-    judged = counts.sum(axis=1) > 0
-    posterior = np.where(
-        judged[:, None], counts / np.maximum(counts.sum(axis=1, keepdims=True), 1), 1.0 / k
-    )
-    # votes[i, r * K + l] = 1 when annotator r said l on item i: both EM steps are products with it.
+    n_votes = counts.sum(axis=1)
+    judged = n_votes > 0
+    # votes[m, r * K + l] = 1 when annotator r said l on judged item m (0..M-1).
+    judged_index = np.cumsum(judged) - 1
+    n_judged = int(judged.sum())
     votes = sparse.csr_matrix(
-        (np.ones(item.size), (item, annotator * k + label)), shape=(n_items, n_annotators * k)
+        (np.ones(item.size), (judged_index[item], annotator * k + label)),
+        shape=(n_judged, n_annotators * k),
     )
-    votes_t = votes.T.tocsr()
-    judged_weight = judged.astype(float)
+    votes_t = votes.T  # CSC: the M-step walks items in order (sequential reads of the posterior)
+    ones = np.ones(n_judged)
+
+    def e_step(log_conf: np.ndarray, log_priors: np.ndarray) -> tuple[np.ndarray, float]:
+        """Posterior [M, K] of the judged items and the log-likelihood, from log_conf [R * K
+        (annotator, said), K true] and log_priors [K]."""
+        scores = votes @ log_conf
+        scores += log_priors
+        top = _row_reduce(np.maximum, scores)
+        scores -= top[:, None]
+        np.exp(scores, out=scores)
+        normaliser = _row_reduce(np.add, scores)
+        scores /= normaliser[:, None]
+        return scores, float(top.sum() + np.log(normaliser).sum())
+
+    if init_confusion is not None:
+        start_confusion, start_priors = _warm_start(init_confusion, init_priors, n_annotators, k)
+        log_start = np.log(start_confusion).transpose(0, 2, 1).reshape(n_annotators * k, k)
+        posterior, _ = e_step(log_start, np.log(start_priors))
+    else:
+        posterior = counts[judged] / n_votes[judged, None]
     previous = -np.inf
     log_likelihood = -np.inf
     iterations = 0
@@ -164,32 +194,46 @@ def dawid_skene(
     while iterations < max_iter:
         iterations += 1
         # M-step: priors and confusion[r, true, said] from the current soft labels.
-        priors = judged_weight @ posterior + smoothing
+        priors = ones @ posterior + smoothing
         priors /= priors.sum()
         said_true = votes_t @ posterior  # [R * K (annotator, said), K true]
         confusion = said_true.reshape(n_annotators, k, k).transpose(0, 2, 1) + smoothing
         confusion /= confusion.sum(axis=2, keepdims=True)
-        # E-step: log P(true = t | item) = log prior_t + sum over its votes of log confusion. An item
-        # without votes gets the priors. Row reductions run column by column: K is tiny.
+        # E-step: log P(true = t | item) = log prior_t + sum over its votes of log confusion.
         log_conf = np.log(confusion).transpose(0, 2, 1).reshape(n_annotators * k, k)
-        posterior = votes @ log_conf
-        posterior += np.log(priors)
-        top = _row_reduce(np.maximum, posterior)
-        posterior -= top[:, None]
-        np.exp(posterior, out=posterior)
-        normaliser = _row_reduce(np.add, posterior)
-        posterior /= normaliser[:, None]
-        log_likelihood = float(top.sum() + np.log(normaliser).sum())
+        posterior, log_likelihood = e_step(log_conf, np.log(priors))
         if log_likelihood - previous < tol * abs(log_likelihood):
             break
         previous = log_likelihood
+    full = np.empty((n_items, k))
+    full[:] = priors / priors.sum()
+    full[judged] = posterior
     return DawidSkene(
-        consensus=_consensus_from_posterior(posterior, judged),
+        consensus=_consensus_from_posterior(full, judged),
         confusion=confusion,
         priors=priors,
         iterations=iterations,
         log_likelihood=log_likelihood,
     )
+
+
+def _warm_start(
+    confusion: np.ndarray, priors: np.ndarray | None, n_annotators: int, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """An earlier fit's confusion [R, K, K] and priors [K] (uniform when None), checked and
+    floored at 1e-300 so their logs are finite."""
+    confusion = np.asarray(confusion, dtype=float)
+    if confusion.shape != (n_annotators, k, k):
+        raise ValueError(
+            f"init_confusion must be [annotators, K, K] = {(n_annotators, k, k)}, "
+            f"got {confusion.shape}"
+        )
+    priors = np.full(k, 1.0 / k) if priors is None else np.asarray(priors, dtype=float)
+    if priors.shape != (k,):
+        raise ValueError(f"init_priors must be [K] = ({k},), got {priors.shape}")
+    if not (np.isfinite(confusion).all() and np.isfinite(priors).all()):
+        raise ValueError("init_confusion and init_priors must be finite")
+    return np.maximum(confusion, 1e-300), np.maximum(priors, 1e-300)
 
 
 def table_dawid_skene(table: JudgementTable) -> DawidSkene:
@@ -234,8 +278,10 @@ def posterior_given_fit(
     posterior ``dawid_skene`` ends with (its last step is this E-step).
     """
     vote_log = np.asarray(vote_log, dtype=float).reshape(-1, len(log_priors))
-    scores = np.zeros((n_items, len(log_priors)))
-    np.add.at(scores, np.asarray(item, np.int64), vote_log)
+    item = np.asarray(item, np.int64)
+    scores = np.empty((n_items, len(log_priors)))
+    for c in range(len(log_priors)):  # per-item sums in vote order, as np.add.at adds (faster)
+        scores[:, c] = np.bincount(item, weights=vote_log[:, c], minlength=n_items)
     scores += np.asarray(log_priors, dtype=float)
     scores -= scores.max(axis=1, keepdims=True)
     np.maximum(scores, LOG_FLOOR, out=scores)  # as the database does: its exp refuses underflow

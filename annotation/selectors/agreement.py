@@ -283,6 +283,43 @@ def project_judgements(*, project: Project) -> ProjectJudgements:
     )
 
 
+@dataclass(frozen=True)
+class ProjectVotes:
+    """People's votes of a project, the least a consensus fit needs. table: item over the judged
+    comparisons only (I = len(comparison_ids)), annotator, choice [J]; comparison_ids [I] (sorted);
+    annotator_ids [R] (sorted)."""
+
+    table: agreement.JudgementTable
+    comparison_ids: np.ndarray
+    annotator_ids: np.ndarray
+
+
+def project_votes(*, project: Project) -> ProjectVotes:
+    """People's judgements of the project as three integer columns (one packed query; no comparison,
+    response or prompt scans: unjudged comparisons are not items here)."""
+    with _bulk_reads():
+        columns = _int_columns(
+            human_judgements(Judgement.objects.filter(comparison__project=project))
+            .order_by()
+            .annotate(
+                c_comparison=Cast("comparison_id", _BIG),
+                c_annotator=Cast("annotator_id", _BIG),
+                c_choice=_code("choice", CHOICE_CODES),
+            ),
+            ["c_comparison", "c_annotator", "c_choice"],
+        )
+    comparison_ids, item = np.unique(columns[:, 0], return_inverse=True)
+    annotator_ids, annotator = np.unique(columns[:, 1], return_inverse=True)
+    table = agreement.JudgementTable(
+        item=item.ravel(),
+        annotator=annotator.ravel(),
+        choice=columns[:, 2],
+        n_items=comparison_ids.size,
+        n_annotators=annotator_ids.size,
+    )
+    return ProjectVotes(table=table, comparison_ids=comparison_ids, annotator_ids=annotator_ids)
+
+
 def _max_by_group(out: np.ndarray, group: np.ndarray, values: np.ndarray) -> None:
     """out[g] = max(out[g], values where group == g), by sorting (np.maximum.at is slow at scale)."""
     if group.size == 0:

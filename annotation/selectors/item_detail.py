@@ -10,11 +10,12 @@ from datetime import datetime, timedelta
 import numpy as np
 from django.utils import timezone
 
-from annotation.agreement import CHOICES, MISSING, N_CHOICES, majority_vote
+from annotation.agreement import CHOICES, MISSING, N_CHOICES, majority_vote, side_margin
 from annotation.models import (
     Adjudication,
     Assignment,
     Comparison,
+    ConsensusFit,
     Flag,
     Judgement,
     Project,
@@ -54,6 +55,7 @@ class ConsensusRow:
     choice: str | None
     posterior: dict[str, float]
     margin: float | None
+    note: str = ""  # how to read the row when it is not the rule's own estimate
 
 
 @dataclass(frozen=True)
@@ -98,10 +100,24 @@ def _majority_rows(choices: list[str]) -> list[ConsensusRow]:
     return rows
 
 
-def _dawid_skene_row(comparison_id: int) -> ConsensusRow:
-    stored = StoredConsensus.objects.filter(comparison_id=comparison_id).first()
+def _dawid_skene_row(comparison: Comparison, choices: list[str]) -> ConsensusRow:
+    """The stored Dawid-Skene figures. Before the project's first fit its rows hold uniform
+    posteriors (margin 0, not an estimate), so the row then shows the item's vote shares, their
+    choice (a split undecided) and P(chosen) - P(rejected) of the shares, with a note saying so."""
+    stored = StoredConsensus.objects.filter(comparison_id=comparison.pk).first()
     if stored is None:
         return ConsensusRow(rule="Dawid-Skene", choice=None, posterior={}, margin=None)
+    if not ConsensusFit.objects.filter(project_id=comparison.project_id).exists():
+        counts = np.bincount([CHOICES.index(c) for c in choices], minlength=N_CHOICES)[None, :]
+        shares = majority_vote(counts)
+        label = int(shares.label[0])
+        return ConsensusRow(
+            rule="Dawid-Skene",
+            choice=CHOICES[label] if label != MISSING else None,
+            posterior=dict(zip(CHOICES, map(float, shares.posterior[0]), strict=True)),
+            margin=float(side_margin(shares.posterior, shares.label)[0]),
+            note="not fitted yet: the vote shares until the project's first fit",
+        )
     return ConsensusRow(
         rule="Dawid-Skene",
         choice=stored.ds_choice or None,
@@ -195,7 +211,7 @@ def item_detail(*, project: Project, comparison_id: int) -> ItemDetail | None:
         comparison=comparison,
         judgements=judgements,
         repeats=repeats,
-        consensus=[*_majority_rows(choices), _dawid_skene_row(comparison.pk)],
+        consensus=[*_majority_rows(choices), _dawid_skene_row(comparison, choices)],
         history=_history(comparison, judgements, repeats, verdicts, flags),
         verdicts=verdicts,
         flags=flags,
