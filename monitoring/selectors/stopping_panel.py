@@ -416,6 +416,17 @@ def _step_series(run: TrainingRun, name: str) -> dict[int, float]:
     )
 
 
+def _checkpoint_kl(checkpoint: Checkpoint, kl_by_step: dict[int, float]) -> float | None:
+    """The KL (nats) at ``checkpoint``: its own metrics' ``kl``, else the last logged at or before
+    its step. A sampled estimate can dip below zero near the reference (and a recipe can store
+    NaN when a step had no samples): KL itself is >= 0, so it is clamped, and a non-finite one is
+    unknown (None)."""
+    kl = checkpoint.metrics.get("kl", _kl_at(kl_by_step, checkpoint.step))
+    if kl is None or not math.isfinite(float(kl)):
+        return None
+    return max(float(kl), 0.0)
+
+
 def _kl_at(kl_by_step: dict[int, float], step: int) -> float | None:
     """The KL logged at ``step``, else the last one before it (None before any)."""
     before = [s for s in kl_by_step if s <= step]
@@ -438,7 +449,7 @@ def _human_gold_points(
     slope, offset = np.polyfit([u for u, _ in pairs], [r for _, r in pairs], 1)
     kls, rewards = [], []
     for round_ in rated_rounds:
-        kl = round_.checkpoint.metrics.get("kl", _kl_at(kl_by_step, round_.checkpoint.step))
+        kl = _checkpoint_kl(round_.checkpoint, kl_by_step)
         values = [j.usefulness for j in round_judgements(round_) if j.usefulness is not None]
         if kl is None or not values:
             continue
@@ -472,7 +483,11 @@ def run_peak_line(
     the estimate among the run's checkpoints (KL from its metrics or the metric points)."""
     # The logged KL is a sampled estimate (k1 can dip below zero near the reference); KL itself
     # is >= 0, and the curve's axis is sqrt(KL).
-    kl_by_step = {step: max(value, 0.0) for step, value in _step_series(run, "kl").items()}
+    kl_by_step = {
+        step: max(value, 0.0)
+        for step, value in _step_series(run, "kl").items()
+        if math.isfinite(value)
+    }
     proxy = _step_series(run, REWARD_METRICS[0])
     points = [(kl_by_step[s], r) for s, r in proxy.items() if s in kl_by_step]
     gold = [
@@ -481,9 +496,9 @@ def run_peak_line(
     human_kl, human_reward = _human_gold_points(rated_rounds, kl_by_step)
     checkpoint_kls = {}
     for checkpoint in run.checkpoints.all():
-        kl = checkpoint.metrics.get("kl", _kl_at(kl_by_step, checkpoint.step))
+        kl = _checkpoint_kl(checkpoint, kl_by_step)
         if kl is not None:
-            checkpoint_kls[f"step {checkpoint.step}"] = float(kl)
+            checkpoint_kls[f"step {checkpoint.step}"] = kl
     return peak_line(
         eval_kl=[k for k, _ in points],
         eval_reward=[r for _, r in points],

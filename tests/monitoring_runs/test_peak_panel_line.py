@@ -56,3 +56,15 @@ def test_the_run_page_shows_the_peak_line(make_run, ml_engineer):
 def test_a_run_without_evaluations_says_too_few(make_run):
     line = run_peak_line(make_run(kind="ppo", metrics={1: {"kl": 0.1}}), rated_rounds=[])
     assert line.estimate.status == "too_few_points" and "current KL 0.1" in line.text
+
+
+def test_a_checkpoint_whose_sampled_kl_dipped_below_zero_is_read_as_zero(make_run):
+    """A sampled KL estimate can be slightly negative (and NaN on a step without samples): the
+    panel reads KL 0 (KL is >= 0) and leaves a NaN checkpoint out, instead of failing (the gold
+    farm's 36-step RLOO run stopped here)."""
+    run = _run_with_curve(make_run)
+    Checkpoint.objects.create(run=run, step=5, path="checkpoints/step-5", metrics={"kl": -0.02})
+    Checkpoint.objects.create(run=run, step=7, path="checkpoints/step-7", metrics={"kl": "nan"})
+    line = run_peak_line(run, rated_rounds=[], n_boot=200)
+    assert line.checkpoint == "step 60"
+    assert run_stopping_panel(run, n_boot=200)["peak"]["checkpoint"] == "step 60"
