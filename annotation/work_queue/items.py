@@ -2,10 +2,10 @@
 repeats, and the display order stored with each lease and answer.
 
 A claim is one short transaction: it locks the next item in queue order that still has a free
-slot and that the annotator was never given (``claims.slot_claim``: ``SELECT ... FOR UPDATE SKIP
-LOCKED``, the primitive eval rounds claim with too), bumps its
-``taken`` (active normal leases + answers, never above the project's overlap) and ``served``
-counters, and records a lease with the display order (``policy.display_order``). Every
+slot and that the annotator was never given (``claims.slot_claim``, the primitive eval rounds
+claim with too: ``SELECT ... FOR UPDATE SKIP LOCKED``), bumps its ``taken`` (active normal leases +
+answers, never above the project's overlap) and ``served`` counters, and records a lease with the
+display order (``policy.display_order``). Every
 ``gold_every``-th item is a gold item (everyone, outside the overlap) and every
 ``repeat_every``-th a repeat (an item answered at least ``REPEAT_MIN_DISTANCE`` items ago, shown in
 the reversed order), as for pairs. Expired leases give their slots back (``policy.release_due``).

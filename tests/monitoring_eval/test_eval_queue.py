@@ -3,19 +3,23 @@
 queue's pair rule for sides; an assignment left unanswered for 30 minutes is handed to someone
 else and its late answer refused; the plug-in's form, agreement and export."""
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.template.loader import get_template
 from django.urls import reverse
 from django.utils import timezone
 
 from annotation.work_queue.plugins import AnswerError
 from annotation.work_queue.registry import HOSTED, REGISTRY, task_type_named
+from common.roles import REVIEWER
 from monitoring.eval_rating import assignment_order
 from monitoring.models import EvalAssignment, EvalJudgement, EvalRound
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services.eval_rounds import EvalError
+from tests.factories import UserFactory
 from tests.helpers.clients import logged_in
 
 pytestmark = pytest.mark.django_db
@@ -149,3 +153,38 @@ def test_a_bad_usefulness_from_the_screen_is_refused_by_the_plug_in(open_round, 
     ).content.decode()
     assert "usefulness must be an integer from 1 to 5" in page
     assert not EvalJudgement.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_concurrent_reviewers_never_over_assign_and_keep_the_sides(open_round, reviewers):
+    """8 reviewer threads claim and rate at once, 3 reviewers per item, 4 items: every item ends
+    with exactly 3 distinct reviewers (12 ratings), and each item's sides are those of
+    side_for(position, k) for k = 0, 1, 2, as when reviewers come one by one."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks with SKIP LOCKED need PostgreSQL (make test uses it)")
+    crowd = [*reviewers, *(UserFactory(role=REVIEWER) for _ in range(4))]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(crowd))
+
+    def work(reviewer) -> None:
+        try:
+            barrier.wait()
+            round_ = EvalRound.objects.get(pk=open_round.pk)
+            _rate_all(round_, reviewer)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in crowd]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert EvalJudgement.objects.filter(assignment__item__round=open_round).count() == 12
+    for item in open_round.items.all():
+        rows = list(item.assignments.values_list("reviewer", "shown_left"))
+        assert len({reviewer for reviewer, _ in rows}) == 3 == len(rows)
+        expected = ["checkpoint" if (item.position + k) % 2 == 0 else "baseline" for k in range(3)]
+        assert sorted(side for _, side in rows) == sorted(expected)
