@@ -36,11 +36,16 @@ class MonitoringConfig(AppConfig):
     verbose_name = "Monitoring"
 
     def ready(self) -> None:
+        from annotation.work_queue.registry import HOSTED, register
         from common.archive import archive_part_register
         from common.jobs import JobKind, job_kind_register
         from monitoring.archive import MONITORING_PART
+        from monitoring.eval_rating import EVAL_RATING
 
         archive_part_register(MONITORING_PART)
+        # The eval rounds' rating is a task type of the shared work queue, hosted on our tables.
+        if EVAL_RATING.name not in HOSTED:
+            register(EVAL_RATING, hosted=True)
 
         job_kind_register(
             JobKind(model="monitoring.Judge", noun="judge", queue_of=_judge_queue, idle=("draft",),

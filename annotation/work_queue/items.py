@@ -2,9 +2,10 @@
 repeats, and the display order stored with each lease and answer.
 
 A claim is one short transaction: it locks the next item in queue order that still has a free
-slot and that the annotator was never given (``SELECT ... FOR UPDATE SKIP LOCKED``), bumps its
-``taken`` (active normal leases + answers, never above the project's overlap) and ``served``
-counters, and records a lease with the display order (``policy.display_order``). Every
+slot and that the annotator was never given (``claims.slot_claim``, the primitive eval rounds
+claim with too: ``SELECT ... FOR UPDATE SKIP LOCKED``), bumps its ``taken`` (active normal leases +
+answers, never above the project's overlap) and ``served`` counters, and records a lease with the
+display order (``policy.display_order``). Every
 ``gold_every``-th item is a gold item (everyone, outside the overlap) and every
 ``repeat_every``-th a repeat (an item answered at least ``REPEAT_MIN_DISTANCE`` items ago, shown in
 the reversed order), as for pairs. Expired leases give their slots back (``policy.release_due``).
@@ -23,6 +24,7 @@ from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from annotation.models import Project, TaskAnswer, TaskItem, TaskLease, TaskType
+from annotation.work_queue.claims import slot_claim
 from annotation.work_queue.plugins import AnswerError
 from annotation.work_queue.policy import (
     REPEAT_MIN_DISTANCE,
@@ -67,19 +69,23 @@ def _never_given(annotator: AbstractBaseUser):
 
 
 def _claim_normal(project: Project, annotator: AbstractBaseUser) -> TaskLease | None:
-    item = (
-        TaskItem.objects.select_for_update(skip_locked=True, of=("self",))
-        .filter(project=project, gold={}, taken__lt=project.overlap)
+    """The first item in queue order below the overlap (``claims.slot_claim``: ``taken`` is the
+    locked row's counter, so it is current under the lock)."""
+
+    def lease(item: TaskItem, taken: int) -> TaskLease:
+        TaskItem.objects.filter(pk=item.pk).update(taken=F("taken") + 1, served=F("served") + 1)
+        item.project = project
+        order = display_order(item.pk, item.served, _size(item))
+        return _lease(item, annotator, TaskLease.Kind.NORMAL, order)
+
+    candidates = (
+        TaskItem.objects.filter(project=project, gold={}, taken__lt=project.overlap)
         .filter(_never_given(annotator))
         .order_by("queue_position", "pk")
-        .first()
     )
-    if item is None:
-        return None
-    TaskItem.objects.filter(pk=item.pk).update(taken=F("taken") + 1, served=F("served") + 1)
-    item.project = project
-    order = display_order(item.pk, item.served, _size(item))
-    return _lease(item, annotator, TaskLease.Kind.NORMAL, order)
+    return slot_claim(
+        candidates, capacity=project.overlap, taken=lambda item: item.taken, lease=lease
+    )
 
 
 def _claim_gold(project: Project, annotator: AbstractBaseUser) -> TaskLease | None:

@@ -1,5 +1,6 @@
 """The work queue's shared rules: when a gold item or a repeat is due, when a claim looks for
-expired leases, who may claim, and which display order an annotator is shown.
+expired leases, who may claim, and which display order an annotator is shown. (How a claim locks
+a slot is ``claims``.)
 
 Display order: a pair's left side alternates between the annotators of a comparison
 (``side_for``: its ``served`` counter's parity, started from the id's); K responses are shown in a
@@ -30,7 +31,7 @@ REPEAT_MIN_DISTANCE = 5
 RELEASE_EVERY_S = 5
 
 
-def release_due(project: Project, *, asked: dict[int, float], queue: str) -> bool:
+def release_due(project: models.Model, *, asked: dict[int, float], queue: str) -> bool:
     """True for one claim per project and queue every RELEASE_EVERY_S seconds (across all web
     processes): looking for expired leases on every claim costs a locking query each time, and a
     slot that comes back a few seconds later changes nothing. A claim that finds nothing free
@@ -38,8 +39,10 @@ def release_due(project: Project, *, asked: dict[int, float], queue: str) -> boo
 
     Each process asks the shared cache at most once per window (the other claims of the window
     skip that round trip); a race between two threads costs one extra ask, never a second release.
-    ``asked``: the calling queue's per-process note (project pk -> time.monotonic() of its last
-    turn); ``queue`` names its lease table in the cache key (pairs: "lease-release").
+    ``project``: the owner of the pool (a Project; an EvalRound for the eval rounds' queue);
+    ``asked``: the calling queue's per-process note (owner pk -> time.monotonic() of its last
+    turn); ``queue`` names its lease table in the cache key (pairs: "lease-release", items:
+    "item-release", eval rounds: "eval-release").
     """
     now = time.monotonic()
     if now - asked.get(project.pk, -RELEASE_EVERY_S) < RELEASE_EVERY_S:

@@ -109,6 +109,71 @@ def round_judgements(round_: EvalRound) -> list[EvalJudgement]:
     )
 
 
+def usefulness_alpha(judgements: list[EvalJudgement], item_ids: list[int]) -> float:
+    """Ordinal Krippendorff alpha of the judgements' usefulness ratings over the items
+    ``item_ids`` (a reviewer x item table, NaN where a reviewer did not rate an item); NaN with
+    fewer than two reviewers or when alpha is undefined (no variation)."""
+    reviewers = sorted({j.assignment.reviewer_id for j in judgements})
+    if len(reviewers) < 2 or not item_ids:
+        return float("nan")
+    column = {pk: k for k, pk in enumerate(item_ids)}
+    row = {r: k for k, r in enumerate(reviewers)}
+    data = np.full((len(reviewers), len(item_ids)), np.nan)
+    for j in judgements:
+        data[row[j.assignment.reviewer_id], column[j.assignment.item_id]] = j.usefulness
+    try:
+        return krippendorff_alpha(data, level="ordinal")
+    except (ValueError, ZeroDivisionError):
+        return float("nan")
+
+
+def project_round_agreement(project_id: int) -> dict[str, Any]:
+    """The reviewers' agreement in each eval round of a project (the ``eval_rating`` task type's
+    agreement): {"rounds": [{"round", "n_judgements", "n_reviewers", "usefulness_alpha"}]}, the
+    newest round first; alpha is NaN with fewer than two reviewers."""
+    rounds = []
+    for round_ in EvalRound.objects.filter(project_id=project_id).order_by("-pk"):
+        judgements = round_judgements(round_)
+        item_ids = list(round_.items.order_by("position").values_list("pk", flat=True))
+        rounds.append(
+            {
+                "round": round_.pk,
+                "n_judgements": len(judgements),
+                "n_reviewers": len({j.assignment.reviewer_id for j in judgements}),
+                "usefulness_alpha": usefulness_alpha(judgements, item_ids),
+            }
+        )
+    return {"rounds": rounds}
+
+
+def project_round_judgement_rows(project_id: int) -> list[dict[str, Any]]:
+    """Every reviewer judgement of a project's eval rounds as a flat row (the ``eval_rating``
+    task type's export), in round then arrival order: round, checkpoint (its id), position,
+    prompt_id, reviewer, shown_left (the model shown on the left), preference (a = the checkpoint
+    better, b = the baseline, tie), usefulness (1-5), note, elapsed_ms, created_at (ISO 8601)."""
+    judgements = (
+        EvalJudgement.objects.filter(assignment__item__round__project_id=project_id)
+        .select_related("assignment__item__round", "assignment__reviewer")
+        .order_by("assignment__item__round_id", "created_at", "pk")
+    )
+    return [
+        {
+            "round": j.assignment.item.round_id,
+            "checkpoint": j.assignment.item.round.checkpoint_id,
+            "position": j.assignment.item.position,
+            "prompt_id": j.assignment.item.prompt_id,
+            "reviewer": j.assignment.reviewer.get_username(),
+            "shown_left": j.assignment.shown_left,
+            "preference": j.preference,
+            "usefulness": j.usefulness,
+            "note": j.note,
+            "elapsed_ms": j.elapsed_ms,
+            "created_at": j.created_at.isoformat(),
+        }
+        for j in judgements
+    ]
+
+
 def round_win_rate_over_time(round_: EvalRound) -> list[dict[str, float]]:
     """[{n (ratings so far), items, estimate, low, high}] after each rating: the win rate over the
     identical items' ties and the ratings so far, item as the unit; [] before the first rating."""
@@ -160,17 +225,7 @@ def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
         by_item[j.assignment.item_id].append(j)
 
     reviewers = sorted({j.assignment.reviewer_id for j in judgements})
-    alpha = float("nan")
-    if len(reviewers) >= 2 and items:
-        column = {item.pk: k for k, item in enumerate(items)}
-        row = {r: k for k, r in enumerate(reviewers)}
-        data = np.full((len(reviewers), len(items)), np.nan)
-        for j in judgements:
-            data[row[j.assignment.reviewer_id], column[j.assignment.item_id]] = j.usefulness
-        try:
-            alpha = krippendorff_alpha(data, level="ordinal")
-        except (ValueError, ZeroDivisionError):
-            alpha = float("nan")
+    alpha = usefulness_alpha(judgements, [item.pk for item in items])
 
     counted = [item for item in items if by_item.get(item.pk) or item.pk in identical]
     # One row per item (the mean of its outcomes; an identical item one tie), as the win rate.

@@ -1,41 +1,44 @@
 """Writes of human-eval rounds: create a round, generate its responses (gpu worker), hand items to
 reviewers, submit judgements, record the stop / continue / roll-back decision.
 
+Eval rounds run on the shared work queue (annotation.work_queue), as labelling does: the claims,
+the expiry of unanswered assignments and the counterbalanced sides are
+``monitoring.services.eval_queue``'s (the queue's ``claims.slot_claim`` and ``policy.side_for``),
+and the answer is validated by the ``eval_rating`` task type (monitoring.eval_rating), which
+MonitoringConfig.ready registers with the queue.
+
 Assignment: an item goes to ``reviewers_per_item`` distinct reviewers (a unique constraint on (item,
-reviewer) makes a second rating by the same person impossible). A claim is one short transaction that
-locks the next item still short of reviewers with ``SELECT ... FOR UPDATE SKIP LOCKED`` (ordered by
-position) and re-counts its assignments under the lock. Sides are counterbalanced: the k-th reviewer of
-item i sees the checkpoint on the left when (i + k) is even, so each item and the round as a whole show
-the checkpoint on both sides about equally, and no reviewer can learn a fixed side. An item whose two
-answers are identical (``eval_selectors.answers_identical``) is never handed out: it counts as ties.
-A round with a judge hands out only the items drawn for reviewers (``EvalItem.for_humans``); the
-judge rates them all once the answers exist (monitoring/services/round_judges.py).
+reviewer) makes a second rating by the same person impossible). Sides are counterbalanced: the k-th
+reviewer of item i sees the checkpoint on the left when (i + k) is even, so each item and the round
+as a whole show the checkpoint on both sides about equally, and no reviewer can learn a fixed side.
+An item whose two answers are identical (``eval_selectors.answers_identical``) is never handed out:
+it counts as ties. A round with a judge hands out only the items drawn for reviewers
+(``EvalItem.for_humans``); the judge rates them all once the answers exist
+(monitoring/services/round_judges.py).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, OuterRef
-from django.utils import timezone
+from django.db.models import Count
 
 from annotation.models import Project, Prompt
 from annotation.selectors.clustering import prompt_ids_held_out
-from annotation.work_queue.policy import side_for
+from annotation.work_queue.plugins import AnswerError
+from annotation.work_queue.registry import task_type_named
 from common.errors import ConcordError
 from common.jobs import task_send
 from common.lifecycle import FAILED, SUCCEEDED, JobHeartbeat, job_claim, job_finish
-from common.sides import stored_side
 from common.text import storable_text
+from monitoring.eval_rating import EVAL_RATING_NAME, assignment_order
 from monitoring.models import (
-    EVAL_PAIR,
     EvalAssignment,
     EvalItem,
     EvalJudgement,
@@ -48,6 +51,7 @@ from monitoring.selectors import eval_rounds as eval_selectors
 from monitoring.selectors import prompts as prompt_selectors
 from monitoring.selectors import round_judges as ppi_selectors
 from monitoring.selectors.round_judges import DEFAULT_KAPPA_THRESHOLD
+from monitoring.services import eval_queue
 from monitoring.services import round_judges as round_judge_services
 from monitoring.services.stopping_panel import stopping_inputs_changed
 from monitoring.stats import stopping
@@ -56,9 +60,6 @@ from training import services as training_services
 from training.models import Checkpoint, TrainingRun
 
 log = logging.getLogger(__name__)
-Side = EvalAssignment.Side
-# An unanswered assignment older than this returns its slot to the pool.
-LEASE = timedelta(minutes=30)
 DEFAULT_SAMPLING = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 0.9, "seed": 0}
 
 
@@ -425,53 +426,13 @@ def _reward_scores_for(
 
 
 def eval_claim_next(*, reviewer: AbstractBaseUser, round_: EvalRound) -> EvalAssignment | None:
-    """The reviewer's unanswered assignment in the round, else a newly claimed item (short of
+    """The reviewer's unanswered assignment in the open round, else a newly claimed item (short of
     reviewers, never one this reviewer already has, never one whose two answers are identical);
-    None when nothing is left for them."""
+    None when nothing is left for them or the round is not open (``eval_queue``: the shared work
+    queue's claim)."""
     if round_.status != EvalRound.Status.OPEN:
         return None
-    open_one = (
-        EvalAssignment.objects.filter(item__round=round_, reviewer=reviewer, judgement__isnull=True)
-        .select_related("item__prompt")
-        .order_by("item__position")
-        .first()
-    )
-    if open_one is not None:
-        return open_one
-    EvalAssignment.objects.filter(
-        item__round=round_, judgement__isnull=True, created_at__lt=timezone.now() - LEASE
-    ).delete()
-    mine = EvalAssignment.objects.filter(item=OuterRef("pk"), reviewer=reviewer)
-    with transaction.atomic():
-        candidates = (
-            eval_selectors.rateable_items(round_)
-            .annotate(taken=Count("assignments"), mine=Exists(mine))
-            .filter(taken__lt=round_.reviewers_per_item, mine=False)
-            .order_by("position", "pk")
-            .values_list("pk", flat=True)[:20]
-        )
-        ids = list(candidates)
-        for item in (
-            EvalItem.objects.select_for_update(skip_locked=True).filter(pk__in=ids).order_by("pk")
-        ):
-            taken = item.assignments.count()
-            if taken >= round_.reviewers_per_item:
-                continue
-            # The work queue's alternation (annotation.work_queue.policy): "a" is the checkpoint.
-            first = side_for(item.position, taken) == "a"
-            left = Side.CHECKPOINT if first else Side.BASELINE
-            try:
-                with transaction.atomic():
-                    assignment = EvalAssignment.objects.create(
-                        item=item, reviewer=reviewer, shown_left=left
-                    )
-            except IntegrityError:
-                continue
-            return EvalAssignment.objects.select_related("item__prompt").get(pk=assignment.pk)
-    return None
-
-
-PICKS = ("left", "right", "tie")
+    return eval_queue.assignment_claim(reviewer=reviewer, round_=round_)
 
 
 def eval_submit(
@@ -483,38 +444,39 @@ def eval_submit(
     note: str = "",
     elapsed_ms: int = 0,
 ) -> EvalJudgement:
-    """Record the reviewer's verdict. ``pick`` speaks of the screen (left, right, tie); it is stored
-    from the checkpoint's side (a = checkpoint better, b = baseline better)."""
+    """Record the reviewer's verdict, validated by the ``eval_rating`` task type
+    (monitoring.eval_rating). ``pick`` speaks of the screen (left, right, tie); it is stored from
+    the checkpoint's side (a = checkpoint better, b = baseline better). EvalError, nothing
+    written, for a refused answer, a closed round, or an assignment no longer the reviewer's (an
+    unanswered one released after ``eval_queue.LEASE``)."""
     if assignment.reviewer_id != reviewer.pk:
         raise EvalError("this item was handed to another reviewer")
-    if assignment.item.round.status != EvalRound.Status.OPEN:
+    round_ = assignment.item.round
+    if round_.status != EvalRound.Status.OPEN:
         raise EvalError("this round is closed: it takes no more ratings")
-    if pick not in PICKS:
-        raise EvalError(f"pick must be one of {PICKS}, got {pick!r}")
-    if not isinstance(usefulness, int) or not 1 <= usefulness <= 5:
-        raise EvalError(f"usefulness must be an integer from 1 to 5, got {usefulness!r}")
-    if pick == "tie":
-        preference = EvalJudgement.Preference.TIE
-    else:
-        preference = (
-            EvalJudgement.Preference.CHECKPOINT
-            if stored_side(pick, shown_left=assignment.shown_left, pair=EVAL_PAIR)
-            == Side.CHECKPOINT
-            else EvalJudgement.Preference.BASELINE
+    answer = {"pick": pick, "usefulness": usefulness}
+    try:
+        fields = task_type_named(EVAL_RATING_NAME).validate(
+            round_.project, answer, assignment_order(assignment.shown_left)
         )
+    except AnswerError as exc:
+        raise EvalError(str(exc)) from exc
     try:
         with transaction.atomic():
+            # Locked, so the release of stale assignments leaves it alone until we commit.
+            held = EvalAssignment.objects.select_for_update().filter(pk=assignment.pk)
+            if held.values_list("pk", flat=True).first() is None:
+                raise EvalError("this item is no longer assigned to you; the next one is loaded")
             judgement = EvalJudgement.objects.create(
                 assignment=assignment,
-                preference=preference,
-                usefulness=usefulness,
+                **fields,
                 note=note.strip()[:5000],
                 elapsed_ms=max(0, min(int(elapsed_ms), 86_400_000)),
             )
     except IntegrityError as exc:
         raise EvalError("this item has already been rated") from exc
-    _close_when_rated(round_id=assignment.item.round_id)
-    stopping_inputs_changed(assignment.item.round.checkpoint.run_id)
+    _close_when_rated(round_id=round_.pk)
+    stopping_inputs_changed(round_.checkpoint.run_id)
     return judgement
 
 

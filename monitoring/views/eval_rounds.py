@@ -9,9 +9,11 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from annotation.models import Project
+from annotation.work_queue.registry import task_type_named
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, role_required
 from common.sides import screen_order, screen_side
+from monitoring.eval_rating import EVAL_RATING_NAME
 from monitoring.models import EVAL_PAIR, EvalAssignment, EvalRound, Judge, StopDecision
 from monitoring.selectors import eval_rounds as eval_selectors
 from monitoring.selectors import prompts as prompt_selectors
@@ -223,12 +225,14 @@ def rate(request: HttpRequest, round_id: int) -> HttpResponse:
             raise Http404("no such assignment")
         assignment = get_object_or_404(EvalAssignment, pk=int(assignment_id), reviewer=request.user)
         was_open = round_.status == EvalRound.Status.OPEN
+        # The eval_rating task type reads its form (monitoring.eval_rating).
+        answer = task_type_named(EVAL_RATING_NAME).answer_from_form(round_.project, request.POST, 2)
         try:
             eval_services.eval_submit(
                 assignment=assignment,
                 reviewer=request.user,
-                pick=request.POST.get("pick", ""),
-                usefulness=int(request.POST.get("usefulness", "0") or 0),
+                pick=answer["pick"],
+                usefulness=answer["usefulness"],
                 note=request.POST.get("note", ""),
                 elapsed_ms=int(request.POST.get("elapsed_ms", "0") or 0),
             )

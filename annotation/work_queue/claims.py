@@ -1,0 +1,94 @@
+"""The work queue's claim primitive, the same for every lease table: rating and ranking items
+(``items``, over TaskItem and TaskLease) and the eval rounds' items (monitoring, over its own
+EvalItem and EvalAssignment; the queue knows nothing of them).
+
+- ``slot_claim``: lock the first free slot in queue order (``SELECT ... FOR UPDATE SKIP LOCKED``,
+  so concurrent claims never wait on each other), count its taken places again under the lock,
+  create the lease in a savepoint, and move on to the next slot when the slot filled up meanwhile
+  or the lease cannot be made (an IntegrityError: the same person claiming in a second tab).
+- ``stale_leases_release``: lease expiry for lease tables without a status, where an unanswered
+  lease is a row without an answer: the unanswered leases claimed before a cut-off are deleted,
+  so their slots (counted from the leases) return to the pool. Lease tables with a status and a
+  ``taken`` counter (Assignment, TaskLease) use ``policy.release_expired``.
+
+Pairwise labelling keeps its one-statement SQL claim (annotation/services/labelling.py, measured
+by bench/load_labelling.py) with the same rules: lock in queue order with SKIP LOCKED, never above
+the overlap, one lease per person and pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import TypeVar
+
+from django.db import IntegrityError, models, transaction
+
+Slot = TypeVar("Slot", bound=models.Model)
+Lease = TypeVar("Lease")
+
+# Slots a claim looks at before it gives up (each one full or refused under the lock).
+TRIES = 20
+# Stale leases released per call at most (the next claim releases the rest).
+RELEASE_BATCH = 500
+
+
+def slot_claim(
+    candidates: models.QuerySet[Slot],
+    *,
+    capacity: int | None,
+    taken: Callable[[Slot], int],
+    lease: Callable[[Slot, int], Lease],
+    tries: int = TRIES,
+) -> Lease | None:
+    """The lease on the first free slot among ``candidates``, or None when none is free.
+
+    ``candidates``: the slots this claimant may take, in queue order (an ordered queryset that can
+    be locked: no aggregation; already narrowed to slots never given to the claimant and, as far
+    as the query can tell, below ``capacity``). ``capacity``: places per slot (the overlap, the
+    reviewers per item); None for slots outside it (gold). ``taken(slot)``: the slot's places taken
+    now, asked under its lock (a counter on the locked row, or a count of its leases).
+    ``lease(slot, taken)``: creates and returns the lease (and bumps any counter); it runs in a
+    savepoint, so an IntegrityError undoes it and the next slot is tried.
+
+    Runs inside the caller's transaction: the slot stays locked until it commits, so two claims
+    can never both take a slot's last place. At most ``tries`` slots are looked at."""
+    if not candidates.ordered:
+        raise ValueError("slot_claim needs the candidates in queue order (order_by)")
+    if not transaction.get_connection(candidates.db).in_atomic_block:
+        raise RuntimeError("slot_claim runs inside a transaction (the lock lasts until commit)")
+    passed: list[int] = []
+    for _ in range(tries):
+        pool = candidates.exclude(pk__in=passed) if passed else candidates
+        slot = pool.select_for_update(skip_locked=True, of=("self",)).first()
+        if slot is None:
+            return None
+        held = taken(slot)
+        if capacity is None or held < capacity:
+            try:
+                with transaction.atomic():
+                    return lease(slot, held)
+            except IntegrityError:
+                pass  # the claimant holds this slot already (another tab): try the next
+        passed.append(slot.pk)
+    return None
+
+
+def stale_leases_release(
+    unanswered: models.QuerySet, *, claimed_before: datetime, claimed_field: str = "created_at"
+) -> int:
+    """Delete the leases among ``unanswered`` (a lease table narrowed to leases without an answer)
+    claimed before ``claimed_before``; returns how many. Locks with SKIP LOCKED (a lease being
+    answered now, or released by another claim, is left alone) and deletes through ``unanswered``
+    again, so an answer committed meanwhile keeps its lease. At most RELEASE_BATCH per call."""
+    with transaction.atomic():
+        stale = list(
+            unanswered.select_for_update(skip_locked=True, of=("self",))
+            .filter(**{f"{claimed_field}__lt": claimed_before})
+            .order_by("pk")
+            .values_list("pk", flat=True)[:RELEASE_BATCH]
+        )
+        if not stale:
+            return 0
+        _, per_model = unanswered.filter(pk__in=stale).delete()
+    return per_model.get(unanswered.model._meta.label, 0)
