@@ -122,8 +122,9 @@ def test_stale_unanswered_leases_are_released_and_fresh_ones_kept():
     assert stale_leases_release(unanswered, claimed_before=cut, claimed_field="claimed_at") == 0
 
 
-# Threads need committed rows: a transactional test (serialized_rollback keeps the role groups).
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+# Threads need committed rows: a transactional test. Not serialized_rollback: right after a plain
+# transactional test (whose flush re-creates the role groups) its restore would clash on them.
+@pytest.mark.django_db(transaction=True)
 def test_a_slot_locked_by_one_claim_is_skipped_by_another():
     """A claim outside a transaction is refused (its lock would end at once). While one claim
     holds item 0's lock (its transaction open), a claim on another connection does not wait: it
