@@ -13,9 +13,10 @@ flags, the threads and the load average before and after; ``--repeats`` runs eac
 that many times and keeps the fastest (other work only slows a run down).
 
     .venv/bin/python bench/bench_rollout.py [--batches 1 16] [--new-tokens 128] [--threads 2]
-        [--repeats 1] [--compile] [--skip-llama-cpp]
+        [--repeats 1] [--compile] [--static-threads N] [--skip-llama-cpp]
 
-``--compile`` adds the static engine with its decode step through ``torch.compile``.
+``--compile`` adds the static engine with its decode step through ``torch.compile``;
+``--static-threads N`` the static engine running its calls on N intra-op threads (``threads``).
 """
 
 from __future__ import annotations
@@ -64,7 +65,10 @@ def run_engine(args: argparse.Namespace) -> dict:
     engine = (
         GenerateEngine()
         if args.worker == "generate"
-        else StaticEngine(compile=args.worker == "static_compiled")
+        else StaticEngine(
+            compile=args.worker == "static_compiled",
+            threads=args.static_threads if args.worker == "static_threads" else None,
+        )
     )
     bf16 = args.precision == "bf16"
 
@@ -128,6 +132,7 @@ def _worker_options(args: argparse.Namespace, batch: int, precision: str) -> lis
     return [
         "--batch", str(batch), "--precision", precision, "--threads", str(args.threads),
         "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats),
+        "--static-threads", str(args.static_threads or 0),
     ]  # fmt: skip
 
 
@@ -141,6 +146,7 @@ def bench(args: argparse.Namespace) -> dict:
 
     precisions = ["fp32"] + (["bf16"] if native_bf16(torch.device("cpu")) else [])
     engines = ["generate", "static"] + (["static_compiled"] if args.compile else [])
+    engines += ["static_threads"] if args.static_threads else []
     report: dict = {
         "benchmark": "rollout engines",
         "model": "smollm2-135m-instruct",
@@ -180,6 +186,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--compile", action="store_true", help="also the compiled static engine")
+    parser.add_argument(
+        "--static-threads", type=int, default=0, help="also the static engine on N threads"
+    )
     parser.add_argument("--skip-llama-cpp", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)

@@ -216,12 +216,25 @@ def test_a_failing_compile_falls_back_to_eager(policy, monkeypatch):
     assert out.tokens == StaticEngine().generate(model, ids, mask, settings).tokens
 
 
+def test_threads_give_the_same_tokens_and_are_restored(policy):
+    model, tokenizer = policy
+    ids, mask = _batch(tokenizer, TEXTS)
+    settings = _settings(tokenizer, max_new_tokens=6, seed=4)
+    before = torch.get_num_threads()
+    one = StaticEngine(threads=1).generate(model, ids, mask, settings)
+    assert torch.get_num_threads() == before
+    assert one.tokens == StaticEngine().generate(model, ids, mask, settings).tokens
+    with pytest.raises(ValueError, match="threads"):
+        StaticEngine(threads=0)
+
+
 def test_choosing_and_refusing_engines(policy, tiny_reward_dir):
     from transformers import AutoModelForSequenceClassification
 
     model, _ = policy
-    assert choose_engine("auto", model) == "generate"  # until an engine is measured faster
+    assert choose_engine("auto", model) == "static"  # measured faster on the CPU (issue 37)
     reward = AutoModelForSequenceClassification.from_pretrained(str(tiny_reward_dir))
+    assert choose_engine("auto", reward) == "generate"  # not a Llama causal LM
     with pytest.raises(EngineUnavailable, match="engine 'static' cannot run"):
         make_engine("static", reward)
     with pytest.raises(ValueError, match="engine must be one of"):

@@ -10,8 +10,8 @@ Three engines stand behind it (``make_engine``):
 - ``vllm``: colocated vLLM on CUDA (``engine_vllm``; the gpu extra), the policy's weights pushed
   before each rollout, log-probabilities recomputed by the policy.
 
-``engine_choice`` builds them by name; ``auto`` is ``generate`` until the benches show another
-engine faster (bench/README.md).
+``engine_choice`` builds them by name; ``auto`` is ``static`` for a plain Llama-family policy on the
+CPU, where the benches measured it faster, else ``generate`` (bench/README.md).
 
 Shapes: R rows, W the left-padded prompt width, T_r the tokens generated for row r.
 """

@@ -15,13 +15,21 @@ from training.inference.engine import (
 
 
 def choose_engine(name: str, policy: Any) -> str:
-    """The engine ``name`` stands for with this policy: ``auto`` is ``generate`` for now, on the
-    CPU and on GPUs: bench/bench_rollout.py measured the static engine 4.4x slower than generate in
-    float32 on the CPU (bench/README.md, issue 37) and no GPU has measured it yet
-    (bench/gpu_check.py); any other name is itself (checked when the engine is built)."""
+    """The engine ``name`` stands for with this policy; any name but ``auto`` is itself (checked
+    when the engine is built). ``auto`` is ``static`` for a plain Llama-family policy on the CPU,
+    where bench/bench_rollout.py measured it 2.2x ``generate`` in float32 at batch 16 and level
+    with it under bfloat16 autocast and at batch 1 on a quiet machine (ahead in bfloat16 under
+    load; bench/README.md, issue 37), and ``generate`` elsewhere: for LoRA-wrapped or other
+    models (``static_supported``) and on GPUs, where the static engine has not been measured yet
+    (bench/gpu_check.py)."""
     if name not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {name!r}")
-    return "generate" if name == "auto" else name
+    if name != "auto":
+        return name
+    if static_supported(policy) is not None:
+        return "generate"
+    device = next(policy.parameters()).device
+    return "static" if device.type == "cpu" else "generate"
 
 
 def make_engine(name: str, policy: Any, **options: Any) -> RolloutEngine:

@@ -538,7 +538,8 @@ class OnlineRLConfig(TrainingConfig):
         "generate",
         "rollout engine: 'generate' (transformers, any model), 'static' (preallocated KV cache and "
         "continuous batching, plain Llama-family policies), 'vllm' (colocated vLLM, CUDA and the "
-        "gpu extra) or 'auto' (generate until the benches show another engine faster)",
+        "gpu extra) or 'auto' (static for a plain Llama-family policy on the CPU, where it measured "
+        "faster, else generate)",
         choices=("auto", "generate", "static", "vllm"),
     )
 
