@@ -222,6 +222,8 @@ def main() -> None:
             indent=2,
         )
     )  # fmt: skip
+    if not tally.claim_ms:  # e.g. every GET redirected to the login page: nothing was measured
+        sys.exit(f"no claim succeeded (statuses {dict(tally.statuses)}): nothing was measured")
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ keys = []
 for user in users:
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]  # the login form's backend
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
     keys.append(session.session_key)
