@@ -222,16 +222,7 @@ def project_judgements(*, project: Project) -> ProjectJudgements:
     with _bulk_reads():
         judgements = _judgement_columns(project)
         comparisons = _comparison_columns(project)
-        repeats = _int_columns(
-            human_judgements(RepeatJudgement.objects.filter(comparison__project=project))
-            .order_by()
-            .annotate(
-                c_comparison=Cast("comparison_id", _BIG),
-                c_annotator=Cast("annotator_id", _BIG),
-                c_choice=_code("choice", CHOICE_CODES),
-            ),
-            ["c_comparison", "c_annotator", "c_choice"],
-        )
+        repeats = _vote_columns(RepeatJudgement.objects.filter(comparison__project=project))
     comparison_ids = comparisons[:, 0]
     annotator_ids, annotator = np.unique(judgements[:, 1], return_inverse=True)
     names = dict(
@@ -294,20 +285,26 @@ class ProjectVotes:
     annotator_ids: np.ndarray
 
 
+def _vote_columns(votes: QuerySet) -> np.ndarray:
+    """People's rows of ``votes`` (judgements or repeats) as an int64 array [n, 3]: comparison id,
+    annotator id, choice code (``CHOICE_CODES``)."""
+    return _int_columns(
+        human_judgements(votes)
+        .order_by()
+        .annotate(
+            c_comparison=Cast("comparison_id", _BIG),
+            c_annotator=Cast("annotator_id", _BIG),
+            c_choice=_code("choice", CHOICE_CODES),
+        ),
+        ["c_comparison", "c_annotator", "c_choice"],
+    )
+
+
 def project_votes(*, project: Project) -> ProjectVotes:
     """People's judgements of the project as three integer columns (one packed query; no comparison,
     response or prompt scans: unjudged comparisons are not items here)."""
     with _bulk_reads():
-        columns = _int_columns(
-            human_judgements(Judgement.objects.filter(comparison__project=project))
-            .order_by()
-            .annotate(
-                c_comparison=Cast("comparison_id", _BIG),
-                c_annotator=Cast("annotator_id", _BIG),
-                c_choice=_code("choice", CHOICE_CODES),
-            ),
-            ["c_comparison", "c_annotator", "c_choice"],
-        )
+        columns = _vote_columns(Judgement.objects.filter(comparison__project=project))
     comparison_ids, item = np.unique(columns[:, 0], return_inverse=True)
     annotator_ids, annotator = np.unique(columns[:, 1], return_inverse=True)
     table = agreement.JudgementTable(
