@@ -169,8 +169,10 @@ def test_a_single_reward_model_trains_exactly_as_before(
     model_dir = request.getfixturevalue(model_fixture)
     result = train_reward_model(_config(model_dir, pairs_file, tmp_path))
     losses, eval_loss = BEFORE_ENSEMBLES[model_fixture]
-    assert _losses(tmp_path) == pytest.approx(losses, abs=1e-6)
-    assert result.summary["eval/loss"] == pytest.approx(eval_loss, abs=1e-6)
+    # Recorded on an Intel Xeon; float32 kernels on other CPUs (AMD EPYC: 1.6e-6 at step 6 of the
+    # tiny Llama) round differently, so "the same" is to 1e-5, far below any change of path.
+    assert _losses(tmp_path) == pytest.approx(losses, abs=1e-5)
+    assert result.summary["eval/loss"] == pytest.approx(eval_loss, abs=1e-5)
     final = tmp_path / "final"
     assert not (final / ENSEMBLE_FILE).exists()
     ensemble = load_reward_ensemble(final, "cpu", max_length=64, prompt_budget=32)
