@@ -213,6 +213,9 @@ def test_the_tutorial_from_a_public_dataset_to_a_stopped_model(world, page: Page
     page.keyboard.press("1")
     page.keyboard.press("Enter")
     _wait_for(lambda: Adjudication.objects.filter(decided_by=mel).exists(), "the verdict")
+    # The verdict's POST answers with a redirect to the next item: let that navigation finish
+    # before the next step's goto, which it would otherwise interrupt.
+    page.wait_for_url(re.compile(r"/adjudicate/\?.*after="))
 
     # 4. Export a training set.
     run_step_commands(4)
