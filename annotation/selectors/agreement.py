@@ -60,15 +60,33 @@ CHOICE_CODES = {value: agreement.CHOICES.index(value) for value in Choice.values
 SIDE_CODES = {Side.A.value: agreement.A, Side.B.value: agreement.B}
 
 
+# Rows per packed group, by the first column's value (its high bits): the result comes back one
+# group at a time, so the client holds one group's bytes beside the arrays, not every column's.
+_GROUP_SHIFT = 16
+
+
+@contextmanager
+def _server_cursor():
+    """A psycopg server-side cursor with binary results on Django's connection, fetching one row
+    at a time (PostgreSQL; call inside a transaction)."""
+    connection.ensure_connection()
+    with connection.connection.cursor(name="concord_int_columns", binary=True) as cursor:
+        cursor.itersize = 1
+        yield cursor
+
+
 def _int_columns(queryset: QuerySet, columns: list[str]) -> np.ndarray:
     """Integer annotations of a queryset (BigInteger, never NULL) as an int64 array [rows, C].
 
-    On PostgreSQL the database packs each column into one bytea of big-endian int8s
-    (``string_agg(int8send(column), '')`` over Django's compiled query) and NumPy reads it with
-    ``frombuffer``: one result row instead of one Python object per value, which costs less than
+    On PostgreSQL the database packs each column into bytea of big-endian int8s
+    (``string_agg(int8send(column), '')`` over Django's compiled query), one result row per group
+    of the first column's values (``>> _GROUP_SHIFT``), and NumPy reads them with ``frombuffer``:
+    a few result rows instead of one Python object per value, which costs less than
     ``values_list`` or a row-by-row COPY. All aggregates of one (non-parallel, see _bulk_reads)
-    aggregation see the rows in the same order, so the columns stay aligned. Elsewhere
-    ``values_list``.
+    aggregation see a group's rows in the same order, so the columns stay aligned. The groups are
+    fetched one at a time through a server-side cursor in binary (bytes, not hex text to decode):
+    3,000,000 rows of 6 columns peak at about twice the array's 144 MB instead of 1 GB. Rows come
+    in no particular order. Elsewhere ``values_list``.
     """
     rows = queryset.values_list(*columns)
     if connection.vendor != "postgresql":
@@ -78,14 +96,24 @@ def _int_columns(queryset: QuerySet, columns: list[str]) -> np.ndarray:
     except EmptyResultSet:  # e.g. .none() or pk__in=[]: nothing to read
         return np.zeros((0, len(columns)), dtype=np.int64)
     packed = ", ".join(f"string_agg(int8send(q.{column}), '')" for column in columns)
-    statement = f"SELECT count(*), {packed} FROM ({sql}) AS q"  # noqa: S608 - Django's compiled SQL  # nosec B608
-    with connection.cursor() as cursor:
+    statement = (
+        f"SELECT count(*), {packed} FROM ({sql}) AS q"  # noqa: S608 - Django's compiled SQL  # nosec B608
+        f" GROUP BY q.{columns[0]} >> {_GROUP_SHIFT}"
+    )
+    parts = []
+    # A server-side cursor lives in a transaction (a savepoint inside the caller's).
+    with transaction.atomic(), _server_cursor() as cursor:
         cursor.execute(statement, params)
-        count, *blobs = cursor.fetchone()
-    arrays = [np.frombuffer(blob or b"", dtype=">i8").astype(np.int64) for blob in blobs]
-    if any(array.size != count for array in arrays):
-        raise ValueError(f"a column of {columns} holds NULLs; wrap it in Coalesce")
-    return np.stack(arrays, axis=1)
+        for count, *blobs in cursor:
+            part = np.empty((count, len(columns)), dtype=np.int64)
+            for j, blob in enumerate(blobs):
+                if len(blob) != 8 * count:
+                    raise ValueError(f"a column of {columns} holds NULLs; wrap it in Coalesce")
+                part[:, j] = np.frombuffer(blob, dtype=">i8")
+            parts.append(part)
+    if not parts:
+        return np.zeros((0, len(columns)), dtype=np.int64)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 @dataclass(frozen=True)
