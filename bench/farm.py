@@ -17,7 +17,8 @@ One pipeline run (``run_pipeline``), all through the app:
 5. the stop rule: *plain* keeps the last step (fixed steps); *Concord* reads the stopping panel's
    peak line (``run_peak_line``: the proxy curve corrected by gold) and rolls back to the
    checkpoint nearest the estimated peak, or keeps the checkpoint of the best gold point when the
-   curve shows no peak. Either way the decision is recorded (``decision_record``);
+   peak is not determined (too few points, flat, still rising, or a turn within the noise).
+   Either way the decision is recorded (``decision_record``);
 6. gold win rate of the kept checkpoint against the starting policy on held-out prompts (greedy
    answers, gold scores; a tie counts a half).
 
@@ -430,7 +431,10 @@ def rl_and_stop(
         kept, rule = checkpoints[str(peak.checkpoint)], "peak estimate"
     else:
         best = max(rated_steps, key=lambda step: rated_steps[step])
-        kept, rule = rl.checkpoints.get(step=best), "best gold-rated checkpoint (no peak)"
+        kept, rule = (
+            rl.checkpoints.get(step=best),
+            "best gold-rated checkpoint (peak not determined)",
+        )
     decision_record(
         run=rl, decision="rollback", reviewer=engineer, checkpoint=kept,
         note=f"farm {pipeline}: {rule}; {peak.text}",

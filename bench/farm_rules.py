@@ -28,8 +28,11 @@ returning the index of the checkpoint it keeps:
 - ``peak_fit``: the stopping panel's peak line (``monitoring.stats.peak.estimate_peak``: the Gao fit
   of the proxy against KL, corrected by the gold points available, which are every ``gold_every``-th
   evaluation, as human-eval rounds are rarer than evaluations). It stops at the first evaluation whose
-  KL has reached the estimated peak's KL and keeps the checkpoint nearest the estimate; never
-  reached: the checkpoint nearest the last estimate (or the last one without a peak);
+  KL has reached a determined estimate's KL (status ``peak``: the Gao fit turned significantly
+  within twice the largest KL evaluated) and keeps the checkpoint nearest the estimate; never
+  reached: the checkpoint nearest the last estimate if that one is determined, else the last
+  checkpoint (a peak not determined never stops a run nor picks a checkpoint: the rule then
+  behaves as fixed steps);
 - ``plateau``: the panel's plateau rule on the proxy (``reward_plateau``: mean gain per evaluation
   over the last ``window`` below ``min_gain``); it keeps the evaluation where it fires, else the last;
 - ``fixed_kl``: the first evaluation with KL >= ``target``, else the last.
@@ -176,9 +179,9 @@ def stop_index_peak_fit(
         estimate = estimate_peak(
             k[: i + 1], p[: i + 1], gold_kl=k[known], gold_reward=g[known], n_boot=n_boot
         )
-        if estimate.status == "peak" and estimate.kl is not None and k[i] >= estimate.kl:
+        if estimate.determined and estimate.kl is not None and k[i] >= estimate.kl:
             return int(recommend_checkpoint(estimate, dict(enumerate(k[: i + 1].tolist()))))
-    if estimate is not None and estimate.status == "peak":
+    if estimate is not None and estimate.determined:
         return int(recommend_checkpoint(estimate, dict(enumerate(k.tolist()))))
     return k.size - 1
 

@@ -42,7 +42,7 @@ REWARD_METRICS = ("eval_reward_mean", "reward_mean")
 GOLD_METRIC = "gold_reward_mean"
 # The stored figures' layout; a change of it (or of what they are computed from) bumps it, so older
 # rows read as stale and are recomputed.
-FIGURES_VERSION = 1
+FIGURES_VERSION = 2  # 2: the peak's status peak / not_determined with a reason
 PANEL_BOOTSTRAP = 1000  # resamples of the usefulness interval; Bradley-Terry takes at most 300
 # Only the last values of the series decide their criteria (``stopping.reward_plateau`` and
 # ``kl_stability`` read the last ``window``): the stored figures keep these tails.
@@ -511,11 +511,13 @@ def run_peak_line(
 
 
 def _peak_out(line: PeakLine) -> dict[str, Any]:
-    """The peak line as stored: the sentence, the checkpoint nearest the peak ("step N"; None
-    without a peak), the current KL (nats) and the estimate's status."""
+    """The peak line as stored: the sentence, the checkpoint nearest the peak ("step N"; None when
+    the peak is not determined), the current KL (nats), the estimate's status (``peak`` or
+    ``not_determined``) and its reason (None when determined)."""
     return {
         "text": line.text,
         "checkpoint": line.checkpoint,
         "current_kl": line.current_kl,
         "status": line.estimate.status,
+        "reason": line.estimate.reason,
     }
