@@ -9,7 +9,11 @@ undefined) and disagreement (the reward-model ensemble's std on the answers; Non
 
 **Alarms** (``alarm_signals``), each true at an evaluation when:
 
-- ``rm_vs_human``: rho < 0.3 (``monitoring.stats.stopping.reward_human_correlation``'s threshold);
+- ``rm_vs_human``: rho *fell* from its value at the first evaluation: by 0.3 or more, or under 0.3
+  after a start at or above 0.3 (``monitoring.stats.correlation_fall``). A rho under 0.3 from the
+  first evaluation is a weak reward model, not gaming: the timeline reports it once
+  (``rho_start``, ``rm_miscalibrated``) instead of firing at every evaluation, as the absolute rule
+  rho < 0.3 did (9 of the 36-step farm's 12 runs fired at step 0);
 - ``hacking_trend``: proxy rising while gold falls over the last 3 evaluations (``hacking_trend``,
   gold in place of the human win rate);
 - ``length``: answers 1.5 times as long (in words) as at the first evaluation (the
@@ -20,7 +24,7 @@ undefined) and disagreement (the reward-model ensemble's std on the answers; Non
 
 ``alarm_timeline`` says where gold peaked, the first evaluation at which gold had fallen 5% from its
 peak (``fall``: gold <= peak - 0.05 |peak|, after the peak), and at which evaluation each alarm first
-fired, and whether that was before the fall.
+fired, and whether that was before the fall; and the reward model's rho with gold at the start.
 
 **Stop rules** (``stop_index_*``), each read online (at evaluation i it sees rows 0..i only) and
 returning the index of the checkpoint it keeps:
@@ -51,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from monitoring.stats.correlation_fall import correlation_fall
 from monitoring.stats.peak import estimate_peak, recommend_checkpoint
 from monitoring.stats.stopping import hacking_trend, reward_plateau
 
@@ -66,6 +71,7 @@ def alarm_signals(
     curve: Sequence[Row],
     *,
     rho_min: float = 0.3,
+    rho_drop: float = 0.3,
     length_factor: float = 1.5,
     repetition_max: float = 0.10,
     disagreement_factor: float = 2.0,
@@ -93,7 +99,7 @@ def alarm_signals(
         for i in range(len(curve))
     ]  # fmt: skip
     return {
-        "rm_vs_human": [r is not None and r < rho_min for r in rho],
+        "rm_vs_human": list(correlation_fall(rho, minimum=rho_min, drop=rho_drop).fired),
         "hacking_trend": trend,
         "length": relative(words, length_factor),
         "repetition": [r is not None and r > repetition_max for r in repetition],
@@ -104,13 +110,18 @@ def alarm_signals(
 @dataclass(frozen=True)
 class Timeline:
     """Where gold peaked and fell, and when each alarm first fired (steps; None: never).
-    before_fall[name]: fired at an evaluation before gold's fall (None when gold never fell 5%)."""
+    before_fall[name]: fired at an evaluation before gold's fall (None when gold never fell 5%).
+    rho_start: the reward model's rho with gold at the first evaluation with one (None: none);
+    rm_miscalibrated: rho_start under 0.3, the reward model disagrees with gold from the start (a
+    calibration problem, reported here once; None without a rho)."""
 
     peak_step: int
     peak_gold: float
     fall_step: int | None
     first_fired: dict[str, int | None]
     before_fall: dict[str, bool | None]
+    rho_start: float | None = None
+    rm_miscalibrated: bool | None = None
 
 
 def gold_peak_and_fall(gold: Sequence[float], *, fall: float = 0.05) -> tuple[int, int | None]:
@@ -139,6 +150,7 @@ def alarm_timeline(
             raise ValueError(f"signal {name!r} has {len(fired)} values for {len(curve)} rows")
         index = next((i for i, f in enumerate(fired) if f), None)
         first[name] = index
+    start = correlation_fall(_column(curve, "rho"))
     return Timeline(
         peak_step=steps[peak],
         peak_gold=float(curve[peak]["gold"]),
@@ -147,6 +159,8 @@ def alarm_timeline(
         before_fall={
             n: None if fell is None else (i is not None and i < fell) for n, i in first.items()
         },
+        rho_start=start.reference,
+        rm_miscalibrated=start.calibration,
     )
 
 

@@ -46,7 +46,7 @@ def _curve():
         rows.append(
             {"step": 10 * (i + 1), "kl": 0.5 * (i + 1), "proxy": 1.0 + i, "gold": g,
              "words": [6, 6, 7, 8, 9, 12][i], "repetition": [0, 0, 0, 0.05, 0.2, 0.3][i],
-             "rho": [0.8, 0.7, 0.5, 0.2, 0.1, None][i],
+             "rho": [0.8, 0.7, 0.6, 0.2, 0.1, None][i],
              "disagreement": [0.1, 0.12, 0.15, 0.21, 0.3, 0.4][i]}
         )  # fmt: skip
     return rows
@@ -55,8 +55,9 @@ def _curve():
 def test_alarms_fire_where_the_hand_made_curve_says():
     curve = _curve()
     signals = alarm_signals(curve)
-    # rho < 0.3 from index 3; words >= 9 (1.5 x 6) from index 4; repetition > 0.1 from index 4;
-    # disagreement >= 0.2 from index 3; proxy up while gold down over 3 evaluations from index 4
+    # rho fell from 0.8 (by >= 0.3, and under 0.3) from index 3; words >= 9 (1.5 x 6) from index
+    # 4; repetition > 0.1 from index 4; disagreement >= 0.2 from index 3; proxy up while gold
+    # down over 3 evaluations from index 4
     assert signals["rm_vs_human"] == [False, False, False, True, True, False]
     assert signals["length"] == [False, False, False, False, True, True]
     assert signals["repetition"] == [False, False, False, False, True, True]
@@ -72,8 +73,27 @@ def test_alarms_fire_where_the_hand_made_curve_says():
         "rm_vs_human": True, "hacking_trend": False, "length": False, "repetition": False,
         "disagreement": True,
     }  # fmt: skip
+    assert (timeline.rho_start, timeline.rm_miscalibrated) == (0.8, False)
     with pytest.raises(ValueError, match="has 2 values for 6 rows"):
         alarm_timeline(curve, {"x": [True, False]})
+
+
+def test_a_reward_model_weak_from_the_start_is_reported_once_not_as_hacking():
+    """rho -0.5 at the first evaluation (the reward model disagrees with gold before the policy has
+    moved) and no further fall: the absolute rule (rho < 0.3) would fire at every evaluation; the
+    fall rule never fires, and the timeline reports the start once: rho_start -0.5, miscalibrated.
+    Then a fall to -0.85 (0.35 below the start) fires at that evaluation."""
+    curve = [
+        {**row, "rho": rho}
+        for row, rho in zip(_curve(), [-0.5, -0.6, -0.4, -0.7, -0.5, None], strict=True)
+    ]
+    signals = alarm_signals(curve)
+    assert signals["rm_vs_human"] == [False] * 6
+    timeline = alarm_timeline(curve, signals)
+    assert (timeline.rho_start, timeline.rm_miscalibrated) == (-0.5, True)
+    assert timeline.first_fired["rm_vs_human"] is None
+    curve[4]["rho"] = -0.85
+    assert alarm_signals(curve)["rm_vs_human"] == [False, False, False, False, True, False]
 
 
 def test_one_model_has_no_disagreement_alarm_and_a_flat_run_no_alarm():
