@@ -55,6 +55,9 @@ estimate's status is ``peak`` only when all of these hold, else ``not_determined
 - ``still_rising``: KL* at most ``MAX_EXTRAPOLATION`` (2) times the largest KL evaluated: the form
   is fitted, not known, and a turn further out than that is an extrapolation the data cannot check
   (a KL* between the largest KL and twice it is reported, ``beyond_data``: not reached yet);
+- ``falling``: KL* at least the smallest KL evaluated above zero over ``MAX_EXTRAPOLATION``: a turn
+  further towards zero is the same extrapolation on the other side (the reward falls from the first
+  evaluation on; alpha / beta very negative puts KL* at 1e-120);
 - ``uncertain``: beta significantly > 0 and the interval bounded: its upper end finite and at most
   ``MAX_EXTRAPOLATION`` times the largest KL evaluated. An infinite upper end means more than
   (1 - level) / 2 of the replicas had no peak (beta <= 0), so this is beta > 0 at one-sided level
@@ -385,7 +388,7 @@ def estimate_peak(
     beyond = peak_kl > common["largest_kl"]
     where = "beyond the largest KL evaluated, so not reached yet" if beyond else "inside the data"
     if peak_kl < common["smallest_kl"]:
-        where = "before the smallest KL evaluated above zero"
+        where = "just before the smallest KL evaluated above zero"
     bounds = _kl_interval_text(low, high, common["smallest_kl"])
     return PeakEstimate(
         status="peak",
@@ -430,6 +433,8 @@ def _undetermined_reason(fit: Mapping[str, Any], level: float) -> str | None:
         return "still_rising" if slope > 0 or fit["beta"] > 0 else "falling"
     if peak_kl > limit:
         return "still_rising"
+    if peak_kl < fit["smallest_kl"] / MAX_EXTRAPOLATION:
+        return "falling"  # a turn before the data: extrapolated towards zero just as far
     if not fit["high"] <= limit:
         return "still_rising" if peak_kl > largest else "uncertain"
     return None
@@ -447,8 +452,8 @@ def _undetermined_message(reason: str, source: str, fit: Mapping[str, Any]) -> s
             " largest evaluated (no turn within twice that KL)."
         ),
         "falling": (
-            f"Peak not determined: the {source} reward falls across the evaluated KL (up to"
-            f" {largest}) without a turn."
+            f"Peak not determined: the {source} reward falls from KL {fit['smallest_kl']:.3g}, the"
+            f" smallest evaluated above zero (up to {largest}); a turn, if any, lies before it."
         ),
         "uncertain": (
             f"Peak not determined: the {source} reward's turn is within its noise (the interval"
@@ -467,7 +472,8 @@ def _kl_text(value: float, smallest: float | None) -> str:
 
 
 def _kl_interval_text(low: float, high: float, smallest: float | None) -> str:
-    return f"{_kl_text(low, smallest)} to {_upper(high)}"
+    upper = _kl_text(high, smallest) if np.isfinite(high) else _upper(high)
+    return f"{_kl_text(low, smallest)} to {upper}"
 
 
 def _upper(high: float) -> str:
@@ -583,6 +589,9 @@ def _undetermined_phrase(estimate: PeakEstimate) -> str:
     return {
         "flat": f"reward flat (no change with KL beyond its noise) up to {largest}",
         "still_rising": f"reward still rising at {largest}",
-        "falling": f"reward falling without a turn up to {largest}",
+        "falling": (
+            f"reward falling from KL {estimate.smallest_kl:.3g}, the smallest evaluated above zero"
+            f" (up to {estimate.largest_kl:.3g})"
+        ),
         "uncertain": f"the reward's turn is within its noise up to {largest}",
     }[str(estimate.reason)]
