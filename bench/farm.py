@@ -28,6 +28,9 @@ bigger but still CPU-sized; see the README's stopping section for what it measur
 
 Run: ``python bench/farm.py --small --seeds 0 1 2`` (a fresh test database is made and dropped;
 DATABASE_URL names the server). Writes bench/results/farm[-small].json and .png.
+``python bench/farm.py --rescore bench/results/farm-synthetic-36steps.json`` judges a committed
+report again from its recorded curves (today's alarms, stop rules and panel line; no training, no
+database) and rewrites it with its PNG.
 """
 
 from __future__ import annotations
@@ -55,7 +58,12 @@ if str(ROOT) not in sys.path:
 from bench.farm_eval import checkpoint_curve, gold_rated_round, policy_answers  # noqa: E402
 from bench.farm_plot import plot  # noqa: E402
 from bench.farm_policy import pretrain_policy, tiny_models  # noqa: E402
-from bench.farm_rules import alarm_signals, alarm_timeline, compare_stop_rules  # noqa: E402
+from bench.farm_rules import (  # noqa: E402
+    alarm_signals,
+    alarm_timeline,
+    compare_stop_rules,
+    panel_peak_line,
+)
 from bench.farm_synthetic import synthetic_corpus, synthetic_pairs  # noqa: E402
 
 PIPELINES = ("plain", "concord")
@@ -552,6 +560,24 @@ def merge_reports(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def rescore_report(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` judged again by today's rules from its recorded curves, no training: each run's
+    ``alarms`` and ``stop_rules`` (``judge_curve``) and ``panel_now``, the stopping panel's peak
+    line on its curve (``farm_rules.panel_peak_line``) and the checkpoint it names (None when the
+    peak is not determined: the Concord pipeline then keeps the best gold-rated checkpoint). What
+    ran at the time (``peak_line``, ``kept_step``, the gold win rate of the kept checkpoint) is kept
+    as recorded: re-keeping a checkpoint would need its answers generated again."""
+    recorded = {k: tuple(v) if isinstance(v, list) else v for k, v in report["config"].items()}
+    config = FarmConfig(**recorded)
+    runs = []
+    for run in report["runs"]:
+        line = panel_peak_line(run["curve"])
+        panel = {"peak_line": line.text, "checkpoint": line.checkpoint,
+                 "status": line.estimate.status, "reason": line.estimate.reason}  # fmt: skip
+        runs.append({**run, **judge_curve(run["curve"], config), "panel_now": panel})
+    return {**report, "runs": runs}
+
+
 def run_farm(
     config: FarmConfig,
     seeds: Sequence[int],
@@ -652,6 +678,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--merge", type=Path, nargs="+", help="join these JSON reports (one per seed) and stop"
     )
+    parser.add_argument(
+        "--rescore", type=Path,
+        help="judge this JSON report again from its recorded curves (no training), rewrite it",
+    )  # fmt: skip
     parser.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
     parser.add_argument(
         "--rl-steps", type=int,
@@ -663,6 +693,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="send tasks to the broker with no worker: the dashboards' refreshes do not run",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.rescore:
+        report = rescore_report(json.loads(args.rescore.read_text()))
+        args.rescore.write_text(json.dumps(report, indent=2, default=float) + "\n")
+        plot(report, args.rescore.with_suffix(".png"))
+        return 0
     if args.merge:
         merged = merge_reports([json.loads(path.read_text()) for path in args.merge])
         stem = f"farm-{merged['config']['name']}"

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from monitoring.stats.correlation_fall import correlation_fall
-from monitoring.stats.peak import estimate_peak, recommend_checkpoint
+from monitoring.stats.peak import PeakLine, estimate_peak, peak_line, recommend_checkpoint
 from monitoring.stats.stopping import hacking_trend, reward_plateau
 
 ALARMS = ("rm_vs_human", "hacking_trend", "length", "repetition", "disagreement")
@@ -273,3 +273,24 @@ def compare_stop_rules(
         "fixed_kl": stop_index_fixed_kl(kl, target=kl_target),  # type: ignore[arg-type]
     }
     return [judge_stop(r, i, curve, gold_start=gold_start) for r, i in indices.items()]
+
+
+def panel_peak_line(curve: Sequence[Row], *, n_boot: int = 300) -> PeakLine:
+    """The stopping panel's peak line as ``run_peak_line`` reads it from the run's metric points,
+    rebuilt from the curve rows: the app's ``eval_reward_mean`` (``proxy_app``) against the logged
+    KL at each checkpoint, gold at the gold-rated rows, the current KL the last row's, the
+    checkpoints the rows after the start (KL clamped at 0, as the panel does). Lets a committed
+    report be re-scored without training again (``bench/farm.py --rescore``); on the 36-step
+    farm's report the peak code of the time gave back all 12 recorded lines exactly."""
+    kl = {int(row["step"]): max(float(row["kl"]), 0.0) for row in curve if row["kl"] is not None}
+    evaluated = [r for r in curve if r.get("proxy_app") is not None and int(r["step"]) in kl]
+    rated = [r for r in curve if r.get("gold_rated") and int(r["step"]) in kl]
+    return peak_line(
+        eval_kl=[kl[int(r["step"])] for r in evaluated],
+        eval_reward=[float(r["proxy_app"]) for r in evaluated],
+        gold_kl=[kl[int(r["step"])] for r in rated],
+        gold_reward=[float(r["gold"]) for r in rated],
+        current_kl=kl.get(int(curve[-1]["step"])),
+        checkpoint_kls={f"step {s}": k for s, k in kl.items() if s > 0},
+        n_boot=n_boot,
+    )
