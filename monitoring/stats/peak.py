@@ -85,11 +85,12 @@ REASONS = {
     "too_few_points": "too few evaluations",
     "flat": "flat",
     "still_rising": "still rising at the largest KL evaluated",
-    "falling": "falling across the evaluated KL without a turn",
+    "falling": "falling from the smallest KL evaluated",
     "uncertain": "the turn is within the noise",
 }
-# A peak (or an interval's upper end) more than this many times the largest KL evaluated is an
-# extrapolation of the fitted form the data cannot check: not determined.
+# A peak (or an interval's upper end) more than this many times the largest KL evaluated, or a peak
+# under the smallest KL evaluated above zero divided by it, is an extrapolation of the fitted form
+# the data cannot check: not determined.
 MAX_EXTRAPOLATION = 2.0
 N_BOOT = 2000
 
