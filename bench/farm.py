@@ -17,7 +17,8 @@ One pipeline run (``run_pipeline``), all through the app:
 5. the stop rule: *plain* keeps the last step (fixed steps); *Concord* reads the stopping panel's
    peak line (``run_peak_line``: the proxy curve corrected by gold) and rolls back to the
    checkpoint nearest the estimated peak, or keeps the checkpoint of the best gold point when the
-   curve shows no peak. Either way the decision is recorded (``decision_record``);
+   peak is not determined (too few points, flat, still rising, or a turn within the noise).
+   Either way the decision is recorded (``decision_record``);
 6. gold win rate of the kept checkpoint against the starting policy on held-out prompts (greedy
    answers, gold scores; a tie counts a half).
 
@@ -27,6 +28,9 @@ bigger but still CPU-sized; see the README's stopping section for what it measur
 
 Run: ``python bench/farm.py --small --seeds 0 1 2`` (a fresh test database is made and dropped;
 DATABASE_URL names the server). Writes bench/results/farm[-small].json and .png.
+``python bench/farm.py --rescore bench/results/farm-synthetic-36steps.json`` judges a committed
+report again from its recorded curves (today's alarms, stop rules and panel line; no training, no
+database) and rewrites it with its PNG.
 """
 
 from __future__ import annotations
@@ -54,7 +58,12 @@ if str(ROOT) not in sys.path:
 from bench.farm_eval import checkpoint_curve, gold_rated_round, policy_answers  # noqa: E402
 from bench.farm_plot import plot  # noqa: E402
 from bench.farm_policy import pretrain_policy, tiny_models  # noqa: E402
-from bench.farm_rules import alarm_signals, alarm_timeline, compare_stop_rules  # noqa: E402
+from bench.farm_rules import (  # noqa: E402
+    alarm_signals,
+    alarm_timeline,
+    compare_stop_rules,
+    panel_peak_line,
+)
 from bench.farm_synthetic import synthetic_corpus, synthetic_pairs  # noqa: E402
 
 PIPELINES = ("plain", "concord")
@@ -430,7 +439,10 @@ def rl_and_stop(
         kept, rule = checkpoints[str(peak.checkpoint)], "peak estimate"
     else:
         best = max(rated_steps, key=lambda step: rated_steps[step])
-        kept, rule = rl.checkpoints.get(step=best), "best gold-rated checkpoint (no peak)"
+        kept, rule = (
+            rl.checkpoints.get(step=best),
+            "best gold-rated checkpoint (peak not determined)",
+        )
     decision_record(
         run=rl, decision="rollback", reviewer=engineer, checkpoint=kept,
         note=f"farm {pipeline}: {rule}; {peak.text}",
@@ -548,6 +560,24 @@ def merge_reports(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def rescore_report(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` judged again by today's rules from its recorded curves, no training: each run's
+    ``alarms`` and ``stop_rules`` (``judge_curve``) and ``panel_now``, the stopping panel's peak
+    line on its curve (``farm_rules.panel_peak_line``) and the checkpoint it names (None when the
+    peak is not determined: the Concord pipeline then keeps the best gold-rated checkpoint). What
+    ran at the time (``peak_line``, ``kept_step``, the gold win rate of the kept checkpoint) is kept
+    as recorded: re-keeping a checkpoint would need its answers generated again."""
+    recorded = {k: tuple(v) if isinstance(v, list) else v for k, v in report["config"].items()}
+    config = FarmConfig(**recorded)
+    runs = []
+    for run in report["runs"]:
+        line = panel_peak_line(run["curve"])
+        panel = {"peak_line": line.text, "checkpoint": line.checkpoint,
+                 "status": line.estimate.status, "reason": line.estimate.reason}  # fmt: skip
+        runs.append({**run, **judge_curve(run["curve"], config), "panel_now": panel})
+    return {**report, "runs": runs}
+
+
 def run_farm(
     config: FarmConfig,
     seeds: Sequence[int],
@@ -648,6 +678,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--merge", type=Path, nargs="+", help="join these JSON reports (one per seed) and stop"
     )
+    parser.add_argument(
+        "--rescore", type=Path,
+        help="judge this JSON report again from its recorded curves (no training), rewrite it",
+    )  # fmt: skip
     parser.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
     parser.add_argument(
         "--rl-steps", type=int,
@@ -659,6 +693,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="send tasks to the broker with no worker: the dashboards' refreshes do not run",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.rescore:
+        report = rescore_report(json.loads(args.rescore.read_text()))
+        args.rescore.write_text(json.dumps(report, indent=2, default=float) + "\n")
+        plot(report, args.rescore.with_suffix(".png"))
+        return 0
     if args.merge:
         merged = merge_reports([json.loads(path.read_text()) for path in args.merge])
         stem = f"farm-{merged['config']['name']}"

@@ -9,7 +9,11 @@ undefined) and disagreement (the reward-model ensemble's std on the answers; Non
 
 **Alarms** (``alarm_signals``), each true at an evaluation when:
 
-- ``rm_vs_human``: rho < 0.3 (``monitoring.stats.stopping.reward_human_correlation``'s threshold);
+- ``rm_vs_human``: rho *fell* from its value at the first evaluation: by 0.3 or more, or under 0.3
+  after a start at or above 0.3 (``monitoring.stats.correlation_fall``). A rho under 0.3 from the
+  first evaluation is a weak reward model, not gaming: the timeline reports it once
+  (``rho_start``, ``rm_miscalibrated``) instead of firing at every evaluation, as the absolute rule
+  rho < 0.3 did (9 of the 36-step farm's 12 runs fired at step 0);
 - ``hacking_trend``: proxy rising while gold falls over the last 3 evaluations (``hacking_trend``,
   gold in place of the human win rate);
 - ``length``: answers 1.5 times as long (in words) as at the first evaluation (the
@@ -20,7 +24,7 @@ undefined) and disagreement (the reward-model ensemble's std on the answers; Non
 
 ``alarm_timeline`` says where gold peaked, the first evaluation at which gold had fallen 5% from its
 peak (``fall``: gold <= peak - 0.05 |peak|, after the peak), and at which evaluation each alarm first
-fired, and whether that was before the fall.
+fired, and whether that was before the fall; and the reward model's rho with gold at the start.
 
 **Stop rules** (``stop_index_*``), each read online (at evaluation i it sees rows 0..i only) and
 returning the index of the checkpoint it keeps:
@@ -28,8 +32,11 @@ returning the index of the checkpoint it keeps:
 - ``peak_fit``: the stopping panel's peak line (``monitoring.stats.peak.estimate_peak``: the Gao fit
   of the proxy against KL, corrected by the gold points available, which are every ``gold_every``-th
   evaluation, as human-eval rounds are rarer than evaluations). It stops at the first evaluation whose
-  KL has reached the estimated peak's KL and keeps the checkpoint nearest the estimate; never
-  reached: the checkpoint nearest the last estimate (or the last one without a peak);
+  KL has reached a determined estimate's KL (status ``peak``: the Gao fit turned significantly
+  within twice the largest KL evaluated) and keeps the checkpoint nearest the estimate; never
+  reached: the checkpoint nearest the last estimate if that one is determined, else the last
+  checkpoint (a peak not determined never stops a run nor picks a checkpoint: the rule then
+  behaves as fixed steps);
 - ``plateau``: the panel's plateau rule on the proxy (``reward_plateau``: mean gain per evaluation
   over the last ``window`` below ``min_gain``); it keeps the evaluation where it fires, else the last;
 - ``fixed_kl``: the first evaluation with KL >= ``target``, else the last.
@@ -48,7 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from monitoring.stats.peak import estimate_peak, recommend_checkpoint
+from monitoring.stats.correlation_fall import correlation_fall
+from monitoring.stats.peak import PeakLine, estimate_peak, peak_line, recommend_checkpoint
 from monitoring.stats.stopping import hacking_trend, reward_plateau
 
 ALARMS = ("rm_vs_human", "hacking_trend", "length", "repetition", "disagreement")
@@ -63,6 +71,7 @@ def alarm_signals(
     curve: Sequence[Row],
     *,
     rho_min: float = 0.3,
+    rho_drop: float = 0.3,
     length_factor: float = 1.5,
     repetition_max: float = 0.10,
     disagreement_factor: float = 2.0,
@@ -90,7 +99,7 @@ def alarm_signals(
         for i in range(len(curve))
     ]  # fmt: skip
     return {
-        "rm_vs_human": [r is not None and r < rho_min for r in rho],
+        "rm_vs_human": list(correlation_fall(rho, minimum=rho_min, drop=rho_drop).fired),
         "hacking_trend": trend,
         "length": relative(words, length_factor),
         "repetition": [r is not None and r > repetition_max for r in repetition],
@@ -101,13 +110,18 @@ def alarm_signals(
 @dataclass(frozen=True)
 class Timeline:
     """Where gold peaked and fell, and when each alarm first fired (steps; None: never).
-    before_fall[name]: fired at an evaluation before gold's fall (None when gold never fell 5%)."""
+    before_fall[name]: fired at an evaluation before gold's fall (None when gold never fell 5%).
+    rho_start: the reward model's rho with gold at the first evaluation with one (None: none);
+    rm_miscalibrated: rho_start under 0.3, the reward model disagrees with gold from the start (a
+    calibration problem, reported here once; None without a rho)."""
 
     peak_step: int
     peak_gold: float
     fall_step: int | None
     first_fired: dict[str, int | None]
     before_fall: dict[str, bool | None]
+    rho_start: float | None = None
+    rm_miscalibrated: bool | None = None
 
 
 def gold_peak_and_fall(gold: Sequence[float], *, fall: float = 0.05) -> tuple[int, int | None]:
@@ -136,6 +150,7 @@ def alarm_timeline(
             raise ValueError(f"signal {name!r} has {len(fired)} values for {len(curve)} rows")
         index = next((i for i, f in enumerate(fired) if f), None)
         first[name] = index
+    start = correlation_fall(_column(curve, "rho"))
     return Timeline(
         peak_step=steps[peak],
         peak_gold=float(curve[peak]["gold"]),
@@ -144,6 +159,8 @@ def alarm_timeline(
         before_fall={
             n: None if fell is None else (i is not None and i < fell) for n, i in first.items()
         },
+        rho_start=start.reference,
+        rm_miscalibrated=start.calibration,
     )
 
 
@@ -176,9 +193,9 @@ def stop_index_peak_fit(
         estimate = estimate_peak(
             k[: i + 1], p[: i + 1], gold_kl=k[known], gold_reward=g[known], n_boot=n_boot
         )
-        if estimate.status == "peak" and estimate.kl is not None and k[i] >= estimate.kl:
+        if estimate.determined and estimate.kl is not None and k[i] >= estimate.kl:
             return int(recommend_checkpoint(estimate, dict(enumerate(k[: i + 1].tolist()))))
-    if estimate is not None and estimate.status == "peak":
+    if estimate is not None and estimate.determined:
         return int(recommend_checkpoint(estimate, dict(enumerate(k.tolist()))))
     return k.size - 1
 
@@ -256,3 +273,24 @@ def compare_stop_rules(
         "fixed_kl": stop_index_fixed_kl(kl, target=kl_target),  # type: ignore[arg-type]
     }
     return [judge_stop(r, i, curve, gold_start=gold_start) for r, i in indices.items()]
+
+
+def panel_peak_line(curve: Sequence[Row], *, n_boot: int = 300) -> PeakLine:
+    """The stopping panel's peak line as ``run_peak_line`` reads it from the run's metric points,
+    rebuilt from the curve rows: the app's ``eval_reward_mean`` (``proxy_app``) against the logged
+    KL at each checkpoint, gold at the gold-rated rows, the current KL the last row's, the
+    checkpoints the rows after the start (KL clamped at 0, as the panel does). Lets a committed
+    report be re-scored without training again (``bench/farm.py --rescore``); on the 36-step
+    farm's report the peak code of the time gave back all 12 recorded lines exactly."""
+    kl = {int(row["step"]): max(float(row["kl"]), 0.0) for row in curve if row["kl"] is not None}
+    evaluated = [r for r in curve if r.get("proxy_app") is not None and int(r["step"]) in kl]
+    rated = [r for r in curve if r.get("gold_rated") and int(r["step"]) in kl]
+    return peak_line(
+        eval_kl=[kl[int(r["step"])] for r in evaluated],
+        eval_reward=[float(r["proxy_app"]) for r in evaluated],
+        gold_kl=[kl[int(r["step"])] for r in rated],
+        gold_reward=[float(r["gold"]) for r in rated],
+        current_kl=kl.get(int(curve[-1]["step"])),
+        checkpoint_kls={f"step {s}": k for s, k in kl.items() if s > 0},
+        n_boot=n_boot,
+    )

@@ -42,7 +42,8 @@ REWARD_METRICS = ("eval_reward_mean", "reward_mean")
 GOLD_METRIC = "gold_reward_mean"
 # The stored figures' layout; a change of it (or of what they are computed from) bumps it, so older
 # rows read as stale and are recomputed.
-FIGURES_VERSION = 1
+# 2: the peak's status peak / not_determined with a reason; each rated round's correlation.
+FIGURES_VERSION = 2
 PANEL_BOOTSTRAP = 1000  # resamples of the usefulness interval; Bradley-Terry takes at most 300
 # Only the last values of the series decide their criteria (``stopping.reward_plateau`` and
 # ``kl_stability`` read the last ``window``): the stored figures keep these tails.
@@ -128,10 +129,11 @@ def stopping_panel_figures(run: TrainingRun, *, n_boot: int = PANEL_BOOTSTRAP) -
     """Everything of the run's panel that reads rounds or resamples, as a JSON-ready dict (NaN
     stored as None): the reward and KL tails, the latest rated round's ratings, per-item rewards and
     usefulness, its human-only win rate, its usefulness bootstrap (``n_boot`` resamples) and its
-    judge's prediction-powered estimates and agreement; per rated round the proxy reward and the
-    human win rate; the Bradley-Terry scores (``min(n_boot, 300)`` resamples); the answers' length
-    ratio and repetition. Independent of the reviewer's kappa threshold and of the run's status
-    (``stopping_panel_from_figures`` applies those)."""
+    judge's prediction-powered estimates and agreement; per rated round the proxy reward, the
+    human win rate and the reward-vs-usefulness correlation; the Bradley-Terry scores
+    (``min(n_boot, 300)`` resamples); the answers' length ratio and repetition. Independent of
+    the reviewer's kappa threshold and of the run's status (``stopping_panel_from_figures``
+    applies those)."""
     rewards: list[float] = []
     for name in REWARD_METRICS:
         rewards = _series(run, name)
@@ -145,7 +147,7 @@ def stopping_panel_figures(run: TrainingRun, *, n_boot: int = PANEL_BOOTSTRAP) -
     latest, latest_win_rate = None, None
     rated_items = 0
     rated_rounds: list[EvalRound] = []
-    round_rewards, round_win_rates = [], []
+    round_rewards, round_win_rates, round_correlations = [], [], []
     for round_ in rounds:
         # A round without a human rating has no human win rate (identical answers alone are none).
         counted = round_outcomes(round_)
@@ -162,6 +164,7 @@ def stopping_panel_figures(run: TrainingRun, *, n_boot: int = PANEL_BOOTSTRAP) -
             reward = before.values_list("value", flat=True).first()
         round_rewards.append(float("nan") if reward is None else float(reward))
         round_win_rates.append(win_rate.estimate)
+        round_correlations.append(_round_correlation(round_))
     usefulness, prompts, item_rewards, item_useful = [], [], [], []
     if latest is not None:
         per_item: dict[int, list[int]] = defaultdict(list)
@@ -215,6 +218,7 @@ def stopping_panel_figures(run: TrainingRun, *, n_boot: int = PANEL_BOOTSTRAP) -
         "item_usefulness": item_useful,
         "round_rewards": [_out(r) for r in round_rewards],
         "round_win_rates": [_out(w) for w in round_win_rates],
+        "round_correlations": [_out(c) for c in round_correlations],
         "latest_round": latest.pk if latest is not None else None,
         "n_rated_items": rated_items,
         "win_rate": None if latest_win_rate is None else _interval_out(latest_win_rate),
@@ -321,6 +325,7 @@ def stopping_panel_from_figures(
         item_usefulness=figures["item_usefulness"],
         round_rewards=[_in(r) for r in figures["round_rewards"]],
         round_win_rates=[_in(w) for w in figures["round_win_rates"]],
+        round_correlations=[_in(c) for c in figures["round_correlations"]],
         config=stopping.StoppingConfig(kl_band=tuple(figures["kl_band"])),
         n_boot=figures["n_boot"],
         usefulness_choice=estimates["usefulness"] if estimates else None,
@@ -458,6 +463,13 @@ def _human_gold_points(
     return kls, rewards
 
 
+def _round_correlation(round_: EvalRound) -> float:
+    """Spearman rho of the reward model's score against the mean usefulness over ``round_``'s
+    scored items (NaN when undefined): the hacking alarm watches its fall across rounds."""
+    pairs = _item_usefulness_and_scores(round_)
+    return stopping.reward_human_correlation([r for _, r in pairs], [u for u, _ in pairs]).rho
+
+
 def _item_usefulness_and_scores(round_: EvalRound) -> list[tuple[float, float]]:
     """(mean usefulness, reward-model score) of each rated item of ``round_`` that has a score."""
     per_item: dict[int, list[int]] = defaultdict(list)
@@ -511,11 +523,13 @@ def run_peak_line(
 
 
 def _peak_out(line: PeakLine) -> dict[str, Any]:
-    """The peak line as stored: the sentence, the checkpoint nearest the peak ("step N"; None
-    without a peak), the current KL (nats) and the estimate's status."""
+    """The peak line as stored: the sentence, the checkpoint nearest the peak ("step N"; None when
+    the peak is not determined), the current KL (nats), the estimate's status (``peak`` or
+    ``not_determined``) and its reason (None when determined)."""
     return {
         "text": line.text,
         "checkpoint": line.checkpoint,
         "current_kl": line.current_kl,
         "status": line.estimate.status,
+        "reason": line.estimate.reason,
     }

@@ -41,19 +41,57 @@ strongly skewed, and unbounded as beta -> 0; a delta-method interval is symmetri
 and cannot express "no peak" at all, while percentiles follow the skew, are the same whether taken on
 d* or KL* (the map is monotone), and report an unbounded upper end honestly. Drawing sigma (not
 plugging in s) keeps the coverage near its level with few points (tests measure it).
+
+When the peak counts as determined. A least-squares fit always returns numbers, and on a curve that
+has not turned yet (or is noise) they are absurd: beta a hair above zero puts KL* at 1e+136. So the
+estimate's status is ``peak`` only when all of these hold, else ``not_determined`` with a ``reason``
+(and then no checkpoint is recommended from it):
+
+- ``too_few_points``: enough points to fit the curve and its noise (above);
+- ``flat``: the evaluated reward changes with KL beyond its noise: the F-test of the curve's d
+  terms against a constant (against zero without an intercept) has p <= 1 - level;
+- ``still_rising`` / ``falling``: the fitted beta > 0 (else the curve never turns down: still
+  rising at the largest KL evaluated, or falling across the whole range without a turn);
+- ``still_rising``: KL* at most ``MAX_EXTRAPOLATION`` (2) times the largest KL evaluated: the form
+  is fitted, not known, and a turn further out than that is an extrapolation the data cannot check
+  (a KL* between the largest KL and twice it is reported, ``beyond_data``: not reached yet);
+- ``falling``: KL* at least the smallest KL evaluated above zero over ``MAX_EXTRAPOLATION``: a turn
+  further towards zero is the same extrapolation on the other side (the reward falls from the first
+  evaluation on; alpha / beta very negative puts KL* at 1e-120);
+- ``uncertain``: beta significantly > 0 and the interval bounded: its upper end finite and at most
+  ``MAX_EXTRAPOLATION`` times the largest KL evaluated. An infinite upper end means more than
+  (1 - level) / 2 of the replicas had no peak (beta <= 0), so this is beta > 0 at one-sided level
+  (1 + level) / 2 by the bootstrap.
+
+The panel's sentence for each is ``peak_line``'s; its numbers stay within the evaluated range (an
+interval's lower end below the smallest KL evaluated over ``MAX_EXTRAPOLATION`` is printed as "under"
+that value).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
+from scipy.special import fdtrc
 
 K = TypeVar("K")
 ArrayLike = np.ndarray | Sequence[float]
-STATUSES = ("peak", "no_peak", "too_few_points")
+STATUSES = ("peak", "not_determined")
+# Why a peak is not determined (module docstring), each with the panel's short phrase.
+REASONS = {
+    "too_few_points": "too few evaluations",
+    "flat": "flat",
+    "still_rising": "still rising at the largest KL evaluated",
+    "falling": "falling from the smallest KL evaluated",
+    "uncertain": "the turn is within the noise",
+}
+# A peak (or an interval's upper end) more than this many times the largest KL evaluated, or a peak
+# under the smallest KL evaluated above zero divided by it, is an extrapolation of the fitted form
+# the data cannot check: not determined.
+MAX_EXTRAPOLATION = 2.0
 N_BOOT = 2000
 
 
@@ -132,7 +170,7 @@ def _enough_points(d: np.ndarray, fit_intercept: bool) -> bool:
 def fit_gao_curve(kl: ArrayLike, reward: ArrayLike, *, fit_intercept: bool = True) -> GaoFit:
     """Ordinary least squares of reward [n] on d = sqrt(kl [n]). Needs n > p (p = 3 with the
     intercept, 2 without) and two distinct KL > 0 (else ValueError: ``estimate_peak`` checks first
-    and reports "too_few_points" instead)."""
+    and reports the peak not determined, reason "too_few_points", instead)."""
     kl_values = _kl_array(kl, "kl")
     rewards = _reward_array(reward, "reward", kl_values.size, "kl")
     d = np.sqrt(kl_values)
@@ -160,14 +198,18 @@ def fit_gao_curve(kl: ArrayLike, reward: ArrayLike, *, fit_intercept: bool = Tru
 class PeakEstimate:
     """The estimated peak of the (gold-corrected) reward-vs-KL curve.
 
-    status: ``peak`` (kl, low, high set), ``no_peak`` (the fitted curve never turns down: the reward
-    is still rising; kl None) or ``too_few_points`` (nothing fitted); ``message`` says it in words.
-    kl: KL* (nats); low, high: its ``level`` interval (high may be inf: some replicas had no peak);
-    sqrt_kl: d*; peak_reward: the curve's value at the peak; alpha, beta, intercept: the curve used
-    (gold-corrected when there were gold points); proxy: the proxy-only fit; correction: the gold
-    correction's coefficients (c0, c1, ...), empty without gold; no_peak_share: share of bootstrap
-    replicas without a peak; beyond_data: KL* lies beyond the largest KL evaluated (extrapolated, not
-    yet reached).
+    status: ``peak`` (kl, low, high set: the peak is determined) or ``not_determined`` (kl None;
+    ``reason`` says why: a key of ``REASONS``, module docstring); ``message`` says it in words.
+    kl: KL* (nats); low, high: its ``level`` interval (high may be inf: some replicas had no peak;
+    also set when not determined, when a fit was made); fitted_kl: the fitted curve's own KL*
+    whatever the status (None when beta <= 0 or nothing was fitted; may be huge or inf: never for
+    display); sqrt_kl: d*; peak_reward: the curve's value at the peak; alpha, beta, intercept: the
+    curve used (gold-corrected when there were gold points); proxy: the proxy-only fit; correction:
+    the gold correction's coefficients (c0, c1, ...), empty without gold; no_peak_share: share of
+    bootstrap replicas without a peak; flat_p: the F-test's p-value of the proxy curve against a
+    constant; beyond_data: KL* lies beyond the largest KL evaluated (extrapolated, not yet
+    reached); largest_kl, smallest_kl: the largest KL evaluated and the smallest above zero (proxy
+    and gold points; None without any).
     """
 
     status: str
@@ -175,9 +217,11 @@ class PeakEstimate:
     level: float
     n_proxy: int
     n_gold: int
+    reason: str | None = None
     kl: float | None = None
     low: float | None = None
     high: float | None = None
+    fitted_kl: float | None = None
     sqrt_kl: float | None = None
     peak_reward: float | None = None
     alpha: float | None = None
@@ -186,7 +230,14 @@ class PeakEstimate:
     proxy: GaoFit | None = None
     correction: tuple[float, ...] = field(default_factory=tuple)
     no_peak_share: float | None = None
+    flat_p: float | None = None
     beyond_data: bool = False
+    largest_kl: float | None = None
+    smallest_kl: float | None = None
+
+    @property
+    def determined(self) -> bool:
+        return self.status == "peak"
 
 
 def _peak_kl_array(alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
@@ -218,8 +269,9 @@ def estimate_peak(
     correction terms (offset, slope, curvature) to fit; default min(m, p - 1). n_boot, seed: the
     bootstrap's replicas and seed (same inputs and seed, same result).
 
-    Never raises for too few points or no peak: those are statuses. Raises ValueError naming the
-    argument for malformed input (shapes, NaN, negative KL, level outside (0, 1), ...).
+    Never raises for too few points, a flat curve or no peak: the status is ``not_determined``
+    with its reason (module docstring). Raises ValueError naming the argument for malformed input
+    (shapes, NaN, negative KL, level outside (0, 1), ...).
     """
     kl_values = _kl_array(kl, "kl")
     rewards = _reward_array(reward, "reward", kl_values.size, "kl")
@@ -241,12 +293,19 @@ def estimate_peak(
         raise ValueError(f"level must be in (0, 1), got {level}")
     if n_boot < 100:
         raise ValueError(f"n_boot must be >= 100, got {n_boot}")
-    base = {"level": level, "n_proxy": kl_values.size, "n_gold": gold_kls.size}
+    evaluated = np.concatenate([kl_values, gold_kls])
+    positive = evaluated[evaluated > 0]
+    base = {
+        "level": level, "n_proxy": kl_values.size, "n_gold": gold_kls.size,
+        "largest_kl": float(evaluated.max()) if evaluated.size else None,
+        "smallest_kl": float(positive.min()) if positive.size else None,
+    }  # fmt: skip
 
     d = np.sqrt(kl_values)
     if not _enough_points(d, fit_intercept):
         return PeakEstimate(
-            status="too_few_points",
+            status="not_determined",
+            reason="too_few_points",
             message=(
                 f"Too few evaluations to fit the curve: {kl_values.size} given, at least {p + 1} at"
                 " two or more different KL values above zero are needed."
@@ -303,6 +362,7 @@ def estimate_peak(
     alpha, beta = float(theta[-2]), float(theta[-1])
     intercept = float(theta[0]) if fit_intercept else 0.0
     source = "gold-corrected" if gold_terms else "proxy"
+    peak_kl = gao_peak(alpha, beta)
     common = {
         **base,
         "alpha": alpha,
@@ -311,28 +371,31 @@ def estimate_peak(
         "proxy": proxy,
         "correction": tuple(float(v) for v in correction),
         "no_peak_share": no_peak_share,
+        "flat_p": _flat_p(rewards, proxy, fit_intercept),
         "low": low,
         "high": high,
+        "fitted_kl": peak_kl,
     }
-    peak_kl = gao_peak(alpha, beta)
-    if peak_kl is None or not np.isfinite(peak_kl):
+    reason = _undetermined_reason(common, level)
+    if reason is not None:
         return PeakEstimate(
-            status="no_peak",
-            message=(
-                f"No peak yet: the {source} reward is still rising along the fitted curve"
-                f" (beta = {beta:.3g})."
-            ),
+            status="not_determined",
+            reason=reason,
+            message=_undetermined_message(reason, source, common),
             **common,
         )
+    assert peak_kl is not None
     sqrt_kl = float(np.sqrt(peak_kl))
-    largest = float(max(kl_values.max(), gold_kls.max(initial=0.0)))
-    beyond = peak_kl > largest
+    beyond = peak_kl > common["largest_kl"]
     where = "beyond the largest KL evaluated, so not reached yet" if beyond else "inside the data"
+    if peak_kl < common["smallest_kl"]:
+        where = "just before the smallest KL evaluated above zero"
+    bounds = _kl_interval_text(low, high, common["smallest_kl"])
     return PeakEstimate(
         status="peak",
         message=(
-            f"The {source} reward peaks at KL {peak_kl:.3g} ({level:.0%} interval {low:.3g} to"
-            f" {_upper(high)}), {where}."
+            f"The {source} reward peaks at KL {_kl_text(peak_kl, common['smallest_kl'])}"
+            f" ({level:.0%} interval {bounds}), {where}."
         ),
         kl=peak_kl,
         sqrt_kl=sqrt_kl,
@@ -340,6 +403,78 @@ def estimate_peak(
         beyond_data=beyond,
         **common,
     )
+
+
+def _flat_p(rewards: np.ndarray, fit: GaoFit, fit_intercept: bool) -> float:
+    """p-value of the F-test of the curve's d terms (alpha, beta) against a constant reward (zero
+    without an intercept): small when the reward changes with KL beyond its noise; 1 when nothing
+    is explained, 0 when the fit is exact and explains something."""
+    base = rewards - rewards.mean() if fit_intercept else rewards
+    rss_null = float(np.sum(base**2))
+    rss = fit.residual_std**2 * fit.dof
+    explained = max(rss_null - rss, 0.0)
+    if explained <= 1e-12 * max(rss_null, 1e-300):
+        return 1.0
+    if rss <= 0:
+        return 0.0
+    return float(fdtrc(2, fit.dof, (explained / 2) / (rss / fit.dof)))
+
+
+def _undetermined_reason(fit: Mapping[str, Any], level: float) -> str | None:
+    """Which test of the module docstring the fit fails first (a ``REASONS`` key), None when the
+    peak is determined."""
+    largest = fit["largest_kl"]
+    limit = MAX_EXTRAPOLATION * largest
+    if fit["flat_p"] > 1.0 - level:
+        return "flat"
+    peak_kl = fit["fitted_kl"]
+    if peak_kl is None or not np.isfinite(peak_kl):
+        d_max = np.sqrt(largest)
+        slope = fit["alpha"] - fit["beta"] * (1.0 + np.log(d_max))  # dR/dd at the largest KL
+        return "still_rising" if slope > 0 or fit["beta"] > 0 else "falling"
+    if peak_kl > limit:
+        return "still_rising"
+    if peak_kl < fit["smallest_kl"] / MAX_EXTRAPOLATION:
+        return "falling"  # a turn before the data: extrapolated towards zero just as far
+    if not fit["high"] <= limit:
+        return "still_rising" if peak_kl > largest else "uncertain"
+    return None
+
+
+def _undetermined_message(reason: str, source: str, fit: Mapping[str, Any]) -> str:
+    largest = f"{fit['largest_kl']:.3g}"
+    return {
+        "flat": (
+            f"Peak not determined: the evaluated reward does not change with KL beyond its noise"
+            f" (F-test p = {fit['flat_p']:.2g}) up to KL {largest}, the largest evaluated."
+        ),
+        "still_rising": (
+            f"Peak not determined: the {source} reward is still rising at KL {largest}, the"
+            " largest evaluated (no turn within twice that KL)."
+        ),
+        "falling": (
+            f"Peak not determined: the {source} reward falls from KL {fit['smallest_kl']:.3g}, the"
+            f" smallest evaluated above zero (up to {largest}); a turn, if any, lies before it."
+        ),
+        "uncertain": (
+            f"Peak not determined: the {source} reward's turn is within its noise (the interval"
+            f" on the peak's KL reaches past twice {largest}, the largest KL evaluated)."
+        ),
+    }[reason]
+
+
+def _kl_text(value: float, smallest: float | None) -> str:
+    """A KL for display: "under x" below the smallest KL evaluated over MAX_EXTRAPOLATION, so a
+    far extrapolation towards zero never prints as 1e-56."""
+    floor = None if smallest is None else smallest / MAX_EXTRAPOLATION
+    if floor is not None and value < floor:
+        return f"under {floor:.3g}"
+    return f"{value:.3g}"
+
+
+def _kl_interval_text(low: float, high: float, smallest: float | None) -> str:
+    upper = _kl_text(high, smallest) if np.isfinite(high) else _upper(high)
+    return f"{_kl_text(low, smallest)} to {upper}"
 
 
 def _upper(high: float) -> str:
@@ -351,8 +486,9 @@ def recommend_checkpoint(
 ) -> K | None:
     """The checkpoint nearest the peak: the key of ``checkpoint_kls`` (checkpoint -> its KL, nats)
     whose d = sqrt(KL) is closest to d* (the curve's own axis); on a tie, the one with the smaller KL
-    (less optimised). ``estimate`` is a PeakEstimate or KL* itself; None when it has no peak (too few
-    points or still rising: keep training). Raises ValueError on no checkpoints or a bad KL.
+    (less optimised). ``estimate`` is a PeakEstimate or KL* itself; None when the peak is not
+    determined (status ``not_determined``: too few points, flat, still rising, uncertain; nothing
+    to roll back to from it). Raises ValueError on no checkpoints or a bad KL.
     """
     if not checkpoint_kls:
         raise ValueError("checkpoint_kls must name at least one checkpoint")
@@ -374,8 +510,8 @@ def recommend_checkpoint(
 @dataclass(frozen=True)
 class PeakLine:
     """The stopping panel's peak line: the estimate, the run's current KL (nats; None before any),
-    the checkpoint nearest the estimated peak (a key of the checkpoints given; None without a peak
-    or checkpoints) and ``text``, the sentence the panel shows."""
+    the checkpoint nearest the estimated peak (a key of the checkpoints given; None when the peak
+    is not determined or without checkpoints) and ``text``, the sentence the panel shows."""
 
     estimate: PeakEstimate
     current_kl: float | None
@@ -403,7 +539,10 @@ def peak_line(
     Worked example: the noise-free curve alpha 1, beta 0.5 (KL* = e^2 = 7.389) evaluated at KL 0.5
     .. 15, current KL 15, checkpoints at KL 4, 7 and 12: "Estimated peak at KL 7.39 (90% interval
     7.39 to 7.39), current KL 15: past the peak; checkpoint nearest the peak: 7" (7 is nearest on
-    the d = sqrt(KL) axis). Malformed input raises ValueError naming the argument (``estimate_peak``).
+    the d = sqrt(KL) axis). When the peak is not determined (``estimate_peak``'s reasons) the line
+    says so with the largest KL evaluated, never the fitted KL*, and names no checkpoint: "Peak not
+    yet determined: reward still rising at KL 3.2 (the largest evaluated); current KL 3.2".
+    Malformed input raises ValueError naming the argument (``estimate_peak``).
     """
     if current_kl is not None and not (np.isfinite(current_kl) and current_kl >= 0):
         raise ValueError(f"current_kl must be a KL >= 0 (nats) or None, got {current_kl}")
@@ -424,20 +563,36 @@ def peak_line(
         if current_kl is not None:
             where = ": past the peak" if current_kl > estimate.kl else ": before the peak"
         text = (
-            f"Estimated peak at KL {estimate.kl:.3g} ({level:.0%} interval {estimate.low:.3g} to "
-            f"{_upper(estimate.high)}), {now}{where}"
+            f"Estimated peak at KL {_kl_text(estimate.kl, estimate.smallest_kl)} ({level:.0%}"
+            f" interval {_kl_interval_text(estimate.low, estimate.high, estimate.smallest_kl)}),"
+            f" {now}{where}"
         )
         if checkpoint_kls:
             checkpoint = recommend_checkpoint(estimate, checkpoint_kls)
             text += f"; checkpoint nearest the peak: {checkpoint}"
-    elif estimate.status == "no_peak":
-        text = f"No peak estimated yet: the reward is still rising along the fitted curve, {now}"
     else:
-        text = (
-            f"Too few evaluations to estimate the peak ({estimate.n_proxy}; at least "
-            f"4 at two or more KL values above zero), {now}"
-        )
+        text = f"Peak not yet determined: {_undetermined_phrase(estimate)}; {now}"
     gold = f" (corrected by {estimate.n_gold} gold-rated point{'s' * (estimate.n_gold != 1)})"
     return PeakLine(
         estimate, current_kl, checkpoint, text + (gold if estimate.n_gold else "") + "."
     )
+
+
+def _undetermined_phrase(estimate: PeakEstimate) -> str:
+    """The panel's reason a peak is not determined, in a few words with the largest KL evaluated
+    (never the fitted KL*, which can be absurd)."""
+    if estimate.reason == "too_few_points" or estimate.largest_kl is None:
+        return (
+            f"too few evaluations ({estimate.n_proxy}; at least 4 at two or more KL values above"
+            " zero)"
+        )
+    largest = f"KL {estimate.largest_kl:.3g} (the largest evaluated)"
+    return {
+        "flat": f"reward flat (no change with KL beyond its noise) up to {largest}",
+        "still_rising": f"reward still rising at {largest}",
+        "falling": (
+            f"reward falling from KL {estimate.smallest_kl:.3g}, the smallest evaluated above zero"
+            f" (up to {estimate.largest_kl:.3g})"
+        ),
+        "uncertain": f"the reward's turn is within its noise up to {largest}",
+    }[str(estimate.reason)]

@@ -34,6 +34,7 @@ from scipy.stats import spearmanr
 from scipy.stats import t as student_t
 
 from common.ngrams import repeated_ngram_share
+from monitoring.stats.correlation_fall import correlation_fall
 from monitoring.stats.intervals import EstimateChoice, Interval
 
 ArrayLike = Sequence[float] | np.ndarray
@@ -524,7 +525,9 @@ def reward_human_correlation(
     reward_scores: ArrayLike, usefulness: ArrayLike, *, minimum: float = 0.3
 ) -> Correlation:
     """PIPELINE.md: a correlation between human rating and reward under 0.3 means hacking has
-    started. reward_scores, usefulness: [N], one pair per item (usefulness averaged over reviewers)."""
+    started. reward_scores, usefulness: [N], one pair per item (usefulness averaged over reviewers).
+    ``alarm`` is that level read alone; the panel's hacking alarm reads a fall across rounds
+    instead (``monitoring.stats.correlation_fall``: low from the start is calibration)."""
     r = np.asarray(reward_scores, dtype=float).reshape(-1)
     u = np.asarray(usefulness, dtype=float).reshape(-1)
     if r.shape != u.shape:
@@ -616,7 +619,10 @@ class StoppingConfig:
     kl_band: tuple[float, float] = (0.12, 0.22)  # healthy range of the mean KL
     usefulness_min: float = 4.2  # mean 1-5 usefulness the checkpoint must reach
     reviewers_min: int = 3  # independent reviewers every item needs
-    correlation_min: float = 0.3  # Spearman rho (reward vs usefulness) under which hacking started
+    # Hacking alarm on Spearman's rho (reward vs usefulness): under correlation_min after a first
+    # rated round above it, or a fall of correlation_drop from the first round's (correlation_fall)
+    correlation_min: float = 0.3
+    correlation_drop: float = 0.3
     confidence: float = 0.95  # level of every interval
 
     def __post_init__(self) -> None:
@@ -708,6 +714,7 @@ def stopping_panel(
     item_usefulness: ArrayLike = (),
     round_rewards: ArrayLike = (),
     round_win_rates: ArrayLike = (),
+    round_correlations: Sequence[float | None] = (),
     config: StoppingConfig | None = None,
     n_boot: int = 2000,
     seed: int = 0,
@@ -721,6 +728,10 @@ def stopping_panel(
     usefulness, usefulness_prompt_ids: [N] ratings of the latest round and the prompt of each.
     item_reward_scores, item_usefulness: [I] per item of the latest round (mean usefulness per item).
     round_rewards, round_win_rates: [R] proxy reward and human win rate of each round, in order.
+    round_correlations: [R] Spearman rho of reward vs usefulness of each rated round, in order
+    (None when undefined); the latest is replaced by the one from ``item_reward_scores``. The
+    hacking alarm fires on a fall from the first (``correlation_fall``); empty: the latest round is
+    its own reference, so the correlation alone raises no alarm.
     usefulness_choice: the latest round's usefulness estimate chosen by ``ppi.choose_estimate``
     (human-only or prediction-powered); its interval decides the usefulness criterion, whose
     detail names it. None: the bootstrap mean of ``usefulness``.
@@ -791,16 +802,29 @@ def stopping_panel(
     corr = reward_human_correlation(
         item_reward_scores, item_usefulness, minimum=cfg.correlation_min
     )
+    # The alarm is a fall of rho from the first rated round's, not its level: a reward model
+    # that disagrees with people from the start is a calibration problem (correlation_fall).
+    rhos = [*list(round_correlations)[:-1], corr.rho] if len(round_correlations) else [corr.rho]
+    fall = correlation_fall(rhos, minimum=cfg.correlation_min, drop=cfg.correlation_drop)
     trend = hacking_trend(round_rewards, round_win_rates)
-    undecided = corr.alarm is None and not trend.red
-    hacking_ok = None if undecided else not (bool(corr.alarm) or trend.red)
+    undecided = fall.alarm is None and not trend.red
+    hacking_ok = None if undecided else not (bool(fall.alarm) or trend.red)
+    start = "" if fall.reference is None else f" (first rated round {fall.reference:.2f})"
+    calibration = (
+        "; the reward model disagrees with people from the first rated round: a calibration "
+        "problem, not counted as hacking"
+        if fall.calibration
+        else ""
+    )
     criteria.append(
         Criterion(
             "no_hacking", "No reward-hacking alarm", None if math.isnan(corr.rho) else corr.rho,
             hacking_ok,
-            f"Spearman reward vs usefulness {_fmt(corr.rho, 2)} on {corr.n} items "
-            f"(alarm under {cfg.correlation_min}); reward slope {_fmt(trend.reward_slope, 4)}, "
-            f"win-rate slope {_fmt(trend.win_rate_slope, 4)} per round",
+            f"Spearman reward vs usefulness {_fmt(corr.rho, 2)} on {corr.n} items{start} "
+            f"(alarm on a fall of {cfg.correlation_drop} from the first round, or under "
+            f"{cfg.correlation_min} after a start above it){calibration}; reward slope "
+            f"{_fmt(trend.reward_slope, 4)}, win-rate slope {_fmt(trend.win_rate_slope, 4)} per "
+            "round",
         )
     )  # fmt: skip
 
@@ -809,6 +833,7 @@ def stopping_panel(
         "usefulness": summary,
         "usefulness_choice": usefulness_choice,
         "correlation": corr,
+        "correlation_fall": fall,
         "trend": trend,
         "kl_mean": kl_mean,
     }

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from monitoring.models import EvalItem, EvalRound, StoppingPanelFigures
+from monitoring.models import EvalItem, EvalJudgement, EvalRound, StoppingPanelFigures
 from monitoring.selectors import stopping_panel as panel_selectors
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services import stopping_panel as panel_services
@@ -209,3 +209,38 @@ def test_a_new_metric_point_makes_the_figures_stale(run_with_checkpoints, review
     state = panel_services.stopping_panel_state(run=run)
     assert state["stale"] and state["panel"] is not None
     assert queued == [{"args": [run.pk], "countdown": panel_services.REFRESH_DELAY_SECONDS}]
+
+
+def _scored_round(run, reviewers, *, step: int, rising: bool) -> EvalRound:
+    """A rated round whose items' usefulness rises with their position (2, 3, 4, 5) and whose
+    reward-model scores rise with it (``rising``: rho 1) or fall against it (rho -1)."""
+    round_ = _rated_round(run, reviewers, step=step)
+    for item in round_.items.all():
+        EvalItem.objects.filter(pk=item.pk).update(
+            reward_score=float(item.position if rising else -item.position)
+        )
+    for judgement in EvalJudgement.objects.filter(assignment__item__round=round_):
+        judgement.usefulness = 2 + judgement.assignment.item.position
+        judgement.save(update_fields=["usefulness"])
+    return round_
+
+
+def test_the_hacking_alarm_reads_the_fall_of_the_correlation_across_rounds(
+    run_with_checkpoints, reviewers, queued
+):
+    """Each rated round's reward-vs-usefulness correlation is stored; the hacking alarm fires on
+    its fall from the first round (1.0 -> -1.0), while a reward model reversed from the first round
+    on (-1.0 twice) is a calibration problem: no alarm, and the detail says so."""
+    run = run_with_checkpoints
+    _scored_round(run, reviewers, step=2, rising=True)
+    _scored_round(run, reviewers, step=4, rising=False)
+    figures = panel_selectors.stopping_panel_figures(run, n_boot=100)
+    assert figures["round_correlations"] == pytest.approx([1.0, -1.0])
+    hacking = panel_selectors.run_stopping_panel(run, n_boot=100)["panel"].criteria[3]
+    assert hacking.key == "no_hacking" and hacking.passed is False
+
+    for item in EvalItem.objects.filter(round__checkpoint__run=run, round__checkpoint__step=2):
+        EvalItem.objects.filter(pk=item.pk).update(reward_score=float(-item.position))
+    hacking = panel_selectors.run_stopping_panel(run, n_boot=100)["panel"].criteria[3]
+    assert hacking.passed is True
+    assert "disagrees with people from the first rated round" in hacking.detail

@@ -55,7 +55,8 @@ def test_the_run_page_shows_the_peak_line(make_run, ml_engineer):
 
 def test_a_run_without_evaluations_says_too_few(make_run):
     line = run_peak_line(make_run(kind="ppo", metrics={1: {"kl": 0.1}}), rated_rounds=[])
-    assert line.estimate.status == "too_few_points" and "current KL 0.1" in line.text
+    assert line.estimate.reason == "too_few_points" and "current KL 0.1" in line.text
+    assert line.text.startswith("Peak not yet determined: too few evaluations")
 
 
 def test_a_checkpoint_whose_sampled_kl_dipped_below_zero_is_read_as_zero(make_run):
@@ -68,3 +69,20 @@ def test_a_checkpoint_whose_sampled_kl_dipped_below_zero_is_read_as_zero(make_ru
     line = run_peak_line(run, rated_rounds=[], n_boot=200)
     assert line.checkpoint == "step 60"
     assert run_stopping_panel(run, n_boot=200)["peak"]["checkpoint"] == "step 60"
+
+
+def test_a_run_still_rising_names_no_checkpoint(make_run, ml_engineer):
+    """Proxy 0.4 d (no turn) at KL 0.5..15 with checkpoints: the stored peak is not determined
+    (still rising), names no checkpoint, and the page says so with the largest KL evaluated."""
+    metrics = {
+        10 * (i + 1): {"kl": float(kl), "eval_reward_mean": 0.4 * float(np.sqrt(kl))}
+        for i, kl in enumerate(KL)
+    }
+    run = make_run(kind="rloo", metrics=metrics)
+    Checkpoint.objects.create(run=run, step=60, path="checkpoints/step-60")
+    peak = run_stopping_panel(run, n_boot=200)["peak"]
+    assert peak["status"] == "not_determined" and peak["reason"] == "still_rising"
+    assert peak["checkpoint"] is None
+    stopping_panel_refresh(run=run)
+    page = logged_in(ml_engineer).get(f"/monitoring/runs/{run.pk}/").content.decode()
+    assert "Peak not yet determined: reward still rising at KL 15 (the largest evaluated)" in page

@@ -104,11 +104,14 @@ def _gold(kl):
 
 
 def test_gold_points_correct_the_proxy_peak():
-    """Alone, the proxy puts the peak at KL 106, beyond the data; four exact gold points give the
-    correction offset +0.1 and slope -0.4 and move the peak to e^2, inside the data."""
+    """Alone, the proxy's fitted peak is at KL 106, seven times the largest KL evaluated (15): not
+    determined (still rising; more than MAX_EXTRAPOLATION = 2 times beyond the data); four exact
+    gold points give the correction offset +0.1 and slope -0.4 and move the peak to e^2, inside
+    the data."""
     proxy_only = estimate_peak(PROXY_KL, _proxy(PROXY_KL), n_boot=200)
-    assert proxy_only.kl == pytest.approx(math.exp(2 * (1 / 0.3 - 1)))
-    assert proxy_only.beyond_data and "not reached yet" in proxy_only.message
+    assert proxy_only.fitted_kl == pytest.approx(math.exp(2 * (1 / 0.3 - 1)))
+    assert proxy_only.status == "not_determined" and proxy_only.reason == "still_rising"
+    assert proxy_only.kl is None and "106" not in proxy_only.message
     corrected = estimate_peak(
         PROXY_KL, _proxy(PROXY_KL), gold_kl=GOLD_KL, gold_reward=_gold(GOLD_KL), n_boot=200
     )
@@ -119,12 +122,13 @@ def test_gold_points_correct_the_proxy_peak():
 
 def test_one_gold_point_only_shifts_the_level():
     """With one gold point only the offset is corrected (gold - proxy at KL 4: 0.1 - 0.4 * 2 = -0.7),
-    which cannot move the peak: KL* stays the proxy's."""
+    which cannot move the peak: the fitted KL* stays the proxy's (106, so not determined)."""
     result = estimate_peak(
         PROXY_KL, _proxy(PROXY_KL), gold_kl=[4.0], gold_reward=_gold(np.array([4.0])), n_boot=200
     )
     assert result.correction == pytest.approx((-0.7,))
-    assert result.kl == pytest.approx(math.exp(2 * (1 / 0.3 - 1)))
+    assert result.fitted_kl == pytest.approx(math.exp(2 * (1 / 0.3 - 1)))
+    assert result.status == "not_determined"
 
 
 @pytest.mark.parametrize("gold_std", [None, 0.05])
@@ -157,18 +161,20 @@ def test_too_few_points_is_a_result(kl):
     """Three points (the fit with an intercept needs 4), or every point at one KL: a result saying so,
     not an exception, with nothing estimated."""
     result = estimate_peak(kl, np.ones(len(kl)))
-    assert result.status == "too_few_points" and result.kl is None and result.alpha is None
+    assert result.status == "not_determined" and result.reason == "too_few_points"
+    assert result.kl is None and result.alpha is None
     assert "Too few evaluations" in result.message
     assert recommend_checkpoint(result, {"step-100": 1.0}) is None
 
 
 def test_no_peak_is_a_result():
-    """A reward still rising (beta = -0.2 <= 0: convex, no maximum): status no_peak, no KL*, a
-    message saying so; recommend_checkpoint says keep training (None)."""
+    """A reward still rising (beta = -0.2 <= 0: convex, no maximum): not determined, still rising,
+    no KL*, a message saying so; recommend_checkpoint says keep training (None)."""
     result = estimate_peak(KL, _curve(KL, alpha=0.5, beta=-0.2), n_boot=200)
-    assert result.status == "no_peak" and result.kl is None
+    assert result.status == "not_determined" and result.reason == "still_rising"
+    assert result.kl is None and result.fitted_kl is None
     assert result.beta == pytest.approx(-0.2)
-    assert "still rising" in result.message
+    assert "still rising at KL 15" in result.message
     assert result.no_peak_share == 1.0 and math.isinf(result.high)
     assert recommend_checkpoint(result, {"step-100": 1.0}) is None
 

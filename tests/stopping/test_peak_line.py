@@ -54,15 +54,20 @@ def test_gold_points_move_the_peak_earlier_than_the_proxy_says():
 
 
 def test_still_rising_and_too_few_points_say_so():
-    """A curve with beta < 0 never turns: no peak, no checkpoint; three points: too few to fit."""
+    """A curve with beta < 0 never turns: not determined, no checkpoint though checkpoints are
+    given; three points: too few to fit."""
     rising = peak_line(
-        eval_kl=KL, eval_reward=gao_curve(KL, 1.0, -0.1), current_kl=None, n_boot=200
+        eval_kl=KL, eval_reward=gao_curve(KL, 1.0, -0.1), current_kl=None,
+        checkpoint_kls={"step 40": 4.0}, n_boot=200,
+    )  # fmt: skip
+    assert rising.estimate.status == "not_determined" and rising.checkpoint is None
+    assert rising.text == (
+        "Peak not yet determined: reward still rising at KL 15 (the largest evaluated); "
+        "no KL logged yet."
     )
-    assert rising.estimate.status == "no_peak" and rising.checkpoint is None
-    assert rising.text.startswith("No peak estimated yet") and "no KL logged yet" in rising.text
     few = peak_line(eval_kl=[1, 2, 3], eval_reward=[0.1, 0.2, 0.3], current_kl=3.0, n_boot=200)
-    assert few.estimate.status == "too_few_points"
-    assert few.text.startswith("Too few evaluations to estimate the peak (3;")
+    assert few.estimate.reason == "too_few_points"
+    assert few.text.startswith("Peak not yet determined: too few evaluations (3;")
 
 
 def test_a_bad_current_kl_is_refused():
