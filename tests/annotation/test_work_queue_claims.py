@@ -111,7 +111,8 @@ def test_release_without_a_counter_deletes_lapsed_active_leases_only():
     """The queue's one release (policy.release_expired) over leases whose slots count their
     places from the leases (slots None, as eval items): leases claimed 40, 10 and 50 minutes ago,
     the last one done, lapsed when claimed over 30 minutes ago. Only the first is deleted (1
-    returned); the taken counters (1 each, from the claims) are not touched; a second call releases nothing."""
+    returned); the taken counters (1 each, from the claims) are not touched; a second call
+    releases nothing."""
     project, items = rating_project(3, overlap=2)
     old, fresh, done = (_lease_for(u) for u in annotators(project, 3))
     leases = [old(items[0], 0), fresh(items[1], 0), done(items[2], 0)]
