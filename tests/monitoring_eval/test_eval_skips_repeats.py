@@ -200,9 +200,26 @@ def test_the_results_page_shows_each_reviewers_self_consistency(run_with_checkpo
     )
 
 
-def test_the_round_form_takes_repeat_every(run_with_checkpoints):
-    """The new-round form has the setting (0: off, the default); round_create refuses a negative."""
+def test_the_round_form_takes_repeat_every(
+    run_with_checkpoints, reviewers, django_capture_on_commit_callbacks
+):
+    """The new-round form's setting (0, off, by default) is stored with the round, and the results
+    page then shows the self-consistency section, empty; round_create refuses a negative."""
     field = RoundForm().fields["repeat_every"]
     assert field.initial == 0 and field.min_value == 0
+    client = logged_in(reviewers[0])
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post(
+            reverse("monitoring:eval-rounds"),
+            {"checkpoint": run_with_checkpoints.checkpoints.get(step=4).pk,
+             "project": run_with_checkpoints.snapshot.export.project.slug,
+             "baseline_model": BASELINE, "size": 3, "ci_width": 0.2, "max_new_tokens": 16,
+             "repeat_every": 10},
+        )  # fmt: skip
+    assert response.status_code == 302, response.content.decode()[:2000]
+    round_ = EvalRound.objects.get()
+    assert round_.repeat_every == 10
+    page = client.get(reverse("monitoring:eval-round", args=[round_.pk])).content.decode()
+    assert "Every 10th item" in page and "No repeat answered yet." in page
     with pytest.raises(EvalError, match="repeat_every"):
         _open_round(run_with_checkpoints, size=4, repeat_every=-1)
