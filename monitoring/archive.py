@@ -1,6 +1,6 @@
 """The monitoring app's tables in a project archive (see ``common.archive``): the project's judges
 and their verdicts, alerts and stopping decisions of its runs, eval rounds with items, assignments,
-ratings and judge verdicts. Registered from ``MonitoringConfig.ready``."""
+ratings (repeats too) and judge verdicts. Registered from ``MonitoringConfig.ready``."""
 
 from django.db.models import QuerySet
 
@@ -32,6 +32,10 @@ MONITORING_PART = ArchivePart(
         Table("monitoring.EvalItem", _of(m.EvalItem, "round__project")),
         Table("monitoring.EvalAssignment", _of(m.EvalAssignment, "item__round__project")),
         Table("monitoring.EvalJudgement", _of(m.EvalJudgement, "assignment__item__round__project")),
+        Table(
+            "monitoring.EvalRepeatJudgement",
+            _of(m.EvalRepeatJudgement, "assignment__item__round__project"),
+        ),
         Table("monitoring.EvalJudgeVerdict", _of(m.EvalJudgeVerdict, "item__round__project")),
         Table("monitoring.StopDecision", _of(m.StopDecision, RUN)),
     ),

@@ -44,6 +44,7 @@ class EvalRatingType(TaskTypePlugin):
         "3": "tie",
         "Shift+1-5": "usefulness of the named answer",
         "Enter": "submit",
+        "S": "skip",
     }
     responses = (2, 2)
     export_formats = ("judgements",)

@@ -1,11 +1,17 @@
-"""Alerts on training runs, human-eval rounds (rounds, items, assignments, judgements, a judge's
-verdicts on a round), stopping decisions and the stored stopping-panel figures."""
+"""Alerts on training runs, human-eval rounds (rounds, items, assignments, judgements and repeat
+judgements, a judge's verdicts on a round), stopping decisions and the stored stopping-panel
+figures.
+
+Long module: Django reads an app's tables from its models module, and the eval rounds' tables
+(rounds, items, the work queue's leases and their answers, judges' verdicts) are read together.
+"""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 
+from annotation.models import Assignment
 from training.models import TrainingRun
 
 
@@ -97,6 +103,11 @@ class EvalRound(models.Model):
     prompt_ids = models.JSONField(default=list, help_text="The frozen held-out prompts, in order.")
     size = models.PositiveIntegerField()
     reviewers_per_item = models.PositiveSmallIntegerField(default=3)
+    repeat_every = models.PositiveSmallIntegerField(
+        default=0,
+        help_text="Every n-th item a reviewer is given repeats one they rated at least "
+        "REPEAT_MIN_DISTANCE items before, sides flipped (self-consistency); 0: no repeats.",
+    )
     ci_width = models.FloatField(default=0.1, help_text="Wanted width of the win rate's interval.")
     sample_size_hint = models.PositiveIntegerField(default=0)
     sampling = models.JSONField(default=dict, blank=True)
@@ -222,26 +233,43 @@ class EvalItem(models.Model):
 
 
 class EvalAssignment(models.Model):
-    """An item handed to a reviewer, with the side the checkpoint's response is shown on."""
+    """An item handed to a reviewer: the work queue's lease (annotation.work_queue.policy's kinds
+    and states), with the side the checkpoint's response is shown on.
+
+    ``kind``: a normal rating (counted against ``reviewers_per_item``) or a repeat of an item the
+    reviewer rated before (sides flipped; its answer is an EvalRepeatJudgement, outside the
+    round's results). ``status``: active (shown, unanswered), done or skipped (a skipped item
+    goes back to the pool, never to the same reviewer)."""
 
     class Side(models.TextChoices):
         CHECKPOINT = "checkpoint", "Checkpoint"
         BASELINE = "baseline", "Baseline"
+
+    class Kind(models.TextChoices):
+        NORMAL = Assignment.Kind.NORMAL.value, "Normal"
+        REPEAT = Assignment.Kind.REPEAT.value, "Repeat"
+
+    Status = Assignment.Status
 
     item = models.ForeignKey(EvalItem, on_delete=models.CASCADE, related_name="assignments")
     reviewer = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="eval_assignments"
     )
     shown_left = models.CharField(max_length=10, choices=Side.choices)
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.NORMAL)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.ACTIVE)
     created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["item", "reviewer"], name="eval_item_once_per_reviewer")
+            models.UniqueConstraint(
+                fields=["item", "reviewer", "kind"], name="eval_item_once_per_reviewer_kind"
+            )
         ]
 
     def __str__(self) -> str:
-        return f"{self.item} -> {self.reviewer}"
+        return f"{self.item} -> {self.reviewer} ({self.kind}, {self.status})"
 
 
 # The stored pair an eval-round screen shows, in common.sides' (first, second) order.
@@ -282,6 +310,32 @@ class EvalJudgement(models.Model):
     def outcome(self) -> float:
         """The checkpoint's result: 1 win, 0.5 tie, 0 loss."""
         return {"a": 1.0, "tie": 0.5, "b": 0.0}[self.preference]
+
+
+class EvalRepeatJudgement(models.Model):
+    """A reviewer's second verdict on an item they rated before (a repeat assignment, sides
+    flipped), in the same stored terms as their EvalJudgement. Kept apart, so the round's results
+    count each reviewer's rating of an item once; read for the reviewer's self-consistency."""
+
+    assignment = models.OneToOneField(
+        EvalAssignment, on_delete=models.CASCADE, related_name="repeat_judgement"
+    )
+    preference = models.CharField(max_length=3, choices=EvalJudgement.Preference.choices)
+    usefulness = models.PositiveSmallIntegerField()
+    elapsed_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(usefulness__gte=1, usefulness__lte=5),
+                name="eval_repeat_usefulness_1_to_5",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.assignment}: repeat {self.preference}, usefulness {self.usefulness}"
 
 
 class StopDecision(models.Model):

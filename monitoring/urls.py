@@ -19,6 +19,11 @@ urlpatterns = [
     path("eval/available.json", eval_views.round_prompts_available, name="eval-available"),
     path("eval/<int:round_id>/", eval_views.round_detail, name="eval-round"),
     path("eval/<int:round_id>/rate/", eval_views.rate, name="eval-rate"),
+    path(
+        "eval/<int:round_id>/rate/<int:assignment_id>/skip/",
+        eval_views.rate_skip,
+        name="eval-skip",
+    ),
     path("eval/<int:round_id>/progress.json", eval_views.round_progress, name="eval-progress"),
     path("projects/<slug:slug>/judges/", judge_views.judges, name="judges"),
     path("projects/<slug:slug>/judges/import/", judge_views.judge_import, name="judge-import"),

@@ -3,10 +3,10 @@ and display-order randomisation (sides for pairs, an order for K responses, stor
 answer).
 
 - ``policy``: the rules every type shares (when a gold item or a repeat is due, when expired
-  leases are looked for, who may claim, which side or order an annotator is shown).
+  leases are looked for and how they are released, how a lease is skipped, who may claim, which
+  side or order an annotator is shown).
 - ``claims``: the claim primitive over any lease table (lock the first free slot in queue order
-  with SKIP LOCKED, re-count it under the lock, lease it, move on when refused) and the expiry of
-  leases in tables without a status.
+  with SKIP LOCKED, re-count it under the lock, lease it, move on when refused).
 - ``items``: the claims of rating and ranking items (annotation.models' TaskItem, TaskLease and
   TaskAnswer), on ``claims``.
 - ``plugins``: a task type as a small plug-in (its screen template, answer validation, keyboard
@@ -17,7 +17,8 @@ Pairwise labelling keeps its hand-tuned statements (annotation/services/labellin
 statement per claim, measured by bench/load_labelling.py); it takes the shared rules from
 ``policy`` and is registered as the ``pairwise`` plug-in. Eval rounds claim their items with
 ``claims`` and ``policy.side_for`` (monitoring/services/eval_queue.py), and their rating is the
-``eval_rating`` plug-in that monitoring registers when it loads; nothing here imports monitoring.
+``eval_rating`` plug-in that monitoring registers when it loads; their leases share the queue's
+kinds and states, skips, repeats and release; nothing here imports monitoring.
 Adding a task type touches its plug-in and a registration, not the queue.
 
 This package is light on import (no plug-in is imported here), so labelling can use ``policy``

@@ -6,10 +6,9 @@ EvalItem and EvalAssignment; the queue knows nothing of them).
   so concurrent claims never wait on each other), count its taken places again under the lock,
   create the lease in a savepoint, and move on to the next slot when the slot filled up meanwhile
   or the lease cannot be made (an IntegrityError: the same person claiming in a second tab).
-- ``stale_leases_release``: lease expiry for lease tables without a status, where an unanswered
-  lease is a row without an answer: the unanswered leases claimed before a cut-off are deleted,
-  so their slots (counted from the leases) return to the pool. Lease tables with a status and a
-  ``taken`` counter (Assignment, TaskLease) use ``policy.release_expired``.
+
+Expired leases of every table go back to the pool through one function, ``policy.release_expired``
+(with a ``taken`` counter on the slot, or, for eval items, places counted from the leases).
 
 Pairwise labelling keeps its one-statement SQL claim (annotation/services/labelling.py, measured
 by bench/load_labelling.py) with the same rules: lock in queue order with SKIP LOCKED, never above
@@ -19,7 +18,6 @@ the overlap, one lease per person and pair.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import TypeVar
 
 from django.db import IntegrityError, models, transaction
@@ -29,8 +27,6 @@ Lease = TypeVar("Lease")
 
 # Slots a claim looks at before it gives up (each one full or refused under the lock).
 TRIES = 20
-# Stale leases released per call at most (the next claim releases the rest).
-RELEASE_BATCH = 500
 
 
 def slot_claim(
@@ -72,23 +68,3 @@ def slot_claim(
                 pass  # the claimant holds this slot already (another tab): try the next
         passed.append(slot.pk)
     return None
-
-
-def stale_leases_release(
-    unanswered: models.QuerySet, *, claimed_before: datetime, claimed_field: str = "created_at"
-) -> int:
-    """Delete the leases among ``unanswered`` (a lease table narrowed to leases without an answer)
-    claimed before ``claimed_before``; returns how many. Locks with SKIP LOCKED (a lease being
-    answered now, or released by another claim, is left alone) and deletes through ``unanswered``
-    again, so an answer committed meanwhile keeps its lease. At most RELEASE_BATCH per call."""
-    with transaction.atomic():
-        stale = list(
-            unanswered.select_for_update(skip_locked=True, of=("self",))
-            .filter(**{f"{claimed_field}__lt": claimed_before})
-            .order_by("pk")
-            .values_list("pk", flat=True)[:RELEASE_BATCH]
-        )
-        if not stale:
-            return 0
-        _, per_model = unanswered.filter(pk__in=stale).delete()
-    return per_model.get(unanswered.model._meta.label, 0)

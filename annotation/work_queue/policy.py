@@ -51,22 +51,36 @@ def release_due(project: models.Model, *, asked: dict[int, float], queue: str) -
     return cache.add(f"concord:{queue}:{project.pk}", 1, RELEASE_EVERY_S)
 
 
-def release_expired(leases: models.QuerySet, slots: type[models.Model], slot_field: str) -> int:
-    """Give the slots of expired leases back to the pool; returns how many were released.
+def release_expired(
+    leases: models.QuerySet,
+    slots: type[models.Model] | None = None,
+    slot_field: str = "",
+    *,
+    lapsed: models.Q | None = None,
+) -> int:
+    """Give the slots of expired leases back to the pool; returns how many were released. The one
+    release of every queue: pairs, rating and ranking items, eval rounds.
 
-    ``leases``: the project's leases (Assignment or TaskLease rows); ``slots``: the model whose
-    ``taken`` counter a normal lease holds (Comparison or TaskItem), named on the lease by
-    ``slot_field`` ("comparison_id" or "item_id"). Locks with SKIP LOCKED: a lease another claim
-    is releasing is left to it. At most 500 per call."""
+    ``leases``: the pool's leases (Assignment, TaskLease or EvalAssignment rows), each with a
+    ``status`` and a ``kind``; only active ones expire, and expired ones are deleted. ``slots``:
+    the model whose ``taken`` counter a normal lease holds (Comparison or TaskItem), named on the
+    lease by ``slot_field`` ("comparison_id" or "item_id"); None where a slot's places are counted
+    from its leases (eval items), so deleting the lease is the release. ``lapsed``: which active
+    leases have run out (default: ``expires_at`` passed; eval rounds: claimed LEASE ago). Locks
+    with SKIP LOCKED: a lease another claim is releasing, or one being answered now, is left to
+    it. At most 500 per call; runs inside the caller's transaction."""
     expired = list(
         leases.select_for_update(skip_locked=True, of=("self",))
-        .filter(status=Status.ACTIVE, expires_at__lt=timezone.now())
+        .filter(lapsed if lapsed is not None else models.Q(expires_at__lt=timezone.now()))
+        .filter(status=Status.ACTIVE)
         .order_by("pk")
-        .values_list("pk", slot_field, "kind")[:500]
+        .values_list("pk", slot_field or "pk", "kind")[:500]
     )
     if not expired:
         return 0
     leases.model.objects.filter(pk__in=[pk for pk, _, _ in expired]).delete()
+    if slots is None:
+        return len(expired)
     for slot_id in sorted({sid for _, sid, kind in expired if kind == Kind.NORMAL}):
         released = sum(1 for _, sid, kind in expired if sid == slot_id and kind == Kind.NORMAL)
         slots.objects.filter(pk=slot_id).update(taken=F("taken") - released)
@@ -74,19 +88,26 @@ def release_expired(leases: models.QuerySet, slots: type[models.Model], slot_fie
 
 
 def lease_skip(
-    leases: models.QuerySet, slots: type[models.Model], slot_field: str, lease_id: int
-) -> None:
+    leases: models.QuerySet,
+    slots: type[models.Model] | None,
+    slot_field: str,
+    lease_id: int,
+) -> bool:
     """Mark the active lease ``lease_id`` among ``leases`` (already narrowed to the annotator's)
-    skipped; a normal lease gives its slot back (``slots``' ``taken``, by ``slot_field``)."""
+    skipped; a normal lease gives its slot back (``slots``' ``taken``, by ``slot_field``; with
+    ``slots`` None the slot's places are counted from its unskipped leases, so the status is the
+    release). The skipped lease stays, so the slot is never offered to the same annotator again.
+    Returns False when there was no such active lease."""
     with transaction.atomic():
         lease = leases.select_for_update().filter(pk=lease_id, status=Status.ACTIVE).first()
         if lease is None:
-            return
+            return False
         lease.status = Status.SKIPPED
         lease.finished_at = timezone.now()
         lease.save(update_fields=["status", "finished_at"])
-        if lease.kind == Kind.NORMAL:
+        if slots is not None and lease.kind == Kind.NORMAL:
             slots.objects.filter(pk=getattr(lease, slot_field)).update(taken=F("taken") - 1)
+    return True
 
 
 def due(every: int, done: int) -> bool:

@@ -285,16 +285,20 @@ def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
 def items_left_for(
     round_: EvalRound, reviewer_id: int, *, rateable: QuerySet[EvalItem] | None = None
 ) -> int:
-    """Rateable items of the round this reviewer has not rated that still lack ratings (an upper
-    bound on what they will be handed: other reviewers may take the last slots first).
-    ``rateable``: the round's ``rateable_items`` when the caller has them already."""
+    """Rateable items of the round this reviewer has neither rated nor skipped that still lack
+    ratings (an upper bound on what they will be handed: other reviewers may take the last slots
+    first). ``rateable``: the round's ``rateable_items`` when the caller has them already."""
     rated_by_me = EvalJudgement.objects.filter(
         assignment__item=OuterRef("pk"), assignment__reviewer_id=reviewer_id
     )
+    skipped_by_me = EvalAssignment.objects.filter(
+        item=OuterRef("pk"), reviewer_id=reviewer_id, status=EvalAssignment.Status.SKIPPED
+    )
     items = rateable_items(round_) if rateable is None else rateable
     return (
-        items.annotate(rated=Count("assignments__judgement"), mine=Exists(rated_by_me))
-        .filter(rated__lt=round_.reviewers_per_item, mine=False)
+        items.annotate(rated=Count("assignments__judgement"))
+        .filter(rated__lt=round_.reviewers_per_item)
+        .filter(~Exists(rated_by_me), ~Exists(skipped_by_me))
         .count()
     )
 

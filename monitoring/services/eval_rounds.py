@@ -8,7 +8,9 @@ and the answer is validated by the ``eval_rating`` task type (monitoring.eval_ra
 MonitoringConfig.ready registers with the queue.
 
 Assignment: an item goes to ``reviewers_per_item`` distinct reviewers (a unique constraint on (item,
-reviewer) makes a second rating by the same person impossible). Sides are counterbalanced: the k-th
+reviewer, kind) makes a second rating by the same person impossible; a repeat, sides flipped, is
+a repeat judgement kept out of the results). A reviewer may skip an item (``eval_skip``): it goes
+to someone else. Sides are counterbalanced: the k-th
 reviewer of item i sees the checkpoint on the left when (i + k) is even, so each item and the round
 as a whole show the checkpoint on both sides about equally, and no reviewer can learn a fixed side.
 An item whose two answers are identical (``eval_selectors.answers_identical``) is never handed out:
@@ -28,6 +30,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import Count
+from django.utils import timezone
 
 from annotation.models import Project, Prompt
 from annotation.selectors.clustering import prompt_ids_held_out
@@ -42,6 +45,7 @@ from monitoring.models import (
     EvalAssignment,
     EvalItem,
     EvalJudgement,
+    EvalRepeatJudgement,
     EvalRound,
     Judge,
     JudgeStatus,
@@ -61,6 +65,8 @@ from training.models import Checkpoint, TrainingRun
 
 log = logging.getLogger(__name__)
 DEFAULT_SAMPLING = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 0.9, "seed": 0}
+# A repeat at most every this many items (a round setting; larger would hardly ever repeat).
+MAX_REPEAT_EVERY = 1000
 
 
 class EvalError(ConcordError):
@@ -76,6 +82,7 @@ def round_create(
     baseline_model: str = "",
     baseline_checkpoint: Checkpoint | None = None,
     reviewers_per_item: int = 3,
+    repeat_every: int = 0,
     ci_width: float = 0.1,
     sampling: Mapping[str, Any] | None = None,
     seed: int = 0,
@@ -103,6 +110,9 @@ def round_create(
     random ``human_fraction`` of the items (at least ``min_human_items``, >= 2), each item keeping
     its inclusion probability. Without a judge reviewers rate every item (fraction 1).
 
+    ``repeat_every``: every n-th item a reviewer is given repeats one they rated a while ago,
+    sides flipped, for their self-consistency (``eval_queue``); 0, the default: no repeats.
+
     The checkpoints must be a policy's (a reward model's answers no prompt) and, when generated
     in-process, still on disk (``Checkpoint.on_disk``): EvalError, nothing written, otherwise.
     """
@@ -123,6 +133,10 @@ def round_create(
         raise EvalError(f"size must be at least 1, got {size}")
     if reviewers_per_item < 1:
         raise EvalError(f"reviewers_per_item must be at least 1, got {reviewers_per_item}")
+    if not 0 <= repeat_every <= MAX_REPEAT_EVERY:
+        raise EvalError(
+            f"repeat_every must be 0 (no repeats) to {MAX_REPEAT_EVERY}, got {repeat_every}"
+        )
     _check_round_judge(project, judge, human_fraction, min_human_items)
     hint = stopping.sample_size_for_width(ci_width)  # raises ValueError on a bad width
     config = {**DEFAULT_SAMPLING, **(sampling or {})}
@@ -140,6 +154,7 @@ def round_create(
             prompt_ids=prompt_ids,
             size=len(prompt_ids),
             reviewers_per_item=reviewers_per_item,
+            repeat_every=repeat_every,
             ci_width=ci_width,
             sample_size_hint=hint,
             sampling=config,
@@ -443,12 +458,13 @@ def eval_submit(
     usefulness: int,
     note: str = "",
     elapsed_ms: int = 0,
-) -> EvalJudgement:
+) -> EvalJudgement | EvalRepeatJudgement:
     """Record the reviewer's verdict, validated by the ``eval_rating`` task type
     (monitoring.eval_rating). ``pick`` speaks of the screen (left, right, tie); it is stored from
-    the checkpoint's side (a = checkpoint better, b = baseline better). EvalError, nothing
+    the checkpoint's side (a = checkpoint better, b = baseline better). The verdict on a repeat
+    is an EvalRepeatJudgement (the round's results count the first one only). EvalError, nothing
     written, for a refused answer, a closed round, or an assignment no longer the reviewer's (an
-    unanswered one released after ``eval_queue.LEASE``)."""
+    unanswered one released after ``eval_queue.LEASE``, or skipped)."""
     if assignment.reviewer_id != reviewer.pk:
         raise EvalError("this item was handed to another reviewer")
     round_ = assignment.item.round
@@ -461,23 +477,39 @@ def eval_submit(
         )
     except AnswerError as exc:
         raise EvalError(str(exc)) from exc
+    elapsed_ms = max(0, min(int(elapsed_ms), 86_400_000))
+    repeat = assignment.kind == EvalAssignment.Kind.REPEAT
     try:
         with transaction.atomic():
             # Locked, so the release of stale assignments leaves it alone until we commit.
             held = EvalAssignment.objects.select_for_update().filter(pk=assignment.pk)
-            if held.values_list("pk", flat=True).first() is None:
+            if not held.exclude(status=EvalAssignment.Status.SKIPPED).exists():
                 raise EvalError("this item is no longer assigned to you; the next one is loaded")
-            judgement = EvalJudgement.objects.create(
-                assignment=assignment,
-                **fields,
-                note=note.strip()[:5000],
-                elapsed_ms=max(0, min(int(elapsed_ms), 86_400_000)),
-            )
+            if repeat:
+                judgement = EvalRepeatJudgement.objects.create(
+                    assignment=assignment, **fields, elapsed_ms=elapsed_ms
+                )
+            else:
+                judgement = EvalJudgement.objects.create(
+                    assignment=assignment, **fields, note=note.strip()[:5000], elapsed_ms=elapsed_ms
+                )
+            held.update(status=EvalAssignment.Status.DONE, finished_at=timezone.now())
     except IntegrityError as exc:
         raise EvalError("this item has already been rated") from exc
-    _close_when_rated(round_id=round_.pk)
-    stopping_inputs_changed(round_.checkpoint.run_id)
+    if not repeat:
+        _close_when_rated(round_id=round_.pk)
+        stopping_inputs_changed(round_.checkpoint.run_id)
     return judgement
+
+
+def eval_skip(*, reviewer: AbstractBaseUser, assignment: EvalAssignment) -> None:
+    """The reviewer skips their active assignment unanswered: the item goes back to the pool
+    for other reviewers and is not shown to them again (``eval_queue.assignment_skip``). EvalError
+    for an assignment no longer theirs (answered, skipped or released)."""
+    if assignment.item.round.status != EvalRound.Status.OPEN:
+        raise EvalError("this round is closed: nothing to skip")
+    if not eval_queue.assignment_skip(reviewer=reviewer, assignment_id=assignment.pk):
+        raise EvalError("this item is no longer assigned to you; the next one is loaded")
 
 
 def _close_when_rated(*, round_id: int) -> None:

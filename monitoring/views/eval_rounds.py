@@ -9,19 +9,21 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from annotation.models import Project
+from annotation.work_queue.policy import REPEAT_MIN_DISTANCE
 from annotation.work_queue.registry import task_type_named
 from common.model_registry import registered_models
 from common.roles import ML_ENGINEER, REVIEWER, role_required
 from common.sides import screen_order, screen_side
 from monitoring.eval_rating import EVAL_RATING_NAME
 from monitoring.models import EVAL_PAIR, EvalAssignment, EvalRound, Judge, StopDecision
+from monitoring.selectors import eval_repeats as repeat_selectors
 from monitoring.selectors import eval_rounds as eval_selectors
 from monitoring.selectors import prompts as prompt_selectors
 from monitoring.selectors import round_judges as ppi_selectors
 from monitoring.selectors.round_judges import DEFAULT_KAPPA_THRESHOLD
 from monitoring.services import eval_rounds as eval_services
 from monitoring.services import round_judges as round_judge_services
-from monitoring.services.eval_rounds import EvalError
+from monitoring.services.eval_rounds import MAX_REPEAT_EVERY, EvalError
 from monitoring.services.round_judges import RoundJudgeError
 from training.models import Checkpoint, TrainingRun
 
@@ -67,6 +69,16 @@ class RoundForm(forms.Form):
         min_value=1, max_value=5000, initial=100, label="Prompts",
         help_text="Prompts in the round; the interval width they give is shown as you type.",
     )  # fmt: skip
+    repeat_every = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_REPEAT_EVERY,
+        initial=0,
+        required=False,
+        label="Repeat every n-th item",
+        help_text="Each reviewer's n-th item is one they rated at least "
+        f"{REPEAT_MIN_DISTANCE} items before, sides flipped: it measures their self-consistency "
+        "and is not counted twice in the results. 0: no repeats.",
+    )
     ci_width = forms.FloatField(
         min_value=0.01,
         max_value=0.9,
@@ -167,6 +179,7 @@ def rounds(request: HttpRequest) -> HttpResponse:
                 created_by=request.user,
                 baseline_model=data["baseline_model"].strip(),
                 baseline_checkpoint=data["baseline_checkpoint"],
+                repeat_every=data["repeat_every"] or 0,
                 ci_width=data["ci_width"],
                 sampling={"max_new_tokens": data["max_new_tokens"]},
                 judge=data["judge"],
@@ -264,9 +277,31 @@ def rate(request: HttpRequest, round_id: int) -> HttpResponse:
             EvalAssignment.Side.CHECKPOINT, shown_left=assignment.shown_left, pair=EVAL_PAIR
         ),
         "levels": range(1, 6),
-        "left_for_me": eval_selectors.items_left_for(round_, request.user.pk),
+        # A repeat (an item rated before) is not among the items left: count it as this one.
+        "left_for_me": eval_selectors.items_left_for(round_, request.user.pk)
+        + (assignment.kind == EvalAssignment.Kind.REPEAT),
     }
     return render(request, "monitoring/eval/rate.html", context)
+
+
+@role_required(REVIEWER, hide=False)
+def rate_skip(request: HttpRequest, round_id: int, assignment_id: int) -> HttpResponse:
+    """Skip the item on the screen (POST): it goes to another reviewer; the next one is shown."""
+    if request.method != "POST":
+        return redirect("monitoring:eval-rate", round_id)
+    assignment = get_object_or_404(
+        EvalAssignment.objects.select_related("item__round"),
+        pk=assignment_id,
+        item__round_id=round_id,
+        reviewer=request.user,
+    )
+    try:
+        eval_services.eval_skip(reviewer=request.user, assignment=assignment)
+    except EvalError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.info(request, "Skipped: another reviewer rates that one.")
+    return redirect("monitoring:eval-rate", round_id)
 
 
 @role_required(REVIEWER, ML_ENGINEER, hide=False)
@@ -294,6 +329,7 @@ def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
         "results": results,
         "over_time": results["over_time"],
         "judge": ppi_selectors.round_judge_results(round_),
+        "consistency": repeat_selectors.round_repeat_consistency(round_),
     }
     return render(request, "monitoring/eval/round.html", context)
 

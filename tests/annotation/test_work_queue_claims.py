@@ -1,18 +1,20 @@
 """The work queue's claim primitive (annotation.work_queue.claims), shared by rating and ranking
 items and the eval rounds: the first free slot in queue order, a slot re-counted full under its
 lock is passed, a lease refused by a constraint moves on to the next slot, nothing is written for
-a slot it passes; and the expiry of unanswered leases in tables without a status."""
+a slot it passes; and the queue's one release (policy.release_expired) for slots without a
+counter."""
 
 import threading
 from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from annotation.models import TaskItem, TaskLease
-from annotation.work_queue.claims import slot_claim, stale_leases_release
+from annotation.work_queue.claims import slot_claim
+from annotation.work_queue.policy import release_expired
 from tests.helpers.task_items import annotators, rating_project
 
 pytestmark = pytest.mark.django_db
@@ -105,9 +107,12 @@ def test_unordered_candidates_are_refused():
     assert not TaskLease.objects.exists()
 
 
-def test_stale_unanswered_leases_are_released_and_fresh_ones_kept():
-    """Two leases claimed 40 and 10 minutes ago, a cut-off 30 minutes ago: the first is deleted
-    (1 returned), the second kept; leases outside the unanswered queryset are never touched."""
+def test_release_without_a_counter_deletes_lapsed_active_leases_only():
+    """The queue's one release (policy.release_expired) over leases whose slots count their
+    places from the leases (slots None, as eval items): leases claimed 40, 10 and 50 minutes ago,
+    the last one done, lapsed when claimed over 30 minutes ago. Only the first is deleted (1
+    returned); the taken counters (1 each, from the claims) are not touched; a second call
+    releases nothing."""
     project, items = rating_project(3, overlap=2)
     old, fresh, done = (_lease_for(u) for u in annotators(project, 3))
     leases = [old(items[0], 0), fresh(items[1], 0), done(items[2], 0)]
@@ -115,11 +120,13 @@ def test_stale_unanswered_leases_are_released_and_fresh_ones_kept():
     for lease, minutes in zip(leases, (40, 10, 50), strict=True):
         TaskLease.objects.filter(pk=lease.pk).update(claimed_at=now - timedelta(minutes=minutes))
     TaskLease.objects.filter(pk=leases[2].pk).update(status=TaskLease.Status.DONE)
-    unanswered = TaskLease.objects.filter(status=TaskLease.Status.ACTIVE)
-    cut = now - timedelta(minutes=30)
-    assert stale_leases_release(unanswered, claimed_before=cut, claimed_field="claimed_at") == 1
+    lapsed = Q(claimed_at__lt=now - timedelta(minutes=30))
+    with transaction.atomic():
+        assert release_expired(TaskLease.objects.all(), lapsed=lapsed) == 1
     assert set(TaskLease.objects.values_list("pk", flat=True)) == {leases[1].pk, leases[2].pk}
-    assert stale_leases_release(unanswered, claimed_before=cut, claimed_field="claimed_at") == 0
+    assert list(TaskItem.objects.order_by("pk").values_list("taken", flat=True)) == [1, 1, 1]
+    with transaction.atomic():
+        assert release_expired(TaskLease.objects.all(), lapsed=lapsed) == 0
 
 
 # Threads need committed rows: a transactional test. Not serialized_rollback: right after a plain

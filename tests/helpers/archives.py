@@ -36,6 +36,7 @@ from monitoring.models import (
     EvalItem,
     EvalJudgement,
     EvalJudgeVerdict,
+    EvalRepeatJudgement,
     EvalRound,
     JudgeOutput,
     StopDecision,
@@ -137,9 +138,14 @@ def add_training_and_eval(project: Project) -> None:
             baseline_text="base",
         )  # fmt: skip
         assignment = EvalAssignment.objects.create(
-            item=item, reviewer=reviewer, shown_left="checkpoint"
+            item=item, reviewer=reviewer, shown_left="checkpoint", status="done"
         )
         EvalJudgement.objects.create(assignment=assignment, preference="a", usefulness=4)
+        if position == 0:  # a repeat of the first item, sides flipped, rated one point lower
+            repeat = EvalAssignment.objects.create(
+                item=item, reviewer=reviewer, shown_left="baseline", kind="repeat", status="done"
+            )
+            EvalRepeatJudgement.objects.create(assignment=repeat, preference="a", usefulness=3)
         EvalJudgeVerdict.objects.create(
             item=item, judge=judge, shown_first="checkpoint", preference="a", usefulness=4.0,
             seconds=0.5,

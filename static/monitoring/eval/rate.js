@@ -1,8 +1,10 @@
-// The blind eval screen: keyboard picks, time on the item, Enter submits.
+// The blind eval screen: keyboard picks, time on the item, Enter submits, S skips (as on the
+// labelling screens).
 (function () {
   "use strict";
   const form = document.getElementById("eval-verdict");
   if (!form) return;
+  const skip = document.getElementById("skip");
   const started = performance.now();
   const check = (name, value) => {
     const input = form.querySelector(`input[name="${name}"][value="${value}"]`);
@@ -18,6 +20,9 @@
     } else if (picks[event.key]) {
       check("pick", picks[event.key]);
       event.preventDefault();
+    } else if ((event.key === "s" || event.key === "S") && skip) {
+      event.preventDefault();
+      skip.requestSubmit();
     } else if (event.key === "Enter") {
       event.preventDefault();
       form.requestSubmit();
