@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 from django.core.management import CommandError
+from django.db import connection
 from django.db.models import BigIntegerField
 from django.db.models.functions import Cast
 
@@ -137,6 +138,25 @@ def test_packed_columns_read_the_same_rows_as_values_list(tmp_path):
     assert sorted(map(tuple, fast[:, [0, 1, 4]].tolist())) == plain
     assert comparisons[:, 0].tolist() == sorted(project.comparisons.values_list("id", flat=True))
     assert _int_columns(queryset.none().values("id"), ["id"]).shape == (0, 1)
+
+
+def test_packed_columns_in_many_groups_stay_aligned_and_ordered(tmp_path, monkeypatch):
+    """With one packed group per id (as a project of millions is read, in groups of ids), every
+    row's columns stay together, and an ordered read comes back in order."""
+    from annotation.selectors import agreement as selectors
+
+    import_file(write_jsonl(tmp_path / "s.jsonl", synthetic_rows(30, seed=6)), "groups")
+    project = Project.objects.get(slug="groups")
+    monkeypatch.setattr(selectors, "_GROUP_SHIFT", 0)
+    with _bulk_reads():
+        with connection.cursor() as cursor:  # groups by hash, out of order, as on a big table
+            cursor.execute("SET LOCAL enable_sort = off")
+        fast = _judgement_columns(project)
+        comparisons = _comparison_columns(project)
+    queryset = Judgement.objects.filter(comparison__project=project).order_by()
+    plain = sorted(queryset.values_list("comparison_id", "annotator_id", "elapsed_ms"))
+    assert sorted(map(tuple, fast[:, [0, 1, 4]].tolist())) == plain
+    assert comparisons[:, 0].tolist() == sorted(project.comparisons.values_list("id", flat=True))
 
 
 def test_packed_columns_refuse_nulls(tmp_path):
