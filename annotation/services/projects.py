@@ -62,6 +62,44 @@ PROJECT_FIELDS = (
     "rating_aspects",
     "rating_thumbs",
 )
+# The settings each task type uses; a form shows only those (the others keep their values).
+# Every type has the queue's settings (overlap, leases, gold, repeats); pairs have the verdict
+# scale, both-bad, suggestions, queue order and the continuous reward model; ties are a pairwise
+# verdict and equal ranks in a ranking; aspects and thumbs are a rating's.
+COMMON_SETTINGS = (
+    "name",
+    "slug",
+    "guidelines",
+    "overlap",
+    "lease_minutes",
+    "gold_every",
+    "repeat_every",
+    "task_type",
+)
+TASK_SETTINGS = {
+    TaskType.PAIRWISE: (
+        "allow_ties",
+        "allow_both_bad",
+        "strength_scale",
+        "suggestion_judge",
+        "queue_order",
+        "exploration_share",
+        "overlap_reduction",
+        "continuous_rm",
+        "continuous_rm_every",
+        "continuous_rm_ensemble_size",
+    ),
+    TaskType.RATING: ("rating_aspects", "rating_thumbs"),
+    TaskType.RANKING: ("allow_ties",),
+}
+
+
+def settings_of(task_type: str) -> frozenset[str]:
+    """The names in PROJECT_FIELDS a project of ``task_type`` uses (an unknown type: the common
+    ones only)."""
+    return frozenset(COMMON_SETTINGS) | frozenset(TASK_SETTINGS.get(task_type, ()))
+
+
 # Settings whose change re-orders the queue, or recomputes which comparisons need fewer humans.
 QUEUE_SETTINGS = frozenset({"queue_order", "exploration_share"})
 OVERLAP_SETTINGS = frozenset({"overlap_reduction", "overlap", "suggestion_judge"})
