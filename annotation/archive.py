@@ -5,15 +5,22 @@ Exports carry their files (pairs, raw judgements, manifest): restored under this
 role their membership needs. Audit events name rows in ``changes`` only under ``EVENT_ID_KEYS``,
 which the restore maps to the restored ids.
 
+A rating or ranking project's items travel with their responses in stored order, every answer
+(with the display order it was given in, repeats and gold answers included) and its leases
+(answered or skipped: what the queue reads to never hand an item to the same person twice). The
+restored project holds no claims: a lease that was active when the archive was written is released
+on restore (deleted, its overlap slot given back), as if it had expired.
+
 Left out on purpose: import jobs (they name uploaded files of the old instance) and prompt
 embeddings (a cache that clustering recomputes). Registered from ``AnnotationConfig.ready``.
 """
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Model, QuerySet
+from django.db.models import F, Model, QuerySet
 
 from annotation import models as m
 from annotation.services.exporting import export_folder_sha256
@@ -53,12 +60,31 @@ def _export_files_check(export: Model, folder: Path) -> None:
         )
 
 
-def _members_get_their_roles(maps: dict[str, dict[Any, Any]], options: dict[str, Any]) -> None:
+def _members_get_their_roles(maps: dict[str, dict[Any, Any]]) -> None:
     """Each restored member holds the global role their membership needs (as ``member_add``
     gives it): an account matched by username may not have it on this instance."""
     restored = maps.get("annotation.ProjectMembership", {}).values()
     for membership in m.ProjectMembership.objects.filter(pk__in=restored).select_related("user"):
         role_assign(user=membership.user, role=MEMBERSHIP_ROLES[membership.role])
+
+
+def _active_leases_released(maps: dict[str, dict[Any, Any]]) -> None:
+    """The restored project holds no claims: each restored active lease is deleted and a normal
+    one gives its item's overlap slot back (``taken``), as an expired lease would."""
+    restored = list(maps.get("annotation.TaskLease", {}).values())
+    active = m.TaskLease.objects.filter(pk__in=restored, status=m.TaskLease.Status.ACTIVE)
+    rows = list(active.order_by("pk").values_list("pk", "item_id", "kind"))
+    if not rows:
+        return
+    m.TaskLease.objects.filter(pk__in=[pk for pk, _, _ in rows]).delete()
+    slots = Counter(item_id for _, item_id, kind in rows if kind == m.TaskLease.Kind.NORMAL)
+    for item_id in sorted(slots):
+        m.TaskItem.objects.filter(pk=item_id).update(taken=F("taken") - slots[item_id])
+
+
+def _after_restore(maps: dict[str, dict[Any, Any]], options: dict[str, Any]) -> None:
+    _members_get_their_roles(maps)
+    _active_leases_released(maps)
 
 
 def _of(model: type, path: str):
@@ -83,6 +109,10 @@ ANNOTATION_PART = ArchivePart(
         Table("annotation.GuidelinesSeen", _of(m.GuidelinesSeen, "project")),
         Table("annotation.Prompt", _of(m.Prompt, "project")),
         Table("annotation.Response", _of(m.Response, "prompt__project")),
+        Table("annotation.TaskItem", _of(m.TaskItem, "project")),
+        Table("annotation.TaskItemResponse", _of(m.TaskItemResponse, "item__project")),
+        Table("annotation.TaskAnswer", _of(m.TaskAnswer, "item__project")),
+        Table("annotation.TaskLease", _of(m.TaskLease, "item__project")),
         Table("annotation.Comparison", _of(m.Comparison, "project")),
         Table("annotation.Judgement", _of(m.Judgement, "comparison__project")),
         Table("annotation.Assignment", _of(m.Assignment, "comparison__project")),
@@ -107,5 +137,5 @@ ANNOTATION_PART = ArchivePart(
             ),
         ),
     ),
-    after_restore=_members_get_their_roles,
+    after_restore=_after_restore,
 )
