@@ -15,16 +15,15 @@ Left out on purpose: import jobs (they name uploaded files of the old instance) 
 embeddings (a cache that clustering recomputes). Registered from ``AnnotationConfig.ready``.
 """
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Model, QuerySet
+from django.db.models import Model, QuerySet
 
 from annotation import models as m
 from annotation.services.exporting import export_folder_sha256
-from annotation.services.projects import MEMBERSHIP_ROLES
+from annotation.services.projects import MEMBERSHIP_ROLES, item_leases_release
 from common.archive import ArchiveError, ArchivePart, FolderFiles, Table
 from common.roles import role_assign
 
@@ -69,17 +68,10 @@ def _members_get_their_roles(maps: dict[str, dict[Any, Any]]) -> None:
 
 
 def _active_leases_released(maps: dict[str, dict[Any, Any]]) -> None:
-    """The restored project holds no claims: each restored active lease is deleted and a normal
-    one gives its item's overlap slot back (``taken``), as an expired lease would."""
-    restored = list(maps.get("annotation.TaskLease", {}).values())
-    active = m.TaskLease.objects.filter(pk__in=restored, status=m.TaskLease.Status.ACTIVE)
-    rows = list(active.order_by("pk").values_list("pk", "item_id", "kind"))
-    if not rows:
-        return
-    m.TaskLease.objects.filter(pk__in=[pk for pk, _, _ in rows]).delete()
-    slots = Counter(item_id for _, item_id, kind in rows if kind == m.TaskLease.Kind.NORMAL)
-    for item_id in sorted(slots):
-        m.TaskItem.objects.filter(pk=item_id).update(taken=F("taken") - slots[item_id])
+    """The restored project holds no item claims: an item lease active when the archive was
+    written is released as an expired one would be, its overlap slot given back."""
+    for project in m.Project.objects.filter(pk__in=maps.get("annotation.Project", {}).values()):
+        item_leases_release(project=project)
 
 
 def _after_restore(maps: dict[str, dict[Any, Any]], options: dict[str, Any]) -> None:
