@@ -70,7 +70,15 @@ class ProjectForm(forms.ModelForm):
             "allow_ties": "Allow ties",
             "rating_thumbs": "Rating: thumbs up or down",
         }
+        # The queue's settings apply to every task type: said for comparisons and items alike.
         help_texts = {
+            "overlap": "Distinct annotators who answer each comparison or item.",
+            "lease_minutes": "Minutes an annotator holds a claimed comparison or item before it "
+            "returns.",
+            "gold_every": "Mix a gold comparison or item (known answer) into every Nth one an "
+            "annotator gets; 0 = never.",
+            "repeat_every": "Show an already answered comparison or item again (a pair with its "
+            "sides flipped, an item's responses in another order) every Nth one; 0 = never.",
             "allow_ties": "Pairwise: a tie verdict; ranking: equal ranks for equally good responses.",
             "task_type": "What annotators do with each item. It is fixed once the project holds "
             "comparisons or items.",

@@ -73,4 +73,6 @@ def test_manage_page_commands_wrap_inside_their_card(lead, page: Page) -> None:
         " return [el.scrollWidth - el.clientWidth, box.right - card.right]; }"
     )
     assert overflow[0] <= 0 and overflow[1] <= 0
-    expect(page.get_by_test_id("annotators").locator("th").nth(1)).to_have_text("Answers")
+    table = page.get_by_test_id("annotators")
+    expect(table.locator("th").nth(1)).to_have_text("Answers")
+    expect(table.locator("tbody tr td").nth(1)).to_have_text("0")  # none yet: 0, not blank
