@@ -5,6 +5,12 @@ Exports carry their files (pairs, raw judgements, manifest): restored under this
 role their membership needs. Audit events name rows in ``changes`` only under ``EVENT_ID_KEYS``,
 which the restore maps to the restored ids.
 
+A rating or ranking project's items travel with their responses in stored order, every answer
+(with the display order it was given in, repeats and gold answers included) and its leases
+(answered or skipped: what the queue reads to never hand an item to the same person twice). The
+restored project holds no claims: a lease that was active when the archive was written is released
+on restore (deleted, its overlap slot given back), as if it had expired.
+
 Left out on purpose: import jobs (they name uploaded files of the old instance) and prompt
 embeddings (a cache that clustering recomputes). Registered from ``AnnotationConfig.ready``.
 """
@@ -17,7 +23,7 @@ from django.db.models import Model, QuerySet
 
 from annotation import models as m
 from annotation.services.exporting import export_folder_sha256
-from annotation.services.projects import MEMBERSHIP_ROLES
+from annotation.services.projects import MEMBERSHIP_ROLES, item_leases_release
 from common.archive import ArchiveError, ArchivePart, FolderFiles, Table
 from common.roles import role_assign
 
@@ -53,12 +59,24 @@ def _export_files_check(export: Model, folder: Path) -> None:
         )
 
 
-def _members_get_their_roles(maps: dict[str, dict[Any, Any]], options: dict[str, Any]) -> None:
+def _members_get_their_roles(maps: dict[str, dict[Any, Any]]) -> None:
     """Each restored member holds the global role their membership needs (as ``member_add``
     gives it): an account matched by username may not have it on this instance."""
     restored = maps.get("annotation.ProjectMembership", {}).values()
     for membership in m.ProjectMembership.objects.filter(pk__in=restored).select_related("user"):
         role_assign(user=membership.user, role=MEMBERSHIP_ROLES[membership.role])
+
+
+def _active_leases_released(maps: dict[str, dict[Any, Any]]) -> None:
+    """The restored project holds no item claims: an item lease active when the archive was
+    written is released as an expired one would be, its overlap slot given back."""
+    for project in m.Project.objects.filter(pk__in=maps.get("annotation.Project", {}).values()):
+        item_leases_release(project=project)
+
+
+def _after_restore(maps: dict[str, dict[Any, Any]], options: dict[str, Any]) -> None:
+    _members_get_their_roles(maps)
+    _active_leases_released(maps)
 
 
 def _of(model: type, path: str):
@@ -83,6 +101,10 @@ ANNOTATION_PART = ArchivePart(
         Table("annotation.GuidelinesSeen", _of(m.GuidelinesSeen, "project")),
         Table("annotation.Prompt", _of(m.Prompt, "project")),
         Table("annotation.Response", _of(m.Response, "prompt__project")),
+        Table("annotation.TaskItem", _of(m.TaskItem, "project")),
+        Table("annotation.TaskItemResponse", _of(m.TaskItemResponse, "item__project")),
+        Table("annotation.TaskAnswer", _of(m.TaskAnswer, "item__project")),
+        Table("annotation.TaskLease", _of(m.TaskLease, "item__project")),
         Table("annotation.Comparison", _of(m.Comparison, "project")),
         Table("annotation.Judgement", _of(m.Judgement, "comparison__project")),
         Table("annotation.Assignment", _of(m.Assignment, "comparison__project")),
@@ -107,5 +129,5 @@ ANNOTATION_PART = ArchivePart(
             ),
         ),
     ),
-    after_restore=_members_get_their_roles,
+    after_restore=_after_restore,
 )

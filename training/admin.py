@@ -298,9 +298,11 @@ class TrainingRunForm(forms.ModelForm):
                 reward_model_run=reward_model_run,
                 output_dir=self.instance.output_dir,
             )
-        except ConfigError as exc:
+        except ConfigError as exc:  # on its setting, or on a run field it names (the snapshot)
             target = CONFIG_PREFIX + (exc.field or "")
-            self.add_error(target if target in self.fields else None, str(exc))
+            if target not in self.fields:
+                target = exc.field if exc.field in self.fields else None
+            self.add_error(target, str(exc))
         except ConcordError as exc:  # the base model or the reward-model run does not fit
             self.add_error(None, str(exc))
         return cleaned

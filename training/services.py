@@ -187,11 +187,42 @@ def run_config_validate(
         ready=False,
     )
     resolved = cls(**{**values, **paths})  # __post_init__ raises ConfigError on impossible values
+    snapshot_rows_check(kind=kind, config=resolved.to_dict(), snapshot=snapshot)
     return {
         name: list(value) if isinstance(value, tuple) else value
         for name, value in resolved.to_dict().items()
         if name in known and name not in MANAGED_FIELDS
     }
+
+
+def snapshot_row_kind(snapshot: DatasetSnapshot) -> str:
+    """The kind of rows the snapshot's file holds (``training.recipes.kinds.ROW_KINDS``): its
+    export's ``options["rows"]``; an export that does not say holds pairs (``dataset_export``'s
+    TRL-style pairs file)."""
+    return str(snapshot.export.options.get("rows") or "pairs")
+
+
+def snapshot_rows_check(*, kind: str, config: Mapping[str, Any], snapshot: DatasetSnapshot) -> None:
+    """A run of ``kind`` with ``config`` can read ``snapshot``'s rows (``row_kinds_accepted``);
+    else ConfigError on the ``snapshot`` field naming what the snapshot holds and what the run
+    needs, so that the mismatch is refused at the form, not in the worker."""
+    from training.recipes.config import ConfigError
+    from training.recipes.kinds import ROW_KINDS, kind_spec, row_kinds_accepted
+
+    accepted = row_kinds_accepted(kind, config)
+    held = snapshot_row_kind(snapshot)
+    if held in accepted:
+        return
+    run = kind_spec(kind).label
+    if kind == "rm":
+        run += f" with loss {config.get('loss')!r}"
+    needs = "; or ".join(ROW_KINDS.get(name, name) for name in accepted)
+    raise ConfigError(
+        f"snapshot {snapshot} holds {ROW_KINDS.get(held, held + ' rows')}; a {run} run trains on "
+        f"{needs}. Choose a snapshot of those rows"
+        + (" or another loss." if kind == "rm" else " or another kind."),
+        field="snapshot",
+    )
 
 
 def run_models_check(*, kind: str, base_model: str, reward_model_run: TrainingRun | None) -> None:

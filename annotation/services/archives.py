@@ -11,20 +11,15 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from annotation.models import Project, TaskType
+from annotation.models import Project
 from common.archive import ArchiveError, archive_check, archive_write
 from common.archive_restore import archive_restore
 
 
 def project_archive_write(*, project: Project, out: Path | io.IOBase) -> dict[str, Any]:
     """Write ``project``'s archive to ``out``; returns the manifest (member names, rows, SHA-256).
-    ArchiveError (nothing written) for a rating or ranking project: archives do not carry their
-    items and answers yet, and an archive that silently left them out would lose them."""
-    if project.task_type != TaskType.PAIRWISE:
-        raise ArchiveError(
-            f"{project.slug} is a {project.task_type} project: archives carry pairwise projects "
-            "only for now; export its items with `manage.py export_items --format items` instead."
-        )
+    A rating or ranking project's archive holds its items, answers and leases (a restore releases
+    the leases that were active: ``annotation.archive``)."""
     outermost = not connection.in_atomic_block
     with transaction.atomic():
         if outermost and connection.vendor == "postgresql":

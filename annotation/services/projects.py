@@ -31,6 +31,8 @@ from annotation.models import (
     ProjectEvent,
     ProjectMembership,
     TaskAnswer,
+    TaskItem,
+    TaskLease,
     TaskType,
 )
 from annotation.selectors.projects import suggestion_judges
@@ -62,6 +64,44 @@ PROJECT_FIELDS = (
     "rating_aspects",
     "rating_thumbs",
 )
+# The settings each task type uses; a form shows only those (the others keep their values).
+# Every type has the queue's settings (overlap, leases, gold, repeats); pairs have the verdict
+# scale, both-bad, suggestions, queue order and the continuous reward model; ties are a pairwise
+# verdict and equal ranks in a ranking; aspects and thumbs are a rating's.
+COMMON_SETTINGS = (
+    "name",
+    "slug",
+    "guidelines",
+    "overlap",
+    "lease_minutes",
+    "gold_every",
+    "repeat_every",
+    "task_type",
+)
+TASK_SETTINGS = {
+    TaskType.PAIRWISE: (
+        "allow_ties",
+        "allow_both_bad",
+        "strength_scale",
+        "suggestion_judge",
+        "queue_order",
+        "exploration_share",
+        "overlap_reduction",
+        "continuous_rm",
+        "continuous_rm_every",
+        "continuous_rm_ensemble_size",
+    ),
+    TaskType.RATING: ("rating_aspects", "rating_thumbs"),
+    TaskType.RANKING: ("allow_ties",),
+}
+
+
+def settings_of(task_type: str) -> frozenset[str]:
+    """The names in PROJECT_FIELDS a project of ``task_type`` uses (an unknown type: the common
+    ones only)."""
+    return frozenset(COMMON_SETTINGS) | frozenset(TASK_SETTINGS.get(task_type, ()))
+
+
 # Settings whose change re-orders the queue, or recomputes which comparisons need fewer humans.
 QUEUE_SETTINGS = frozenset({"queue_order", "exploration_share"})
 OVERLAP_SETTINGS = frozenset({"overlap_reduction", "overlap", "suggestion_judge"})
@@ -272,21 +312,40 @@ def project_update(*, project: Project, actor: AbstractBaseUser, **fields: Any) 
     return locked
 
 
-def _release_leases(project: Project, user: AbstractBaseUser | None = None) -> int:
-    """Delete the active leases (of ``user``, or of everyone) in ``project`` and give their overlap
-    slots back; returns how many were released. Runs inside the caller's transaction."""
-    leases = Assignment.objects.select_for_update(of=("self",)).filter(
-        comparison__project=project, status=Assignment.Status.ACTIVE
+def project_leases_release(*, project: Project, user: AbstractBaseUser | None = None) -> int:
+    """Delete the active leases (of ``user``, or of everyone) in ``project``, pairs' assignments
+    and rating or ranking items' leases alike, and give their overlap slots back; returns how many
+    were released. Runs inside the caller's transaction (archiving, pausing or removing a member,
+    restoring an archive)."""
+    released = _released(Assignment, Comparison, "comparison", project, user)
+    return released + item_leases_release(project=project, user=user)
+
+
+def item_leases_release(*, project: Project, user: AbstractBaseUser | None = None) -> int:
+    """``project_leases_release`` for a rating or ranking project's item leases only (a restored
+    archive's: the pairs' assignments travel as they were)."""
+    return _released(TaskLease, TaskItem, "item", project, user)
+
+
+def _released(
+    leases_model: type[Assignment] | type[TaskLease],
+    slots_model: type[Comparison] | type[TaskItem],
+    slot: str,
+    project: Project,
+    user: AbstractBaseUser | None,
+) -> int:
+    leases = leases_model.objects.select_for_update(of=("self",)).filter(
+        **{f"{slot}__project": project}, status=Assignment.Status.ACTIVE
     )
     if user is not None:
         leases = leases.filter(annotator=user)
-    rows = list(leases.order_by("pk").values_list("pk", "comparison_id", "kind"))
+    rows = list(leases.order_by("pk").values_list("pk", f"{slot}_id", "kind"))
     if not rows:
         return 0
-    Assignment.objects.filter(pk__in=[pk for pk, _, _ in rows]).delete()
-    slots = Counter(cid for _, cid, kind in rows if kind == Assignment.Kind.NORMAL)
-    for comparison_id in sorted(slots):
-        Comparison.objects.filter(pk=comparison_id).update(taken=F("taken") - slots[comparison_id])
+    leases_model.objects.filter(pk__in=[pk for pk, _, _ in rows]).delete()
+    slots = Counter(slot_id for _, slot_id, kind in rows if kind == Assignment.Kind.NORMAL)
+    for slot_id in sorted(slots):
+        slots_model.objects.filter(pk=slot_id).update(taken=F("taken") - slots[slot_id])
     return len(rows)
 
 
@@ -299,7 +358,7 @@ def project_archive(*, project: Project, actor: AbstractBaseUser) -> Project:
             raise ProjectError(f"project {locked.slug} is already archived")
         locked.archived_at = timezone.now()
         locked.save(update_fields=["archived_at"])
-        released = _release_leases(locked)
+        released = project_leases_release(project=locked)
         _event(locked, actor, Kind.ARCHIVED, changes={"released_leases": released})
     return locked
 
@@ -420,7 +479,7 @@ def member_remove(*, project: Project, actor: AbstractBaseUser, username: str) -
     judgements stay (exports and agreement keep counting them)."""
     with transaction.atomic():
         membership = _membership(project, username)
-        released = _release_leases(project, membership.user)
+        released = project_leases_release(project=project, user=membership.user)
         membership.delete()
         changes = {"role": {"before": membership.role}, "released_leases": released}
         _event(project, actor, Kind.MEMBER_REMOVED, subject=username, changes=changes)
@@ -439,7 +498,7 @@ def member_pause(*, project: Project, actor: AbstractBaseUser, username: str) ->
             raise ProjectError(f"{username} is already paused")
         membership.paused_at = timezone.now()
         membership.save(update_fields=["paused_at"])
-        released = _release_leases(project, membership.user)
+        released = project_leases_release(project=project, user=membership.user)
         _event(
             project, actor, Kind.MEMBER_PAUSED, subject=username,
             changes={"released_leases": released},

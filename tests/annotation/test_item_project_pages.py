@@ -68,6 +68,9 @@ def test_the_lead_pages_show_items_never_zero_comparisons(demo, slug):
     bens = TaskAnswer.objects.filter(item__project__slug=slug, annotator__username="ben")
     assert "<th>Answers</th>" in people
     assert f'<td class="judgements">{bens.filter(repeat=False).count()}</td>' in people
+    # The Manage page's annotators table (the include the pairwise page shares) counts answers.
+    assert "<th>Answers</th>" in manage
+    assert f"<tr><td>ben</td><td>{bens.filter(repeat=False).count()}</td>" in manage
     overview = _page(demo, "mel", reverse("annotation:project-overview"))
     assert re.search(rf'data-testid="units-{slug}">{items} items<', overview)
 

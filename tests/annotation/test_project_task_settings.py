@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -184,3 +186,79 @@ def test_create_page_makes_a_ranking_project(ml_engineer):
     assert response.status_code == 302
     project = Project.objects.get(slug="ranked")
     assert (project.task_type, project.allow_ties) == ("ranking", False)
+
+
+def _rows(page: str) -> dict[str, bool]:
+    """Each setting of the settings page's form -> whether its row is shown (not ``hidden``)."""
+    rows = re.findall(
+        r"<div( data-task-types=\"[^\"]*\")?( hidden)?[^>]*>\s*<label[^>]*for=\"id_(\w+)\"", page
+    )
+    return {name: not hidden for _, hidden, name in rows}
+
+
+@pytest.mark.parametrize(
+    ("task_type", "shown", "hidden"),
+    [
+        ("pairwise", {"strength_scale", "allow_both_bad", "allow_ties", "queue_order"},
+         {"rating_aspects", "rating_thumbs"}),
+        ("rating", {"rating_aspects", "rating_thumbs", "overlap", "gold_every"},
+         {"strength_scale", "allow_both_bad", "allow_ties", "suggestion_judge", "queue_order",
+          "exploration_share", "overlap_reduction", "continuous_rm"}),
+        ("ranking", {"allow_ties", "overlap", "lease_minutes", "repeat_every"},
+         {"strength_scale", "allow_both_bad", "rating_aspects", "rating_thumbs",
+          "suggestion_judge", "continuous_rm_every"}),
+    ],
+)  # fmt: skip
+def test_settings_page_shows_the_settings_of_the_projects_task_type(
+    ml_engineer, task_type, shown, hidden
+):
+    """A rating project's page shows its aspects and thumbs and hides the pairwise verdict
+    settings; a ranking's shows ties; a pair project's shows none of the rating fields."""
+    aspects = ["helpfulness"] if task_type == "rating" else []
+    ProjectFactory(slug="items", task_type=task_type, rating_aspects=aspects)
+    page = logged_in(ml_engineer).get(reverse("annotation:project-settings", args=["items"]))
+    rows = _rows(page.content.decode())
+    assert {name for name in shown if rows[name]} == shown
+    assert {name for name in hidden if not rows[name]} == hidden
+
+
+def test_a_rating_form_ignores_the_pairwise_settings_it_was_sent(ml_engineer):
+    """Pairwise settings posted for a rating project (even invalid ones) change nothing and
+    block nothing: they keep their stored values; the rating settings are saved."""
+    project, _ = rating_project(2, slug="items", name="Items", strength_scale=3)
+    client = logged_in(ml_engineer)
+    data = {**FORM, "task_type": "rating", "rating_aspects": "helpfulness, correctness, tone",
+            "strength_scale": "not a number", "allow_both_bad": "on", "queue_order": "bogus"}  # fmt: skip
+    data.pop("allow_ties")
+    response = client.post(reverse("annotation:project-settings", args=["items"]), data)
+    assert response.status_code == 302
+    project.refresh_from_db()
+    assert project.rating_aspects == ["helpfulness", "correctness", "tone"]
+    assert (project.strength_scale, project.allow_both_bad, project.allow_ties) == (3, False, True)
+    assert project.queue_order == Project._meta.get_field("queue_order").default
+
+
+def test_a_ranking_form_needs_no_pairwise_settings_and_saves_ties(ml_engineer):
+    """A ranking project's form posts only its own fields (no strength scale): ties are saved."""
+    ProjectFactory(slug="ranked", name="Ranked", task_type=TaskType.RANKING, allow_ties=True)
+    data = {"name": "Ranked", "slug": "ranked", "overlap": 2, "lease_minutes": 30,
+            "gold_every": 0, "repeat_every": 0, "task_type": "ranking"}  # fmt: skip
+    client = logged_in(ml_engineer)
+    response = client.post(reverse("annotation:project-settings", args=["ranked"]), data)
+    assert response.status_code == 302
+    assert Project.objects.get(slug="ranked").allow_ties is False
+
+
+def test_an_empty_rating_project_turned_ranking_loses_its_aspects(ml_engineer):
+    """The aspects and thumbs belong to rating projects: changing an empty rating project to
+    ranking clears them (they are hidden on the page) instead of refusing the change."""
+    ProjectFactory(slug="items", name="Items", task_type=TaskType.RATING,
+                   rating_aspects=["helpfulness"], rating_thumbs=True)  # fmt: skip
+    client = logged_in(ml_engineer)
+    data = {**FORM, "task_type": "ranking", "rating_aspects": "helpfulness", "rating_thumbs": "on"}
+    response = client.post(reverse("annotation:project-settings", args=["items"]), data)
+    assert response.status_code == 302
+    project = Project.objects.get(slug="items")
+    assert (project.task_type, project.rating_aspects, project.rating_thumbs) == (
+        "ranking", [], False,
+    )  # fmt: skip

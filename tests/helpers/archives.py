@@ -207,7 +207,8 @@ def rows_of(project: Project) -> dict[str, int]:
 
 
 def purge_item_answers() -> None:
-    """Delete the answers and leases of the demo's rating and ranking projects, which archives do
-    not carry, so the accounts that gave them can be deleted as on a fresh instance."""
+    """Delete the answers and leases of the demo's rating and ranking projects, which an archive of
+    the pairwise demo does not carry, so the accounts that gave them can be deleted as on a fresh
+    instance."""
     TaskAnswer.objects.exclude(item__project__task_type="pairwise").delete()
     TaskLease.objects.exclude(item__project__task_type="pairwise").delete()

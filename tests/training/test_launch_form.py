@@ -11,8 +11,10 @@ import pytest
 from django import forms
 from django.urls import reverse
 
+from annotation.models import DatasetExport
 from tests.factories import snapshot_of_pairs
 from tests.helpers.clients import logged_in
+from tests.helpers.launch_form import browser_data, shown_value
 from training import services
 from training.admin import CONFIG_PREFIX, config_form_field
 from training.models import RunEvent, TrainingRun
@@ -43,30 +45,6 @@ def reward_run(snapshot):
     )
     run.refresh_from_db()
     return run
-
-
-def _browser_data(form) -> dict[str, Any]:
-    """What a browser posts back for an unchanged form: each field's rendered value (checkboxes
-    only when ticked, nothing for disabled fields)."""
-    data: dict[str, Any] = {}
-    for name, field in form.fields.items():
-        if field.disabled:
-            continue
-        value = form[name].value()
-        if isinstance(field.widget, forms.CheckboxInput):
-            if value:
-                data[name] = "on"
-            continue
-        data[name] = _shown(field, value)
-    return data
-
-
-def _shown(field: forms.Field, value: Any) -> str:
-    """The text a browser sends for ``value`` as the widget renders it (a select: its option)."""
-    shown = field.widget.format_value(value)
-    if isinstance(shown, list):
-        shown = shown[0] if shown else ""
-    return "" if shown is None else str(shown)
 
 
 def _page_form(client, url: str):
@@ -102,7 +80,7 @@ def test_every_field_round_trips_through_its_form_field_at_its_default(kind, nam
     if isinstance(field.widget, forms.CheckboxInput):
         posted = {"x": "on"} if spec.default else {}
     else:
-        posted = {"x": _shown(field, field.prepare_value(spec.default))}
+        posted = {"x": shown_value(field, field.prepare_value(spec.default))}
     assert field.clean(field.widget.value_from_datadict(posted, {}, "x")) == spec.default
 
 
@@ -158,7 +136,7 @@ def test_each_kind_and_preset_saves_its_unchanged_form_with_every_value(
     client = logged_in(ml_engineer)
     url = f"{ADD}?kind={kind}&preset={preset}&snapshot={snapshot.pk}"
     form = _page_form(client, url)
-    data = {**_browser_data(form), "name": f"{kind} {preset}"}
+    data = {**browser_data(form), "name": f"{kind} {preset}"}
     assert data["snapshot"] == str(snapshot.pk)
     if kind in ("ppo", "rloo"):
         data["reward_model_run"] = str(reward_run.pk)
@@ -178,7 +156,7 @@ def test_errors_stand_under_their_field(ml_engineer, snapshot, reward_run):
     """ConfigError.field puts the recipe's message under the setting; nothing is saved."""
     client = logged_in(ml_engineer)
     url = f"{ADD}?kind=ppo&snapshot={snapshot.pk}"
-    data = {**_browser_data(_page_form(client, url)), "name": "bad"}
+    data = {**browser_data(_page_form(client, url)), "name": "bad"}
     data["reward_model_run"] = str(reward_run.pk)
     data[CONFIG_PREFIX + "reward_range"] = "1.0, 0.1"
     response = client.post(url, data)
@@ -198,7 +176,7 @@ def test_a_post_whose_kind_differs_from_the_form_is_refused(ml_engineer, snapsho
     no reward model gets DPO's learning rate."""
     client = logged_in(ml_engineer)
     url = f"{ADD}?kind=dpo&snapshot={snapshot.pk}"
-    data = {**_browser_data(_page_form(client, url)), "name": "mixed", "kind": "rm"}
+    data = {**browser_data(_page_form(client, url)), "name": "mixed", "kind": "rm"}
     response = client.post(url, data)
     assert response.status_code == 200
     assert "This form holds DPO settings but the kind sent is Reward model" in (
@@ -268,7 +246,7 @@ def test_change_and_save_and_launch_are_audited(
     run = services.run_create(name="d", kind="dpo", base_model="smollm2-135m-instruct",
                               snapshot=snapshot, created_by=ml_engineer)  # fmt: skip
     url = reverse("admin:training_trainingrun_change", args=[run.pk])
-    data = {**_browser_data(_page_form(client, url)), CONFIG_PREFIX + "beta": "0.3"}
+    data = {**browser_data(_page_form(client, url)), CONFIG_PREFIX + "beta": "0.3"}
     for prefix in ("checkpoints", "events"):  # the read-only inlines' management forms
         data.update({f"{prefix}-TOTAL_FORMS": "0", f"{prefix}-INITIAL_FORMS": "0"})
     assert client.post(url, data).status_code == 302
@@ -324,7 +302,7 @@ def test_save_and_launch_from_the_add_form(
     """ "Save and launch" on a new run: created and launched in one go, both audited."""
     client = logged_in(ml_engineer)
     url = f"{ADD}?kind=rm&preset=cpu&snapshot={snapshot.pk}"
-    data = {**_browser_data(_page_form(client, url)), "name": "rm now", "_launch": "1"}
+    data = {**browser_data(_page_form(client, url)), "name": "rm now", "_launch": "1"}
     with django_capture_on_commit_callbacks() as callbacks:
         response = client.post(url, data)
     run = TrainingRun.objects.get(name="rm now")
@@ -356,7 +334,7 @@ def test_grpo_preselects_the_newest_reward_model_and_takes_verifiable_rewards_al
     form = _page_form(client, url)
     assert form["reward_model_run"].value() == reward_run.pk
     assert form.fields["reward_model_run"].required is False
-    data = {**_browser_data(form), "name": "rules only", "reward_model_run": ""}
+    data = {**browser_data(form), "name": "rules only", "reward_model_run": ""}
     response = client.post(url, data)
     assert response.context["adminform"].form.errors[CONFIG_PREFIX + "rewards"] == [
         "rewards: name a verifiable reward or choose a reward model"
@@ -375,7 +353,7 @@ def test_grpo_without_any_reward_model_run_shows_an_error_not_a_crash(ml_enginee
     back with the error under ``rewards`` (a 200, not a 500) and saves nothing."""
     client = logged_in(ml_engineer)
     url = f"{ADD}?kind=grpo&snapshot={snapshot.pk}"
-    data = {**_browser_data(_page_form(client, url)), "name": "nothing scores"}
+    data = {**browser_data(_page_form(client, url)), "name": "nothing scores"}
     response = client.post(url, data)
     assert response.status_code == 200
     assert CONFIG_PREFIX + "rewards" in response.context["adminform"].form.errors
@@ -392,13 +370,15 @@ def test_the_reward_models_loss_and_aspect_weights_launch_from_the_form(ml_engin
     assert form.fields[CONFIG_PREFIX + "loss"].choices == [
         (name, name) for name in ("bradley_terry", "plackett_luce", "aspect_regression")
     ]
-    data = {**_browser_data(form), "name": "listwise"}
+    data = {**browser_data(form), "name": "listwise"}
     data[CONFIG_PREFIX + "loss"] = "plackett_luce"
     data[CONFIG_PREFIX + "ensemble_size"] = "2"
     errors = client.post(url, data).context["adminform"].form.errors
     assert list(errors) == [CONFIG_PREFIX + "ensemble_size"]
     assert not TrainingRun.objects.exists()
     data[CONFIG_PREFIX + "ensemble_size"] = "1"
+    # aspect_regression trains on rated responses: a snapshot of regression rows.
+    DatasetExport.objects.filter(snapshot=snapshot).update(options={"rows": "regression"})
     data[CONFIG_PREFIX + "loss"] = "aspect_regression"
     data[CONFIG_PREFIX + "aspect_weights"] = "helpfulness=0.65, verbosity=-0.4"
     assert client.post(url, data).status_code == 302

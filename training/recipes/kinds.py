@@ -363,3 +363,33 @@ def config_from_dict(values: dict[str, Any]) -> TrainingConfig:
     if unknown:
         raise ConfigError(f"{', '.join(unknown)}: not a {cls.__name__} field", field=unknown[0])
     return cls(**values)
+
+
+# The kinds of rows a dataset snapshot's file can hold (Concord's export row formats), as a run
+# reads them; what each kind of run can train on is ``row_kinds_accepted``.
+ROW_KINDS: dict[str, str] = {
+    "pairs": "preference pairs (prompt, chosen, rejected: a pairwise export, or a ranking's pairs)",
+    "listwise": "ranked lists (prompt, responses, ranks: a ranking project's listwise export)",
+    "kto": "labelled completions (prompt, completion, label: a rating project's thumbs export)",
+    "regression": "rated responses (prompt, response, aspects: a rating project's aspects export)",
+}
+# The reward model's rows per loss (RewardModelConfig.loss).
+RM_LOSS_ROWS = {
+    "bradley_terry": ("pairs",),
+    "plackett_luce": ("listwise",),
+    "aspect_regression": ("regression",),
+}
+
+
+def row_kinds_accepted(kind: str, config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The row kinds (``ROW_KINDS``) a run of ``kind`` with settings ``config`` can read from its
+    snapshot: the reward model's rows follow its ``loss``; KTO reads the snapshot as preference
+    pairs unless ``unpaired_data`` names its examples' file (then it reads none of the snapshot's
+    rows: any kind will do); the online kinds read only each row's prompt (any kind); the other
+    offline kinds train on pairs."""
+    spec = kind_spec(kind)
+    if kind == "rm":
+        return RM_LOSS_ROWS.get(config.get("loss") or "bradley_terry", ("pairs",))
+    if spec.rollouts or (kind == "kto" and config.get("unpaired_data")):
+        return tuple(ROW_KINDS)
+    return ("pairs",)
