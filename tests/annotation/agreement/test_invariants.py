@@ -260,3 +260,21 @@ def test_brute_force_pairs_on_tiny_data():
     item = np.concatenate([[i] * len(row) for i, row in enumerate(rows)])
     label = np.array([codes[x] for row in rows for x in row])
     assert percent_agreement(item_counts(item, label, n_items=3)) == pytest.approx(agree / total)
+
+
+def test_pairwise_kappa_built_in_small_chunks_equals_one_pass(monkeypatch):
+    """The rater pairs are counted a chunk of items at a time (memory bounded); chunks of 2 items
+    give the same confusion matrices and kappas as one chunk, on items of 1 to 4 judgements."""
+    from annotation.agreement import bootstrap
+
+    rng = np.random.default_rng(7)
+    item = np.repeat(np.arange(40), rng.integers(1, 5, size=40))
+    annotator = np.concatenate([rng.choice(6, size=n, replace=False) for n in np.bincount(item)])
+    label = rng.integers(0, 4, size=item.size)
+    whole = bootstrap.pairwise_cohen(item, annotator, label, n_annotators=6)
+    monkeypatch.setattr(bootstrap, "PAIR_CHUNK_ITEMS", 2)
+    chunked = bootstrap.pairwise_cohen(item, annotator, label, n_annotators=6)
+    assert np.array_equal(whole.confusion, chunked.confusion)
+    assert np.array_equal(whole.first, chunked.first)
+    assert np.allclose(whole.kappa, chunked.kappa, equal_nan=True)
+    assert whole.n.sum() == sum(n * (n - 1) // 2 for n in np.bincount(item))
