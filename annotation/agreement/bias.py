@@ -168,7 +168,8 @@ def leave_one_out_consensus(table: JudgementTable, counts: np.ndarray) -> np.nda
     top = others.max(axis=2)
     unique_top = (others == top[..., None]).sum(axis=2) == 1
     table_ = np.where((top > 0) & unique_top, others.argmax(axis=2), MISSING)  # [P, own choice]
-    return table_[inverse[table.item], table.choice]
+    # int8 (choice codes and MISSING): a million-judgement project holds a few such [J] arrays
+    return table_.astype(np.int8)[inverse[table.item], table.choice]
 
 
 def annotator_stats(
@@ -212,7 +213,7 @@ def annotator_stats(
     # Length: picks of the longer response against the others' consensus on the same items.
     if table.length_a is not None and table.length_b is not None:
         la, lb = np.asarray(table.length_a), np.asarray(table.length_b)
-        longer = np.where(la > lb, A, np.where(lb > la, B, MISSING))[table.item]
+        longer = np.where(la > lb, A, np.where(lb > la, B, MISSING)).astype(np.int8)[table.item]
         own = decisive & (longer != MISSING)
         longer_n = per_annotator(own)
         longer_picks = per_annotator(own & (choice == longer))
@@ -224,7 +225,7 @@ def annotator_stats(
         longer_n, longer_share, consensus_longer, longer_p = np.zeros(r), nan_r, nan_r, nan_r
 
     if table.gold is not None:
-        gold = np.asarray(table.gold)[table.item]
+        gold = np.asarray(table.gold).astype(np.int8)[table.item]
         has_gold = gold != MISSING
         gold_n = per_annotator(has_gold)
         gold_accuracy = _ratio(per_annotator(has_gold & (gold == choice)), gold_n)
