@@ -275,6 +275,10 @@ def hf_export_write(
     for split in HF_SPLITS:
         if not rows[split]:  # an empty split is left out of the card's configs and the folder
             (data / f"{split}-00000-of-00001.parquet").unlink()
+    # The card's agreement report reads every judgement: free the prompt keys and what Arrow's pool
+    # kept from the Parquet batches first (the export's peak memory is the report's).
+    del prompts, test_keys
+    pa.default_memory_pool().release_unused()
     card = _dataset_card(
         export=export, rows=rows, conversational=conversational, license=license,
         test_fraction=test_fraction,
