@@ -1,7 +1,8 @@
 """The launch form refuses a snapshot whose rows the run's kind cannot train on (issue #32): each
 kind accepts the row kinds it reads (pairs for the DPO family and the Bradley-Terry reward model,
 ranked lists for Plackett-Luce, rated responses for aspect regression, pairs or thumbs for KTO,
-prompts of any row for the online kinds), and the refusal names what the snapshot holds and what the run needs."""
+prompts of any row for the online kinds), and the refusal names what the snapshot holds and what
+the run needs."""
 
 from __future__ import annotations
 
