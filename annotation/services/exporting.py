@@ -35,7 +35,9 @@ for a vote for the chosen response, -1 for the rejected one, 0 for tie or both b
 both the strength and the unanimity of the preference, and feeds the reward model's margin term.
 
 An export with the same content as an earlier one is that earlier one (same hash, same row).
-The Hugging Face dataset layout of an export is annotation.services.hf_export.
+The Hugging Face dataset layout of an export is annotation.services.hf_export. A rating or ranking
+project's export (annotation.services.item_exports) shares the folder layout, the manifest, the
+hash rule and the row; the file a run reads is ``export_data_path``.
 """
 
 from __future__ import annotations
