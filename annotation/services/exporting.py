@@ -427,7 +427,8 @@ def dataset_export(
     if project.task_type != TaskType.PAIRWISE:
         raise ValueError(
             f"{project.slug} is a {project.task_type} project: export its items with python "
-            f"manage.py export_items --project {project.slug} --format FORMAT --out FILE"
+            f"manage.py export_items --project {project.slug} --format FORMAT --out FILE "
+            "(--snapshot instead of --out: a training export, item_dataset_export)"
         )
     if consensus not in CONSENSUS_RULES:
         raise ValueError(f"unknown consensus rule {consensus!r}; expected one of {CONSENSUS_RULES}")
