@@ -151,3 +151,27 @@ def test_the_manage_page_makes_an_export_and_links_it_to_training(ml_engineer):
     assert b"".join(download.streaming_content) == Path(export_data_path(export)).read_bytes()
     assert client.post(create, {"format": "items"}, follow=True).status_code == 200
     assert DatasetExport.objects.count() == 1
+
+
+def test_the_api_freezes_an_item_projects_rows_in_the_format_posted(ml_engineer):
+    """``format`` picks the rows of a rating project's export (201, the export's options); a
+    format the task type has not, or none, is a 400 naming the formats; a pairwise project
+    refuses ``format``."""
+    project = answered_rating(1)
+    client = logged_in(ml_engineer)
+    url = f"/api/projects/{project.slug}/exports/"
+    created = client.post(url, {"format": "aspects"}, content_type="application/json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["options"] == {
+        "format": "aspects", "rows": "regression", "data_file": "aspects.jsonl",
+    }  # fmt: skip
+    for body in ({"format": "listwise"}, {}):
+        refused = client.post(url, body, content_type="application/json")
+        assert refused.status_code == 400 and "kto or aspects" in str(refused.json())
+    pairwise = ProjectFactory(slug="pairwise-api")
+    refused = client.post(
+        f"/api/projects/{pairwise.slug}/exports/", {"format": "pairs"},
+        content_type="application/json",
+    )  # fmt: skip
+    assert refused.status_code == 400 and "format" in refused.json()
+    assert DatasetExport.objects.count() == 1
