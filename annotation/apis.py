@@ -3,7 +3,9 @@
 - ``POST /api/projects/{slug}/imports/`` (multipart ``file``, optional ``format``, ``skip_invalid``,
   ``scalars_as_text``): queue an import -> 202 + job.
 - ``GET /api/projects/{slug}/imports/{id}/``: the job's status, progress and errors.
-- ``POST /api/projects/{slug}/exports/``: freeze an export -> 201 + snapshot (hash, counts).
+- ``POST /api/projects/{slug}/exports/``: freeze an export -> 201 + snapshot (hash, counts); a
+  rating or ranking project's export takes ``format`` (its training rows: listwise or pairs, kto or
+  aspects; annotation.services.item_exports) instead of the pairwise consensus options.
 
 Project leads (ML engineers) only; others get 403 (authenticated) or 401/403 (anonymous). A token
 scoped to another project gets 403.
@@ -22,9 +24,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.formats import FORMAT_NAMES
-from annotation.models import ImportJob, Project
+from annotation.models import ImportJob, Project, TaskType
 from annotation.services.exporting import CONSENSUS_RULES, dataset_export
 from annotation.services.import_jobs import import_job_create, import_job_progress
+from annotation.services.item_exports import SNAPSHOT_ROWS, item_dataset_export
+from annotation.services.task_export import TaskExportError
 from common.api_auth import TokenProjectScope
 from common.errors import ConcordError
 from common.roles import ML_ENGINEER, has_role
@@ -115,6 +119,7 @@ class ExportCreateApi(ProjectLeadApi):
         keep_ties = serializers.BooleanField(default=False)
         min_judgements = serializers.IntegerField(default=1, min_value=1, max_value=1000)
         consensus = serializers.ChoiceField(choices=CONSENSUS_RULES, default="majority")
+        format = serializers.ChoiceField(choices=tuple(SNAPSHOT_ROWS), required=False)
 
     class Output(serializers.Serializer):
         sha256 = serializers.CharField()
@@ -132,6 +137,11 @@ class ExportCreateApi(ProjectLeadApi):
                 "keep_ties": serializers.BooleanField(default=False),
                 "min_judgements": serializers.IntegerField(default=1, min_value=1),
                 "consensus": serializers.ChoiceField(choices=CONSENSUS_RULES, default="majority"),
+                "format": serializers.ChoiceField(
+                    choices=tuple(SNAPSHOT_ROWS),
+                    required=False,
+                    help_text="A rating or ranking project's training rows (its only option).",
+                ),
             },
         ),
         responses={
@@ -152,8 +162,17 @@ class ExportCreateApi(ProjectLeadApi):
         project = get_object_or_404(Project, slug=slug)
         data = self.Input(data=request.data)
         data.is_valid(raise_exception=True)
+        options = dict(data.validated_data)
+        row_format = options.pop("format", None)
+        if row_format is not None and project.task_type == TaskType.PAIRWISE:
+            raise ValidationError({"format": ["only for a rating or ranking project's export"]})
         try:
-            export = dataset_export(project=project, created_by=request.user, **data.validated_data)
-        except ValueError as exc:  # the project's stored data cannot be exported (named in exc)
+            if project.task_type != TaskType.PAIRWISE:
+                export = item_dataset_export(
+                    project=project, row_format=row_format or "", created_by=request.user
+                )
+            else:
+                export = dataset_export(project=project, created_by=request.user, **options)
+        except (ValueError, TaskExportError) as exc:  # cannot be exported as asked (named in exc)
             raise ValidationError({"detail": [str(exc)]}) from exc
         return Response(self.Output(export).data, status=status.HTTP_201_CREATED)

@@ -52,7 +52,7 @@ def _export_folder(export: Model, options: dict[str, Any]) -> Path:
 
 
 def _export_files_check(export: Model, folder: Path) -> None:
-    if export_folder_sha256(folder) != export.sha256:
+    if export_folder_sha256(folder, export.options) != export.sha256:
         raise ArchiveError(
             f"The files of export {export.sha256[:12]} do not hash to it (in {folder}). Nothing "
             "was restored."

@@ -573,7 +573,10 @@ class DatasetExport(models.Model):
     """An immutable, hashed export of a project's preferences (what a training run names).
 
     The files live under ``folder``: ``pairs.jsonl`` (TRL-style prompt/chosen/rejected with margin and
-    provenance) and ``judgements.jsonl`` (raw per-annotator rows). ``sha256`` covers both files.
+    provenance) and ``judgements.jsonl`` (raw per-annotator rows). ``sha256`` covers both files. A
+    rating or ranking project's export (annotation.services.item_exports) holds its data file
+    (``options["data_file"]``, rows of kind ``options["rows"]``) and ``items.jsonl`` instead;
+    ``n_pairs`` counts its rows and ``n_judgements`` its answers.
     """
 
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="exports")

@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from annotation.models import DatasetExport
+from annotation.services.exporting import export_data_path
 from common.errors import ConcordError, ModelUnavailableError
 from common.jobs import task_send
 from common.lifecycle import (
@@ -103,13 +104,14 @@ def _managed_values(
     ready: bool,
 ) -> dict[str, Any]:
     """The config fields Concord fills in from the run: the base model's folder, the snapshot's
-    pairs file, the run folder, the reward model's final folder. ``ready``: the worker's view (the
+    data file (its export's ``data_file``: pairs.jsonl, or an item export's rows), the run folder,
+    the reward model's final folder. ``ready``: the worker's view (the
     folders must exist, else ModelUnavailableError); otherwise the same paths, unchecked, for
     validating a draft on a machine that need not hold the weights."""
     model = model_path(base_model) if ready else (model_get(base_model).path or base_model)
     values: dict[str, Any] = {
         "model": str(model),
-        "data": str(Path(snapshot.export.folder) / "pairs.jsonl"),
+        "data": str(export_data_path(snapshot.export)),
         "output_dir": output_dir,
         "resume": True,
     }

@@ -35,7 +35,9 @@ for a vote for the chosen response, -1 for the rejected one, 0 for tie or both b
 both the strength and the unanimity of the preference, and feeds the reward model's margin term.
 
 An export with the same content as an earlier one is that earlier one (same hash, same row).
-The Hugging Face dataset layout of an export is annotation.services.hf_export.
+The Hugging Face dataset layout of an export is annotation.services.hf_export. A rating or ranking
+project's export (annotation.services.item_exports) shares the folder layout, the manifest, the
+hash rule and the row; the file a run reads is ``export_data_path``.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ CONSENSUS_RULES = ("majority", "dawid_skene", "adjudicated")
 FALLBACK_RULES = ("majority", "dawid_skene")
 PAIRS_FILE = "pairs.jsonl"
 JUDGEMENTS_FILE = "judgements.jsonl"
+ITEMS_FILE = "items.jsonl"  # an item export's every item with its answers (task_export "items")
 MANIFEST_FILE = "manifest.json"
 
 
@@ -131,8 +134,8 @@ def majority_consensus(
     return PairConsensus(choice=winner, agreement=round(agreement, 6), margin=round(margin, 6))
 
 
-def _sha256_files(*paths: Path) -> str:
-    digest = hashlib.sha256()
+def _sha256_files(*paths: Path, prefix: bytes = b"") -> str:
+    digest = hashlib.sha256(prefix)
     for path in paths:
         with path.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
@@ -140,10 +143,27 @@ def _sha256_files(*paths: Path) -> str:
     return digest.hexdigest()
 
 
-def export_folder_sha256(folder: Path) -> str:
-    """The SHA-256 an export's folder holds (its pairs then its raw judgements): the export's
-    ``sha256`` when the files are the export's."""
-    return _sha256_files(folder / PAIRS_FILE, folder / JUDGEMENTS_FILE)
+def export_folder_sha256(folder: Path, options: dict | None = None) -> str:
+    """The SHA-256 an export's folder holds: the export's ``sha256`` when the files are the
+    export's. A pairwise export's hash covers its pairs then its raw judgements; a rating or
+    ranking project's (``options["data_file"]``, annotation.services.item_exports) the data
+    file's name, then that file, then its items file."""
+    data_file = (options or {}).get("data_file")
+    if data_file is None:
+        return _sha256_files(folder / PAIRS_FILE, folder / JUDGEMENTS_FILE)
+    return item_files_sha256(folder, data_file)
+
+
+def item_files_sha256(folder: Path, data_file: str) -> str:
+    """The hash of an item export's files in ``folder``: the data file's name (so that two
+    formats with the same rows, none for instance, are two exports), the file, the items file."""
+    return _sha256_files(folder / data_file, folder / ITEMS_FILE, prefix=f"{data_file}\n".encode())
+
+
+def export_data_path(export: DatasetExport) -> Path:
+    """The file a run trains on: the export's ``options["data_file"]``, pairs.jsonl when it does
+    not say (a pairwise export)."""
+    return Path(export.folder) / export.options.get("data_file", PAIRS_FILE)
 
 
 # One encoder for every line: ``json.dumps`` with options builds a new encoder on each call.
@@ -407,7 +427,8 @@ def dataset_export(
     if project.task_type != TaskType.PAIRWISE:
         raise ValueError(
             f"{project.slug} is a {project.task_type} project: export its items with python "
-            f"manage.py export_items --project {project.slug} --format FORMAT --out FILE"
+            f"manage.py export_items --project {project.slug} --format FORMAT --out FILE "
+            "(--snapshot instead of --out: a training export, item_dataset_export)"
         )
     if consensus not in CONSENSUS_RULES:
         raise ValueError(f"unknown consensus rule {consensus!r}; expected one of {CONSENSUS_RULES}")
@@ -432,39 +453,48 @@ def dataset_export(
         existing = DatasetExport.objects.filter(sha256=sha).first()
         if existing is not None:
             return existing
-        (staging / MANIFEST_FILE).write_text(
-            json.dumps(
-                {
-                    "project": project.slug,
-                    "sha256": sha,
-                    "options": options,
-                    "pairs": n_pairs,
-                    "judgements": n_judgements,
-                    "ties_dropped": n_ties,
-                    "pairs_adjudicated": n_adjudicated,
-                    "guidelines_versions": judgements_per_version(project=project),
-                },
-                indent=2,
-            )
-        )
-        folder = root / sha
-        if not folder.exists():
-            staging.rename(folder)
-            Path(scratch).mkdir()  # TemporaryDirectory removes its own path on exit
+        manifest = {
+            "project": project.slug,
+            "sha256": sha,
+            "options": options,
+            "pairs": n_pairs,
+            "judgements": n_judgements,
+            "ties_dropped": n_ties,
+            "pairs_adjudicated": n_adjudicated,
+            "guidelines_versions": judgements_per_version(project=project),
+        }
+        folder = export_folder_publish(staging, root / sha, manifest)
+    return export_row_create(
+        project=project,
+        created_by=created_by,
+        sha256=sha,
+        folder=str(folder),
+        options=options,
+        n_pairs=n_pairs,
+        n_judgements=n_judgements,
+        n_ties_dropped=n_ties,
+    )
+
+
+def export_folder_publish(staging: Path, folder: Path, manifest: dict) -> Path:
+    """Write ``manifest`` into the scratch folder ``staging`` (a TemporaryDirectory's path) and
+    move it to ``folder``, the export's hashed folder (left as it is when it exists: the same
+    content). The scratch path is made again, empty, for its TemporaryDirectory to remove."""
+    (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+    if not folder.exists():
+        staging.rename(folder)
+        staging.mkdir()  # TemporaryDirectory removes its own path on exit
+    return folder
+
+
+def export_row_create(**fields) -> DatasetExport:
+    """The DatasetExport row of a published folder; the row of the same hash when someone made the
+    same export at the same moment."""
     try:
         with transaction.atomic():
-            return DatasetExport.objects.create(
-                project=project,
-                created_by=created_by,
-                sha256=sha,
-                folder=str(folder),
-                options=options,
-                n_pairs=n_pairs,
-                n_judgements=n_judgements,
-                n_ties_dropped=n_ties,
-            )
-    except IntegrityError:  # the same export made at the same moment by someone else
-        return DatasetExport.objects.get(sha256=sha)
+            return DatasetExport.objects.create(**fields)
+    except IntegrityError:
+        return DatasetExport.objects.get(sha256=fields["sha256"])
 
 
 def export_copy(export: DatasetExport, out: Path) -> tuple[Path, Path]:

@@ -15,12 +15,15 @@ from annotation.selectors.agreement import agreement_alerts
 from annotation.selectors.task_items import item_annotator_progress, items_summary
 from annotation.services.exporting import (
     CONSENSUS_RULES,
+    ITEMS_FILE,
     JUDGEMENTS_FILE,
     PAIRS_FILE,
     dataset_export,
 )
 from annotation.services.hf_export import HF_FORMAT, hf_export_archive
 from annotation.services.import_jobs import import_job_create, import_job_progress
+from annotation.services.item_exports import item_dataset_export, item_snapshot_formats
+from annotation.services.task_export import TaskExportError
 from annotation.work_queue.registry import task_type_of
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_required
@@ -55,6 +58,8 @@ def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
             "annotators": item_annotator_progress(project=project),
             "item_formats": sorted(ITEM_READERS),
             "export_formats": task_type_of(project).export_formats,
+            "snapshot_formats": item_snapshot_formats(project),
+            "exports": project.exports.all()[:20],
         }
         return render(request, "annotation/manage_items.html", context)
     jobs = [import_job_progress(job) for job in project.import_jobs.all()[:10]]
@@ -107,6 +112,8 @@ def import_status(request: HttpRequest, slug: str, job_id: int) -> JsonResponse:
 @role_required(ML_ENGINEER, methods=("POST",))
 def export_create(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_object_or_404(Project, slug=slug)
+    if project.task_type != TaskType.PAIRWISE:
+        return _item_export_create(request, project)
     consensus = request.POST.get("consensus", "majority")
     if consensus not in CONSENSUS_RULES:
         consensus = "majority"
@@ -124,15 +131,31 @@ def export_create(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("annotation:project-manage", slug=project.slug)
 
 
+def _item_export_create(request: HttpRequest, project: Project) -> HttpResponse:
+    """A rating or ranking project's training export, in the format posted."""
+    try:
+        export = item_dataset_export(
+            project=project, row_format=request.POST.get("format", ""), created_by=request.user
+        )
+    except TaskExportError as exc:
+        messages.error(request, f"No export: {exc}")
+    else:
+        fmt = export.options["format"]
+        messages.success(request, f"Export {export.sha256[:12]}: {export.n_pairs} {fmt} rows.")
+    return redirect("annotation:project-manage", slug=project.slug)
+
+
 @role_required(ML_ENGINEER)
 def export_download(request: HttpRequest, slug: str, sha256: str, part: str) -> FileResponse:
     project = get_object_or_404(Project, slug=slug)
     export = get_object_or_404(DatasetExport, project=project, sha256=sha256)
-    if part == HF_FORMAT:  # the Hugging Face dataset folder, zipped
+    if part == HF_FORMAT and "data_file" not in export.options:  # the HF dataset folder, zipped
         archive = hf_export_archive(export=export)
         name = f"{project.slug}-{sha256[:12]}-hf.zip"
         return FileResponse(archive.open("rb"), as_attachment=True, filename=name)
     files = {"pairs": PAIRS_FILE, "judgements": JUDGEMENTS_FILE}
+    if "data_file" in export.options:  # a rating or ranking project's rows and items
+        files = {"data": export.options["data_file"], "items": ITEMS_FILE}
     if part not in files:
         raise Http404
     path = Path(export.folder) / files[part]

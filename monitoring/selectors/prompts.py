@@ -1,9 +1,10 @@
 """Reads of the prompts an eval round may use: those of its project that neither model it compares
 trained on.
 
-What a run trained on is its snapshot's frozen ``pairs.jsonl`` (``training.services`` hands that file
-to every kind: the preference pairs of rm, dpo, simpo, orpo and kto, the prompts ppo, rloo and grpo
-roll out on). A prompt of the project is "trained on" when a row of that file names its comparison
+What a run trained on is its snapshot's frozen data file (``training.services`` hands that file to
+every kind: ``pairs.jsonl``, the preference pairs of rm, dpo, simpo, orpo and kto and the prompts
+ppo, rloo and grpo roll out on, or a rating or ranking project's rows; each row has a prompt). A
+prompt of the project is "trained on" when a row of that file names its comparison
 (``comparison_id``) or holds the same prompt (``Prompt.content_hash`` of the row's text or messages,
 so a run trained on another project's copy of the prompt counts too). The prompts left are held out:
 the project's prompts added after the export, or never labelled into it.
@@ -13,11 +14,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from annotation.models import Comparison, Project, Prompt
 from annotation.parsing import content_hash
-from annotation.services.exporting import PAIRS_FILE
+from annotation.services.exporting import export_data_path
 from common.errors import ConcordError
 from training.models import Checkpoint, TrainingRun
 
@@ -70,7 +70,7 @@ def _trained_rows(run: TrainingRun) -> tuple[set[str], set[int]]:
     """(prompt content hashes, comparison ids) of the run's training file."""
     hashes: set[str] = set()
     comparisons: set[int] = set()
-    path = Path(run.snapshot.export.folder) / PAIRS_FILE
+    path = export_data_path(run.snapshot.export)
     if not path.is_file():
         raise TrainingDataMissing(
             f"The training data of run #{run.pk} is missing ({path}): which prompts it trained "

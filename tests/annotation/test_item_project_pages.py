@@ -60,7 +60,8 @@ def test_the_lead_pages_show_items_never_zero_comparisons(demo, slug):
     manage = _page(demo, "mel", reverse("annotation:project-manage", args=[slug]))
     assert f"{items} items" in manage and f"{answers} answers" in manage
     assert "import_items" in manage and "Import comparisons" not in manage
-    assert "Create export" not in manage  # the pairwise export: export_items instead
+    # The training export of its rows (item_dataset_export), not the pairwise consensus form.
+    assert 'data-testid="item-export-form"' in manage and 'name="consensus"' not in manage
     assert (
         reverse("annotation:adjudicate", args=[slug]) not in manage
     )  # subnav: pairwise pages hidden

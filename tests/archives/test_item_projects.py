@@ -14,8 +14,10 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from annotation.demo import demo_load
-from annotation.models import Project, TaskAnswer, TaskItem, TaskLease
+from annotation.models import DatasetExport, Project, TaskAnswer, TaskItem, TaskLease
 from annotation.services.archives import project_archive_restore, project_archive_write
+from annotation.services.exporting import export_data_path
+from annotation.services.item_exports import item_dataset_export
 from annotation.work_queue import items as queue
 from tests.helpers.archives import member_digests, purge, rows_of
 from tests.helpers.clients import logged_in
@@ -115,6 +117,26 @@ def test_an_item_project_round_trips_without_its_active_leases(tmp_path, exports
     taken = dict(TaskItem.objects.filter(project=restored).values_list("prompt__text", "taken"))
     answered = {text: len(item["answers"]) for text, item in after["items"].items()}
     assert taken == answered
+
+
+def test_an_item_projects_training_export_travels_and_is_checked_against_its_hash(
+    tmp_path, settings, exports
+):
+    """A ranking's listwise export is restored under the new slug's folder with the same hash,
+    options and files (its hash covers the data file's name, rows and items, not pairs.jsonl)."""
+    project = _labelled("ranking")
+    export = item_dataset_export(project=project, row_format="listwise")
+    rows = export_data_path(export).read_bytes()
+    path = tmp_path / "items.zip"
+    with path.open("wb") as out:
+        project_archive_write(project=project, out=out)
+    purge(project)
+    restored, counts = project_archive_restore(path=path, slug="copy")
+    assert counts["annotation.DatasetExport"] == 1
+    copy = DatasetExport.objects.get(project=restored)
+    assert (copy.sha256, copy.options) == (export.sha256, export.options)
+    assert export_data_path(copy) == settings.EXPORT_DIR / "copy" / export.sha256 / "listwise.jsonl"
+    assert export_data_path(copy).read_bytes() == rows
 
 
 def test_the_restored_queue_hands_out_the_freed_item(tmp_path, exports):

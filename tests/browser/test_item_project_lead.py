@@ -1,17 +1,21 @@
 """A rating or ranking project's lead pages in a real browser: the settings form shows each task
-type's own settings (and switches them when the type select changes), and the Manage page's
-command lines stay inside their card on a narrow window."""
+type's own settings (and switches them when the type select changes), the Manage page's
+command lines stay inside their card on a narrow window, and its training export leads to the
+run form with the export's snapshot."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from django.urls import reverse
 from playwright.sync_api import Page, expect
 
+from annotation.models import DatasetExport
 from common.roles import ML_ENGINEER
 from tests.factories import ProjectFactory, UserFactory
 from tests.helpers.browser import log_in
-from tests.helpers.task_items import annotators, rating_project
+from tests.helpers.task_items import annotators, answered_ranking, rating_project
 
 PAIRWISE_ONLY = ("strength_scale", "allow_both_bad", "queue_order", "continuous_rm")
 
@@ -76,3 +80,22 @@ def test_manage_page_commands_wrap_inside_their_card(lead, page: Page) -> None:
     table = page.get_by_test_id("annotators")
     expect(table.locator("th").nth(1)).to_have_text("Answers")
     expect(table.locator("tbody tr td").nth(1)).to_have_text("0")  # none yet: 0, not blank
+
+
+def test_a_rankings_training_export_opens_the_run_form_on_its_snapshot(lead, page: Page) -> None:
+    """The lead chooses listwise rows, creates the export, sees it listed, and "Train on this
+    export" opens the run form (kind picker) with the export's snapshot chosen."""
+    project = answered_ranking(1)
+    _open(page, lead, reverse("annotation:project-manage", args=[project.slug]))
+    form = page.get_by_test_id("item-export-form")
+    form.locator("select[name=format]").select_option("listwise")
+    form.get_by_role("button", name="Create export").click()
+    exports = page.get_by_test_id("exports")
+    expect(exports).to_contain_text("listwise.jsonl")
+    export = DatasetExport.objects.get()
+    expect(exports.locator("tbody tr td").nth(1)).to_have_text("listwise")
+    exports.get_by_test_id("train-on-export").click()
+    add = reverse("admin:training_trainingrun_add")
+    expect(page).to_have_url(re.compile(rf"{re.escape(add)}\?snapshot=\d+$"))
+    export.refresh_from_db()
+    assert page.url.endswith(f"?snapshot={export.snapshot.pk}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from annotation.models import Project, TaskItem, TaskType
 from annotation.services.task_items import task_items_create
+from annotation.work_queue import items as queue
 from common.roles import ANNOTATOR
 from tests.factories import ProjectFactory, UserFactory
 
@@ -40,3 +41,27 @@ def annotators(project: Project, n: int) -> list:
     users = [UserFactory(role=ANNOTATOR) for _ in range(n)]
     project.members.add(*users)
     return users
+
+
+def answered_ranking(n: int = 2, k: int = 4) -> Project:
+    """A ranking project of ``n`` items of ``k`` responses, each ranked by 3 annotators (their
+    screens' orders differ, so the consensus has no ties)."""
+    project, _ = ranking_project(n, k=k, overlap=3)
+    screens = ([1, 2, 3, 4], [2, 1, 3, 4], [1, 2, 4, 3])
+    for user, screen in zip(annotators(project, 3), screens, strict=True):
+        while (lease := queue.item_claim(annotator=user, project=project)) is not None:
+            ranks = [str(r) for r in screen[:k]]
+            queue.item_submit(annotator=user, lease_id=lease.pk, answer={"ranks": ranks})
+    return project
+
+
+def answered_rating(n: int = 2) -> Project:
+    """A rating project of ``n`` items, each answered by 3 annotators: helpfulness 5, 3, 4,
+    correctness 4, 4, 1, thumbs up, up, down (so: label true, means 4.0 and 3.0)."""
+    project, _ = rating_project(n, overlap=3)
+    answers = [("5", "4", "up"), ("3", "4", "up"), ("4", "1", "down")]
+    for user, (h, c, t) in zip(annotators(project, 3), answers, strict=True):
+        while (lease := queue.item_claim(annotator=user, project=project)) is not None:
+            answer = {"scores": {"helpfulness": h, "correctness": c}, "thumbs": t}
+            queue.item_submit(annotator=user, lease_id=lease.pk, answer=answer)
+    return project

@@ -1,7 +1,8 @@
 """The launch form refuses a snapshot whose rows the run's kind cannot train on (issue #32): each
 kind accepts the row kinds it reads (pairs for the DPO family and the Bradley-Terry reward model,
-ranked lists for Plackett-Luce, rated responses for aspect regression, prompts of any row for the
-online kinds), and the refusal names what the snapshot holds and what the run needs."""
+ranked lists for Plackett-Luce, rated responses for aspect regression, pairs or thumbs for KTO,
+prompts of any row for the online kinds), and the refusal names what the snapshot holds and what
+the run needs."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def _holding(snapshot, rows: str):
         ("rm", {"loss": "bradley_terry"}, ("pairs",)),
         ("rm", {"loss": "plackett_luce"}, ("listwise",)),
         ("rm", {"loss": "aspect_regression"}, ("regression",)),
-        ("kto", {"unpaired_data": None}, ("pairs",)),
+        ("kto", {"unpaired_data": None}, ("pairs", "kto")),
         ("kto", {"unpaired_data": "/data/thumbs.jsonl"}, EVERY),
         ("ppo", {}, EVERY),
         ("rloo", {}, EVERY),
@@ -65,13 +66,15 @@ def test_an_export_that_does_not_say_holds_pairs(snapshot):
     assert snapshot_row_kind(_holding(snapshot, "listwise")) == "listwise"
 
 
-def test_kto_on_thumbs_rows_is_refused_naming_both(snapshot):
-    """KTO reads its snapshot as preference pairs (thumbs rows go in ``unpaired_data``)."""
+def test_kto_on_ranked_lists_is_refused_naming_both(snapshot):
+    """KTO reads its snapshot as preference pairs or labelled completions (a thumbs export), not
+    ranked lists; the thumbs rows it accepts."""
     with pytest.raises(
-        ConfigError, match=r"labelled completions.*KTO run trains on preference"
+        ConfigError, match=r"ranked lists.*KTO run trains on preference.*or labelled completions"
     ) as e:
-        snapshot_rows_check(kind="kto", config={}, snapshot=_holding(snapshot, "kto"))
+        snapshot_rows_check(kind="kto", config={}, snapshot=_holding(snapshot, "listwise"))
     assert e.value.field == "snapshot"
+    snapshot_rows_check(kind="kto", config={}, snapshot=_holding(snapshot, "kto"))
 
 
 def _post(client, kind: str, snapshot, **settings):

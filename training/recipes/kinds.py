@@ -383,13 +383,16 @@ RM_LOSS_ROWS = {
 
 def row_kinds_accepted(kind: str, config: Mapping[str, Any]) -> tuple[str, ...]:
     """The row kinds (``ROW_KINDS``) a run of ``kind`` with settings ``config`` can read from its
-    snapshot: the reward model's rows follow its ``loss``; KTO reads the snapshot as preference
-    pairs unless ``unpaired_data`` names its examples' file (then it reads none of the snapshot's
-    rows: any kind will do); the online kinds read only each row's prompt (any kind); the other
-    offline kinds train on pairs."""
+    snapshot: the reward model's rows follow its ``loss``; KTO reads the snapshot's preference
+    pairs (each split in two) or labelled completions (a thumbs export), or, when
+    ``unpaired_data`` names its examples' file, none of the snapshot's rows (any kind will do);
+    the online kinds read only each row's prompt (any kind); the other offline kinds train on
+    pairs."""
     spec = kind_spec(kind)
     if kind == "rm":
         return RM_LOSS_ROWS.get(config.get("loss") or "bradley_terry", ("pairs",))
     if spec.rollouts or (kind == "kto" and config.get("unpaired_data")):
         return tuple(ROW_KINDS)
+    if kind == "kto":
+        return ("pairs", "kto")
     return ("pairs",)

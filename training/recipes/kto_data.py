@@ -3,7 +3,8 @@ the mismatched sequences of the KL estimate, and the reference log-probabilities
 
 Examples: each preference pair of ``data`` gives its chosen answer as a desirable example and its
 rejected one as an undesirable example (TRL's ``maybe_unpair_preference_dataset``); or, with
-``unpaired_data``, each row of a JSONL file {"prompt", "completion", "label"} is one example (rows
+``unpaired_data`` (or a ``data`` file whose first row is a labelled completion: a snapshot of a
+rating project's thumbs), each row of a JSONL file {"prompt", "completion", "label"} is one example (rows
 {"prompt", "chosen", "rejected"} may be mixed in and are split the same way;
 ``training.algorithms.unpaired.unpaired_examples`` reads them). A prompt is text (the user turn) or,
 in TRL's conversational format, a list of {role, content} messages, and answers may be one-message
@@ -58,10 +59,22 @@ def data_file(config: KTOConfig) -> Path:
     return Path(config.unpaired_data or config.data)
 
 
+def _holds_unpaired_rows(path: Path) -> bool:
+    """Whether the file's first row is a labelled completion (``completion`` and ``label``: a
+    rating project's thumbs export), read as TRL's unpaired format rather than as pairs."""
+    if not path.is_file():
+        return False
+    first = next(read_jsonl(path), None)
+    return first is not None and "completion" in first[1] and "label" in first[1]
+
+
 def load_kto_examples(config: KTOConfig) -> list[KTOExample]:
     """The run's examples in file order (see the module docstring). Raises DataError naming the
-    file, the line and the field for a bad row, and for a file with no examples."""
-    if config.unpaired_data is None:
+    file, the line and the field for a bad row, and for a file with no examples. A ``data`` file
+    of labelled completions (a snapshot of a rating project's thumbs) reads as ``unpaired_data``
+    does."""
+    path = Path(config.unpaired_data or config.data)
+    if config.unpaired_data is None and not _holds_unpaired_rows(path):
         return [
             example
             for pair in load_preference_pairs(config.data)
@@ -70,7 +83,6 @@ def load_kto_examples(config: KTOConfig) -> list[KTOExample]:
                 KTOExample(pair.prompt, pair.rejected, False),
             )
         ]
-    path = Path(config.unpaired_data)
     if not path.is_file():
         raise DataError(f"unpaired_data: no such file {path}")
     examples = []
