@@ -182,6 +182,8 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "monitoring:eval-round":          {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
     "monitoring:eval-progress":       {"get": (302, 403, 200, 200, 200), "post": (302, 403, 200, 200, 200)},
     "monitoring:eval-rate":           {"get": (302, 403, 200, 403, 200), "post": (302, 403, 404, 403, 404)},
+    # POST only (a GET goes back to the rating screen); another reviewer's assignment is a 404.
+    "monitoring:eval-skip":           {"get": (302, 403, 302, 403, 302), "post": (302, 403, 404, 403, 404)},
     "monitoring:run-decide":          {"get": (302, 405, 405, 405, 405), "post": (302, 403, 302, 403, 302)},
     "monitoring:judges":              {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 400, 400)},
     "monitoring:judge-report":        {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
