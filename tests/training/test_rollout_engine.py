@@ -122,6 +122,22 @@ def test_finished_rows_are_dropped_not_padded(policy):
     assert all(out.finished[r] == (t[-1] in STOPS) for r, t in enumerate(out.tokens))
 
 
+def test_no_stop_tokens_run_every_row_to_the_length_limit(policy, monkeypatch):
+    """``eos_token_ids=()`` means no row stops early: both engines run every row to
+    ``max_new_tokens``, even when the model's own generation config names, as its EOS, a token
+    the greedy answer emits (transformers must not fall back to it)."""
+    model, tokenizer = policy
+    ids, mask = _batch(tokenizer, TEXTS[:2])
+    settings = SamplingSettings(max_new_tokens=10, greedy=True)
+    first = StaticEngine().generate(model, ids, mask, settings).tokens[0]
+    monkeypatch.setattr(model.generation_config, "eos_token_id", first[2])
+    for engine in (StaticEngine(), GenerateEngine()):
+        out = engine.generate(model, ids, mask, settings)
+        assert [len(t) for t in out.tokens] == [10, 10], type(engine).__name__
+        assert out.tokens[0] == first
+        assert out.finished == [False, False]
+
+
 @pytest.mark.parametrize(("temperature", "top_p"), [(0.3, 1.0), (0.5, 0.6)])
 def test_the_engines_first_tokens_follow_the_tempered_nucleus(policy, temperature, top_p):
     """6,000 samples of one prompt's first token: each likely token's frequency (p >= 0.01), and
