@@ -52,6 +52,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import groupby
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import NamedTuple
 
@@ -252,19 +253,36 @@ def _chunks(groups: Iterator[tuple[int, list[tuple]]]) -> Iterator[list[tuple[in
         yield chunk
 
 
+# A judgements.jsonl line, what ``_dump`` makes of the row's dict (keys sorted, ", " and ": "
+# separators), filled in directly: three million dicts through the JSON encoder were a third of
+# a large export's time. Strings go through the encoder's own string function (ensure_ascii off).
+_RAW_LINE = (
+    '{{"annotator": {}, "choice": {}, "comparison_id": {}, "created_at": {}, "elapsed_ms": {}, '
+    '"rationale": {}, "shown_left": {}, "strength": {}}}\n'
+)
+
+
+def _json_text(value: str | None) -> str:
+    return "null" if value is None else encode_basestring(value)
+
+
+def _json_int(value: int | None) -> str:
+    return "null" if value is None else str(int(value))
+
+
 def _raw_line(row: tuple) -> str:
+    """One judgements.jsonl line: ``_dump`` of {comparison_id, annotator, choice, strength,
+    shown_left (None for ""), elapsed_ms, rationale, created_at (isoformat)}, byte for byte."""
     cid, who, choice, strength, shown_left, elapsed, rationale, created = row
-    return _dump(
-        {
-            "comparison_id": cid,
-            "annotator": who,
-            "choice": choice,
-            "strength": strength,
-            "shown_left": shown_left or None,
-            "elapsed_ms": elapsed,
-            "rationale": rationale,
-            "created_at": created if isinstance(created, str) else created.isoformat(),
-        }
+    return _RAW_LINE.format(
+        _json_text(who),
+        _json_text(choice),
+        _json_int(cid),
+        _json_text(created if isinstance(created, str) else created.isoformat()),
+        _json_int(elapsed),
+        _json_text(rationale),
+        _json_text(shown_left or None),
+        _json_int(strength),
     )
 
 

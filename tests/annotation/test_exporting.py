@@ -132,3 +132,38 @@ def test_export_with_dawid_skene(tmp_path, settings):
     assert pairs[0]["chosen"] == "good" and 0 < pairs[0]["margin"] <= 1
     with pytest.raises(ValueError, match="unknown consensus rule"):
         dataset_export(project=project_with_votes(), consensus="vibes")
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        (1, "ana", "a", 2, "b", None, "", "2026-01-01T00:00:00+00:00"),
+        (
+            12345678901,
+            'zoë "q"',
+            "tie",
+            1,
+            "",
+            0,
+            "a\nb\t\u2028 é 日本 \\ \x01",
+            "2026-01-01T00:00:00.5+00:00",
+        ),
+        (3, "x", "both_bad", 3, None, 99999, "ok", "2026-12-03T13:00:00.000004+00:00"),
+    ],
+)
+def test_a_judgement_line_is_the_json_encoders_byte_for_byte(row):
+    """judgements.jsonl lines are filled in directly, not through a dict and the JSON encoder:
+    the same bytes for non-ASCII text, quotes, control characters, nulls and an empty side."""
+    from annotation.services.exporting import _raw_line
+
+    cid, who, choice, strength, shown_left, elapsed, rationale, created = row
+    expected = json.dumps(
+        {
+            "comparison_id": cid, "annotator": who, "choice": choice, "strength": strength,
+            "shown_left": shown_left or None, "elapsed_ms": elapsed, "rationale": rationale,
+            "created_at": created,
+        },
+        ensure_ascii=False,
+        sort_keys=True,
+    )  # fmt: skip
+    assert _raw_line(row) == expected + "\n"
