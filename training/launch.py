@@ -17,6 +17,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m training.launch CONFIG.json", file=sys.stderr)
         return 2
     from training.recipes import JsonLinesReporter, TrainingCallback, config_from_dict, run_training
+    from training.recipes.distributed import teardown_distributed
 
     config = config_from_dict(json.loads(Path(argv[0]).read_text()))
     cancel_file = Path(config.output_dir) / "CANCEL"
@@ -28,7 +29,10 @@ def main(argv: list[str]) -> int:
     callbacks: list[TrainingCallback] = [CancelFile()]
     if int(os.environ.get("RANK", "0")) == 0:
         callbacks.append(JsonLinesReporter(sys.stdout))
-    result = run_training(config, callbacks=callbacks)
+    try:
+        result = run_training(config, callbacks=callbacks)
+    finally:
+        teardown_distributed()
     return 0 if result.status in ("completed", "cancelled") else 1
 
 

@@ -75,13 +75,17 @@ def main(plan_path: str) -> int:
     "fixed_rollouts": bool, "stop_after": steps or null}."""
     from tests.helpers.recipes import StopAfter
     from training.recipes import config_from_dict, run_training
+    from training.recipes.distributed import teardown_distributed
 
-    for entry in json.loads(Path(plan_path).read_text()):
-        config = config_from_dict(json.loads(Path(entry["config"]).read_text()))
-        callbacks = [StopAfter(entry["stop_after"])] if entry.get("stop_after") else []
-        sampling = fixed_rollouts() if entry.get("fixed_rollouts") else contextlib.nullcontext()
-        with sampling:
-            run_training(config, callbacks=callbacks)
+    try:
+        for entry in json.loads(Path(plan_path).read_text()):
+            config = config_from_dict(json.loads(Path(entry["config"]).read_text()))
+            callbacks = [StopAfter(entry["stop_after"])] if entry.get("stop_after") else []
+            sampling = fixed_rollouts() if entry.get("fixed_rollouts") else contextlib.nullcontext()
+            with sampling:
+                run_training(config, callbacks=callbacks)
+    finally:
+        teardown_distributed()
     return 0
 
 

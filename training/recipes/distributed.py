@@ -67,6 +67,18 @@ def setup_distributed(device: torch.device) -> tuple[Ranks, torch.device]:
     return Ranks(rank, world, local_rank), device
 
 
+def teardown_distributed() -> None:
+    """Leave the process group before the process exits (a no-op outside one): every rank waits
+    for the others, then the group is destroyed. Exiting with the group alive leaves Gloo's threads
+    to the interpreter's shutdown, which now and then aborts a rank ("terminate called without an
+    active exception", SIGABRT) after a run that succeeded."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def all_reduce_gradients(params: Iterable[torch.nn.Parameter], ranks: Ranks) -> None:
     """Sum every parameter's gradient across ranks (a rank without a gradient contributes zeros)."""
     if not ranks.distributed:
