@@ -29,10 +29,10 @@ def main(argv: list[str]) -> int:
     callbacks: list[TrainingCallback] = [CancelFile()]
     if int(os.environ.get("RANK", "0")) == 0:
         callbacks.append(JsonLinesReporter(sys.stdout))
-    try:
-        result = run_training(config, callbacks=callbacks)
-    finally:
-        teardown_distributed()
+    result = run_training(config, callbacks=callbacks)
+    # Only after a run that returned: a rank that raised exits at once, and torchrun stops the
+    # others (a barrier here would hold it until the group's timeout instead).
+    teardown_distributed()
     return 0 if result.status in ("completed", "cancelled") else 1
 
 

@@ -77,15 +77,13 @@ def main(plan_path: str) -> int:
     from training.recipes import config_from_dict, run_training
     from training.recipes.distributed import teardown_distributed
 
-    try:
-        for entry in json.loads(Path(plan_path).read_text()):
-            config = config_from_dict(json.loads(Path(entry["config"]).read_text()))
-            callbacks = [StopAfter(entry["stop_after"])] if entry.get("stop_after") else []
-            sampling = fixed_rollouts() if entry.get("fixed_rollouts") else contextlib.nullcontext()
-            with sampling:
-                run_training(config, callbacks=callbacks)
-    finally:
-        teardown_distributed()
+    for entry in json.loads(Path(plan_path).read_text()):
+        config = config_from_dict(json.loads(Path(entry["config"]).read_text()))
+        callbacks = [StopAfter(entry["stop_after"])] if entry.get("stop_after") else []
+        sampling = fixed_rollouts() if entry.get("fixed_rollouts") else contextlib.nullcontext()
+        with sampling:
+            run_training(config, callbacks=callbacks)
+    teardown_distributed()  # after the plan ran; a rank that raised exits at once
     return 0
 
 

@@ -68,8 +68,9 @@ def setup_distributed(device: torch.device) -> tuple[Ranks, torch.device]:
 
 
 def teardown_distributed() -> None:
-    """Leave the process group before the process exits (a no-op outside one): every rank waits
-    for the others, then the group is destroyed. Exiting with the group alive leaves Gloo's threads
+    """Leave the process group before the process exits after a run that returned (a no-op
+    outside one): every rank waits for the others, then the group is destroyed. Not on an error:
+    the rank must exit for torchrun to stop the others. Exiting with the group alive leaves Gloo's threads
     to the interpreter's shutdown, which now and then aborts a rank ("terminate called without an
     active exception", SIGABRT) after a run that succeeded."""
     import torch.distributed as dist
