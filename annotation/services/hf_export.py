@@ -14,9 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from annotation.models import DatasetExport, Judgement, Project
+from annotation.models import DatasetExport, Project
 from annotation.services.exporting import PAIRS_FILE
-from common.roles import human_judgements
 
 HF_FORMAT = "hf"
 HF_SPLITS = ("train", "test")
@@ -107,31 +106,41 @@ def _figure(value: float) -> str:
     return f"{value:.3f}" if value is not None and math.isfinite(value) else "undefined"
 
 
-def _agreement_lines(project: Project) -> list[str]:
-    """The project's agreement coefficients with 95% bootstrap intervals, and Cohen's kappa per
-    pair of annotators, as card lines. (Read from the report itself: agreement_summary's
-    ``intervals`` fails on an undefined bound.)"""
-    from annotation import agreement
-    from annotation.services.agreement import project_agreement
+def _agreement_figures(project: Project) -> dict | None:
+    """The agreement summary the card prints (``agreement_summary`` with intervals): the dashboard's
+    stored report when it still matches the judgements (``judgements_fingerprint``), which spares a
+    second read of every judgement; else computed now (500 bootstrap draws; not stored, as the
+    dashboard's own refresh adds the pairs' intervals). None when no person has judged."""
+    from annotation.selectors.agreement import cached_dashboard, judgements_fingerprint
+    from annotation.services.agreement import agreement_summary, project_agreement
 
-    if not human_judgements(Judgement.objects.filter(comparison__project=project)).exists():
+    fingerprint = judgements_fingerprint(project=project)
+    if not fingerprint[0]:
+        return None
+    payload = cached_dashboard(project=project)
+    if payload is not None and payload.get("fingerprint") == fingerprint:
+        return payload["summary"]
+    return agreement_summary(project_agreement(project=project, n_boot=500), intervals=True)
+
+
+def _agreement_lines(summary: dict | None) -> list[str]:
+    """Card lines of an agreement summary: each coefficient with its 95% bootstrap interval, then
+    Cohen's kappa per pair of annotators."""
+    from annotation import agreement
+
+    if summary is None:
         return ["- No judgements: no agreement figures."]
-    result = project_agreement(project=project, n_boot=500)
-    report, names = result.report, result.data.annotator_names
     lines = []
     for name in agreement.COEFFICIENTS:
-        figure = report.coefficients[name]
+        low, high = summary["intervals"][name]
         interval = ""
-        if all(v is not None and math.isfinite(v) for v in (figure.low, figure.high)):
-            interval = f" (95% bootstrap interval {figure.low:.3f} to {figure.high:.3f})"
-        lines.append(f"- {name.replace('_', ' ')}: {_figure(figure.estimate)}{interval}")
-    pairs = report.pairs
-    for first, second, kappa, n in zip(
-        pairs.first, pairs.second, pairs.kappa, pairs.n, strict=True
-    ):
+        if low is not None and high is not None:
+            interval = f" (95% bootstrap interval {low:.3f} to {high:.3f})"
+        lines.append(f"- {name.replace('_', ' ')}: {_figure(summary[name])}{interval}")
+    for pair in summary["cohen_kappa"]:
         lines.append(
-            f"- Cohen's kappa, {names[first]} and {names[second]}: {_figure(float(kappa))} "
-            f"over {int(n)} comparisons"
+            f"- Cohen's kappa, {pair['a']} and {pair['b']}: {_figure(pair['kappa'])} "
+            f"over {pair['n']} comparisons"
         )
     return lines
 
@@ -141,12 +150,8 @@ def _dataset_card(
     test_fraction: float,
 ) -> str:  # fmt: skip
     project = export.project
-    n_annotators = (
-        human_judgements(Judgement.objects.filter(comparison__project=project))
-        .values("annotator")
-        .distinct()
-        .count()
-    )
+    figures = _agreement_figures(project)
+    n_annotators = figures["n_annotators"] if figures else 0
     guidelines = (
         f"`{hashlib.sha256(project.guidelines.encode('utf-8')).hexdigest()[:12]}` (first 12 hex "
         "digits of the SHA-256 of the guidelines text annotators saw)"
@@ -204,7 +209,7 @@ def _dataset_card(
         "",
         "## Agreement",
         "Over the project's judgements when this card was written:",
-        *_agreement_lines(project),
+        *_agreement_lines(figures),
         "",
         "## Columns",
         "`prompt`, `chosen`, `rejected`; `margin` (signed strength of the consensus, -1 to 1), "

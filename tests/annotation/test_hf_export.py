@@ -111,6 +111,39 @@ def test_dataset_card_has_yaml_metadata_and_the_summary(tmp_path):
     assert "Cohen's kappa, ann1 and ann2:" in body
 
 
+def _fleiss_line(out: Path) -> str:
+    card = (out / "README.md").read_text()
+    return next(line for line in card.splitlines() if line.startswith("- fleiss kappa:"))
+
+
+def test_card_reads_the_dashboards_report_while_it_matches_the_judgements(tmp_path):
+    from django.core.cache import cache
+
+    from annotation.selectors.agreement import dashboard_cache_key
+    from annotation.services.agreement import dashboard_refresh
+
+    project = project_get_or_create(slug="stored")[0]
+    comparisons_import(project=project, lines=_rows(10, conversational=False))
+    computed = _fleiss_line(_export(tmp_path, "stored"))  # no report stored: computed for the card
+    payload = dashboard_refresh(project=project, n_boot=50, pair_boot=0)
+    assert _fleiss_line(_export(tmp_path, "stored")) == computed.split(" (")[0] + (
+        " (95% bootstrap interval {:.3f} to {:.3f})".format(
+            *payload["summary"]["intervals"]["fleiss_kappa"]
+        )
+    )
+    # A stored figure nobody computed shows that the card read the stored report.
+    payload["summary"]["fleiss_kappa"] = 0.123
+    cache.set(dashboard_cache_key(project), payload)
+    assert _fleiss_line(_export(tmp_path, "stored")).startswith("- fleiss kappa: 0.123 (")
+    # A new judgement makes the stored report stale: the card computes its own again.
+    comparisons_import(
+        project=project,
+        lines=[json.dumps({"id": "new", "prompt": "New?", "response_a": "x", "response_b": "y",
+                           "judgements": [{"annotator": "ann1", "choice": "b"}]})],
+    )  # fmt: skip
+    assert not _fleiss_line(_export(tmp_path, "stored")).startswith("- fleiss kappa: 0.123")
+
+
 def test_bad_licence_is_refused(tmp_path):
     project = project_get_or_create(slug="lic")[0]
     comparisons_import(project=project, lines=_rows(2, conversational=False))
