@@ -12,8 +12,11 @@ checkout (e.g. ``git worktree add /tmp/before <commit>``) against the same datab
 side-by-side figure. Prints one JSON object: seconds per phase, pairs, peak RSS, CPU flags and the
 load average.
 
+``--stored-report`` adds the worker's agreement refresh (timed in its own process) and the export
+again with that report stored, whose dataset card then reads it instead of every judgement.
+
 Run: .venv/bin/python bench/bench_export.py [--database-url URL] [--comparisons N] [--reuse]
-     [--before PATH]
+     [--before PATH] [--stored-report]
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ from annotation.services.exporting import dataset_export
 from annotation.services.hf_export import hf_export_write
 settings.EXPORT_DIR = Path(sys.argv[1])
 project = Project.objects.get(slug=sys.argv[2])
+if sys.argv[3] == "cold":  # no stored dashboard report: the card computes its own figures
+    from django.core.cache import cache
+    cache.delete(f"concord:agreement:dashboard:{project.pk}")
 started = time.perf_counter()
 export = dataset_export(project=project)
 exported = time.perf_counter()
@@ -56,16 +62,32 @@ print(json.dumps({
 }))
 """
 
+# The worker's agreement refresh (what stores the dashboard's report the card then reads).
+REFRESH = """
+import json, resource, sys, time
+import django
+django.setup()
+from annotation.models import Project
+from annotation.services.agreement import dashboard_refresh
+started = time.perf_counter()
+dashboard_refresh(project=Project.objects.get(slug=sys.argv[2]))
+print(json.dumps({
+    "refresh_s": round(time.perf_counter() - started, 1),
+    "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+}))
+"""
 
-def _side(tree: Path, url: str, scratch: Path) -> dict:
-    """One side's run in a fresh process from ``tree``; its JSON line, with the load average."""
+
+def _side(tree: Path, url: str, scratch: Path, *, mode: str = "cold", script: str = WORKER) -> dict:
+    """One side's run in a fresh process from ``tree``; its JSON line, with the load average.
+    ``mode``: "cold" (the dashboard's stored report removed first) or "stored" (kept)."""
     scratch.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "config.settings",
            "PYTHONPATH": str(tree), "DJANGO_DEBUG": "false"}  # fmt: skip
     load = os.getloadavg()[0]
     started = time.perf_counter()
     finished = subprocess.run(
-        [sys.executable, "-c", WORKER, str(scratch), SLUG],
+        [sys.executable, "-c", script, str(scratch), SLUG, mode],
         cwd=tree, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if finished.returncode:
@@ -111,6 +133,11 @@ def main() -> None:
     parser.add_argument(
         "--scratch", type=Path, default=Path(tempfile.gettempdir()) / "concord-bench-export"
     )
+    parser.add_argument(
+        "--stored-report",
+        action="store_true",
+        help="also export with the dashboard's agreement report stored (refreshed first, timed)",
+    )
     args = parser.parse_args()
     report: dict = {"cpu_count": os.cpu_count()}
     with open("/proc/cpuinfo") as cpuinfo:
@@ -121,6 +148,16 @@ def main() -> None:
         print(json.dumps(report["build"]), file=sys.stderr, flush=True)
     report["streamed"] = _side(ROOT, args.database_url, args.scratch / "streamed")
     print(json.dumps(report["streamed"]), file=sys.stderr, flush=True)
+    if args.stored_report:
+        # As after the worker's refresh of the dashboard (debounced after judgements change):
+        # the card reads the stored report instead of every judgement.
+        report["dashboard_refresh"] = _side(
+            ROOT, args.database_url, args.scratch / "refresh", mode="stored", script=REFRESH
+        )
+        report["streamed_stored_report"] = _side(
+            ROOT, args.database_url, args.scratch / "stored", mode="stored"
+        )
+        print(json.dumps(report["streamed_stored_report"]), file=sys.stderr, flush=True)
     if args.before is not None:
         report["before"] = _side(args.before, args.database_url, args.scratch / "before")
     print(json.dumps(report, indent=1))

@@ -63,6 +63,7 @@ SIDE_CODES = {Side.A.value: agreement.A, Side.B.value: agreement.B}
 # Rows per packed group, by the first column's value (its high bits): the result comes back one
 # group at a time, so the client holds one group's bytes beside the arrays, not every column's.
 _GROUP_SHIFT = 16
+_FIRST_ROWS = 4096  # rows first allocated for a read; doubled as needed
 
 
 @contextmanager
@@ -102,20 +103,23 @@ def _int_columns(queryset: QuerySet, columns: list[str]) -> np.ndarray:
         f"SELECT count(*), {packed} FROM ({sql}) AS q"  # noqa: S608 - Django's compiled SQL  # nosec B608
         f" GROUP BY q.{columns[0]} >> {_GROUP_SHIFT}"
     )
-    parts = []
+    # Filled in place group by group and grown by ``resize`` (a realloc: a large block is remapped,
+    # not copied, and the rows not yet written are never touched), so the read peaks at about the
+    # array itself plus one group, not the groups and their concatenation.
+    out = np.empty((_FIRST_ROWS, len(columns)), dtype=np.int64)
+    n = 0
     # A server-side cursor lives in a transaction (a savepoint inside the caller's).
     with transaction.atomic(), _server_cursor() as cursor:
         cursor.execute(statement, params)
         for count, *blobs in cursor:
-            part = np.empty((count, len(columns)), dtype=np.int64)
+            if n + count > out.shape[0]:
+                out.resize((max(2 * out.shape[0], n + count), len(columns)), refcheck=False)
             for j, blob in enumerate(blobs):
                 if len(blob) != 8 * count:
                     raise ValueError(f"a column of {columns} holds NULLs; wrap it in Coalesce")
-                part[:, j] = np.frombuffer(blob, dtype=">i8")
-            parts.append(part)
-    if not parts:
-        return np.zeros((0, len(columns)), dtype=np.int64)
-    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                out[n : n + count, j] = np.frombuffer(blob, dtype=">i8")
+            n += count
+    out.resize((n, len(columns)), refcheck=False)
     if queryset.query.order_by:  # the groups come in any order: put the rows back in order
         out = out[np.argsort(out[:, 0], kind="stable")]
     return out
