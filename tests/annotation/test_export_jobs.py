@@ -213,13 +213,16 @@ def test_a_bad_option_posted_goes_back_with_the_error_and_no_job(project, ml_eng
 
 
 def test_without_javascript_a_refresh_shows_where_the_job_is(project, ml_engineer):
-    """The job's page renders its state itself: queued (and a hint to refresh), then, once the
-    worker ran it, succeeded with its downloads."""
+    """The job's page renders its state itself: queued (and a hint to refresh; the same options
+    asked again while it waits give the same job), then, once the worker ran it, succeeded with
+    its downloads."""
     client = logged_in(ml_engineer)
     job = export_job_create(project=project, created_by=ml_engineer)  # not sent: no commit here
     url = reverse("annotation:export-job", args=["exp", job.pk])
     page = client.get(url).content.decode()
     assert 'data-state="queued">Queued</span>' in page and "Refresh the page" in page
+    again = export_job_create(project=project, created_by=ml_engineer)  # a second click
+    assert again.pk == job.pk and ExportJob.objects.count() == 1
     export_job_run(job_id=job.pk)
     page = client.get(url).content.decode()
     assert 'data-state="succeeded">Succeeded</span>' in page and "Refresh the page" not in page
