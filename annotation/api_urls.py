@@ -10,4 +10,9 @@ urlpatterns = [
         name="api-import-detail",
     ),
     path("projects/<slug:slug>/exports/", apis.ExportCreateApi.as_view(), name="api-export-create"),
+    path(
+        "projects/<slug:slug>/exports/jobs/<int:export_job_id>/",
+        apis.ExportJobDetailApi.as_view(),
+        name="api-export-job-detail",
+    ),
 ]

@@ -5,7 +5,12 @@
 - ``GET /api/projects/{slug}/imports/{id}/``: the job's status, progress and errors.
 - ``POST /api/projects/{slug}/exports/``: freeze an export -> 201 + snapshot (hash, counts); a
   rating or ranking project's export takes ``format`` (its training rows: listwise or pairs, kto or
-  aspects; annotation.services.item_exports) instead of the pairwise consensus options.
+  aspects; annotation.services.item_exports) instead of the pairwise consensus options. With
+  ``?async=1`` the export is queued on the worker instead (a large project's export takes longer
+  than a request should) -> 202 + the export job, whose ``url`` the client polls; ``hf`` (async
+  only) also builds the Hugging Face dataset zip.
+- ``GET /api/projects/{slug}/exports/jobs/{id}/``: the export job's status, progress, error and,
+  once done, its export (hash, counts).
 
 Project leads (ML engineers) only; others get 403 (authenticated) or 401/403 (anonymous). A token
 scoped to another project gets 403.
@@ -14,7 +19,8 @@ scoped to another project gets 403.
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema, inline_serializer
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import MultiPartParser
@@ -24,7 +30,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.formats import FORMAT_NAMES
-from annotation.models import ImportJob, Project, TaskType
+from annotation.models import ExportJob, ImportJob, Project, TaskType
+from annotation.services.export_jobs import export_job_create, export_job_progress
 from annotation.services.exporting import CONSENSUS_RULES, dataset_export
 from annotation.services.import_jobs import import_job_create, import_job_progress
 from annotation.services.item_exports import SNAPSHOT_ROWS, item_dataset_export
@@ -114,12 +121,68 @@ class ImportDetailApi(ProjectLeadApi):
         return Response(ImportJobOutput(import_job_progress(job)).data)
 
 
+class ExportFigures(serializers.Serializer):
+    id = serializers.IntegerField()
+    sha256 = serializers.CharField()
+    n_pairs = serializers.IntegerField()
+    n_judgements = serializers.IntegerField()
+    n_ties_dropped = serializers.IntegerField()
+    options = serializers.DictField()
+    created_at = serializers.DateTimeField()
+    hf_ready = serializers.BooleanField(help_text="Whether its Hugging Face zip is built.")
+
+
+class ExportJobOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    url = serializers.SerializerMethodField(help_text="This job's API address (poll it).")
+    status = serializers.CharField(
+        help_text="The job lifecycle's state: queued, running, succeeded, failed or cancelled."
+    )
+    status_label = serializers.CharField(help_text="The state in the words the pages show.")
+    phase = serializers.CharField(
+        allow_blank=True, help_text="While running: exporting or building the Hugging Face zip."
+    )
+    rows_done = serializers.IntegerField()
+    rows_total = serializers.IntegerField(allow_null=True)
+    rows_per_s = serializers.IntegerField(allow_null=True)
+    eta_s = serializers.IntegerField(allow_null=True, help_text="Seconds left in this phase.")
+    progress_text = serializers.CharField(allow_blank=True)
+    error = serializers.CharField(allow_blank=True)
+    options = serializers.DictField()
+    build_hf = serializers.BooleanField()
+    export = ExportFigures(allow_null=True, help_text="Once made: the export (hash, counts).")
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_url(self, job: dict) -> str:
+        request = self.context["request"]
+        return request.build_absolute_uri(
+            reverse("api-export-job-detail", args=[self.context["slug"], job["id"]])
+        )
+
+
+class ExportJobDetailApi(ProjectLeadApi):
+    @extend_schema(operation_id="export_job_detail", responses=ExportJobOutput)
+    def get(self, request: Request, slug: str, export_job_id: int) -> Response:
+        job = get_object_or_404(
+            ExportJob.objects.select_related("export"), pk=export_job_id, project__slug=slug
+        )
+        context = {"request": request, "slug": slug}
+        return Response(ExportJobOutput(export_job_progress(job), context=context).data)
+
+
+def _async_asked(request: Request) -> bool:
+    return request.query_params.get("async", "").lower() in ("1", "true", "yes")
+
+
 class ExportCreateApi(ProjectLeadApi):
     class Input(serializers.Serializer):
         keep_ties = serializers.BooleanField(default=False)
         min_judgements = serializers.IntegerField(default=1, min_value=1, max_value=1000)
         consensus = serializers.ChoiceField(choices=CONSENSUS_RULES, default="majority")
         format = serializers.ChoiceField(choices=tuple(SNAPSHOT_ROWS), required=False)
+        hf = serializers.BooleanField(default=False)
 
     class Output(serializers.Serializer):
         sha256 = serializers.CharField()
@@ -142,9 +205,22 @@ class ExportCreateApi(ProjectLeadApi):
                     required=False,
                     help_text="A rating or ranking project's training rows (its only option).",
                 ),
+                "hf": serializers.BooleanField(
+                    default=False,
+                    help_text="With ?async=1: also build the Hugging Face dataset zip.",
+                ),
             },
         ),
+        parameters=[
+            OpenApiParameter(
+                "async",
+                bool,
+                description="1: queue the export on the worker and answer 202 with the job "
+                "(poll its url) instead of exporting within the request (201).",
+            )
+        ],
         responses={
+            202: ExportJobOutput,
             201: inline_serializer(
                 "ExportOutput",
                 {
@@ -155,7 +231,7 @@ class ExportCreateApi(ProjectLeadApi):
                     "options": serializers.DictField(),
                     "created_at": serializers.DateTimeField(),
                 },
-            )
+            ),
         },
     )
     def post(self, request: Request, slug: str) -> Response:
@@ -164,8 +240,17 @@ class ExportCreateApi(ProjectLeadApi):
         data.is_valid(raise_exception=True)
         options = dict(data.validated_data)
         row_format = options.pop("format", None)
+        build_hf = options.pop("hf")
         if row_format is not None and project.task_type == TaskType.PAIRWISE:
             raise ValidationError({"format": ["only for a rating or ranking project's export"]})
+        if _async_asked(request):
+            return self._queue(
+                request, project, row_format=row_format, build_hf=build_hf, **options
+            )
+        if build_hf:
+            raise ValidationError(
+                {"hf": ["the Hugging Face zip is built by a queued export: ?async=1"]}
+            )
         try:
             if project.task_type != TaskType.PAIRWISE:
                 export = item_dataset_export(
@@ -176,3 +261,19 @@ class ExportCreateApi(ProjectLeadApi):
         except (ValueError, TaskExportError) as exc:  # cannot be exported as asked (named in exc)
             raise ValidationError({"detail": [str(exc)]}) from exc
         return Response(self.Output(export).data, status=status.HTTP_201_CREATED)
+
+    def _queue(
+        self, request: Request, project: Project, *, row_format: str | None, **options: object
+    ) -> Response:
+        """The export queued as a job (202 + the job), or 400 naming the option refused."""
+        try:
+            job = export_job_create(
+                project=project, created_by=request.user, row_format=row_format, **options
+            )
+        except ConcordError as exc:
+            raise ValidationError({"detail": [str(exc)]}) from exc
+        context = {"request": request, "slug": project.slug}
+        output = ExportJobOutput(export_job_progress(job), context=context).data
+        return Response(
+            output, status=status.HTTP_202_ACCEPTED, headers={"Location": output["url"]}
+        )

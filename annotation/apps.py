@@ -24,11 +24,16 @@ class AnnotationConfig(AppConfig):
 
         archive_part_register(ANNOTATION_PART)
 
-        # Imports and clustering run on the default queue (no route in settings names them).
+        # Imports, exports and clustering run on the default queue (no route in settings names them).
         job_kind_register(
             JobKind(model="annotation.ImportJob", noun="import", queue_of=_default_queue,
                     error_field="errors", error_value=_import_errors,
                     reap_advice="Nothing was imported; upload the file again.")
+        )  # fmt: skip
+        job_kind_register(
+            JobKind(model="annotation.ExportJob", noun="export", queue_of=_default_queue,
+                    reap_advice="Nothing half-written is kept; create the export (or ask for "
+                                "its zip) again.")
         )  # fmt: skip
         job_kind_register(
             JobKind(model="annotation.ClusteringRun", noun="clustering run",

@@ -598,6 +598,61 @@ class DatasetExport(models.Model):
         return f"{self.project.slug}@{self.sha256[:12]}"
 
 
+class ExportJob(models.Model):
+    """A training export made on the worker (annotation.services.export_jobs), and its progress.
+
+    ``options`` are what the export was asked for: a pairwise project's ``consensus``,
+    ``keep_ties``, ``min_judgements`` (and ``fallback`` with the adjudicated rule), or a rating or
+    ranking project's ``format`` (its training rows). ``build_hf``: also build the export's Hugging
+    Face dataset zip (pairwise only). A job queued with ``export`` set only builds that export's
+    zip; otherwise ``export`` is the DatasetExport the job produced (an identical earlier export
+    when the content is the same). Its ``status`` follows the one job lifecycle
+    (``common.lifecycle``); while it runs, ``phase`` and the row counts (judged comparisons while
+    exporting, pairs while building the zip) are written at most once a second."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="export_jobs")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    options = models.JSONField(default=dict, blank=True)
+    build_hf = models.BooleanField(
+        default=False, help_text="Also build the Hugging Face dataset zip (pairwise only)."
+    )
+    export = models.ForeignKey(
+        DatasetExport,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+        help_text="The export made (or, set when queued, the export whose zip the job builds).",
+    )
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    phase = models.CharField(max_length=40, blank=True)
+    rows_done = models.PositiveIntegerField(default=0)
+    rows_total = models.PositiveIntegerField(null=True, blank=True)
+    rows_per_s = models.PositiveIntegerField(null=True, blank=True)
+    eta_s = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds left, about.")
+    error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"export job {self.pk} of {self.project.slug} ({self.status})"
+
+
 class PromptEmbedding(models.Model):
     """A prompt's sentence embedding under one model: ``dim`` float32 values, little-endian bytes.
 

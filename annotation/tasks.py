@@ -11,6 +11,7 @@ from annotation.models import Project
 from annotation.services.agreement import dashboard_refresh
 from annotation.services.clustering import clustering_run_execute
 from annotation.services.consensus import consensus_refit_due
+from annotation.services.export_jobs import export_job_run
 from annotation.services.import_jobs import import_job_run
 
 
@@ -47,3 +48,10 @@ def import_job_run_task(job_id: int) -> str:
     """Run a queued import job; its progress and outcome are stored on the job. A redelivered
     message finds the job running or finished and imports nothing."""
     return import_job_run(job_id=job_id).status
+
+
+@shared_task(name="annotation.tasks.export_job_run_task", acks_late=True)
+def export_job_run_task(job_id: int) -> str:
+    """Run a queued export job; its progress and outcome (the export) are stored on the job. A
+    redelivered message finds the job running or finished and exports nothing."""
+    return export_job_run(job_id=job_id).status

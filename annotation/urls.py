@@ -20,6 +20,16 @@ urlpatterns = [
     path("p/<slug:slug>/imports/<int:job_id>/", projects.import_status, name="import-status"),
     path("p/<slug:slug>/exports/", projects.export_create, name="export-create"),
     path(
+        "p/<slug:slug>/export-jobs/<int:export_job_id>/",
+        projects.export_job_page,
+        name="export-job",
+    ),
+    path(
+        "p/<slug:slug>/export-jobs/<int:export_job_id>/status/",
+        projects.export_job_status,
+        name="export-job-status",
+    ),
+    path(
         "p/<slug:slug>/exports/<str:sha256>/<str:part>/",
         projects.export_download,
         name="export-download",

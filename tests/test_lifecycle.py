@@ -1,4 +1,4 @@
-"""The one job lifecycle (common.lifecycle) on every job kind: imports, clustering runs, judges,
+"""The one job lifecycle (common.lifecycle) on every job kind: imports, exports, clustering runs, judges,
 eval rounds' generation and judges, training runs.
 
 A redelivered task that finds its job running (another worker claimed it) or finished does nothing;
@@ -17,9 +17,9 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
-from annotation.models import ClusteringRun, Comparison, ImportJob
+from annotation.models import ClusteringRun, Comparison, ExportJob, ImportJob
 from annotation.services.import_jobs import import_job_create
-from annotation.tasks import cluster_prompts, import_job_run_task
+from annotation.tasks import cluster_prompts, export_job_run_task, import_job_run_task
 from common import lifecycle
 from common.jobs import job_kinds
 from common.lifecycle import JobHeartbeat, JobStateError
@@ -92,6 +92,7 @@ def _jobs(snapshot) -> dict[str, tuple[type, int, str]]:
             ClusteringRun.objects.create(project=ProjectFactory(), model_name="m").pk,
             "status",
         ),
+        "export": (ExportJob, ExportJob.objects.create(project=project).pk, "status"),
         "judge": (Judge, _judge(project).pk, "status"),
         "round judge": (EvalRound, judged.pk, "judge_status"),
         "round generation": (EvalRound, generating.pk, "generation_status"),
@@ -103,6 +104,7 @@ def _jobs(snapshot) -> dict[str, tuple[type, int, str]]:
 TASKS = {
     "import": import_job_run_task,
     "clustering": cluster_prompts,
+    "export": export_job_run_task,
     "judge": judge_run,
     "round judge": judge_round,
     "round generation": generate_round_responses,
@@ -166,8 +168,8 @@ def test_the_claim_is_taken_once(snapshot):
 
 def test_the_reaper_fails_every_kinds_stale_jobs_and_leaves_fresh_ones(snapshot, settings):
     """Every kind has one running job silent for 200 s and one that beat 10 s ago; the stale
-    limit is 180 s. One reaper pass (the beat task) fails the six stale ones with a message saying
-    when each was last heard of, and leaves the six fresh ones and the queued ones running or
+    limit is 180 s. One reaper pass (the beat task) fails the seven stale ones with a message saying
+    when each was last heard of, and leaves the seven fresh ones and the queued ones running or
     queued. The kinds' own consequences follow: the import's error is a row of its errors list,
     the generation's round fails with its waiting judge, the training run gets a "reaped" event."""
     settings.CONCORD_HEARTBEAT_STALE_S = 180

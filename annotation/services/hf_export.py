@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from annotation.models import DatasetExport, Project
 from annotation.services.exporting import PAIRS_FILE
 
 HF_FORMAT = "hf"
+Progress = Callable[[int, int], None]  # (pairs written, pairs in the export)
 HF_SPLITS = ("train", "test")
 HF_BATCH_ROWS = 1000
 HF_EXTRA_COLUMNS = (
@@ -224,14 +226,17 @@ def _dataset_card(
 
 
 def hf_export_write(
-    *, export: DatasetExport, out: Path, test_fraction: float = 0.1, license: str = "other"
-) -> HfExport:
+    *, export: DatasetExport, out: Path, test_fraction: float = 0.1, license: str = "other",
+    progress: Progress | None = None,
+) -> HfExport:  # fmt: skip
     """Write ``export`` as a Hugging Face dataset folder: ``data/train-00000-of-00001.parquet``,
     ``data/test-00000-of-00001.parquet`` and a dataset card ``README.md`` (YAML metadata: licence,
     size, configs and splits; then a plain summary). ``datasets.load_dataset(str(out))`` loads it.
 
     Reads the export's frozen pairs.jsonl twice (prompts and clusters, then rows), writing Parquet
     in batches of HF_BATCH_ROWS: memory holds one key per prompt, never the rows.
+    ``progress(written, total)``: called every HF_BATCH_ROWS pairs written and at the end (pairs;
+    the total is the export's ``n_pairs``).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -272,8 +277,13 @@ def hf_export_write(
                 rows[split] += 1
                 if len(batches[split]) >= HF_BATCH_ROWS:
                     flush(split)
+                written = rows["train"] + rows["test"]
+                if progress is not None and written % HF_BATCH_ROWS == 0:
+                    progress(written, export.n_pairs)
         for split in HF_SPLITS:
             flush(split)
+        if progress is not None:
+            progress(rows["train"] + rows["test"], export.n_pairs)
     finally:
         for writer in writers.values():
             writer.close()
@@ -295,18 +305,29 @@ def hf_export_write(
 HF_ARCHIVE = "hf.zip"
 
 
-def hf_export_archive(*, export: DatasetExport, license: str = "other") -> Path:
+def hf_export_archive_path(export: DatasetExport) -> Path:
+    """Where the export's Hugging Face dataset zip lies once built (``hf_export_archive``)."""
+    return Path(export.folder) / HF_ARCHIVE
+
+
+def hf_export_archive(
+    *, export: DatasetExport, license: str = "other", progress: Progress | None = None
+) -> Path:
     """The export as a zipped Hugging Face dataset folder (built once, kept beside the export's
     files): unzip it and ``datasets.load_dataset(folder)``. Written under a temporary name and
-    renamed, so a reader never sees half an archive."""
+    renamed, so a reader never sees half an archive. ``progress``: as ``hf_export_write``'s (not
+    called when the zip is already there). Built on the worker (an export job): a large
+    project's zip takes longer than a web request may."""
     import zipfile
 
     folder = Path(export.folder)
-    archive = folder / HF_ARCHIVE
+    archive = hf_export_archive_path(export)
     if archive.exists():
         return archive
     with tempfile.TemporaryDirectory(dir=folder, prefix=".hf-") as scratch:
-        built = hf_export_write(export=export, out=Path(scratch) / "dataset", license=license)
+        built = hf_export_write(
+            export=export, out=Path(scratch) / "dataset", license=license, progress=progress
+        )
         partial = Path(scratch) / HF_ARCHIVE
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as out:
             for path in sorted(built.folder.rglob("*")):

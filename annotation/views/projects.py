@@ -9,27 +9,32 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonRe
 from django.shortcuts import get_object_or_404, redirect, render
 
 from annotation.formats import FORMAT_NAMES, ITEM_READERS
-from annotation.models import DatasetExport, ImportJob, Project, TaskType
+from annotation.models import DatasetExport, ExportJob, ImportJob, Project, TaskType
 from annotation.selectors import projects as selectors
 from annotation.selectors.agreement import agreement_alerts
 from annotation.selectors.task_items import item_annotator_progress, items_summary
-from annotation.services.exporting import (
-    CONSENSUS_RULES,
-    ITEMS_FILE,
-    JUDGEMENTS_FILE,
-    PAIRS_FILE,
-    dataset_export,
+from annotation.services.export_jobs import (
+    export_job_create,
+    export_job_hf_build,
+    export_job_progress,
+    hf_archive_ready,
 )
-from annotation.services.hf_export import HF_FORMAT, hf_export_archive
+from annotation.services.exporting import ITEMS_FILE, JUDGEMENTS_FILE, PAIRS_FILE
+from annotation.services.hf_export import HF_FORMAT, hf_export_archive_path
 from annotation.services.import_jobs import import_job_create, import_job_progress
-from annotation.services.item_exports import item_dataset_export, item_snapshot_formats
-from annotation.services.task_export import TaskExportError
+from annotation.services.item_exports import item_snapshot_formats
 from annotation.work_queue.registry import task_type_of
 from common.errors import ConcordError
 from common.roles import ANNOTATOR, ML_ENGINEER, REVIEWER, role_required
 
 # The upload form's checkbox for ReadOptions.scalars_as_text; a row error names it by this text.
 SCALARS_AS_TEXT_LABEL = "Import responses that are JSON numbers or booleans as their text"
+
+
+def _recent_export_jobs(project: Project) -> list[dict[str, object]]:
+    """The project's five latest export jobs, as their page shows them."""
+    jobs = project.export_jobs.select_related("export")[:5]
+    return [export_job_progress(job) for job in jobs]
 
 
 @role_required(ANNOTATOR, hide=False)
@@ -60,6 +65,7 @@ def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
             "export_formats": task_type_of(project).export_formats,
             "snapshot_formats": item_snapshot_formats(project),
             "exports": project.exports.all()[:20],
+            "export_jobs": _recent_export_jobs(project),
         }
         return render(request, "annotation/manage_items.html", context)
     jobs = [import_job_progress(job) for job in project.import_jobs.all()[:10]]
@@ -71,6 +77,7 @@ def project_manage(request: HttpRequest, slug: str) -> HttpResponse:
         "batches": selectors.batch_progress(project=project),
         "agreement_alerts": agreement_alerts(project=project),
         "exports": project.exports.all()[:20],
+        "export_jobs": _recent_export_jobs(project),
         "max_upload_mb": settings.CONCORD_IMPORT_MAX_BYTES // (1024 * 1024),
         "import_formats": FORMAT_NAMES,
         "scalars_as_text_label": SCALARS_AS_TEXT_LABEL,
@@ -111,47 +118,59 @@ def import_status(request: HttpRequest, slug: str, job_id: int) -> JsonResponse:
 
 @role_required(ML_ENGINEER, methods=("POST",))
 def export_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """Queue an export job with the options posted (a pairwise project's consensus rule, keep
+    ties and Hugging Face zip; a rating or ranking project's rows) and show its page; a bad
+    option goes back to the Manage page with the error, and no job is made."""
     project = get_object_or_404(Project, slug=slug)
-    if project.task_type != TaskType.PAIRWISE:
-        return _item_export_create(request, project)
-    consensus = request.POST.get("consensus", "majority")
-    if consensus not in CONSENSUS_RULES:
-        consensus = "majority"
     try:
-        export = dataset_export(
+        job = export_job_create(
             project=project,
-            keep_ties=request.POST.get("keep_ties") == "on",
-            consensus=consensus,
             created_by=request.user,
+            consensus=request.POST.get("consensus", "majority"),
+            keep_ties=request.POST.get("keep_ties") == "on",
+            row_format=request.POST.get("format") or None,
+            build_hf=request.POST.get("hf") == "on",
         )
-    except ValueError as exc:  # the project's stored data cannot be exported (named in exc)
+    except ConcordError as exc:
         messages.error(request, f"No export: {exc}")
         return redirect("annotation:project-manage", slug=project.slug)
-    messages.success(request, f"Export {export.sha256[:12]}: {export.n_pairs} pairs.")
-    return redirect("annotation:project-manage", slug=project.slug)
-
-
-def _item_export_create(request: HttpRequest, project: Project) -> HttpResponse:
-    """A rating or ranking project's training export, in the format posted."""
-    try:
-        export = item_dataset_export(
-            project=project, row_format=request.POST.get("format", ""), created_by=request.user
-        )
-    except TaskExportError as exc:
-        messages.error(request, f"No export: {exc}")
-    else:
-        fmt = export.options["format"]
-        messages.success(request, f"Export {export.sha256[:12]}: {export.n_pairs} {fmt} rows.")
-    return redirect("annotation:project-manage", slug=project.slug)
+    return redirect("annotation:export-job", slug=project.slug, export_job_id=job.pk)
 
 
 @role_required(ML_ENGINEER)
-def export_download(request: HttpRequest, slug: str, sha256: str, part: str) -> FileResponse:
+def export_job_page(request: HttpRequest, slug: str, export_job_id: int) -> HttpResponse:
+    """An export job's page: its state and progress while it runs (polled by export_job.js; a
+    refresh shows the same without JavaScript), its downloads once done, its error if it failed."""
+    project = get_object_or_404(Project, slug=slug)
+    job = get_object_or_404(
+        ExportJob.objects.select_related("export"), pk=export_job_id, project=project
+    )
+    context = {"project": project, "job": job, "progress": export_job_progress(job)}
+    return render(request, "annotation/export_job.html", context)
+
+
+@role_required(ML_ENGINEER)
+def export_job_status(request: HttpRequest, slug: str, export_job_id: int) -> JsonResponse:
+    project = get_object_or_404(Project, slug=slug)
+    job = get_object_or_404(
+        ExportJob.objects.select_related("export"), pk=export_job_id, project=project
+    )
+    return JsonResponse(export_job_progress(job))
+
+
+@role_required(ML_ENGINEER)
+def export_download(request: HttpRequest, slug: str, sha256: str, part: str) -> HttpResponse:
+    """One file of an export. The Hugging Face zip is served once built; before that, asking
+    for it queues the job that builds it (on the worker: minutes on a large project) and shows
+    that job's page, whose download link appears when it is done."""
     project = get_object_or_404(Project, slug=slug)
     export = get_object_or_404(DatasetExport, project=project, sha256=sha256)
     if part == HF_FORMAT and "data_file" not in export.options:  # the HF dataset folder, zipped
-        archive = hf_export_archive(export=export)
+        if not hf_archive_ready(export):
+            job = export_job_hf_build(export=export, created_by=request.user)
+            return redirect("annotation:export-job", slug=project.slug, export_job_id=job.pk)
         name = f"{project.slug}-{sha256[:12]}-hf.zip"
+        archive = hf_export_archive_path(export)
         return FileResponse(archive.open("rb"), as_attachment=True, filename=name)
     files = {"pairs": PAIRS_FILE, "judgements": JUDGEMENTS_FILE}
     if "data_file" in export.options:  # a rating or ranking project's rows and items

@@ -103,11 +103,14 @@ def test_dashboard_shows_accuracy_against_verdicts_and_figures_per_version(ml_en
 
 
 def test_lead_page_links_the_queue_and_exports_adjudicated(ml_engineer, tmp_path, settings):
-    """The lead's page links the queue; its export form's "adjudicated" consensus is used."""
+    """The lead's page links the queue; its export form's "adjudicated" consensus is what the
+    export job it queues asks for."""
     settings.EXPORT_DIR = tmp_path
     project = ProjectFactory(slug="m", overlap=1)
     JudgementFactory(comparison=ComparisonFactory(project=project), choice="b")
     client = logged_in(ml_engineer)
     assert "/annotation/p/m/adjudicate/" in client.get("/annotation/p/m/manage/").content.decode()
     client.post("/annotation/p/m/exports/", {"consensus": "adjudicated"})
-    assert project.exports.get().options["consensus"] == "adjudicated"
+    assert project.export_jobs.get().options == {
+        "consensus": "adjudicated", "fallback": "majority", "keep_ties": False, "min_judgements": 1,
+    }  # fmt: skip

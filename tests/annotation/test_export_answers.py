@@ -155,10 +155,12 @@ def test_an_unusable_stored_answer_stops_the_export_and_writes_nothing(tmp_path)
 
 
 def test_lead_page_and_api_report_an_unusable_stored_answer(tmp_path, ml_engineer):
-    """The same bad stored answer through the lead's page (a message, back to the page) and the
-    API (400 naming the prompt): no export either way."""
+    """The same bad stored answer through the lead's page (the export job, run by the worker,
+    fails with the error, which its page shows) and the API (400 naming the prompt): no export
+    either way."""
     from django.urls import reverse
 
+    from annotation.services.export_jobs import export_job_run
     from tests.helpers.clients import logged_in
 
     call_command("import_comparisons", str(_maths_file(tmp_path)), "--project", "maths")
@@ -167,8 +169,11 @@ def test_lead_page_and_api_report_an_unusable_stored_answer(tmp_path, ml_enginee
     prompt.save(update_fields=["metadata"])
     prompt.project.members.add(ml_engineer)
     client = logged_in(ml_engineer)
-    page = client.post(reverse("annotation:export-create", args=["maths"]), follow=True)
-    assert f"No export: prompt {prompt.pk}: metadata.answer must be a text" in page.content.decode()
+    queued = client.post(reverse("annotation:export-create", args=["maths"]))
+    job_id = int(queued["Location"].rstrip("/").rsplit("/", 1)[-1])
+    assert export_job_run(job_id=job_id).status == "failed"
+    page = client.get(queued["Location"]).content.decode()
+    assert f"prompt {prompt.pk}: metadata.answer must be a text" in page
     api = client.post(
         reverse("api-export-create", args=["maths"]), {}, content_type="application/json"
     )

@@ -162,11 +162,15 @@ def test_split_keeps_every_cluster_in_train_and_is_deterministic():
 
 
 def test_lead_page_downloads_the_hf_dataset_as_a_zip(tmp_path, ml_engineer):
+    """The first ask for the zip queues the job that builds it on the worker (run here by hand)
+    and shows its page; then the same link serves the zip."""
     import io
     import zipfile
 
     from django.urls import reverse
 
+    from annotation.models import ExportJob
+    from annotation.services.export_jobs import export_job_run
     from annotation.services.exporting import dataset_export
     from tests.helpers.clients import logged_in
 
@@ -177,6 +181,8 @@ def test_lead_page_downloads_the_hf_dataset_as_a_zip(tmp_path, ml_engineer):
     page = client.get(reverse("annotation:project-manage", args=["zipped"])).content.decode()
     url = reverse("annotation:export-download", args=["zipped", export.sha256, "hf"])
     assert url in page
+    job = ExportJob.objects.get(pk=client.get(url)["Location"].rstrip("/").rsplit("/", 1)[-1])
+    assert export_job_run(job_id=job.pk).status == "succeeded"
     response = client.get(url)
     assert response.status_code == 200
     archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))

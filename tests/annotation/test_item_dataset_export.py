@@ -14,7 +14,8 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from annotation.models import DatasetExport, TaskAnswer
+from annotation.models import DatasetExport, ExportJob, TaskAnswer
+from annotation.services.export_jobs import export_job_run
 from annotation.services.exporting import export_data_path, export_folder_sha256
 from annotation.services.item_exports import item_dataset_export, item_snapshot_formats
 from annotation.services.task_export import TaskExportError, task_export_rows
@@ -129,8 +130,9 @@ def test_export_items_snapshot_makes_the_export():
 
 
 def test_the_manage_page_makes_an_export_and_links_it_to_training(ml_engineer):
-    """The ranking project's Manage page offers listwise and pairs; posting pairs makes the
-    export, which the page then lists with its downloads and "Train on this export"."""
+    """The ranking project's Manage page offers listwise and pairs; posting pairs queues the
+    export job, whose page, once the worker made the export, offers its downloads and "Train on
+    this export"; a format the project has not is refused with no job."""
     project = answered_ranking(1)
     client = logged_in(ml_engineer)
     manage = reverse("annotation:project-manage", args=[project.slug])
@@ -139,18 +141,21 @@ def test_the_manage_page_makes_an_export_and_links_it_to_training(ml_engineer):
     assert '<option value="listwise">' in page and '<option value="pairs">' in page
     assert 'value="items"' not in page and "No exports yet." in page
     create = reverse("annotation:export-create", args=[project.slug])
-    response = client.post(create, {"format": "pairs"}, follow=True)
+    job = client.post(create, {"format": "pairs"})  # an export job, run here as the worker would
+    job_id = int(job["Location"].rstrip("/").rsplit("/", 1)[-1])
+    assert export_job_run(job_id=job_id).status == "succeeded"
     export = DatasetExport.objects.get()
     assert export.options["rows"] == "pairs" and export.created_by == ml_engineer
-    page = response.content.decode()
-    assert f"Export {export.sha256[:12]}: {export.n_pairs} pairs rows." in page
+    page = client.get(job["Location"]).content.decode()
+    assert f"{export.n_pairs} rows in the export" in page and "pairs.jsonl</a>" in page
     train = reverse("admin:training_trainingrun_add") + f"?export={export.pk}"
     assert f'href="{train}" data-testid="train-on-export"' in page
     data = reverse("annotation:export-download", args=[project.slug, export.sha256, "data"])
     download = client.get(data)
     assert b"".join(download.streaming_content) == Path(export_data_path(export)).read_bytes()
-    assert client.post(create, {"format": "items"}, follow=True).status_code == 200
-    assert DatasetExport.objects.count() == 1
+    refused = client.post(create, {"format": "items"}, follow=True)
+    assert "No export: a ranking project&#x27;s training export is" in refused.content.decode()
+    assert DatasetExport.objects.count() == 1 and ExportJob.objects.count() == 1
 
 
 def test_the_api_freezes_an_item_projects_rows_in_the_format_posted(ml_engineer):

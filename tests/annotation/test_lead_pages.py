@@ -159,7 +159,8 @@ def test_export_button_and_download(ml_engineer, project, django_capture_on_comm
             reverse("annotation:import-upload", args=["lead"]),
             {"file": SimpleUploadedFile("rows.jsonl", _jsonl(GOOD))},
         )
-    client.post(reverse("annotation:export-create", args=["lead"]))
+    with django_capture_on_commit_callbacks(execute=True):  # the export job, run eagerly
+        client.post(reverse("annotation:export-create", args=["lead"]))
     export = DatasetExport.objects.get()
     response = client.get(
         reverse("annotation:export-download", args=["lead", export.sha256, "pairs"])

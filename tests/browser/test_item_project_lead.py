@@ -13,6 +13,7 @@ from playwright.sync_api import Page, expect
 
 from annotation.models import DatasetExport
 from common.roles import ML_ENGINEER
+from config.celery import app as celery_app
 from tests.factories import ProjectFactory, UserFactory
 from tests.helpers.browser import log_in
 from tests.helpers.task_items import annotators, answered_ranking, rating_project
@@ -82,19 +83,34 @@ def test_manage_page_commands_wrap_inside_their_card(lead, page: Page) -> None:
     expect(table.locator("tbody tr td").nth(1)).to_have_text("0")  # none yet: 0, not blank
 
 
-def test_a_rankings_training_export_opens_the_run_form_on_its_snapshot(lead, page: Page) -> None:
-    """The lead chooses listwise rows, creates the export, sees it listed, and "Train on this
-    export" opens the run form (kind picker) with the export's snapshot chosen."""
+@pytest.fixture
+def eager_worker():
+    """The export job runs in the request that queues it (the worker's part, in-process)."""
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = False
+
+
+def test_a_rankings_training_export_opens_the_run_form_on_its_snapshot(
+    lead, page: Page, eager_worker
+) -> None:
+    """The lead chooses listwise rows and creates the export: the export job's page shows it
+    done with its files, and "Train on this export" opens the run form (kind picker) with the
+    export's snapshot chosen; the Manage page lists it."""
     project = answered_ranking(1)
     _open(page, lead, reverse("annotation:project-manage", args=[project.slug]))
     form = page.get_by_test_id("item-export-form")
     form.locator("select[name=format]").select_option("listwise")
     form.get_by_role("button", name="Create export").click()
-    exports = page.get_by_test_id("exports")
-    expect(exports).to_contain_text("listwise.jsonl")
+    expect(page.get_by_test_id("job-state")).to_have_text("Succeeded")
+    result = page.get_by_test_id("export-job-result")
+    expect(result).to_contain_text("listwise.jsonl")
     export = DatasetExport.objects.get()
+    page.goto(reverse("annotation:project-manage", args=[project.slug]))
+    exports = page.get_by_test_id("exports")
     expect(exports.locator("tbody tr td").nth(1)).to_have_text("listwise")
-    exports.get_by_test_id("train-on-export").click()
+    page.go_back()
+    page.get_by_test_id("export-job-result").get_by_test_id("train-on-export").click()
     add = reverse("admin:training_trainingrun_add")
     expect(page).to_have_url(re.compile(rf"{re.escape(add)}\?snapshot=\d+$"))
     export.refresh_from_db()

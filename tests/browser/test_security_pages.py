@@ -58,6 +58,7 @@ def _pages(w) -> list[tuple[str, str]]:
         ("ml_engineer", f"/annotation/p/{own}/adjudicate/"),
         ("ml_engineer", f"/annotation/p/{own}/members/"),
         ("ml_engineer", f"/annotation/p/{own}/settings/"),
+        ("ml_engineer", f"/annotation/p/{own}/export-jobs/{w.export_job.pk}/"),
         ("ml_engineer", "/annotation/projects/new/"),
         ("ml_engineer", f"/monitoring/projects/{own}/judges/"),
         ("ml_engineer", f"/monitoring/judges/{w.judge.pk}/"),

@@ -47,6 +47,7 @@ SENDERS = (
     "annotation.services.agreement",
     "annotation.services.clustering",
     "annotation.services.consensus",
+    "annotation.services.export_jobs",
     "annotation.services.import_jobs",
     "training.services",
     "monitoring.services.eval_rounds",

@@ -25,6 +25,7 @@ from django.utils import timezone
 from annotation.models import (
     Assignment,
     ClusteringRun,
+    ExportJob,
     ImportJob,
     Judgement,
     Project,
@@ -65,6 +66,7 @@ class World:
     judge: object = None
     judgement_ids: dict[str, int] = field(default_factory=dict)
     annie_token: object = None
+    export_job: object = None
 
 
 def _user(username: str, role: str | None, **flags) -> object:
@@ -136,6 +138,11 @@ def world_build(
         errors=[{"line": 1, "field": "prompt", "message": text("import error", 0)}],
     )  # fmt: skip
     export = dataset_export(project=own, created_by=users["ml_engineer"])
+    export_job = ExportJob.objects.create(
+        project=own, created_by=users["ml_engineer"], options={"consensus": "majority"},
+        build_hf=True, export=export, status=ExportJob.Status.FAILED,
+        error=text("export error", 0),
+    )  # fmt: skip
     clustering = ClusteringRun.objects.create(
         project=own, status=ClusteringRun.Status.SUCCEEDED, model_name="all-minilm-l6-v2", k=2,
         n_prompts=n_pairs, progress=1.0,
@@ -201,4 +208,5 @@ def world_build(
         bob_assignment=bob_assignment, other_assignment=other_assignment, import_job=import_job,
         export_sha256=export.sha256, cluster=cluster, run=run, eval_round=eval_round,
         judge=judge, judgement_ids=judgement_ids, annie_token=annie_token,
+        export_job=export_job,
     )  # fmt: skip

@@ -70,6 +70,7 @@ def path_for(name: str, route: str, w: World) -> str:
         "comparison_id": str(w.annie_assignment.comparison_id),
         "judge_id": str(w.judge.pk),
         "token_id": str(w.annie_token.pk),
+        "export_job_id": str(w.export_job.pk),
     }
     if name.startswith("admin:"):
         short = name.removeprefix("admin:")
@@ -134,6 +135,9 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "annotation:import-status":       {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     "annotation:export-create":       {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     "annotation:export-download":     {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
+    # An export job's page and its status (JSON) for the page's polling: project leads only.
+    "annotation:export-job":          {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
+    "annotation:export-job-status":   {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     # The superuser counts as an annotator but is no member of the project: 404, like any outsider.
     "annotation:label":               {"get": (302, 200, 404, 404, 404), "post": (302, 200, 404, 404, 404)},
     "annotation:label-edit-last":     {"get": (302, 302, 404, 404, 404), "post": (302, 302, 404, 404, 404)},
@@ -202,6 +206,7 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "api-import-create":              {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 400, 400)},
     "api-import-detail":              {"get": (401, 403, 403, 200, 200), "post": (401, 403, 403, 405, 405)},
     "api-export-create":              {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 201, 201)},
+    "api-export-job-detail":          {"get": (401, 403, 403, 200, 200), "post": (401, 403, 403, 405, 405)},
     "api-judge-import":               {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 400, 400)},
     "api-schema":                     {"get": (200, 200, 200, 200, 200), "post": (405, 405, 405, 405, 405)},
 }  # fmt: skip

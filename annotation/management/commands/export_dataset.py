@@ -14,6 +14,8 @@ from annotation.services.exporting import (
 )
 from annotation.services.hf_export import hf_export_write
 
+HF_PROGRESS_ROWS = 50_000  # pairs between two progress lines of --format hf
+
 
 def _out_path(out: Path | None, *, export: DatasetExport, format: str) -> Path:
     """Where the copy goes: the path the user gave, as given (a jsonl copy into a folder that exists
@@ -79,6 +81,11 @@ class Command(BaseCommand):
         """One line on stderr per written chunk: judged comparisons done of the total."""
         self.stderr.write(f"exported {done:,} of {total:,} judged comparisons")
 
+    def _hf_progress(self, done: int, total: int) -> None:
+        """One line on stderr every HF_PROGRESS_ROWS pairs written as Parquet, and at the end."""
+        if done % HF_PROGRESS_ROWS == 0 or done == total:
+            self.stderr.write(f"wrote {done:,} of {total:,} pairs as Parquet")
+
     def handle(
         self, *args, project: str, out: Path | None, format: str, keep_ties: bool, min_judgements: int,
         consensus: str, fallback: str, test_fraction: float, license: str, **o,
@@ -98,8 +105,9 @@ class Command(BaseCommand):
             out = _out_path(out, export=export, format=format)
             if format == "hf":
                 written = hf_export_write(
-                    export=export, out=out, test_fraction=test_fraction, license=license
-                )
+                    export=export, out=out, test_fraction=test_fraction, license=license,
+                    progress=self._hf_progress,
+                )  # fmt: skip
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         counts = (
