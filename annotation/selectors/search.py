@@ -132,16 +132,16 @@ def _rare_ids(queryset: QuerySet, column: str) -> list[int] | None:
     return ids if len(ids) <= RARE_MATCHES else None
 
 
-def _fulltext(project: Project, words: str) -> Q:
-    """Comparisons with a text matching ``words`` (websearch syntax) in their stored documents."""
+def _fulltext(project: Project, words: str, bound: dict[str, int] | None = None) -> Q:
+    """Comparisons with a text matching ``words`` (websearch syntax) in their stored documents.
+    ``bound``: a filter on ``comparison_id`` the caller applies anyway (see ``search_filter``)."""
     query = SearchQuery(words, search_type="websearch", config="english")
     match = Q(prompt_document=query) | Q(a_document=query) | Q(b_document=query)
-    rare = _rare_ids(
-        ComparisonSearch.objects.filter(comparison__project=project).filter(match), "comparison_id"
-    )
+    documents = ComparisonSearch.objects.filter(match, **(bound or {}))
+    rare = _rare_ids(documents.filter(comparison__project=project), "comparison_id")
     if rare is not None:
         return Q(pk__in=rare)
-    return Q(Exists(ComparisonSearch.objects.filter(comparison_id=OuterRef("pk")).filter(match)))
+    return Q(Exists(documents.filter(comparison_id=OuterRef("pk"))))
 
 
 class _ILike(Func):
@@ -177,9 +177,14 @@ def _phrase(term: Term) -> str:
     return ("-" if term.negated else "") + text
 
 
-def search_filter(project: Project, words: str) -> Q:
+def search_filter(project: Project, words: str, *, bound: dict[str, int] | None = None) -> Q:
     """Comparisons of ``project`` matching ``words`` (the syntax of this module's docstring).
-    ConcordError for a substring shorter than SUBSTRING_MIN characters."""
+    ConcordError for a substring shorter than SUBSTRING_MIN characters.
+
+    ``bound``: a lookup on ``comparison_id`` (e.g. {"comparison_id__gt": 500001}) that the caller
+    also applies to the comparisons, repeated in the stored documents' subquery: PostgreSQL does
+    not carry an outer id range into it, and its merge would read the documents from the first.
+    """
     alternatives = search_terms(words)
     for terms in alternatives:
         for term in terms:
@@ -190,13 +195,13 @@ def search_filter(project: Project, words: str) -> Q:
     if connection.vendor != "postgresql":
         return contains_search(words)
     if not any(t.substring for terms in alternatives for t in terms):
-        return _fulltext(project, words) if alternatives else Q(pk__in=[])
+        return _fulltext(project, words, bound) if alternatives else Q(pk__in=[])
     matches = []
     for terms in alternatives:
         parts = []
         words_part = " ".join(_phrase(t) for t in terms if not t.substring)
         if words_part:
-            parts.append(_fulltext(project, words_part))
+            parts.append(_fulltext(project, words_part, bound))
         for term in (t for t in terms if t.substring):
             found = _substring(project, term.text)
             parts.append(~found if term.negated else found)
