@@ -199,3 +199,42 @@ def test_a_row_whose_votes_changed_since_the_read_keeps_the_triggers_figures(jud
     kept = StoredConsensus.objects.get(comparison=pairs[0])
     assert (kept.n_votes, kept.p_a, kept.ds_margin) == (4, by_trigger.p_a, by_trigger.ds_margin)
     assert StoredConsensus.objects.get(comparison=pairs[1]).p_a != 0.25
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's VACUUM")
+@pytest.mark.django_db(transaction=True)
+def test_a_refit_that_wrote_many_rows_vacuums_the_table_after_it_commits(monkeypatch):
+    """Outside a transaction, a refit writing VACUUM_FROM_ROWS rows or more vacuums the stored
+    consensus (the margin walks then read the index alone); inside a caller's transaction it
+    cannot, and leaves it to autovacuum."""
+    from django.db import transaction
+
+    ran = []
+    real_cursor = connection.cursor
+
+    def cursor():
+        wrapped = real_cursor()
+        execute = wrapped.execute
+
+        def recording(sql, params=None):
+            if sql.startswith("VACUUM"):
+                ran.append(sql)
+            return execute(sql, params)
+
+        wrapped.execute = recording
+        return wrapped
+
+    monkeypatch.setattr(consensus_services, "VACUUM_FROM_ROWS", 2)
+    monkeypatch.setattr(connection, "cursor", cursor)
+    project = ProjectFactory()
+    for i in range(3):
+        JudgementFactory(comparison=make_pair(project, prompt=f"p{i}"), choice="a")
+    with transaction.atomic():
+        consensus_refit(project=project)
+    assert ran == []
+    consensus_refit(project=project, force=True, warm=False)  # rewrites nothing: same figures
+    assert ran == []
+    JudgementFactory(comparison=make_pair(project, prompt="p3"), choice="b")
+    JudgementFactory(comparison=make_pair(project, prompt="p4"), choice="b")
+    consensus_refit(project=project)
+    assert ran == ["VACUUM annotation_storedconsensus"]
