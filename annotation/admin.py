@@ -31,6 +31,7 @@ from annotation.models import (
     ClusteringRun,
     Comparison,
     DatasetExport,
+    ExportJob,
     ImportJob,
     Judgement,
     Project,
@@ -259,6 +260,15 @@ class ImportJobAdmin(ReadOnlyAdmin):
     """Uploads start on the lead's page (or the API); the worker writes the job's progress."""
 
     list_display = ("id", "project", "original_name", "status", "rows_total", "created_at")
+    list_filter = ("status", "project")
+
+
+@admin.register(ExportJob)
+class ExportJobAdmin(ReadOnlyAdmin):
+    """Exports are asked for on the lead's page (or the API); the worker writes the job's progress
+    and links the export it made."""
+
+    list_display = ("id", "project", "status", "build_hf", "export", "created_at")
     list_filter = ("status", "project")
 
 

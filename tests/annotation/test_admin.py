@@ -19,6 +19,7 @@ from annotation.models import (
     ClusteringRun,
     Comparison,
     DatasetExport,
+    ExportJob,
     GuidelinesVersion,
     ImportJob,
     Judgement,
@@ -328,6 +329,7 @@ def _records() -> dict[str, object]:
             n_judgements=1,
         ),
         "clusteringrun": run,
+        "exportjob": ExportJob.objects.create(project=comparison.project),
     }
 
 
@@ -340,6 +342,7 @@ MODELS = {
     "importjob": ImportJob,
     "datasetexport": DatasetExport,
     "clusteringrun": ClusteringRun,
+    "exportjob": ExportJob,
 }
 
 

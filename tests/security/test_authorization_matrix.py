@@ -229,7 +229,7 @@ ADMIN_MODEL_EXCEPTIONS = {
 # POST is refused); a project cannot be deleted (archive it), a cluster neither added nor deleted.
 ANNOTATION_READ_ONLY = (
     "prompt", "response", "comparison", "judgement", "assignment", "importjob", "datasetexport",
-    "clusteringrun",
+    "clusteringrun", "exportjob",
 )  # fmt: skip
 REFUSED = (302, 302, 302, 403, 403)
 for _model in ANNOTATION_READ_ONLY:
