@@ -121,14 +121,21 @@ class ImportDetailApi(ProjectLeadApi):
         return Response(ImportJobOutput(import_job_progress(job)).data)
 
 
-class ExportFigures(serializers.Serializer):
-    id = serializers.IntegerField()
+class ExportOutput(serializers.Serializer):
+    """An export snapshot: what the synchronous export answers (201)."""
+
     sha256 = serializers.CharField()
     n_pairs = serializers.IntegerField()
     n_judgements = serializers.IntegerField()
     n_ties_dropped = serializers.IntegerField()
     options = serializers.DictField()
     created_at = serializers.DateTimeField()
+
+
+class ExportFigures(ExportOutput):
+    """An export job's export: the snapshot, its id and whether its Hugging Face zip is built."""
+
+    id = serializers.IntegerField()
     hf_ready = serializers.BooleanField(help_text="Whether its Hugging Face zip is built.")
 
 
@@ -184,14 +191,6 @@ class ExportCreateApi(ProjectLeadApi):
         format = serializers.ChoiceField(choices=tuple(SNAPSHOT_ROWS), required=False)
         hf = serializers.BooleanField(default=False)
 
-    class Output(serializers.Serializer):
-        sha256 = serializers.CharField()
-        n_pairs = serializers.IntegerField()
-        n_judgements = serializers.IntegerField()
-        n_ties_dropped = serializers.IntegerField()
-        options = serializers.DictField()
-        created_at = serializers.DateTimeField()
-
     @extend_schema(
         operation_id="export_create",
         request=inline_serializer(
@@ -221,17 +220,7 @@ class ExportCreateApi(ProjectLeadApi):
         ],
         responses={
             202: ExportJobOutput,
-            201: inline_serializer(
-                "ExportOutput",
-                {
-                    "sha256": serializers.CharField(),
-                    "n_pairs": serializers.IntegerField(),
-                    "n_judgements": serializers.IntegerField(),
-                    "n_ties_dropped": serializers.IntegerField(),
-                    "options": serializers.DictField(),
-                    "created_at": serializers.DateTimeField(),
-                },
-            ),
+            201: ExportOutput,
         },
     )
     def post(self, request: Request, slug: str) -> Response:
@@ -260,7 +249,7 @@ class ExportCreateApi(ProjectLeadApi):
                 export = dataset_export(project=project, created_by=request.user, **options)
         except (ValueError, TaskExportError) as exc:  # cannot be exported as asked (named in exc)
             raise ValidationError({"detail": [str(exc)]}) from exc
-        return Response(self.Output(export).data, status=status.HTTP_201_CREATED)
+        return Response(ExportOutput(export).data, status=status.HTTP_201_CREATED)
 
     def _queue(
         self, request: Request, project: Project, *, row_format: str | None, **options: object

@@ -29,13 +29,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser
 
 from annotation.models import DatasetExport, ExportJob, Project, TaskType
 from annotation.services.exporting import CONSENSUS_RULES, FALLBACK_RULES, dataset_export
-from annotation.services.hf_export import HF_ARCHIVE, hf_export_archive
+from annotation.services.hf_export import hf_export_archive, hf_export_archive_path
 from annotation.services.import_result import ProgressMeter, duration_text
 from annotation.services.item_exports import item_dataset_export, item_snapshot_formats
 from common.errors import ConcordError
@@ -166,7 +165,7 @@ def export_job_create(
 
 def hf_archive_ready(export: DatasetExport) -> bool:
     """Whether ``export``'s Hugging Face zip is built (``hf_export_archive``)."""
-    return (Path(export.folder) / HF_ARCHIVE).is_file()
+    return hf_export_archive_path(export).is_file()
 
 
 def export_job_hf_build(*, export: DatasetExport, created_by: AbstractBaseUser | None) -> ExportJob:

@@ -137,25 +137,27 @@ def export_create(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("annotation:export-job", slug=project.slug, export_job_id=job.pk)
 
 
-@role_required(ML_ENGINEER)
-def export_job_page(request: HttpRequest, slug: str, export_job_id: int) -> HttpResponse:
-    """An export job's page: its state and progress while it runs (polled by export_job.js; a
-    refresh shows the same without JavaScript), its downloads once done, its error if it failed."""
+def _export_job(slug: str, export_job_id: int) -> tuple[Project, ExportJob]:
+    """The project and its export job (with its export), or 404."""
     project = get_object_or_404(Project, slug=slug)
     job = get_object_or_404(
         ExportJob.objects.select_related("export"), pk=export_job_id, project=project
     )
+    return project, job
+
+
+@role_required(ML_ENGINEER)
+def export_job_page(request: HttpRequest, slug: str, export_job_id: int) -> HttpResponse:
+    """An export job's page: its state and progress while it runs (polled by export_job.js; a
+    refresh shows the same without JavaScript), its downloads once done, its error if it failed."""
+    project, job = _export_job(slug, export_job_id)
     context = {"project": project, "job": job, "progress": export_job_progress(job)}
     return render(request, "annotation/export_job.html", context)
 
 
 @role_required(ML_ENGINEER)
 def export_job_status(request: HttpRequest, slug: str, export_job_id: int) -> JsonResponse:
-    project = get_object_or_404(Project, slug=slug)
-    job = get_object_or_404(
-        ExportJob.objects.select_related("export"), pk=export_job_id, project=project
-    )
-    return JsonResponse(export_job_progress(job))
+    return JsonResponse(export_job_progress(_export_job(slug, export_job_id)[1]))
 
 
 @role_required(ML_ENGINEER)
