@@ -263,9 +263,8 @@ class ItemPage:
     matching: int
     matching_capped: bool
     matching_estimated: bool = False
-    total_estimated: bool = (
-        False  # ``total`` is the planner's estimate, rounded (above ESTIMATE_FROM)
-    )
+    # ``total`` is the planner's estimate, rounded (above ESTIMATE_FROM)
+    total_estimated: bool = False
 
 
 def cursor_encode(sort_value: Any, pk: int) -> str:
@@ -525,14 +524,19 @@ def _about(n: int) -> int:
     return round(n, -digits)
 
 
+def _large_estimate(queryset: QuerySet) -> int | None:
+    """The planner's rounded estimate of ``queryset``'s rows when above ESTIMATE_FROM (EXPLAIN:
+    nothing scanned), else None (count them)."""
+    estimate = planner_estimate(queryset)
+    return _about(estimate) if estimate is not None and estimate > ESTIMATE_FROM else None
+
+
 def _project_total(project: Project) -> tuple[int, bool]:
     """(total, estimated): the project's comparisons, the planner's rounded estimate above
     ESTIMATE_FROM, else counted."""
     queryset = Comparison.objects.filter(project=project)
-    estimate = planner_estimate(queryset)
-    if estimate is not None and estimate > ESTIMATE_FROM:
-        return _about(estimate), True
-    return queryset.count(), False
+    estimate = _large_estimate(queryset)
+    return (estimate, True) if estimate is not None else (queryset.count(), False)
 
 
 def _matching_count(queryset: QuerySet, *, only_page: int | None) -> tuple[int, bool, bool]:
@@ -541,8 +545,8 @@ def _matching_count(queryset: QuerySet, *, only_page: int | None) -> tuple[int, 
     ESTIMATE_FROM (about), else a count up to COUNT_CAP."""
     if only_page is not None:
         return only_page, False, False
-    estimate = planner_estimate(queryset)
-    if estimate is not None and estimate > ESTIMATE_FROM:
-        return _about(estimate), False, True
+    estimate = _large_estimate(queryset)
+    if estimate is not None:
+        return estimate, False, True
     counted = queryset[: COUNT_CAP + 1].count()
     return min(counted, COUNT_CAP), counted > COUNT_CAP, False
