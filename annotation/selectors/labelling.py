@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,7 +24,12 @@ from annotation.models import (
 from common.sides import screen_side
 
 BATCH_SIZE = 20
-OPEN_PAIRS_CACHE_S = 5
+OPEN_PAIRS_CACHE_S = 5  # seconds a count of open pairs stays fresh, at least
+OPEN_PAIRS_COST_FACTOR = (
+    100  # ... and this many times the seconds it took (counting <= 1% of the time)
+)
+OPEN_PAIRS_KEEP_S = 3600  # a stale count is served this long while one request recounts
+OPEN_PAIRS_LOCK_S = 60  # the recount lock outlives a request that died while counting
 
 
 @dataclass(frozen=True)
@@ -85,26 +91,44 @@ WHERE a.annotator_id = %(annotator)s AND ac.project_id = %(project)s
 """  # noqa: S608 - table names from the models; every value is a parameter  # nosec B608
 
 
+def _open_pairs(project: Project) -> tuple[int, datetime]:
+    """The project's open pairs (below their overlap, not gold) and when they were counted.
+
+    Counting them scans the project's comparisons (about 200 ms at a million), more than the rest
+    of the page, so the count is kept in the shared cache and served stale while one request
+    recounts: it stays fresh OPEN_PAIRS_COST_FACTOR times as long as it took to count (at least
+    OPEN_PAIRS_CACHE_S), and when it is older the one request that takes the recount lock counts
+    again while every other request keeps the old figure. Without the lock every request of a
+    busy project would count at once as the figure expired, each scan slowing the others.
+    """
+    key = f"concord:open-pairs:{project.pk}:{project.created_at.timestamp()}"
+    cached = cache.get(key)
+    if cached is not None:
+        open_count, counted_at, fresh_s = cached
+        age_s = (timezone.now() - counted_at).total_seconds()
+        if age_s < fresh_s or not cache.add(f"{key}:recount", "1", OPEN_PAIRS_LOCK_S):
+            return open_count, counted_at
+    started = time.monotonic()
+    counted_at = timezone.now()
+    open_count = (
+        Comparison.objects.filter(project=project, taken__lt=project.overlap, gold="")
+        .exclude(target_overlap__lte=F("taken"))  # overlap reduction left it fewer slots
+        .count()
+    )
+    fresh_s = max(OPEN_PAIRS_CACHE_S, OPEN_PAIRS_COST_FACTOR * (time.monotonic() - started))
+    cache.set(key, (open_count, counted_at, fresh_s), OPEN_PAIRS_KEEP_S)
+    cache.delete(f"{key}:recount")
+    return open_count, counted_at
+
+
 def labelling_progress(*, annotator: AbstractBaseUser, project: Project) -> LabellingProgress:
     """Counts for the labelling screen's progress bars (see LabellingProgress)."""
     now = timezone.now()
     start_of_day = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
-    # Counting a large project's open pairs on every page costs more than the rest of the page, so
-    # the count is cached a few seconds, with the time it was taken. The annotator's own claims
-    # since then that filled a pair are taken off it at once: the count of pairs left never stays
-    # up after their own submission, then drops by several.
-    key = f"concord:open-pairs-at:{project.pk}:{project.created_at.timestamp()}"
-    cached = cache.get(key)
-    if cached is None:
-        counted_at = timezone.now()
-        open_count = (
-            Comparison.objects.filter(project=project, taken__lt=project.overlap, gold="")
-            .exclude(target_overlap__lte=F("taken"))  # overlap reduction left it fewer slots
-            .count()
-        )
-        cache.set(key, (open_count, counted_at), OPEN_PAIRS_CACHE_S)
-    else:
-        open_count, counted_at = cached
+    # The open pairs come from a shared count a few seconds old (_open_pairs); the annotator's own
+    # claims since it was taken that filled a pair are taken off it at once: the count of pairs
+    # left never stays up after their own submission, then drops by several.
+    open_count, counted_at = _open_pairs(project)
     params = {
         "annotator": annotator.pk,
         "project": project.pk,

@@ -307,6 +307,30 @@ def test_progress_counts_open_pairs_the_annotator_has_not_touched():
     assert (progress_b.done, progress_b.available) == (1, 4)
 
 
+def test_a_stale_open_pair_count_is_recounted_by_one_request_while_the_others_keep_it():
+    """The shared count of open pairs is served stale while another request holds the recount
+    lock (no herd of scans as it expires); once the lock is free the next request recounts."""
+    from django.core.cache import cache
+
+    from annotation.selectors.labelling import labelling_progress
+
+    project, _ = _project(5, overlap=1)
+    a, b = _annotators(project, 2)
+    assert labelling_progress(annotator=a, project=project).available == 5
+    _label(b, project)  # b fills c0: a's fresh count does not see another annotator's claim
+    assert labelling_progress(annotator=a, project=project).available == 5
+    key = f"concord:open-pairs:{project.pk}:{project.created_at.timestamp()}"
+    open_count, counted_at, fresh_s = cache.get(key)
+    stale_at = counted_at - timedelta(seconds=fresh_s + 1)
+    cache.set(key, (open_count, stale_at, fresh_s), 60)
+    assert cache.add(f"{key}:recount", "1", 60)  # another request is recounting
+    assert labelling_progress(annotator=a, project=project).available == 5
+    cache.delete(f"{key}:recount")
+    assert labelling_progress(annotator=a, project=project).available == 4
+    assert cache.get(key)[1] > stale_at  # the recount was stored, and its lock released
+    assert cache.get(f"{key}:recount") is None
+
+
 # Threads need committed rows: transactional tests. serialized_rollback restores the migrated role
 # groups, so a later test with serialized_rollback (the browser tests) does not meet groups that
 # the flush's post_migrate re-created under new ids (a unique-name clash on its restore).
