@@ -15,4 +15,9 @@ urlpatterns = [
         apis.ExportJobDetailApi.as_view(),
         name="api-export-job-detail",
     ),
+    path(
+        "projects/<slug:slug>/exports/jobs/<int:export_job_id>/cancel/",
+        apis.ExportJobCancelApi.as_view(),
+        name="api-export-job-cancel",
+    ),
 ]

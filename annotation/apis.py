@@ -11,6 +11,8 @@
   only) also builds the Hugging Face dataset zip.
 - ``GET /api/projects/{slug}/exports/jobs/{id}/``: the export job's status, progress, error and,
   once done, its export (hash, counts).
+- ``POST /api/projects/{slug}/exports/jobs/{id}/cancel/``: cancel it (queued: at once; running:
+  it stops within about a second) -> 200 + the job; 409 when it has finished.
 
 Project leads (ML engineers) only; others get 403 (authenticated) or 401/403 (anonymous). A token
 scoped to another project gets 403.
@@ -31,7 +33,11 @@ from rest_framework.views import APIView
 
 from annotation.formats import FORMAT_NAMES
 from annotation.models import ExportJob, ImportJob, Project, TaskType
-from annotation.services.export_jobs import export_job_create, export_job_progress
+from annotation.services.export_jobs import (
+    export_job_cancel,
+    export_job_create,
+    export_job_progress,
+)
 from annotation.services.exporting import CONSENSUS_RULES, dataset_export
 from annotation.services.import_jobs import import_job_create, import_job_progress
 from annotation.services.item_exports import SNAPSHOT_ROWS, item_dataset_export
@@ -155,6 +161,9 @@ class ExportJobOutput(serializers.Serializer):
     eta_s = serializers.IntegerField(allow_null=True, help_text="Seconds left in this phase.")
     progress_text = serializers.CharField(allow_blank=True)
     error = serializers.CharField(allow_blank=True)
+    cancel_requested = serializers.BooleanField(
+        help_text="Asked to stop while running: it stops at its next progress write."
+    )
     options = serializers.DictField()
     build_hf = serializers.BooleanField()
     export = ExportFigures(allow_null=True, help_text="Once made: the export (hash, counts).")
@@ -169,14 +178,33 @@ class ExportJobOutput(serializers.Serializer):
         )
 
 
+def _export_job_answer(request: Request, slug: str, job: ExportJob, **kwargs: object) -> Response:
+    context = {"request": request, "slug": slug}
+    return Response(ExportJobOutput(export_job_progress(job), context=context).data, **kwargs)
+
+
+def _export_job_of(slug: str, export_job_id: int) -> ExportJob:
+    return get_object_or_404(
+        ExportJob.objects.select_related("export"), pk=export_job_id, project__slug=slug
+    )
+
+
 class ExportJobDetailApi(ProjectLeadApi):
     @extend_schema(operation_id="export_job_detail", responses=ExportJobOutput)
     def get(self, request: Request, slug: str, export_job_id: int) -> Response:
-        job = get_object_or_404(
-            ExportJob.objects.select_related("export"), pk=export_job_id, project__slug=slug
-        )
-        context = {"request": request, "slug": slug}
-        return Response(ExportJobOutput(export_job_progress(job), context=context).data)
+        return _export_job_answer(request, slug, _export_job_of(slug, export_job_id))
+
+
+class ExportJobCancelApi(ProjectLeadApi):
+    @extend_schema(operation_id="export_job_cancel", request=None, responses=ExportJobOutput)
+    def post(self, request: Request, slug: str, export_job_id: int) -> Response:
+        job = _export_job_of(slug, export_job_id)
+        try:
+            export_job_cancel(job=job)
+        except ConcordError as exc:  # it has finished: nothing to cancel
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        job.refresh_from_db()
+        return _export_job_answer(request, slug, job)
 
 
 def _async_asked(request: Request) -> bool:

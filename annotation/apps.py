@@ -32,6 +32,7 @@ class AnnotationConfig(AppConfig):
         )  # fmt: skip
         job_kind_register(
             JobKind(model="annotation.ExportJob", noun="export", queue_of=_default_queue,
+                    cancel_field="cancel_requested",
                     reap_advice="Nothing half-written is kept; create the export (or ask for "
                                 "its zip) again.")
         )  # fmt: skip

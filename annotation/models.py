@@ -16,6 +16,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from common.lifecycle import JobStatus
+
 
 class Choice(models.TextChoices):
     """An annotator's verdict on a comparison, in terms of the stored responses (not screen sides)."""
@@ -544,12 +546,7 @@ class ImportJob(models.Model):
     Its ``status`` follows the one job lifecycle (``common.lifecycle``); while it runs, the phase
     (validating, importing) and the row counts live in the shared cache."""
 
-    class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
-        RUNNING = "running", "Running"
-        SUCCEEDED = "succeeded", "Succeeded"
-        FAILED = "failed", "Failed"
-        CANCELLED = "cancelled", "Cancelled"
+    Status = JobStatus
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="import_jobs")
     created_by = models.ForeignKey(
@@ -615,14 +612,10 @@ class ExportJob(models.Model):
     zip; otherwise ``export`` is the DatasetExport the job produced (an identical earlier export
     when the content is the same). Its ``status`` follows the one job lifecycle
     (``common.lifecycle``); while it runs, ``phase`` and the row counts (judged comparisons while
-    exporting, pairs while building the zip) are written at most once a second."""
+    exporting, pairs while building the zip) are written at most once a second, and a job whose
+    ``cancel_requested`` was set stops at the next of those writes."""
 
-    class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
-        RUNNING = "running", "Running"
-        SUCCEEDED = "succeeded", "Succeeded"
-        FAILED = "failed", "Failed"
-        CANCELLED = "cancelled", "Cancelled"
+    Status = JobStatus
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="export_jobs")
     created_by = models.ForeignKey(
@@ -647,6 +640,9 @@ class ExportJob(models.Model):
     rows_per_s = models.PositiveIntegerField(null=True, blank=True)
     eta_s = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds left, about.")
     error = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(
+        default=False, help_text="Set while it runs to stop it at its next progress write."
+    )
     worker = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -693,12 +689,7 @@ class ClusteringRun(models.Model):
     PCA coordinates for the scatter plot: {"prompt_ids": [...], "labels": [...], "x": [...], "y": [...]}.
     """
 
-    class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
-        RUNNING = "running", "Running"
-        SUCCEEDED = "succeeded", "Succeeded"
-        FAILED = "failed", "Failed"
-        CANCELLED = "cancelled", "Cancelled"
+    Status = JobStatus
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="clustering_runs")
     requested_by = models.ForeignKey(

@@ -30,6 +30,11 @@ urlpatterns = [
         name="export-job-status",
     ),
     path(
+        "p/<slug:slug>/export-jobs/<int:export_job_id>/cancel/",
+        projects.export_job_cancel_view,
+        name="export-job-cancel",
+    ),
+    path(
         "p/<slug:slug>/exports/<str:sha256>/<str:part>/",
         projects.export_download,
         name="export-download",

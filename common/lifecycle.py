@@ -35,7 +35,7 @@ from typing import Any
 
 from django.apps import apps
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import Model
 from django.utils import timezone
 
@@ -61,6 +61,18 @@ STATE_LABELS = {
     CANCELLED: "Cancelled",
 }
 CANCELLED_MESSAGE = "Cancelled before it started."
+
+
+class JobStatus(models.TextChoices):
+    """The states as a model's status choices, for a job model with no idle values before it is
+    queued (an import, an export, a clustering run name it as their ``Status``; a model with a
+    draft declares its own)."""
+
+    QUEUED = QUEUED, STATE_LABELS[QUEUED]
+    RUNNING = RUNNING, STATE_LABELS[RUNNING]
+    SUCCEEDED = SUCCEEDED, STATE_LABELS[SUCCEEDED]
+    FAILED = FAILED, STATE_LABELS[FAILED]
+    CANCELLED = CANCELLED, STATE_LABELS[CANCELLED]
 
 
 class JobStateError(ConcordError):

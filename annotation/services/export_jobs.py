@@ -41,10 +41,12 @@ from common.errors import ConcordError
 from common.jobs import task_send
 from common.lifecycle import (
     ACTIVE,
+    CANCELLED,
     FAILED,
     RUNNING,
     SUCCEEDED,
     JobHeartbeat,
+    job_cancel,
     job_claim,
     job_finish,
     job_state,
@@ -61,6 +63,11 @@ MAX_MIN_JUDGEMENTS = 1000
 class ExportJobError(ConcordError):
     """An export that cannot be queued as asked (the message names the option); nothing was
     created."""
+
+
+class ExportCancelled(Exception):
+    """Raised by a running job's progress write when the job was asked to stop; the export's
+    scratch folder (or the zip's) is removed as the exception leaves it."""
 
 
 def _pairwise_options(
@@ -211,19 +218,24 @@ class ExportProgress:
         self._meter = ProgressMeter(clock=self.clock)
 
     def report(self, phase: str, done: int, total: int | None) -> bool:
-        """Record ``done`` of ``total`` rows in ``phase``, if due; True when written."""
+        """Record ``done`` of ``total`` rows in ``phase``, if due; True when written.
+        ExportCancelled when the job was asked to stop (the write finds its flag set)."""
         now = self.clock()
         finished = total is not None and done >= total
         if phase == self._phase and not finished and now - self._last < self.every_s:
             return False
         figures = self._meter.figures(phase, done, total)
-        ExportJob.objects.filter(pk=self.job_id, status=RUNNING).update(
+        written = ExportJob.objects.filter(
+            pk=self.job_id, status=RUNNING, cancel_requested=False
+        ).update(
             phase=phase,
             rows_done=done,
             rows_total=total,
             rows_per_s=figures["rows_per_s"],
             eta_s=figures["eta_s"],
         )
+        if not written:  # asked to stop (or no longer its worker's): stop here
+            raise ExportCancelled(f"export job #{self.job_id} stopped in {phase}")
         self._phase, self._last = phase, now
         self.writes += 1
         return True
@@ -257,8 +269,10 @@ def _export_make(job: ExportJob, progress: ExportProgress) -> DatasetExport:
 
 
 def export_job_run(*, job_id: int, worker: str | None = None) -> ExportJob:
-    """Run a queued export job to the end: succeeded with its export (and zip, when asked), or
-    failed with the error. A job that is not queued (a redelivered message: it is running
+    """Run a queued export job to the end: succeeded with its export (and zip, when asked),
+    failed with the error, or cancelled when asked to stop while it ran (``export_job_cancel``:
+    nothing half-written is kept; an export finished before the zip was begun stays, with the
+    job). A job that is not queued (a redelivered message: it is running
     elsewhere, or ran) is returned untouched and nothing is exported."""
     if not job_claim(model=ExportJob, pk=job_id, worker=worker):
         return ExportJob.objects.get(pk=job_id)
@@ -271,6 +285,8 @@ def export_job_run(*, job_id: int, worker: str | None = None) -> ExportJob:
                 export = _export_make(job, progress)
             if job.build_hf:
                 hf_export_archive(export=export, progress=progress.of(PHASE_HF))
+    except ExportCancelled:  # the scratch files are gone; an export already made is kept
+        state, error = CANCELLED, ""
     except (ConcordError, ValueError, OSError) as exc:  # the data or the disk (named in exc)
         state, error = FAILED, str(exc) or type(exc).__name__
     except Exception as exc:
@@ -288,6 +304,13 @@ def export_job_run(*, job_id: int, worker: str | None = None) -> ExportJob:
     )  # fmt: skip
     job.refresh_from_db()
     return job
+
+
+def export_job_cancel(*, job: ExportJob) -> str:
+    """Cancel ``job``: a queued one is cancelled at once ("cancelled"); a running one is asked to
+    stop and does at its next progress write, within about a second ("requested"). A finished
+    job raises JobStateError (a ConcordError naming its state) and nothing changes."""
+    return job_cancel(model=ExportJob, pk=job.pk)
 
 
 def _export_figures(export: DatasetExport | None) -> dict[str, object] | None:
@@ -325,7 +348,8 @@ def progress_text(job: ExportJob) -> str:
 def export_job_progress(job: ExportJob) -> dict[str, object]:
     """The job's state for its page and the API: status (and its words), phase, rows done and
     total (judged comparisons while exporting, pairs while zipping), rate (rows per second) and
-    time left in seconds (None until measured), error, options, and once there the export
+    time left in seconds (None until measured), error, whether it was asked to stop, options,
+    and once there the export
     (hash, counts, options, whether its Hugging Face zip is built)."""
     return {
         "id": job.pk,
@@ -338,6 +362,7 @@ def export_job_progress(job: ExportJob) -> dict[str, object]:
         "eta_s": job.eta_s,
         "progress_text": progress_text(job),
         "error": job.error,
+        "cancel_requested": job.cancel_requested,
         "options": job.options,
         "build_hf": job.build_hf,
         "export": _export_figures(job.export),

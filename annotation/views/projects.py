@@ -14,6 +14,7 @@ from annotation.selectors import projects as selectors
 from annotation.selectors.agreement import agreement_alerts
 from annotation.selectors.task_items import item_annotator_progress, items_summary
 from annotation.services.export_jobs import (
+    export_job_cancel,
     export_job_create,
     export_job_hf_build,
     export_job_progress,
@@ -158,6 +159,25 @@ def export_job_page(request: HttpRequest, slug: str, export_job_id: int) -> Http
 @role_required(ML_ENGINEER)
 def export_job_status(request: HttpRequest, slug: str, export_job_id: int) -> JsonResponse:
     return JsonResponse(export_job_progress(_export_job(slug, export_job_id)[1]))
+
+
+@role_required(ML_ENGINEER, methods=("POST",))
+def export_job_cancel_view(request: HttpRequest, slug: str, export_job_id: int) -> HttpResponse:
+    """Cancel an export job (POST) and show its page again: a queued job is cancelled, a running
+    one stops within about a second; a finished one is left as it is, with the reason."""
+    project, job = _export_job(slug, export_job_id)
+    try:
+        outcome = export_job_cancel(job=job)
+    except ConcordError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            f"Export #{job.pk} cancelled."
+            if outcome == "cancelled"
+            else f"Export #{job.pk} will stop within a second; nothing half-written is kept.",
+        )
+    return redirect("annotation:export-job", slug=project.slug, export_job_id=job.pk)
 
 
 @role_required(ML_ENGINEER)

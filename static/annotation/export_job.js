@@ -22,6 +22,8 @@
         bar.max = job.rows_total || Math.max(job.rows_done, 1);
         bar.value = job.rows_done || 0;
         card.querySelector(".job-rows").textContent = job.progress_text;
+        const cancel = card.querySelector("[data-testid=export-job-cancel] button");
+        if (cancel && job.cancel_requested) { cancel.disabled = true; cancel.textContent = "Stopping…"; }
         if (FINISHED.indexOf(job.status) >= 0) window.location.reload();
         else window.setTimeout(poll, 1000);
       })

@@ -17,8 +17,10 @@ from annotation.models import DatasetExport, ExportJob
 from annotation.services.export_jobs import (
     PHASE_EXPORTING,
     PHASE_HF,
+    ExportCancelled,
     ExportJobError,
     ExportProgress,
+    export_job_cancel,
     export_job_create,
     export_job_run,
 )
@@ -290,3 +292,55 @@ def test_the_api_refuses_a_bad_async_export_and_queues_nothing(ml_engineer):
         logged_in(ml_engineer).get(f"/api/projects/{other.slug}/exports/jobs/1/").status_code == 404
     )
     assert not ExportJob.objects.exists()
+
+
+def test_a_queued_job_cancelled_from_its_page_never_exports(project, ml_engineer):
+    """The page offers Cancel while the job waits; the POST cancels it at once (and the button
+    goes), and the task that later finds it exports nothing."""
+    client = logged_in(ml_engineer)
+    job = export_job_create(project=project, created_by=ml_engineer)  # not sent: no commit here
+    url = reverse("annotation:export-job", args=["exp", job.pk])
+    assert 'data-testid="export-job-cancel"' in client.get(url).content.decode()
+    answer = client.post(reverse("annotation:export-job-cancel", args=["exp", job.pk]))
+    assert answer["Location"] == url
+    page = client.get(url).content.decode()
+    assert (
+        'data-state="cancelled">Cancelled</span>' in page and f"Export #{job.pk} cancelled" in page
+    )
+    assert 'data-testid="export-job-cancel"' not in page
+    assert export_job_run(job_id=job.pk).status == "cancelled"
+    assert not DatasetExport.objects.exists()
+    again = client.post(reverse("annotation:export-job-cancel", args=["exp", job.pk]), follow=True)
+    assert "is cancelled; there is nothing to cancel" in again.content.decode()
+
+
+def test_a_running_job_asked_to_stop_keeps_nothing_half_written(project, settings):
+    """A running job is asked to stop ("requested"); its next progress write stops it: cancelled,
+    no export, no scratch folder left in EXPORT_DIR."""
+    job = ExportJob.objects.create(project=project, options={"consensus": "majority"})
+    assert job_claim(model=ExportJob, pk=job.pk)
+    assert export_job_cancel(job=job) == "requested"
+    job.refresh_from_db()
+    assert job.cancel_requested and job.status == "running"
+    with pytest.raises(ExportCancelled):
+        ExportProgress(job_id=job.pk).report(PHASE_EXPORTING, 0, None)
+    # The same through the task: a cancel that landed between the claim and the first write.
+    queued = ExportJob.objects.create(project=project, options={"consensus": "majority"})
+    ExportJob.objects.filter(pk=queued.pk).update(cancel_requested=True)
+    stopped = export_job_run(job_id=queued.pk)
+    assert (stopped.status, stopped.export, stopped.error) == ("cancelled", None, "")
+    assert stopped.finished_at is not None
+    assert not DatasetExport.objects.exists()
+    leftover = list(Path(settings.EXPORT_DIR).rglob("*")) if settings.EXPORT_DIR.exists() else []
+    assert not [path for path in leftover if path.name.startswith(".export-")]
+
+
+def test_the_api_cancels_a_job_and_answers_409_once_it_has_finished(project, ml_engineer):
+    client = logged_in(ml_engineer)
+    job = export_job_create(project=project, created_by=ml_engineer)
+    cancelled = client.post(f"/api/projects/exp/exports/jobs/{job.pk}/cancel/")
+    assert cancelled.status_code == 200
+    assert (cancelled.json()["id"], cancelled.json()["status"]) == (job.pk, "cancelled")
+    finished = client.post(f"/api/projects/exp/exports/jobs/{job.pk}/cancel/")
+    assert finished.status_code == 409 and "nothing to cancel" in finished.json()["detail"]
+    assert client.get(f"/api/projects/exp/exports/jobs/{job.pk}/").json()["status"] == "cancelled"

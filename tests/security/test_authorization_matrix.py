@@ -138,6 +138,8 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     # An export job's page and its status (JSON) for the page's polling: project leads only.
     "annotation:export-job":          {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     "annotation:export-job-status":   {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
+    # Cancel (POST only): the world's job has failed, so the page comes back with the reason.
+    "annotation:export-job-cancel":   {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     # The superuser counts as an annotator but is no member of the project: 404, like any outsider.
     "annotation:label":               {"get": (302, 200, 404, 404, 404), "post": (302, 200, 404, 404, 404)},
     "annotation:label-edit-last":     {"get": (302, 302, 404, 404, 404), "post": (302, 302, 404, 404, 404)},
@@ -207,6 +209,7 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "api-import-detail":              {"get": (401, 403, 403, 200, 200), "post": (401, 403, 403, 405, 405)},
     "api-export-create":              {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 201, 201)},
     "api-export-job-detail":          {"get": (401, 403, 403, 200, 200), "post": (401, 403, 403, 405, 405)},
+    "api-export-job-cancel":          {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 409, 409)},
     "api-judge-import":               {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 400, 400)},
     "api-schema":                     {"get": (200, 200, 200, 200, 200), "post": (405, 405, 405, 405, 405)},
 }  # fmt: skip
