@@ -33,9 +33,10 @@ SCALARS_AS_TEXT_LABEL = "Import responses that are JSON numbers or booleans as t
 
 
 def _recent_export_jobs(project: Project) -> list[dict[str, object]]:
-    """The project's five latest export jobs, as their page shows them."""
+    """The project's five latest export jobs: each ``job`` and its ``progress`` as its page
+    shows it."""
     jobs = project.export_jobs.select_related("export")[:5]
-    return [export_job_progress(job) for job in jobs]
+    return [{"job": job, "progress": export_job_progress(job)} for job in jobs]
 
 
 @role_required(ANNOTATOR, hide=False)
@@ -149,7 +150,7 @@ def _export_job(slug: str, export_job_id: int) -> tuple[Project, ExportJob]:
 
 @role_required(ML_ENGINEER)
 def export_job_page(request: HttpRequest, slug: str, export_job_id: int) -> HttpResponse:
-    """An export job's page: its state and progress while it runs (polled by export_job.js; a
+    """An export job's page: its state and progress while it runs (polled by common/job_poll.js; a
     refresh shows the same without JavaScript), its downloads once done, its error if it failed."""
     project, job = _export_job(slug, export_job_id)
     context = {"project": project, "job": job, "progress": export_job_progress(job)}

@@ -10,7 +10,7 @@ from django.test import Client
 from playwright.sync_api import Page, expect
 
 from annotation.models import ExportJob
-from annotation.services.export_jobs import PHASE_EXPORTING
+from annotation.services.export_jobs import PHASE_EXPORTING, ExportCancelled, ExportProgress
 from annotation.services.exporting import dataset_export
 from common.lifecycle import job_claim, job_finish
 from common.roles import ML_ENGINEER
@@ -58,3 +58,29 @@ def test_the_job_page_shows_progress_then_the_downloads(project, engineer_page):
     expect(result).to_contain_text(export.sha256[:16], timeout=15_000)
     expect(engineer_page.get_by_test_id("job-state")).to_have_text("Succeeded")
     expect(result.get_by_role("link", name="pairs")).to_be_visible()
+
+
+def test_cancel_stops_a_running_job_and_the_manage_page_follows_it(project, engineer_page):
+    """Cancel on a running job's page: the button becomes "Stopping…"; the worker's next progress
+    write stops it and the page shows Cancelled by itself. The Manage page's export list follows a
+    running job the same way."""
+    job = ExportJob.objects.create(project=project, options={"consensus": "majority"})
+    assert job_claim(model=ExportJob, pk=job.pk)
+    engineer_page.goto(f"/annotation/p/exp/export-jobs/{job.pk}/")
+    engineer_page.get_by_role("button", name="Cancel this export").click()
+    expect(engineer_page.get_by_text("will stop within a second")).to_be_visible()
+    expect(engineer_page.get_by_role("button", name="Stopping…")).to_be_disabled()
+    with pytest.raises(ExportCancelled):
+        ExportProgress(job_id=job.pk).report(PHASE_EXPORTING, 0, None)
+    assert job_finish(model=ExportJob, pk=job.pk, state="cancelled")
+    expect(engineer_page.get_by_test_id("job-state")).to_have_text("Cancelled", timeout=15_000)
+    expect(engineer_page.get_by_role("button", name="Stopping…")).to_have_count(0)
+    other = ExportJob.objects.create(project=project, options={"consensus": "majority"})
+    assert job_claim(model=ExportJob, pk=other.pk)
+    engineer_page.goto("/annotation/p/exp/manage/")
+    row = engineer_page.get_by_test_id("export-jobs").locator("tr", has_text=f"Export #{other.pk}")
+    expect(row.get_by_test_id("job-state")).to_have_text("Running")
+    ExportJob.objects.filter(pk=other.pk).update(phase=PHASE_EXPORTING, rows_done=2, rows_total=3)
+    expect(row).to_contain_text("2 of 3 judged comparisons", timeout=15_000)
+    assert job_finish(model=ExportJob, pk=other.pk, state="failed", error="disk full")
+    expect(row).to_contain_text("disk full", timeout=15_000)
