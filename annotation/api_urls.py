@@ -9,6 +9,11 @@ urlpatterns = [
         apis.ImportDetailApi.as_view(),
         name="api-import-detail",
     ),
+    path(
+        "projects/<slug:slug>/imports/<int:job_id>/cancel/",
+        apis.ImportCancelApi.as_view(),
+        name="api-import-cancel",
+    ),
     path("projects/<slug:slug>/exports/", apis.ExportCreateApi.as_view(), name="api-export-create"),
     path(
         "projects/<slug:slug>/exports/jobs/<int:export_job_id>/",

@@ -3,6 +3,8 @@
 - ``POST /api/projects/{slug}/imports/`` (multipart ``file``, optional ``format``, ``skip_invalid``,
   ``scalars_as_text``): queue an import -> 202 + job.
 - ``GET /api/projects/{slug}/imports/{id}/``: the job's status, progress and errors.
+- ``POST /api/projects/{slug}/imports/{id}/cancel/``: cancel it (queued: at once; running: it
+  stops at its next progress report and imports nothing) -> 200 + the job; 409 once finished.
 - ``POST /api/projects/{slug}/exports/``: freeze an export -> 201 + snapshot (hash, counts); a
   rating or ranking project's export takes ``format`` (its training rows: listwise or pairs, kto or
   aspects; annotation.services.item_exports) instead of the pairwise consensus options. With
@@ -39,7 +41,11 @@ from annotation.services.export_jobs import (
     export_job_progress,
 )
 from annotation.services.exporting import CONSENSUS_RULES, dataset_export
-from annotation.services.import_jobs import import_job_create, import_job_progress
+from annotation.services.import_jobs import (
+    import_job_cancel,
+    import_job_create,
+    import_job_progress,
+)
 from annotation.services.item_exports import SNAPSHOT_ROWS, item_dataset_export
 from annotation.services.task_export import TaskExportError
 from common.api_auth import TokenProjectScope
@@ -67,6 +73,9 @@ class ImportJobOutput(serializers.Serializer):
         help_text="The job lifecycle's state: queued, running, succeeded, failed or cancelled."
     )
     status_label = serializers.CharField(help_text="The state in the words the pages show.")
+    cancel_requested = serializers.BooleanField(
+        help_text="Asked to stop while running: it stops at its next progress report."
+    )
     file = serializers.CharField()
     phase = serializers.CharField(help_text="While running: validating or importing.")
     rows_done = serializers.IntegerField(allow_null=True)
@@ -124,6 +133,18 @@ class ImportDetailApi(ProjectLeadApi):
     @extend_schema(responses=ImportJobOutput)
     def get(self, request: Request, slug: str, job_id: int) -> Response:
         job = get_object_or_404(ImportJob, pk=job_id, project__slug=slug)
+        return Response(ImportJobOutput(import_job_progress(job)).data)
+
+
+class ImportCancelApi(ProjectLeadApi):
+    @extend_schema(operation_id="import_cancel", request=None, responses=ImportJobOutput)
+    def post(self, request: Request, slug: str, job_id: int) -> Response:
+        job = get_object_or_404(ImportJob, pk=job_id, project__slug=slug)
+        try:
+            import_job_cancel(job=job)
+        except ConcordError as exc:  # it has finished: nothing to cancel
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        job.refresh_from_db()
         return Response(ImportJobOutput(import_job_progress(job)).data)
 
 

@@ -27,6 +27,7 @@ class AnnotationConfig(AppConfig):
         # Imports, exports and clustering run on the default queue (no route in settings names them).
         job_kind_register(
             JobKind(model="annotation.ImportJob", noun="import", queue_of=_default_queue,
+                    cancel_field="cancel_requested",
                     error_field="errors", error_value=_import_errors,
                     reap_advice="Nothing was imported; upload the file again.")
         )  # fmt: skip

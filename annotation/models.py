@@ -560,6 +560,10 @@ class ImportJob(models.Model):
     rows_done = models.PositiveIntegerField(default=0)
     errors = models.JSONField(default=list, blank=True)
     result = models.JSONField(default=dict, blank=True)
+    cancel_requested = models.BooleanField(
+        default=False,
+        help_text="Set while it runs to stop it (and roll it back) at its next progress report.",
+    )
     worker = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

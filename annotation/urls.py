@@ -18,6 +18,9 @@ urlpatterns = [
     path("p/<slug:slug>/manage/", projects.project_manage, name="project-manage"),
     path("p/<slug:slug>/imports/", projects.import_upload, name="import-upload"),
     path("p/<slug:slug>/imports/<int:job_id>/", projects.import_status, name="import-status"),
+    path(
+        "p/<slug:slug>/imports/<int:job_id>/cancel/", projects.import_cancel, name="import-cancel"
+    ),
     path("p/<slug:slug>/exports/", projects.export_create, name="export-create"),
     path(
         "p/<slug:slug>/export-jobs/<int:export_job_id>/",

@@ -216,17 +216,20 @@ def test_a_job_that_finished_after_the_reaper_keeps_the_failed_state(snapshot):
 
 
 def test_cancel_a_queued_job_at_once_and_a_running_one_only_when_it_polls(snapshot):
-    """A queued import is cancelled at once; a running import cannot be stopped part-way (clear
-    error, nothing changed); a running training run gets its cancel flag; a finished job has
-    nothing to cancel."""
+    """A queued import is cancelled at once; a running clustering run cannot be stopped part-way
+    (clear error, nothing changed); a running import or training run gets its cancel flag; a
+    finished job has nothing to cancel."""
     project = snapshot.export.project
     queued, running = _import(project), _import(project, status="running")
     assert lifecycle.job_cancel(model=ImportJob, pk=queued.pk) == "cancelled"
     queued.refresh_from_db()
     assert queued.status == "cancelled" and queued.finished_at is not None
-    with pytest.raises(JobStateError, match=f"import #{running.pk} is running and cannot be"):
-        lifecycle.job_cancel(model=ImportJob, pk=running.pk)
-    assert ImportJob.objects.get(pk=running.pk).status == "running"
+    assert lifecycle.job_cancel(model=ImportJob, pk=running.pk) == "requested"
+    assert ImportJob.objects.get(pk=running.pk).cancel_requested
+    clustering = ClusteringRun.objects.create(project=project, model_name="m", status="running")
+    with pytest.raises(JobStateError, match=f"clustering run #{clustering.pk} is running and"):
+        lifecycle.job_cancel(model=ClusteringRun, pk=clustering.pk)
+    assert ClusteringRun.objects.get(pk=clustering.pk).status == "running"
     run = _run(snapshot, "running")
     assert lifecycle.job_cancel(model=TrainingRun, pk=run.pk) == "requested"
     assert TrainingRun.objects.get(pk=run.pk).cancel_requested

@@ -9,6 +9,9 @@ see until the end).
 The job follows the one job lifecycle (``common.lifecycle``): the task claims it (queued ->
 running, one conditional update), so a redelivered message finds it taken and imports nothing
 twice; a heartbeat thread keeps it alive while it works, and the reaper fails it if the worker dies.
+``import_job_cancel`` cancels a queued job at once; a running one is asked to stop (the job's
+``cancel_requested``, and a mark in the shared cache that its progress reports read, whichever
+thread reports), stops at its next report and rolls back: nothing of the file is imported.
 """
 
 from __future__ import annotations
@@ -29,7 +32,16 @@ from annotation.services.import_result import ProgressMeter
 from annotation.services.importing import ImportOptions, comparisons_import
 from common.errors import ConcordError
 from common.jobs import task_send
-from common.lifecycle import FAILED, SUCCEEDED, JobHeartbeat, job_claim, job_finish, job_state
+from common.lifecycle import (
+    CANCELLED,
+    FAILED,
+    SUCCEEDED,
+    JobHeartbeat,
+    job_cancel,
+    job_claim,
+    job_finish,
+    job_state,
+)
 
 ALLOWED_SUFFIXES = (
     ".jsonl",
@@ -49,6 +61,25 @@ SCALARS_AS_TEXT_API = '"scalars_as_text": true'  # how an API upload's row error
 
 def _progress_key(job_id: int) -> str:
     return f"concord:import-job:{job_id}"
+
+
+def _stop_key(job_id: int) -> str:
+    return f"concord:import-job:{job_id}:stop"
+
+
+class ImportCancelled(Exception):
+    """Raised by a running import's progress report when the job was asked to stop; the import's
+    transaction rolls back as it leaves."""
+
+
+def import_job_cancel(*, job: ImportJob) -> str:
+    """Cancel ``job``: a queued one is cancelled at once ("cancelled"); a running one is asked to
+    stop ("requested") and does at its next progress report, importing nothing. A finished job
+    raises JobStateError (a ConcordError naming its state) and nothing changes."""
+    outcome = job_cancel(model=ImportJob, pk=job.pk)
+    if outcome == "requested":
+        cache.set(_stop_key(job.pk), "1", PROGRESS_TTL_S)
+    return outcome
 
 
 def import_job_create(
@@ -128,9 +159,10 @@ def import_job_create(
 
 
 def import_job_run(*, job_id: int, worker: str | None = None) -> ImportJob:
-    """Run a queued import job to the end: succeeded with counts, or failed with every error
-    listed. A job that is not queued (a redelivered message: it is running elsewhere, or ran) is
-    returned untouched and nothing is imported."""
+    """Run a queued import job to the end: succeeded with counts, failed with every error
+    listed, or cancelled (rolled back) when asked to stop while it ran. A job that is not queued
+    (a redelivered message: it is running elsewhere, or ran) is returned untouched and nothing
+    is imported."""
     if not job_claim(model=ImportJob, pk=job_id, worker=worker):
         return ImportJob.objects.get(pk=job_id)
     job = ImportJob.objects.select_related("project").get(pk=job_id)
@@ -138,6 +170,8 @@ def import_job_run(*, job_id: int, worker: str | None = None) -> ImportJob:
     meter = ProgressMeter()
 
     def progress(phase: str, done: int, total: int | None) -> None:
+        if cache.get(_stop_key(job.pk)) is not None:
+            raise ImportCancelled(f"import job #{job.pk} stopped while {phase}")
         cache.set(_progress_key(job.pk), meter.figures(phase, done, total), PROGRESS_TTL_S)
 
     chosen = job.result.get("options", {})
@@ -155,6 +189,8 @@ def import_job_run(*, job_id: int, worker: str | None = None) -> ImportJob:
             result = comparisons_import(
                 project=job.project, lines=Path(job.path), progress=progress, options=options
             )
+    except ImportCancelled:  # rolled back: nothing of the file was imported
+        outcome, state = {"result": {"options": chosen}}, CANCELLED
     except ImportValidationError as exc:
         errors = [
             {"line": e.line, "unit": e.unit, "field": e.field, "message": e.message}
@@ -170,7 +206,7 @@ def import_job_run(*, job_id: int, worker: str | None = None) -> ImportJob:
         Exception
     ) as exc:  # a bug, not the file: fail the job now (not at the reaper), then raise
         job_finish(model=ImportJob, pk=job.pk, state=FAILED, error=f"{type(exc).__name__}: {exc}")
-        cache.delete(_progress_key(job.pk))
+        cache.delete_many([_progress_key(job.pk), _stop_key(job.pk)])
         raise
     else:
         outcome = {
@@ -180,7 +216,7 @@ def import_job_run(*, job_id: int, worker: str | None = None) -> ImportJob:
         }
         state = SUCCEEDED
     job_finish(model=ImportJob, pk=job.pk, state=state, updates=outcome)
-    cache.delete(_progress_key(job.pk))
+    cache.delete_many([_progress_key(job.pk), _stop_key(job.pk)])
     job.refresh_from_db()
     return job
 
@@ -188,12 +224,13 @@ def import_job_run(*, job_id: int, worker: str | None = None) -> ImportJob:
 def import_job_progress(job: ImportJob) -> dict[str, object]:
     """The job's state for the progress bar: status, phase, rows done and total (about, while
     validating: the file's lines), the phase's rate (rows per second) and time left in seconds
-    (None until measured), errors."""
+    (None until measured), errors, whether it was asked to stop."""
     live = cache.get(_progress_key(job.pk)) or {}
     return {
         "id": job.pk,
         "status": job.status,
         "status_label": job_state(job)[1],
+        "cancel_requested": job.cancel_requested,
         "file": job.original_name,
         "phase": live.get("phase", job.status),
         "rows_done": live.get("rows_done", job.rows_done),

@@ -22,7 +22,11 @@ from annotation.services.export_jobs import (
 )
 from annotation.services.exporting import ITEMS_FILE, JUDGEMENTS_FILE, PAIRS_FILE
 from annotation.services.hf_export import HF_FORMAT, hf_export_archive_path
-from annotation.services.import_jobs import import_job_create, import_job_progress
+from annotation.services.import_jobs import (
+    import_job_cancel,
+    import_job_create,
+    import_job_progress,
+)
 from annotation.services.item_exports import item_snapshot_formats
 from annotation.work_queue.registry import task_type_of
 from common.errors import ConcordError
@@ -160,6 +164,27 @@ def export_job_page(request: HttpRequest, slug: str, export_job_id: int) -> Http
 @role_required(ML_ENGINEER)
 def export_job_status(request: HttpRequest, slug: str, export_job_id: int) -> JsonResponse:
     return JsonResponse(export_job_progress(_export_job(slug, export_job_id)[1]))
+
+
+@role_required(ML_ENGINEER, methods=("POST",))
+def import_cancel(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    """Cancel an import job (POST) and go back to the Manage page: a queued import is cancelled,
+    a running one stops within a few seconds and imports nothing; a finished one is left as it
+    is, with the reason."""
+    project = get_object_or_404(Project, slug=slug)
+    job = get_object_or_404(ImportJob, pk=job_id, project=project)
+    try:
+        outcome = import_job_cancel(job=job)
+    except ConcordError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            f"Import of {job.original_name} cancelled."
+            if outcome == "cancelled"
+            else f"The import of {job.original_name} will stop shortly; nothing of it is kept.",
+        )
+    return redirect("annotation:project-manage", slug=project.slug)
 
 
 @role_required(ML_ENGINEER, methods=("POST",))

@@ -133,6 +133,8 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "annotation:project-manage":      {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     "annotation:import-upload":       {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     "annotation:import-status":       {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
+    # Cancel (POST only): back to the Manage page, with the reason when the job has finished.
+    "annotation:import-cancel":       {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     "annotation:export-create":       {"get": (302, 405, 405, 405, 405), "post": (302, 404, 404, 302, 302)},
     "annotation:export-download":     {"get": (302, 404, 404, 200, 200), "post": (302, 404, 404, 200, 200)},
     # An export job's page and its status (JSON) for the page's polling: project leads only.
@@ -207,6 +209,7 @@ MATRIX: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "admin:<admin/(?P<url>.*)$>":     {"get": (302, 302, 302, 404, 404), "post": (302, 302, 302, 404, 404)},
     "api-import-create":              {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 400, 400)},
     "api-import-detail":              {"get": (401, 403, 403, 200, 200), "post": (401, 403, 403, 405, 405)},
+    "api-import-cancel":              {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 409, 409)},
     "api-export-create":              {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 201, 201)},
     "api-export-job-detail":          {"get": (401, 403, 403, 200, 200), "post": (401, 403, 403, 405, 405)},
     "api-export-job-cancel":          {"get": (401, 403, 403, 405, 405), "post": (401, 403, 403, 409, 409)},
