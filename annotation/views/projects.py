@@ -1,6 +1,7 @@
 """Project pages: the project lists, the lead's page (imports, progress, exports) and downloads.
 Thin: check the role, call a service or selector, render."""
 
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
@@ -166,6 +167,19 @@ def export_job_status(request: HttpRequest, slug: str, export_job_id: int) -> Js
     return JsonResponse(export_job_progress(_export_job(slug, export_job_id)[1]))
 
 
+def _cancel_said(
+    request: HttpRequest, cancel: Callable[[], str], *, cancelled: str, requested: str
+) -> None:
+    """Run a job's cancel service and say what came of it: ``cancelled`` (it had not started),
+    ``requested`` (it stops at its next progress write), or the service's reason (it finished)."""
+    try:
+        outcome = cancel()
+    except ConcordError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, cancelled if outcome == "cancelled" else requested)
+
+
 @role_required(ML_ENGINEER, methods=("POST",))
 def import_cancel(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     """Cancel an import job (POST) and go back to the Manage page: a queued import is cancelled,
@@ -173,17 +187,11 @@ def import_cancel(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     is, with the reason."""
     project = get_object_or_404(Project, slug=slug)
     job = get_object_or_404(ImportJob, pk=job_id, project=project)
-    try:
-        outcome = import_job_cancel(job=job)
-    except ConcordError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(
-            request,
-            f"Import of {job.original_name} cancelled."
-            if outcome == "cancelled"
-            else f"The import of {job.original_name} will stop shortly; nothing of it is kept.",
-        )
+    _cancel_said(
+        request, lambda: import_job_cancel(job=job),
+        cancelled=f"Import of {job.original_name} cancelled.",
+        requested=f"The import of {job.original_name} will stop shortly; nothing of it is kept.",
+    )  # fmt: skip
     return redirect("annotation:project-manage", slug=project.slug)
 
 
@@ -192,17 +200,11 @@ def export_job_cancel_view(request: HttpRequest, slug: str, export_job_id: int) 
     """Cancel an export job (POST) and show its page again: a queued job is cancelled, a running
     one stops within about a second; a finished one is left as it is, with the reason."""
     project, job = _export_job(slug, export_job_id)
-    try:
-        outcome = export_job_cancel(job=job)
-    except ConcordError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(
-            request,
-            f"Export #{job.pk} cancelled."
-            if outcome == "cancelled"
-            else f"Export #{job.pk} will stop within a second; nothing half-written is kept.",
-        )
+    _cancel_said(
+        request, lambda: export_job_cancel(job=job),
+        cancelled=f"Export #{job.pk} cancelled.",
+        requested=f"Export #{job.pk} will stop within a second; nothing half-written is kept.",
+    )  # fmt: skip
     return redirect("annotation:export-job", slug=project.slug, export_job_id=job.pk)
 
 
