@@ -13,7 +13,7 @@ from django.db.models import Count, Exists, OuterRef, QuerySet
 
 from annotation.agreement import krippendorff_alpha
 from monitoring.models import EvalAssignment, EvalItem, EvalJudgement, EvalRound
-from monitoring.stats import stopping
+from monitoring.stats import stopping, win_rates
 from monitoring.stats.intervals import Interval
 
 # Rounds whose answers have been generated: before that both answers of every item are empty.
@@ -78,11 +78,11 @@ class RoundOutcomes:
         return len(self.outcomes) - self.n_identical
 
     def win_rate(self) -> Interval | None:
-        """The human win rate with the item as the unit (``stopping.win_rate``); None without a
+        """The human win rate with the item as the unit (``win_rates.win_rate``); None without a
         human rating (identical answers alone are no human judgement)."""
         if not self.n_ratings:
             return None
-        return stopping.win_rate(self.outcomes, self.item_ids)
+        return win_rates.win_rate(self.outcomes, self.item_ids)
 
 
 def round_outcomes(round_: EvalRound) -> RoundOutcomes:
@@ -178,7 +178,7 @@ def round_win_rate_over_time(round_: EvalRound) -> list[dict[str, float]]:
     """[{n (ratings so far), items, estimate, low, high}] after each rating: the win rate over the
     identical items' ties and the ratings so far, item as the unit; [] before the first rating."""
     counted = round_outcomes(round_)
-    return stopping.win_rate_over_time(
+    return win_rates.win_rate_over_time(
         counted.outcomes, counted.item_ids, known=counted.n_identical
     )
 
@@ -207,7 +207,7 @@ def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
     """Everything the results page shows.
 
     Returns {n_judgements, n_reviewers, n_identical (items with identical answers, one tie each),
-    n_rated_items (items with a human rating), few_items (fewer than ``stopping.MIN_RATED_ITEMS``
+    n_rated_items (items with a human rating), few_items (fewer than ``win_rates.MIN_RATED_ITEMS``
     rated items), min_rated_items, win_rate (Interval over the items, None without a human rating),
     over_time [{n, items, estimate, low, high}] after each rating, eprocess (item means in the
     order items were completed; a tie moves no wealth), usefulness (UsefulnessSummary, ratings
@@ -262,13 +262,13 @@ def round_results(round_: EvalRound, *, n_boot: int = 1000) -> dict[str, Any]:
         "n_reviewers": len(reviewers),
         "n_identical": len(identical),
         "n_rated_items": n_rated_items,
-        "few_items": n_rated_items < stopping.MIN_RATED_ITEMS,
-        "min_rated_items": stopping.MIN_RATED_ITEMS,
+        "few_items": n_rated_items < win_rates.MIN_RATED_ITEMS,
+        "min_rated_items": win_rates.MIN_RATED_ITEMS,
         "win_rate": outcomes.win_rate(),
-        "over_time": stopping.win_rate_over_time(
+        "over_time": win_rates.win_rate_over_time(
             outcomes.outcomes, outcomes.item_ids, known=outcomes.n_identical
         ),
-        "eprocess": stopping.win_rate_eprocess(completed_item_outcomes(round_, judgements)),
+        "eprocess": win_rates.win_rate_eprocess(completed_item_outcomes(round_, judgements)),
         "usefulness": stopping.usefulness_summary(ratings, item_ids, n_boot=n_boot),
         "alpha": alpha,
         "length_controlled": lc,

@@ -28,7 +28,7 @@ from monitoring.selectors.eval_rounds import (
     round_judgements,
     round_outcomes,
 )
-from monitoring.stats import stopping
+from monitoring.stats import stopping, win_rates
 from monitoring.stats.intervals import EstimateChoice, Interval
 from monitoring.stats.ppi import (
     NO_HUMAN_RATING,
@@ -251,7 +251,7 @@ def round_panel_estimates(
     )
     return round_estimates(
         round_,
-        win_rate=round_outcomes(round_).win_rate() or stopping.win_rate([]),
+        win_rate=round_outcomes(round_).win_rate() or win_rates.win_rate([]),
         usefulness=usefulness.mean,
         kappa_threshold=kappa_threshold,
     )

@@ -29,7 +29,7 @@ from django.db.models import Count, Max, Sum
 from monitoring.models import EvalJudgement, EvalJudgeVerdict, EvalRound, StoppingPanelFigures
 from monitoring.selectors import round_judges as ppi_selectors
 from monitoring.selectors.eval_rounds import round_judgements, round_outcomes
-from monitoring.stats import stopping
+from monitoring.stats import stopping, win_rates
 from monitoring.stats.intervals import Interval
 from monitoring.stats.peak import PeakLine, peak_line
 from monitoring.stats.ppi import PPIEstimate
@@ -343,8 +343,8 @@ def stopping_panel_from_figures(
         "kappa_threshold": kappa_threshold,
         "latest_round": latest,
         "n_rated_items": rated_items,
-        "few_items": latest is not None and rated_items < stopping.MIN_RATED_ITEMS,
-        "min_rated_items": stopping.MIN_RATED_ITEMS,
+        "few_items": latest is not None and rated_items < win_rates.MIN_RATED_ITEMS,
+        "min_rated_items": win_rates.MIN_RATED_ITEMS,
         "rounds": rounds,
         "best_checkpoint": figures["best_checkpoint"],
         "decisions": decisions,
@@ -394,7 +394,7 @@ def run_bradley_terry(run: TrainingRun, *, n_boot: int = 300) -> list[dict[str, 
             base = node(("model", round_.baseline_model), round_.baseline_model)
         mine = node(("ckpt", round_.checkpoint_id), f"step {round_.checkpoint.step}")
         # One comparison per item (its mean outcome): the bootstrap resamples items, not ratings.
-        means = stopping.item_means(counted.outcomes, counted.item_ids)
+        means = win_rates.item_means(counted.outcomes, counted.item_ids)
         pairs.extend((mine, base, float(outcome)) for outcome in means)
     if not pairs:
         return []

@@ -58,7 +58,7 @@ from monitoring.selectors.round_judges import DEFAULT_KAPPA_THRESHOLD
 from monitoring.services import eval_queue
 from monitoring.services import round_judges as round_judge_services
 from monitoring.services.stopping_panel import stopping_inputs_changed
-from monitoring.stats import stopping
+from monitoring.stats import win_rates
 from monitoring.stats.ppi import human_subset
 from training import services as training_services
 from training.models import Checkpoint, TrainingRun
@@ -103,7 +103,7 @@ def round_create(
     timeout_s).
 
     The round stores the sample size a win rate interval of width ``ci_width`` needs
-    (``stopping.sample_size_for_width``), so the page can say whether ``size`` is enough.
+    (``win_rates.sample_size_for_width``), so the page can say whether ``size`` is enough.
 
     ``judge``: a model judge of ``project`` that rates every item once the answers exist
     (``round_judge_services.round_judge_launch``); reviewers then rate only ``ppi.human_subset``'s seeded
@@ -138,7 +138,7 @@ def round_create(
             f"repeat_every must be 0 (no repeats) to {MAX_REPEAT_EVERY}, got {repeat_every}"
         )
     _check_round_judge(project, judge, human_fraction, min_human_items)
-    hint = stopping.sample_size_for_width(ci_width)  # raises ValueError on a bad width
+    hint = win_rates.sample_size_for_width(ci_width)  # raises ValueError on a bad width
     config = {**DEFAULT_SAMPLING, **(sampling or {})}
     _sampling_config(config)  # reject bad sampling settings before anything is written
     endpoint = dict(endpoint or {})

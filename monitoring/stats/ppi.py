@@ -261,7 +261,7 @@ def ppi_win_rate(
     same scale, or its probability that the checkpoint wins (e.g. the mean of its verdicts in both
     orders). The interval is clipped to [0, 1]. The humans-only interval is the normal one
     (mean -/+ z sd/sqrt(n)) over the same unit, the item, so the two differ only by the judge;
-    ``stopping.win_rate`` (Wilson's interval at the item means' effective sample size) is better
+    ``win_rates.win_rate`` (Wilson's interval at the item means' effective sample size) is better
     for few items near 0 or 1.
     """
     f = np.asarray(judge_outcomes, dtype=float)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from monitoring.stats import ppi
-from monitoring.stats.stopping import Interval
+from monitoring.stats.intervals import Interval
 
 SIMULATIONS = 2000
 OUTCOMES = np.array([1.0, 0.5, 0.0])  # win, tie, loss from the checkpoint's side

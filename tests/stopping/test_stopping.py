@@ -1,11 +1,12 @@
-"""The stopping statistics against hand-derived values and invariants (monitoring/stats/stopping.py)."""
+"""The stopping statistics against hand-derived values and invariants (monitoring/stats/stopping.py
+and monitoring/stats/win_rates.py)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from monitoring.stats import stopping
+from monitoring.stats import stopping, win_rates
 
 
 @pytest.mark.parametrize(
@@ -16,7 +17,7 @@ def test_wilson_interval_matches_newcombe_1998(successes, n, low, high):
     """Newcombe (1998), Stat. Med. 17:857, Table I, method 3 (score interval without continuity
     correction): 81/263 -> [0.2553, 0.3662], 15/148 -> [0.0624, 0.1605], 0/20 -> [0, 0.1611],
     1/29 -> [0.0061, 0.1718]."""
-    interval = stopping.wilson_interval(successes, n)
+    interval = win_rates.wilson_interval(successes, n)
     assert interval.low == pytest.approx(low, abs=1e-4)
     assert interval.high == pytest.approx(high, abs=1e-4)
     assert interval.estimate == pytest.approx(successes / n)
@@ -27,11 +28,11 @@ def test_win_rate_counts_a_tie_as_half():
     less variable than wins and losses: s^2 = (3 x 0.36 + 2 x 0.01 + 5 x 0.16) / 9 = 0.21111,
     v = s^2 / 10, n_eff = 0.24 / v = 11.3684, times (z / t_9)^2 = 0.750673: 8.53396; Wilson at
     p = 0.4, n = 8.53396 (z = 1.95996): centre 0.43104, half-width 0.27470, so [0.1563, 0.7057]."""
-    rate = stopping.win_rate([1, 1, 1, 0.5, 0.5, 0, 0, 0, 0, 0])
+    rate = win_rates.win_rate([1, 1, 1, 0.5, 0.5, 0, 0, 0, 0, 0])
     assert (rate.estimate, rate.n) == (pytest.approx(0.4), 10)
     assert rate.low == pytest.approx(0.1563, abs=1e-4)
     assert rate.high == pytest.approx(0.7057, abs=1e-4)
-    over_time = stopping.win_rate_over_time([1, 0, 0.5])
+    over_time = win_rates.win_rate_over_time([1, 0, 0.5])
     assert [row["estimate"] for row in over_time] == pytest.approx([1.0, 0.5, 0.5])
 
 
@@ -41,7 +42,7 @@ def test_eprocess_keeps_its_type_one_error_under_the_null():
     looked at; 1000 seeded simulations (binomial sd of the estimate ~0.007)."""
     rng = np.random.default_rng(7)
     runs = rng.choice([0.0, 0.5, 1.0], p=[0.4, 0.2, 0.4], size=(1000, 300))
-    decided = [stopping.win_rate_eprocess(run, alpha=0.05).decision != "undecided" for run in runs]
+    decided = [win_rates.win_rate_eprocess(run, alpha=0.05).decision != "undecided" for run in runs]
     assert np.mean(decided) <= 0.05
 
 
@@ -50,9 +51,9 @@ def test_eprocess_finds_a_real_difference_and_its_side():
     in nearly every simulation; the mirror image is found worse."""
     rng = np.random.default_rng(3)
     better = rng.choice([0.0, 0.5, 1.0], p=[0.2, 0.2, 0.6], size=(50, 300))
-    found = [stopping.win_rate_eprocess(run) for run in better]
+    found = [win_rates.win_rate_eprocess(run) for run in better]
     assert np.mean([r.decision == "better" for r in found]) >= 0.95
-    worse = stopping.win_rate_eprocess(1 - better[0])
+    worse = win_rates.win_rate_eprocess(1 - better[0])
     assert worse.decision == "worse"
     assert worse.wealth[worse.stopped_at - 1] >= 20
 
@@ -60,18 +61,18 @@ def test_eprocess_finds_a_real_difference_and_its_side():
 def test_eprocess_wealth_of_one_rating_by_hand():
     """One win: each bet lam = b / (2 * 0.5) = b multiplies wealth by 1 + lam/2; the mixture over
     +-{0.1, 0.25, 0.5, 1, 1.5} averages 1 + b/2 and 1 - b/2, which is exactly 1."""
-    assert stopping.win_rate_eprocess([1.0]).e_value == pytest.approx(1.0)
-    two = stopping.win_rate_eprocess([1.0, 1.0]).e_value
+    assert win_rates.win_rate_eprocess([1.0]).e_value == pytest.approx(1.0)
+    two = win_rates.win_rate_eprocess([1.0, 1.0]).e_value
     # mean over b of ((1 + b/2)^2 + (1 - b/2)^2) / 2 = 1 + mean(b^2)/4
-    assert two == pytest.approx(1 + np.mean(stopping.BETS**2) / 4)
+    assert two == pytest.approx(1 + np.mean(win_rates.BETS**2) / 4)
 
 
 def test_sample_size_for_width():
     """z^2 p(1-p) / (w/2)^2: 1.95996^2 * 0.25 / 0.05^2 = 384.15 -> 385; width 0.2 -> 96.04 -> 97."""
-    assert stopping.sample_size_for_width(0.1) == 385
-    assert stopping.sample_size_for_width(0.2) == 97
+    assert win_rates.sample_size_for_width(0.1) == 385
+    assert win_rates.sample_size_for_width(0.2) == 97
     with pytest.raises(ValueError, match="width"):
-        stopping.sample_size_for_width(0)
+        win_rates.sample_size_for_width(0)
 
 
 def test_usefulness_mean_and_prompt_clustered_interval():

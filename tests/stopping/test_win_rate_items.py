@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from monitoring.stats import stopping
+from monitoring.stats import stopping, win_rates
 
 # z = Phi^-1(0.975) and Student's t_{0.975} at 3 and 4 degrees of freedom (tables).
 Z = 1.959964
@@ -29,7 +29,7 @@ def test_the_interval_takes_item_means_by_hand():
     = 1/6, v = s^2 / 4 = 1/24, n_eff = p (1 - p) / v = 6, times (z / t_3)^2 = 0.379292 for the 3
     degrees of freedom: 2.27575. Wilson at p = 0.5, n = 2.27575: centre 0.5, half-width
     z / (1 + z^2/n) * sqrt(0.25/n + z^2/(4 n^2)) = 0.729155 * 0.543402 = 0.396224."""
-    rate = stopping.win_rate(
+    rate = win_rates.win_rate(
         [1, 1, 1, 0, 0, 0, 1, 0.5, 0, 0.5], item_ids=[1, 1, 1, 2, 2, 2, 3, 3, 3, 4]
     )
     assert rate.n == 4
@@ -47,7 +47,7 @@ def test_an_identical_answer_item_counts_once():
     3 independent ties (the old rule) would give p = 15 / 18 and 18 observations instead."""
     outcomes = [1.0] * 12 + [0.5]
     items = [k for k in range(4) for _ in range(3)] + [9]
-    rate = stopping.win_rate(outcomes, items)
+    rate = win_rates.win_rate(outcomes, items)
     assert (rate.n, rate.estimate) == (5, pytest.approx(0.9))
     n_eff = 9 * (Z / T4) ** 2
     assert n_eff == pytest.approx(4.48498, abs=1e-5)
@@ -58,14 +58,14 @@ def test_items_that_all_agree_fall_back_to_the_item_count():
     """Four items all won (item means 1, 1, 1, 1): the items' variance is 0, so n_eff is the 4
     items times (z / t_3)^2 = 1.51717, and Wilson's lower bound at p = 1 is n / (n + z^2) =
     1.51717 / 5.35863 = 0.283126; not the [0.757, 1] that 12 independent ratings would claim."""
-    rate = stopping.win_rate([1.0] * 12, [k for k in range(4) for _ in range(3)])
+    rate = win_rates.win_rate([1.0] * 12, [k for k in range(4) for _ in range(3)])
     assert (rate.n, rate.estimate, rate.high) == (4, 1.0, 1.0)
     assert rate.low == pytest.approx(0.283126, abs=1e-6)
 
 
 def test_no_outcome_gives_no_estimate():
     """No item: estimate NaN, the whole [0, 1], n = 0 (the pages then say there is no interval)."""
-    rate = stopping.win_rate([])
+    rate = win_rates.win_rate([])
     assert math.isnan(rate.estimate) and (rate.low, rate.high, rate.n) == (0.0, 1.0, 0)
 
 
@@ -75,21 +75,21 @@ def test_the_interval_after_each_rating_counts_known_ties_from_the_start():
     0.125, v = 0.0625, n_eff = 0.1875 / 0.0625 = 3 times (z / t_1)^2 (t_1 = 12.706205), capped
     at the outcomes so far; after 3: items {0.5, 1, 0}, p = 0.5, s^2 = 0.25, v = 1/12, n_eff = 3
     times (z / t_2)^2 (t_2 = 4.302653)."""
-    rows = stopping.win_rate_over_time([0.5, 1, 1, 0], [9, 1, 1, 2], known=1)
+    rows = win_rates.win_rate_over_time([0.5, 1, 1, 0], [9, 1, 1, 2], known=1)
     assert [(r["n"], r["items"]) for r in rows] == [(1, 2), (2, 2), (3, 3)]
     assert [r["estimate"] for r in rows] == pytest.approx([0.75, 0.75, 0.5])
     low, high = _wilson(0.75, 3 * (Z / 12.706205) ** 2)
     assert (rows[0]["low"], rows[0]["high"]) == pytest.approx((low, high), abs=1e-6)
     low, high = _wilson(0.5, 3 * (Z / 4.302653) ** 2)
     assert (rows[2]["low"], rows[2]["high"]) == pytest.approx((low, high), abs=1e-6)
-    assert stopping.win_rate_over_time([0.5, 0.5], [7, 8], known=2) == []
+    assert win_rates.win_rate_over_time([0.5, 0.5], [7, 8], known=2) == []
 
 
 def test_bad_item_input_is_refused():
     with pytest.raises(ValueError, match="differ in length"):
-        stopping.win_rate([1, 0], [1])
+        win_rates.win_rate([1, 0], [1])
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        stopping.win_rate_batch([[0.5, 1.5]])
+        win_rates.win_rate_batch([[0.5, 1.5]])
 
 
 def _simulate(rng, *, rounds, items, identical, reviewers, mean, concentration, tie=0.2):
@@ -122,12 +122,12 @@ def test_coverage_with_correlated_reviewers(items, identical, mean, seed):
         rng, rounds=2000, items=items, identical=identical, reviewers=3, mean=mean,
         concentration=1.0,
     )  # fmt: skip
-    batch = stopping.win_rate_batch(means, n_outcomes=items * 3 + identical)
+    batch = win_rates.win_rate_batch(means, n_outcomes=items * 3 + identical)
     assert (batch.n_items == items + identical).all()
     coverage = np.mean((batch.low <= truth) & (truth <= batch.high))
     assert coverage >= 0.94
     flat = np.concatenate([ratings.reshape(2000, -1), np.full((2000, identical * 3), 0.5)], axis=1)
-    naive = stopping.win_rate_batch(flat, n_outcomes=flat.shape[1])
+    naive = win_rates.win_rate_batch(flat, n_outcomes=flat.shape[1])
     assert np.mean((naive.low <= truth) & (truth <= naive.high)) < 0.94
 
 
@@ -175,13 +175,13 @@ def test_the_interval_over_time_does_not_depend_on_its_block_size(monkeypatch):
     one block, and the last point is ``win_rate`` on every outcome."""
     outcomes = [0.5, 1, 0, 1, 0.5, 1, 1, 0, 1, 0.5]
     items = [7, 1, 2, 1, 3, 2, 3, 1, 4, 4]
-    whole = stopping.win_rate_over_time(outcomes, items, known=1)
-    monkeypatch.setattr(stopping, "PREFIX_BLOCK", 2)
-    blocked = stopping.win_rate_over_time(outcomes, items, known=1)
+    whole = win_rates.win_rate_over_time(outcomes, items, known=1)
+    monkeypatch.setattr(win_rates, "PREFIX_BLOCK", 2)
+    blocked = win_rates.win_rate_over_time(outcomes, items, known=1)
     assert [(r["n"], r["items"]) for r in blocked] == [(r["n"], r["items"]) for r in whole]
     for key in ("estimate", "low", "high"):
         assert [r[key] for r in blocked] == pytest.approx([r[key] for r in whole])
-    last = stopping.win_rate(outcomes, items)
+    last = win_rates.win_rate(outcomes, items)
     assert (whole[-1]["estimate"], whole[-1]["low"], whole[-1]["high"], whole[-1]["items"]) == (
         pytest.approx(last.estimate), pytest.approx(last.low), pytest.approx(last.high), last.n,
     )  # fmt: skip
