@@ -23,13 +23,16 @@ from annotation.agreement.bias import flag_label
 from annotation.models import Project
 from annotation.selectors.agreement import (
     ProjectJudgements,
+    ProjectRows,
     cached_dashboard,
     dashboard_cache_key,
     day_label,
     judgements_fingerprint,
+    judgements_from_rows,
     project_judgements,
     refresh_pending_key,
 )
+from annotation.services.agreement_state import refresh_rows
 from annotation.services.consensus import consensus_refit_schedule
 from common.jobs import task_send
 
@@ -60,11 +63,20 @@ class ProjectAgreement:
 
 
 def project_agreement(
-    *, project: Project, n_boot: int = 1000, pair_boot: int = 0, seed: int = 0
+    *,
+    project: Project,
+    n_boot: int = 1000,
+    pair_boot: int = 0,
+    seed: int = 0,
+    rows: ProjectRows | None = None,
 ) -> ProjectAgreement:
     """Compute the project's agreement report. Fleiss' kappa uses the comparisons with the project's
-    full overlap; alpha and AC1 use every judgement (ARCHITECTURE.md)."""
-    data = project_judgements(project=project)
+    full overlap; alpha and AC1 use every judgement (ARCHITECTURE.md). ``rows``: rows already read
+    (``project_rows``; the dashboard's incremental refresh), else they are read here."""
+    if rows is None:
+        data = project_judgements(project=project)
+    else:
+        data = judgements_from_rows(project=project, rows=rows)
     report = agreement.agreement_report(
         data.table,
         overlap=project.overlap,
@@ -233,15 +245,25 @@ def dashboard_alerts(result: ProjectAgreement) -> list[str]:
 REFRESH_DELAY_SECONDS = 30  # judgements arriving within this window share one recomputation
 
 
-def dashboard_refresh(*, project: Project, n_boot: int = 1000, pair_boot: int = 200) -> dict:
+def dashboard_refresh(
+    *, project: Project, n_boot: int = 1000, pair_boot: int = 200, incremental: bool = True
+) -> dict:
     """Compute the dashboard data (with every pair's bootstrap interval) and store it in the cache.
 
     Clears the pending mark first, so judgements that arrive while it runs schedule another run.
+    The rows come from ``agreement_state.refresh_rows``: the last refresh's rows patched with the
+    judgements changed since when the database's checksums say they are its rows, else a full
+    read (``incremental=False``: always); the figures are the same either way. The payload's
+    "read" says which ({"how", "reason", "changed"}).
     """
     cache.delete(refresh_pending_key(project))
-    fingerprint = judgements_fingerprint(project=project)
-    result = project_agreement(project=project, n_boot=n_boot, pair_boot=pair_boot)
-    payload = {**agreement_dashboard(result), "fingerprint": fingerprint}
+    read = refresh_rows(project=project, incremental=incremental)
+    result = project_agreement(project=project, n_boot=n_boot, pair_boot=pair_boot, rows=read.rows)
+    payload = {
+        **agreement_dashboard(result),
+        "fingerprint": read.fingerprint,
+        "read": {"how": read.how, "reason": read.reason, "changed": read.changed},
+    }
     cache.set(dashboard_cache_key(project), payload, CACHE_SECONDS)
     return payload
 
