@@ -60,8 +60,10 @@ from annotation.selectors.agreement_changes import (
 STATE_VERSION = 1
 # Edits are read again from this long before the last check: an edit saved before the check but
 # committed after it (a slow transaction), or stamped by a web server whose clock runs behind the
-# worker's, is still read. One older than that changes the checksum and costs a full read.
-EDIT_MARGIN = timedelta(minutes=10)
+# worker's, is still read. One older than that changes the checksum and costs a full read; a
+# longer margin reads more rows again (an import of many judgements just before an edit is read
+# again whole: the bench's 600,000 rows made that refresh slower than a full read).
+EDIT_MARGIN = timedelta(minutes=2)
 _TABLES = ("judgements", "comparisons", "responses", "prompts")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
