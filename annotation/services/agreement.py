@@ -23,7 +23,6 @@ from annotation.agreement.bias import flag_label
 from annotation.models import Project
 from annotation.selectors.agreement import (
     ProjectJudgements,
-    ProjectRows,
     cached_dashboard,
     dashboard_cache_key,
     day_label,
@@ -68,15 +67,13 @@ def project_agreement(
     n_boot: int = 1000,
     pair_boot: int = 0,
     seed: int = 0,
-    rows: ProjectRows | None = None,
+    data: ProjectJudgements | None = None,
 ) -> ProjectAgreement:
     """Compute the project's agreement report. Fleiss' kappa uses the comparisons with the project's
-    full overlap; alpha and AC1 use every judgement (ARCHITECTURE.md). ``rows``: rows already read
-    (``project_rows``; the dashboard's incremental refresh), else they are read here."""
-    if rows is None:
+    full overlap; alpha and AC1 use every judgement (ARCHITECTURE.md). ``data``: the arrays already
+    made (the dashboard's refresh, from the rows it read or patched), else they are read here."""
+    if data is None:
         data = project_judgements(project=project)
-    else:
-        data = judgements_from_rows(project=project, rows=rows)
     report = agreement.agreement_report(
         data.table,
         overlap=project.overlap,
@@ -258,12 +255,12 @@ def dashboard_refresh(
     """
     cache.delete(refresh_pending_key(project))
     read = refresh_rows(project=project, incremental=incremental)
-    result = project_agreement(project=project, n_boot=n_boot, pair_boot=pair_boot, rows=read.rows)
-    payload = {
-        **agreement_dashboard(result),
-        "fingerprint": read.fingerprint,
-        "read": {"how": read.how, "reason": read.reason, "changed": read.changed},
-    }
+    data = judgements_from_rows(project=project, rows=read.rows)
+    fingerprint, note = read.fingerprint, {"how": read.how, "reason": read.reason,
+                                           "changed": read.changed}  # fmt: skip
+    del read  # the raw comparison, response and prompt columns: 70 MB at 1,000,000 comparisons
+    result = project_agreement(project=project, n_boot=n_boot, pair_boot=pair_boot, data=data)
+    payload = {**agreement_dashboard(result), "fingerprint": fingerprint, "read": note}
     cache.set(dashboard_cache_key(project), payload, CACHE_SECONDS)
     return payload
 
