@@ -1,35 +1,41 @@
 """The agreement dashboard's incremental refresh (issue 30): the rows its last refresh read, kept in
-a file, patched with the judgements changed since, and checked against the database.
+files, patched with the judgements changed since, and checked against the database.
 
-``refresh_rows`` gives ``dashboard_refresh`` the rows to compute the report from. A full read
-(``project_rows(ids=True)``) keeps its rows in ``AGREEMENT_STATE_DIR/project-<pk>.npz`` with their
-checksums (``annotation.selectors.agreement_changes``) and a watermark. The next refresh:
+``refresh_read`` gives ``dashboard_refresh`` the arrays to compute the report from. A full read
+(``project_rows(ids=True)``) keeps its rows in ``AGREEMENT_STATE_DIR`` (``state_paths``: the
+judgements in one file, the comparisons, responses and prompts in another) with their checksums
+(``annotation.selectors.agreement_changes``) and a watermark. The next refresh:
 
 1. reads the judgements with an id above the largest kept (the primary key's index: milliseconds)
    and puts them in place (same id) or adds them;
-2. takes the database's checksums (one aggregate per table, no rows come back);
+2. takes the database's checksums (one aggregate per table, no rows come back), on a connection of
+   its own while this one computes the report from the patched rows (outside a transaction);
 3. when the judgements' checksum differs (an edit), reads the judgements edited since the
-   watermark (``updated_at`` from EDIT_MARGIN before the last check) and patches again;
-4. uses the patched rows only when every checksum is the database's; anything else (a judgement
-   deleted, a comparison removed, gold, a cluster or a response changed, an edit the watermark
-   missed, no file, another format) reads everything again, and keeps that.
+   watermark (``updated_at`` from EDIT_MARGIN before the last check), patches again and computes
+   again;
+4. uses the patched rows (and what was computed from them) only when every checksum is the
+   database's; anything else (a judgement deleted, a comparison removed, gold, a cluster or a
+   response changed, an edit the watermark missed, no file, another format) reads everything
+   again, and keeps that.
 
 The rows are then the database's rows, in the same order (judgements by id) as a full read gives
 them, so the report computed from them is the full recomputation's, every figure and bootstrap
 interval (same seeds) alike (tests/annotation/agreement/test_dashboard_incremental.py).
 
-Why a file: the rows of a 1,000,000-comparison project take tens of MB (each column stored in the
+Why files: the rows of a 1,000,000-comparison project take tens of MB (each column stored in the
 narrowest integer type that holds it); the shared cache (Redis) would hold them in memory and
 block while they travel, and a table would be a second copy of the judgements to rewrite on every
-refresh. A file is written once per refresh that changed something; losing it (another worker's
-disk, a cleared var dir) costs one full read. PostgreSQL only: elsewhere (the demo's SQLite, small
-projects) every refresh reads everything.
+refresh. The judgements' file is written by each refresh that changed some, the other by full
+reads only; losing either (another worker's disk, a cleared var dir) costs one full read.
+PostgreSQL only: elsewhere (the demo's SQLite, small projects) every refresh reads everything.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,10 +48,12 @@ from django.utils import timezone
 
 from annotation.models import Project, RepeatJudgement
 from annotation.selectors.agreement import (
+    ProjectJudgements,
     ProjectRows,
     _bulk_reads,
     _vote_columns,
     judgements_fingerprint,
+    judgements_from_rows,
     project_rows,
 )
 from annotation.selectors.agreement_changes import (
@@ -57,7 +65,7 @@ from annotation.selectors.agreement_changes import (
     table_checksums,
 )
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 # Edits are read again from this long before the last check: an edit saved before the check but
 # committed after it (a slow transaction), or stamped by a web server whose clock runs behind the
 # worker's, is still read. One older than that changes the checksum and costs a full read; a
@@ -65,21 +73,25 @@ STATE_VERSION = 1
 # again whole: the bench's 600,000 rows made that refresh slower than a full read).
 EDIT_MARGIN = timedelta(minutes=2)
 _TABLES = ("judgements", "comparisons", "responses", "prompts")
+_WIDTHS = {"judgements": 7, "comparisons": 6, "responses": 2, "prompts": 2}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The report's maths on the arrays, run beside the database's checksums (``dashboard_refresh``'s).
+Compute = Callable[[ProjectJudgements], dict[str, Any]]
 
 
 @dataclass(frozen=True)
-class RefreshRows:
-    """The rows a refresh computes the report from (``rows.judgements`` [J, 7] by id), the
-    judgements' fingerprint (as ``judgements_fingerprint``, taken before they were read), and how
-    they were read: ``how`` "full" or "incremental", ``reason`` why, ``changed`` judgements read
-    for the patch (0 for a full read)."""
+class RefreshRead:
+    """What a refresh computes the report from: the arrays (``data``), the judgements'
+    fingerprint (as ``judgements_fingerprint``, taken before they were read), how the rows were
+    read (``how`` "full" or "incremental", ``reason`` why, ``changed`` judgements read for the
+    patch), and ``computed``: the maths' result when it ran beside the checksums (else None)."""
 
-    rows: ProjectRows
+    data: ProjectJudgements
     fingerprint: list[Any]
     how: str
     reason: str
     changed: int = 0
+    computed: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,9 +101,14 @@ class _Kept:
     since: datetime  # edits at or after this are read again
 
 
-def state_path(project: Project) -> Path:
-    """Where the project's kept rows live."""
-    return Path(settings.AGREEMENT_STATE_DIR) / f"project-{project.pk}.npz"
+def state_paths(project: Project) -> tuple[Path, Path]:
+    """Where the project's kept rows live: the judgements (rewritten when they change) and the
+    comparisons, responses and prompts (written by a full read only)."""
+    folder = Path(settings.AGREEMENT_STATE_DIR)
+    return (
+        folder / f"project-{project.pk}.judgements.npz",
+        folder / f"project-{project.pk}.comparisons.npz",
+    )
 
 
 def _narrow(column: np.ndarray) -> np.ndarray:
@@ -105,60 +122,73 @@ def _narrow(column: np.ndarray) -> np.ndarray:
     return column.astype(np.int64)
 
 
-def _save(project: Project, kept: _Kept) -> None:
-    """Write the kept rows (each column narrowed) and their checksums, atomically (a reader sees the
-    old file or the new one)."""
+def _write(path: Path, project: Project, tables: dict[str, tuple[np.ndarray, TableChecksum]],
+           since: datetime) -> None:  # fmt: skip
+    """One file of tables (each column narrowed) with their checksums, written atomically (a reader
+    sees the old file or the new one). Each file is checked against the database on its own, so
+    the two need not come from the same refresh."""
     arrays: dict[str, np.ndarray] = {}
-    for table in _TABLES:
-        rows = getattr(kept.rows, table)
+    for table, (rows, checksum) in tables.items():
         for j in range(rows.shape[1]):
             arrays[f"{table}_{j}"] = _narrow(rows[:, j])
-        checksum = getattr(kept.checksums, table)
         arrays[f"{table}_checksum"] = np.array([checksum.n, checksum.hash_sum, checksum.max_id])
-    since = (kept.since - _EPOCH) // timedelta(microseconds=1)
-    arrays["meta"] = np.array([STATE_VERSION, project.pk, since])
-    folder = state_path(project).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=folder, suffix=".npz.part")
+    micros = (since - _EPOCH) // timedelta(microseconds=1)
+    arrays["meta"] = np.array([STATE_VERSION, project.pk, micros])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".npz.part")
     try:
         with os.fdopen(handle, "wb") as out:
             np.savez(out, **arrays)
-        os.replace(temporary, state_path(project))
+        os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
 
 
-_WIDTHS = {"judgements": 7, "comparisons": 6, "responses": 2, "prompts": 2}
+def _save_judgements(project: Project, judgements: np.ndarray, checksum: TableChecksum,
+                     since: datetime) -> None:  # fmt: skip
+    _write(state_paths(project)[0], project, {"judgements": (judgements, checksum)}, since)
+
+
+def _save(project: Project, kept: _Kept) -> None:
+    """Write both files (a full read)."""
+    _save_judgements(project, kept.rows.judgements, kept.checksums.judgements, kept.since)
+    others = {t: (getattr(kept.rows, t), getattr(kept.checksums, t)) for t in _TABLES[1:]}
+    _write(state_paths(project)[1], project, others, kept.since)
+
+
+def _read(path: Path, project: Project, tables: tuple[str, ...]) -> tuple[dict, dict, int] | None:
+    """A file's tables [n, width] int64 (column-major), checksums and watermark (microseconds), or
+    None when it is missing, unreadable, or another version's or project's."""
+    try:
+        with np.load(path) as stored:
+            version, pk, micros = (int(v) for v in stored["meta"])
+            if (version, pk) != (STATE_VERSION, project.pk):
+                return None
+            rows, checksums = {}, {}
+            for table in tables:
+                columns = [stored[f"{table}_{j}"] for j in range(_WIDTHS[table])]
+                # column by column into a column-major array: contiguous copies (np.stack writes
+                # strided rows: 0.7 s against 0.1 s for 3,000,000 judgements)
+                rows[table] = np.empty((columns[0].size, len(columns)), np.int64, order="F")
+                for j, column in enumerate(columns):
+                    rows[table][:, j] = column
+                checksums[table] = TableChecksum(*(int(v) for v in stored[f"{table}_checksum"]))
+    except (OSError, KeyError, ValueError):
+        return None
+    return rows, checksums, micros
 
 
 def _load(project: Project) -> _Kept | None:
-    """The kept rows, or None when there is no file, or it is another version's or project's, or
-    unreadable."""
-    try:
-        with np.load(state_path(project)) as stored:
-            version, pk, since = (int(v) for v in stored["meta"])
-            if (version, pk) != (STATE_VERSION, project.pk):
-                return None
-            tables = {}
-            for table, width in _WIDTHS.items():
-                columns = [stored[f"{table}_{j}"] for j in range(width)]
-                # column by column into a column-major array: contiguous copies (np.stack writes
-                # strided rows: 0.7 s against 0.1 s for 3,000,000 judgements)
-                rows = np.empty((columns[0].size, width), np.int64, order="F")
-                for j, column in enumerate(columns):
-                    rows[:, j] = column
-                tables[table] = rows
-            checksums = {
-                t: TableChecksum(*(int(v) for v in stored[f"{t}_checksum"])) for t in _TABLES
-            }
-    except (OSError, KeyError, ValueError):
+    """The kept rows (both files), or None when either cannot be used."""
+    judgements = _read(state_paths(project)[0], project, _TABLES[:1])
+    others = _read(state_paths(project)[1], project, _TABLES[1:])
+    if judgements is None or others is None:
         return None
-    empty = np.zeros((0, 3), np.int64)
     return _Kept(
-        rows=ProjectRows(**tables, repeats=empty),
-        checksums=ProjectChecksums(**checksums, latest=None),
-        since=_EPOCH + timedelta(microseconds=since),
+        rows=ProjectRows(**judgements[0], **others[0], repeats=np.zeros((0, 3), np.int64)),
+        checksums=ProjectChecksums(**judgements[1], **others[1], latest=None),
+        since=_EPOCH + timedelta(microseconds=judgements[2]),
     )
 
 
@@ -194,7 +224,7 @@ def _repeats(project: Project) -> np.ndarray:
         return _vote_columns(RepeatJudgement.objects.filter(comparison__project=project))
 
 
-def _full(project: Project, reason: str, *, keep: bool) -> RefreshRows:
+def _full(project: Project, reason: str, *, keep: bool) -> RefreshRead:
     """Read everything; keep the rows (judgements by id) when ``keep``."""
     started = timezone.now()
     fingerprint = judgements_fingerprint(project=project)  # before the read: see dashboard_refresh
@@ -209,56 +239,86 @@ def _full(project: Project, reason: str, *, keep: bool) -> RefreshRows:
             prompts=rows.prompts,
         )
         _save(project, _Kept(rows=rows, checksums=checksums, since=started - EDIT_MARGIN))
-    return RefreshRows(rows=rows, fingerprint=fingerprint, how="full", reason=reason)
+    data = judgements_from_rows(project=project, rows=rows)
+    return RefreshRead(data=data, fingerprint=fingerprint, how="full", reason=reason)
 
 
-def _incremental(project: Project, kept: _Kept) -> RefreshRows | str:
-    """The kept rows patched (module doc), or why they cannot be (then a full read follows)."""
-    after_id = kept.checksums.judgements.max_id
+def _checksums_apart(project: Project) -> ProjectChecksums:
+    """``table_checksums`` on this thread's own connection, closed after."""
+    try:
+        return table_checksums(project=project)
+    finally:
+        connection.close()
+
+
+def _incremental(project: Project, compute: Compute | None) -> RefreshRead | str:
+    """The kept rows patched (module doc), or why they cannot be (then a full read follows).
+
+    The arrays are made from the rows patched by id first; with ``compute`` and outside a
+    transaction (another connection sees only what is committed) the maths runs on them while
+    another connection takes the database's checksums, and its result stands when the checksums
+    match: same rows, same figures. An edit means patching again and computing again.
+    """
+    kept = _load(project)
+    if kept is None:
+        return "no kept rows"
+    sums, since, repeats = kept.checksums, kept.since, _repeats(project)
+    after_id = sums.judgements.max_id
     new = changed_judgements(project=project, after_id=after_id, since=None)
-    checked_at = timezone.now()
-    database = table_checksums(project=project)
-    if any(getattr(database, t) != getattr(kept.checksums, t) for t in _TABLES[1:]):
-        return "comparisons, responses or prompts changed"
-    judgements, checksum = _patch(kept.rows.judgements, kept.checksums.judgements, new)
+    judgements, checksum = _patch(kept.rows.judgements, sums.judgements, new)
     changed = new.shape[0]
+    tables = (kept.rows.comparisons, kept.rows.responses, kept.rows.prompts)
+    del kept  # the raw comparison columns live on in ``tables`` only until the arrays are made
+    checked_at = timezone.now()
+    data = judgements_from_rows(project=project, rows=ProjectRows(judgements, *tables, repeats))
+    del tables
+    computed = None
+    if compute is not None and not connection.in_atomic_block:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            checking = pool.submit(_checksums_apart, project)
+            computed = compute(data)
+            database = checking.result()
+    else:
+        database = table_checksums(project=project)
+    if any(getattr(database, t) != getattr(sums, t) for t in _TABLES[1:]):
+        return "comparisons, responses or prompts changed"
     if checksum != database.judgements:  # edits (or a delete): read what was edited since
-        edited = changed_judgements(project=project, after_id=after_id, since=kept.since)
+        edited = changed_judgements(project=project, after_id=after_id, since=since)
         judgements, checksum = _patch(judgements, checksum, edited)
         changed = edited.shape[0]
         if checksum != database.judgements:
             return "judgements deleted or changed unseen"
-    rows = ProjectRows(judgements, kept.rows.comparisons, kept.rows.responses,
-                       kept.rows.prompts, _repeats(project))  # fmt: skip
+        others = _read(state_paths(project)[1], project, _TABLES[1:])
+        if others is None:
+            return "no kept rows"
+        rows = ProjectRows(judgements, *(others[0][t] for t in _TABLES[1:]), repeats)
+        data, computed = judgements_from_rows(project=project, rows=rows), None
     if changed:
-        checksums = ProjectChecksums(
-            checksum, kept.checksums.comparisons, kept.checksums.responses,
-            kept.checksums.prompts, latest=None,
-        )  # fmt: skip
-        _save(project, _Kept(rows=rows, checksums=checksums, since=checked_at - EDIT_MARGIN))
+        _save_judgements(project, judgements, checksum, checked_at - EDIT_MARGIN)
     latest = database.latest.isoformat() if database.latest else None
     n_repeats = RepeatJudgement.objects.filter(comparison__project=project).count()
-    return RefreshRows(
-        rows=rows,
+    return RefreshRead(
+        data=data,
         fingerprint=[database.judgements.n, latest, n_repeats],
         how="incremental",
         reason="judgements changed" if changed else "nothing changed",
         changed=changed,
+        computed=computed,
     )
 
 
-def refresh_rows(*, project: Project, incremental: bool = True) -> RefreshRows:
-    """The rows for the dashboard's refresh: the kept rows patched with what changed when that
-    gives the database's rows (``incremental`` and PostgreSQL), else a full read (kept on
-    PostgreSQL for the next refresh)."""
+def refresh_read(
+    *, project: Project, incremental: bool = True, compute: Compute | None = None
+) -> RefreshRead:
+    """The arrays for the dashboard's refresh: from the kept rows patched with what changed when
+    that gives the database's rows (``incremental`` and PostgreSQL), else from a full read (kept on
+    PostgreSQL for the next refresh). ``compute``: the maths, run beside the database's checksums
+    when it can be (``RefreshRead.computed``)."""
     if connection.vendor != "postgresql":
         return _full(project, "not PostgreSQL", keep=False)
     if not incremental:
         return _full(project, "asked for", keep=True)
-    kept = _load(project)
-    if kept is None:
-        return _full(project, "no kept rows", keep=True)
-    patched = _incremental(project, kept)
+    patched = _incremental(project, compute)
     if isinstance(patched, str):
         return _full(project, patched, keep=True)
     return patched

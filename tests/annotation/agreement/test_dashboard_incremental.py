@@ -88,10 +88,12 @@ def test_the_first_refresh_reads_everything_and_keeps_the_rows(project):
     """No kept rows: a full read, kept in the project's file; the next refresh with nothing
     changed patches nothing and gives the same figures and the same fingerprint as a full read."""
     first = dashboard_refresh(project=project, **BOOT)
-    assert first["read"] == {"how": "full", "reason": "no kept rows", "changed": 0}
-    assert agreement_state.state_path(project).exists()
+    assert first["read"] == {"how": "full", "reason": "no kept rows", "changed": 0,
+                             "beside": False}  # fmt: skip
+    assert all(path.exists() for path in agreement_state.state_paths(project))
     again, full = _refresh_both(project)
-    assert again["read"] == {"how": "incremental", "reason": "nothing changed", "changed": 0}
+    assert again["read"] == {"how": "incremental", "reason": "nothing changed", "changed": 0,
+                             "beside": False}  # fmt: skip
     assert _figures(again) == _figures(full) == _figures(first)
     assert again["fingerprint"] == judgements_fingerprint(project=project)
 
@@ -104,7 +106,7 @@ def test_new_judgements_are_patched_in_with_the_full_figures(project):
     _newcomer_judgements(project, 20)
     incremental, full = _refresh_both(project)
     assert incremental["read"] == {"how": "incremental", "reason": "judgements changed",
-                                   "changed": 20}  # fmt: skip
+                                   "changed": 20, "beside": False}  # fmt: skip
     assert _figures(incremental) == _figures(full)
     assert incremental["summary"]["n_annotators"] == 6
     assert "frank" in incremental["heatmap"]["annotators"]
@@ -132,7 +134,7 @@ def test_a_deleted_judgement_falls_back_to_a_full_read(project):
     Judgement.objects.filter(comparison__project=project).order_by("id").first().delete()
     incremental, full = _refresh_both(project)
     assert incremental["read"] == {"how": "full", "reason": "judgements deleted or changed unseen",
-                                   "changed": 0}  # fmt: skip
+                                   "changed": 0, "beside": False}  # fmt: skip
     assert _figures(incremental) == _figures(full)
     assert dashboard_refresh(project=project, **BOOT)["read"]["how"] == "incremental"
 
@@ -184,14 +186,14 @@ def test_project_settings_are_read_fresh(project):
 def test_a_lost_corrupt_or_foreign_file_reads_everything(project, settings):
     """No file, a file that is not one, another project's: a full read that writes it again."""
     dashboard_refresh(project=project, **BOOT)
-    path = agreement_state.state_path(project)
-    path.unlink()
+    judgements, comparisons = agreement_state.state_paths(project)
+    judgements.unlink()
     assert dashboard_refresh(project=project, **BOOT)["read"]["reason"] == "no kept rows"
-    path.write_bytes(b"not a file of ours")
+    comparisons.write_bytes(b"not a file of ours")
     assert dashboard_refresh(project=project, **BOOT)["read"]["reason"] == "no kept rows"
     other = Project.objects.create(name="Other", slug="other")
     dashboard_refresh(project=other, **BOOT)
-    agreement_state.state_path(other).replace(path)
+    agreement_state.state_paths(other)[0].replace(judgements)
     assert dashboard_refresh(project=project, **BOOT)["read"]["reason"] == "no kept rows"
     assert dashboard_refresh(project=project, **BOOT)["read"]["how"] == "incremental"
 
@@ -200,10 +202,29 @@ def test_kept_columns_are_stored_narrow_and_come_back_whole(project):
     """Each kept column is stored in the narrowest integer type that holds it (choice codes in
     int8) and read back as the int64 rows a full read gives, judgements by id."""
     dashboard_refresh(project=project, **BOOT)
-    with np.load(agreement_state.state_path(project)) as stored:
+    with np.load(agreement_state.state_paths(project)[0]) as stored:
         assert stored["judgements_2"].dtype == np.int8
     kept = agreement_state._load(project)
     rows = project_rows(project=project, ids=True)
     expected = rows.judgements[np.argsort(rows.judgements[:, 6])]
     np.testing.assert_array_equal(kept.rows.judgements, expected)
     np.testing.assert_array_equal(kept.rows.comparisons, rows.comparisons)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_maths_runs_beside_the_checksums(project):
+    """In the worker (autocommit) the checksums are taken on a connection of their own while the
+    report is computed from the rows patched by id: new judgements keep that result, an edit
+    patches again and computes again; both give the full recomputation's figures."""
+    dashboard_refresh(project=project, **BOOT)
+    _newcomer_judgements(project, 12)
+    added, full = _refresh_both(project)
+    assert added["read"] == {"how": "incremental", "reason": "judgements changed", "changed": 12,
+                             "beside": True}  # fmt: skip
+    assert _figures(added) == _figures(full)
+    judgement = Judgement.objects.filter(comparison__project=project).order_by("id").first()
+    judgement.choice = "tie" if judgement.choice != "tie" else "a"
+    judgement.save()
+    edited, full = _refresh_both(project)
+    assert (edited["read"]["how"], edited["read"]["beside"]) == ("incremental", False)
+    assert _figures(edited) == _figures(full)
