@@ -283,6 +283,7 @@ def _incremental(project: Project, compute: Compute | None) -> RefreshRead | str
     if any(getattr(database, t) != getattr(sums, t) for t in _TABLES[1:]):
         return "comparisons, responses or prompts changed"
     if checksum != database.judgements:  # edits (or a delete): read what was edited since
+        data = computed = None  # let the first arrays go before the second are made
         edited = changed_judgements(project=project, after_id=after_id, since=since)
         judgements, checksum = _patch(judgements, checksum, edited)
         changed = edited.shape[0]
