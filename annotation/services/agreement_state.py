@@ -243,10 +243,23 @@ def _full(project: Project, reason: str, *, keep: bool) -> RefreshRead:
     return RefreshRead(data=data, fingerprint=fingerprint, how="full", reason=reason)
 
 
-def _checksums_apart(project: Project) -> ProjectChecksums:
-    """``table_checksums`` on this thread's own connection, closed after."""
+def _check(
+    project: Project, kept: ProjectChecksums, patched: TableChecksum, after_id: int, since: datetime
+) -> tuple[ProjectChecksums, np.ndarray | None]:
+    """The database's checksums and, when only the judgements' differs from ``patched`` (the rows
+    patched by id: an edit, or a delete), the judgements with an id above ``after_id`` or edited
+    at or after ``since`` (else None)."""
+    database = table_checksums(project=project)
+    others = all(getattr(database, t) == getattr(kept, t) for t in _TABLES[1:])
+    if others and database.judgements != patched:
+        return database, changed_judgements(project=project, after_id=after_id, since=since)
+    return database, None
+
+
+def _check_apart(*args: Any) -> tuple[ProjectChecksums, np.ndarray | None]:
+    """``_check`` on this thread's own connection, closed after."""
     try:
-        return table_checksums(project=project)
+        return _check(*args)
     finally:
         connection.close()
 
@@ -257,11 +270,14 @@ def _incremental(project: Project, compute: Compute | None) -> RefreshRead | str
     The arrays are made from the rows patched by id first; with ``compute`` and outside a
     transaction (another connection sees only what is committed) the maths runs on them while
     another connection takes the database's checksums, and its result stands when the checksums
-    match: same rows, same figures. An edit means patching again and computing again.
+    match: same rows, same figures. An edit means patching again (with the rows edited since, read
+    beside too) and computing again.
     """
     kept = _load(project)
     if kept is None:
         return "no kept rows"
+    # counted before they are read, as judgements_fingerprint is taken before a full read
+    n_repeats = RepeatJudgement.objects.filter(comparison__project=project).count()
     sums, since, repeats = kept.checksums, kept.since, _repeats(project)
     after_id = sums.judgements.max_id
     new = changed_judgements(project=project, after_id=after_id, since=None)
@@ -273,18 +289,18 @@ def _incremental(project: Project, compute: Compute | None) -> RefreshRead | str
     data = judgements_from_rows(project=project, rows=ProjectRows(judgements, *tables, repeats))
     del tables
     computed = None
+    check = (project, sums, checksum, after_id, since)
     if compute is not None and not connection.in_atomic_block:
         with ThreadPoolExecutor(max_workers=1) as pool:
-            checking = pool.submit(_checksums_apart, project)
+            checking = pool.submit(_check_apart, *check)
             computed = compute(data)
-            database = checking.result()
+            database, edited = checking.result()
     else:
-        database = table_checksums(project=project)
+        database, edited = _check(*check)
     if any(getattr(database, t) != getattr(sums, t) for t in _TABLES[1:]):
         return "comparisons, responses or prompts changed"
-    if checksum != database.judgements:  # edits (or a delete): read what was edited since
+    if edited is not None:  # edits (or a delete): patch with what was edited since
         data = computed = None  # let the first arrays go before the second are made
-        edited = changed_judgements(project=project, after_id=after_id, since=since)
         judgements, checksum = _patch(judgements, checksum, edited)
         changed = edited.shape[0]
         if checksum != database.judgements:
@@ -297,7 +313,6 @@ def _incremental(project: Project, compute: Compute | None) -> RefreshRead | str
     if changed:
         _save_judgements(project, judgements, checksum, checked_at - EDIT_MARGIN)
     latest = database.latest.isoformat() if database.latest else None
-    n_repeats = RepeatJudgement.objects.filter(comparison__project=project).count()
     return RefreshRead(
         data=data,
         fingerprint=[database.judgements.n, latest, n_repeats],
