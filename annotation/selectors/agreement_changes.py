@@ -36,8 +36,14 @@ from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Cast, Coalesce, Length
 
-from annotation.models import Comparison, Judgement, Project, Prompt, Response
-from annotation.selectors.agreement import _BIG, DayNumber, _bulk_reads, judgement_rows
+from annotation.models import Comparison, Judgement, Project, Prompt, RepeatJudgement, Response
+from annotation.selectors.agreement import (
+    _BIG,
+    DayNumber,
+    _bulk_reads,
+    _vote_columns,
+    judgement_rows,
+)
 from common.roles import human_judgements
 
 _M = 2_147_483_647  # 2**31 - 1, prime: every product below stays under 2**62
@@ -211,3 +217,10 @@ def changed_judgements(*, project: Project, after_id: int, since: datetime | Non
         changed |= Q(updated_at__gte=since)
     with _bulk_reads():
         return judgement_rows(_people(project).filter(changed), ids=True)
+
+
+def repeat_rows(*, project: Project) -> np.ndarray:
+    """People's swap repeats of the project [S, 3] (comparison id, annotator id, choice code): read
+    whole by every refresh (a few rows beside the judgements)."""
+    with _bulk_reads():
+        return _vote_columns(RepeatJudgement.objects.filter(comparison__project=project))

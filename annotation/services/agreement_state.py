@@ -50,8 +50,6 @@ from annotation.models import Project, RepeatJudgement
 from annotation.selectors.agreement import (
     ProjectJudgements,
     ProjectRows,
-    _bulk_reads,
-    _vote_columns,
     judgements_fingerprint,
     judgements_from_rows,
     project_rows,
@@ -61,6 +59,7 @@ from annotation.selectors.agreement_changes import (
     TableChecksum,
     changed_judgements,
     judgement_hashes,
+    repeat_rows,
     rows_checksum,
     table_checksums,
 )
@@ -219,11 +218,6 @@ def _patch(
     )
 
 
-def _repeats(project: Project) -> np.ndarray:
-    with _bulk_reads():
-        return _vote_columns(RepeatJudgement.objects.filter(comparison__project=project))
-
-
 def _full(project: Project, reason: str, *, keep: bool) -> RefreshRead:
     """Read everything; keep the rows (judgements by id) when ``keep``."""
     started = timezone.now()
@@ -278,7 +272,7 @@ def _incremental(project: Project, compute: Compute | None) -> RefreshRead | str
         return "no kept rows"
     # counted before they are read, as judgements_fingerprint is taken before a full read
     n_repeats = RepeatJudgement.objects.filter(comparison__project=project).count()
-    sums, since, repeats = kept.checksums, kept.since, _repeats(project)
+    sums, since, repeats = kept.checksums, kept.since, repeat_rows(project=project)
     after_id = sums.judgements.max_id
     new = changed_judgements(project=project, after_id=after_id, since=None)
     judgements, checksum = _patch(kept.rows.judgements, sums.judgements, new)

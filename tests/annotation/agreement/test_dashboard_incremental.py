@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from annotation.models import Comparison, Judgement, Project, Prompt, Response
+from annotation.models import Comparison, Judgement, Project, Prompt, RepeatJudgement, Response
 from annotation.selectors.agreement import judgements_fingerprint, project_rows
 from annotation.selectors.agreement_changes import rows_checksum, table_checksums
 from annotation.services import agreement_state
@@ -169,6 +169,22 @@ def test_comparison_prompt_or_response_changes_fall_back_to_a_full_read(project,
     incremental, full = _refresh_both(project)
     assert incremental["read"]["reason"] == "comparisons, responses or prompts changed"
     assert _figures(incremental) == _figures(full)
+
+
+def test_swap_repeats_are_read_whole_each_time(project):
+    """Swap repeats are few: every refresh reads them all, so one added since shows (in the
+    consistency figures and the fingerprint) as in a full read."""
+    dashboard_refresh(project=project, **BOOT)
+    for judgement in Judgement.objects.filter(comparison__project=project).order_by("id")[:6]:
+        RepeatJudgement.objects.create(
+            comparison_id=judgement.comparison_id, annotator_id=judgement.annotator_id,
+            choice="tie" if judgement.choice == "a" else judgement.choice, shown_left="b",
+        )  # fmt: skip
+    incremental, full = _refresh_both(project)
+    assert incremental["read"]["reason"] == "nothing changed"
+    assert _figures(incremental) == _figures(full)
+    assert incremental["fingerprint"][2] == 6
+    assert any(row["repeat_n"] for row in incremental["summary"]["annotators"])
 
 
 def test_project_settings_are_read_fresh(project):
