@@ -359,6 +359,9 @@ SESSION_ENGINE = (
 # --- Imports and exports ------------------------------------------------------------------------------
 UPLOAD_DIR = VAR_DIR / "uploads"
 EXPORT_DIR = VAR_DIR / "exports"
+# The rows the agreement dashboard's last refresh read, one file per project, so the next refresh
+# reads only what changed (annotation.services.agreement_state). A cache: losing it costs one full read.
+AGREEMENT_STATE_DIR = VAR_DIR / "agreement"
 CONCORD_IMPORT_MAX_BYTES = env.int("CONCORD_IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
 # On PostgreSQL imports COPY into staging tables and write with set-based statements; off: the
 # ORM's chunks (SQLite's path, always used there). Same rules and counts either way.

@@ -30,6 +30,12 @@ def _fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def _agreement_state_in_tmp(settings, tmp_path):
+    """The agreement dashboard keeps the rows of its last refresh in files: the test's own folder."""
+    settings.AGREEMENT_STATE_DIR = tmp_path / "agreement-state"
+
+
+@pytest.fixture(autouse=True)
 def _no_throttle_counts():
     """Failed logins and API calls are counted in the shared cache (Redis here), per address: every
     test client is 127.0.0.1, so one test's wrong passwords would slow the next test's login. Each

@@ -167,31 +167,45 @@ def day_label(day_number: int) -> str:
     return (date(2000, 1, 1) + timedelta(days=int(day_number))).isoformat()
 
 
-def _judgement_columns(project: Project) -> np.ndarray:
-    """[J, 6]: comparison id, annotator id, choice code, shown-left code, elapsed ms (-1), DayNumber.
-    People's judgements only (machine judges' are left out)."""
-    queryset = (
-        human_judgements(Judgement.objects.filter(comparison__project=project))
-        .order_by()
-        .annotate(
-            c_comparison=Cast("comparison_id", _BIG),
-            c_annotator=Cast("annotator_id", _BIG),
-            c_choice=_code("choice", CHOICE_CODES),
-            c_side=_code("shown_left", SIDE_CODES),
-            c_elapsed=Cast(Coalesce(Cast("elapsed_ms", _BIG), Value(-1)), _BIG),
-            c_day=DayNumber("created_at"),
-        )
+def judgement_columns() -> dict[str, Any]:
+    """The judgement columns the report reads, as integer expressions in ``JUDGEMENT_COLUMNS``
+    order: comparison id, annotator id, choice code, shown-left code, elapsed ms (-1 when
+    unknown), DayNumber of its creation."""
+    return {
+        "c_comparison": Cast("comparison_id", _BIG),
+        "c_annotator": Cast("annotator_id", _BIG),
+        "c_choice": _code("choice", CHOICE_CODES),
+        "c_side": _code("shown_left", SIDE_CODES),
+        "c_elapsed": Cast(Coalesce(Cast("elapsed_ms", _BIG), Value(-1)), _BIG),
+        "c_day": DayNumber("created_at"),
+    }
+
+
+JUDGEMENT_COLUMNS = ("comparison", "annotator", "choice", "side", "elapsed", "day")
+
+
+def judgement_rows(judgements: QuerySet, *, ids: bool = False) -> np.ndarray:
+    """``judgements`` (a queryset of Judgement) as an int64 array [J, 6] of ``judgement_columns``,
+    [J, 7] with ``ids`` (the judgement's id last), in no particular order."""
+    expressions = judgement_columns()
+    if ids:
+        expressions["c_id"] = Cast("id", _BIG)
+    return _int_columns(judgements.order_by().annotate(**expressions), list(expressions))
+
+
+def _judgement_columns(project: Project, *, ids: bool = False) -> np.ndarray:
+    """People's judgements of the project as ``judgement_rows`` (machine judges' are left out)."""
+    return judgement_rows(
+        human_judgements(Judgement.objects.filter(comparison__project=project)), ids=ids
     )
-    columns = ["c_comparison", "c_annotator", "c_choice", "c_side", "c_elapsed", "c_day"]
-    return _int_columns(queryset, columns)
 
 
-def _comparison_columns(project: Project) -> np.ndarray:
-    """[I, 6] by id: id, gold code, len(response A), len(response B), prompt cluster, queue position.
-
-    Three narrow scans (comparisons; response lengths; prompt clusters) joined here by id: carrying
-    response texts through SQL joins costs PostgreSQL several times more.
-    """
+def comparison_tables(project: Project) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The project's comparisons, responses and prompts as three narrow scans, each by id:
+    comparisons [I, 6] (id, gold code, response A id, response B id, prompt id, queue position),
+    responses [N, 2] (id, length of the text in characters), prompts [P, 2] (id, cluster or -1).
+    Joined by ``joined_comparisons``: carrying response texts through SQL joins costs PostgreSQL
+    several times more."""
     comparisons = _int_columns(
         Comparison.objects.filter(project=project)
         .order_by("id")
@@ -220,6 +234,14 @@ def _comparison_columns(project: Project) -> np.ndarray:
         ),
         ["c_id", "c_cluster"],
     )
+    return comparisons, responses, prompts
+
+
+def joined_comparisons(
+    comparisons: np.ndarray, responses: np.ndarray, prompts: np.ndarray
+) -> np.ndarray:
+    """``comparison_tables``' three tables joined by id -> [I, 6] by comparison id: id, gold code,
+    len(response A), len(response B), prompt cluster, queue position (MISSING where not found)."""
 
     def lookup(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
         position = np.clip(np.searchsorted(table[:, 0], keys), 0, max(len(table) - 1, 0))
@@ -239,6 +261,11 @@ def _comparison_columns(project: Project) -> np.ndarray:
     ).reshape(-1, 6)
 
 
+def _comparison_columns(project: Project) -> np.ndarray:
+    """[I, 6] by id: id, gold code, len(response A), len(response B), prompt cluster, queue position."""
+    return joined_comparisons(*comparison_tables(project))
+
+
 @contextmanager
 def _bulk_reads():
     """One transaction (one snapshot) for the reads. On PostgreSQL: room to hash 1M rows in memory
@@ -253,14 +280,42 @@ def _bulk_reads():
         yield
 
 
+@dataclass(frozen=True)
+class ProjectRows:
+    """What ``project_judgements`` reads, before items and annotators are numbered: judgements
+    [J, 6] (``judgement_rows``; [J, 7] with ids) in no particular order; comparisons, responses,
+    prompts as ``comparison_tables``; repeats [S, 3] (comparison id, annotator id, choice code)."""
+
+    judgements: np.ndarray
+    comparisons: np.ndarray
+    responses: np.ndarray
+    prompts: np.ndarray
+    repeats: np.ndarray
+
+
+def project_rows(*, project: Project, ids: bool = False) -> ProjectRows:
+    """Read people's judgements of the project (``ids``: with their ids), its comparisons and swap
+    repeats as integer columns, a few narrow queries in one snapshot."""
+    with _bulk_reads():
+        judgements = _judgement_columns(project, ids=ids)
+        comparisons, responses, prompts = comparison_tables(project)
+        repeats = _vote_columns(RepeatJudgement.objects.filter(comparison__project=project))
+    return ProjectRows(judgements, comparisons, responses, prompts, repeats)
+
+
 def project_judgements(*, project: Project) -> ProjectJudgements:
     """Read the project's judgements, comparisons and swap repeats as arrays (a few narrow queries).
     People only: machine judges' judgements are left out (monitoring reads a judge's verdicts
     from its own outputs)."""
-    with _bulk_reads():
-        judgements = _judgement_columns(project)
-        comparisons = _comparison_columns(project)
-        repeats = _vote_columns(RepeatJudgement.objects.filter(comparison__project=project))
+    return judgements_from_rows(project=project, rows=project_rows(project=project))
+
+
+def judgements_from_rows(*, project: Project, rows: ProjectRows) -> ProjectJudgements:
+    """The report's arrays from the rows read (``project_rows``): items are all the comparisons by
+    id, annotators the people who judged by id, whatever order the judgement rows come in, so
+    rows kept and patched since (the incremental refresh) give the same arrays as a fresh read."""
+    judgements, repeats = rows.judgements, rows.repeats
+    comparisons = joined_comparisons(rows.comparisons, rows.responses, rows.prompts)
     comparison_ids = comparisons[:, 0]
     annotator_ids, annotator = np.unique(judgements[:, 1], return_inverse=True)
     names = dict(

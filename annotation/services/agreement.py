@@ -30,6 +30,7 @@ from annotation.selectors.agreement import (
     project_judgements,
     refresh_pending_key,
 )
+from annotation.services.agreement_state import refresh_read
 from annotation.services.consensus import consensus_refit_schedule
 from common.jobs import task_send
 
@@ -60,11 +61,18 @@ class ProjectAgreement:
 
 
 def project_agreement(
-    *, project: Project, n_boot: int = 1000, pair_boot: int = 0, seed: int = 0
+    *,
+    project: Project,
+    n_boot: int = 1000,
+    pair_boot: int = 0,
+    seed: int = 0,
+    data: ProjectJudgements | None = None,
 ) -> ProjectAgreement:
     """Compute the project's agreement report. Fleiss' kappa uses the comparisons with the project's
-    full overlap; alpha and AC1 use every judgement (ARCHITECTURE.md)."""
-    data = project_judgements(project=project)
+    full overlap; alpha and AC1 use every judgement (ARCHITECTURE.md). ``data``: the arrays already
+    made (the dashboard's refresh, from the rows it read or patched), else they are read here."""
+    if data is None:
+        data = project_judgements(project=project)
     report = agreement.agreement_report(
         data.table,
         overlap=project.overlap,
@@ -233,15 +241,30 @@ def dashboard_alerts(result: ProjectAgreement) -> list[str]:
 REFRESH_DELAY_SECONDS = 30  # judgements arriving within this window share one recomputation
 
 
-def dashboard_refresh(*, project: Project, n_boot: int = 1000, pair_boot: int = 200) -> dict:
+def dashboard_refresh(
+    *, project: Project, n_boot: int = 1000, pair_boot: int = 200, incremental: bool = True
+) -> dict:
     """Compute the dashboard data (with every pair's bootstrap interval) and store it in the cache.
 
     Clears the pending mark first, so judgements that arrive while it runs schedule another run.
+    The arrays come from ``agreement_state.refresh_read``: the last refresh's rows patched with
+    the judgements changed since when the database's checksums say they are its rows (the maths
+    then runs while the database sums), else a full read (``incremental=False``: always); the
+    figures are the same either way. The payload's "read" says which ({"how", "reason",
+    "changed", "beside": whether the maths ran beside the checksums}).
     """
     cache.delete(refresh_pending_key(project))
-    fingerprint = judgements_fingerprint(project=project)
-    result = project_agreement(project=project, n_boot=n_boot, pair_boot=pair_boot)
-    payload = {**agreement_dashboard(result), "fingerprint": fingerprint}
+
+    def figures(data: ProjectJudgements) -> dict[str, Any]:
+        return agreement_dashboard(
+            project_agreement(project=project, n_boot=n_boot, pair_boot=pair_boot, data=data)
+        )
+
+    read = refresh_read(project=project, incremental=incremental, compute=figures)
+    payload = read.computed if read.computed is not None else figures(read.data)
+    payload["fingerprint"] = read.fingerprint
+    payload["read"] = {"how": read.how, "reason": read.reason, "changed": read.changed,
+                       "beside": read.computed is not None}  # fmt: skip
     cache.set(dashboard_cache_key(project), payload, CACHE_SECONDS)
     return payload
 
