@@ -258,6 +258,16 @@ def _check_apart(*args: Any) -> tuple[ProjectChecksums, np.ndarray | None]:
         connection.close()
 
 
+def _unknown_comparisons(
+    comparisons: np.ndarray, judgements: np.ndarray, repeats: np.ndarray
+) -> bool:
+    """Whether any of ``judgements`` [n, 7] or ``repeats`` [S, 3] (comparison id first) names a
+    comparison the kept ``comparisons`` [I, 6] (sorted by id) lack: one added since they were
+    kept. Their arrays could not be made; a full read follows."""
+    named = np.concatenate([judgements[:, 0], repeats[:, 0]])
+    return bool(named.size) and not np.isin(named, comparisons[:, 0]).all()
+
+
 def _incremental(project: Project, compute: Compute | None) -> RefreshRead | str:
     """The kept rows patched (module doc), or why they cannot be (then a full read follows).
 
@@ -278,6 +288,8 @@ def _incremental(project: Project, compute: Compute | None) -> RefreshRead | str
     judgements, checksum = _patch(kept.rows.judgements, sums.judgements, new)
     changed = new.shape[0]
     tables = (kept.rows.comparisons, kept.rows.responses, kept.rows.prompts)
+    if _unknown_comparisons(tables[0], new, repeats):
+        return "comparisons added"  # judged since the rows were kept: the checksums would say so
     del kept  # the raw comparison columns live on in ``tables`` only until the arrays are made
     checked_at = timezone.now()
     data = judgements_from_rows(project=project, rows=ProjectRows(judgements, *tables, repeats))

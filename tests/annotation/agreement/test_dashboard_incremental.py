@@ -14,7 +14,7 @@ from annotation.selectors.agreement import judgements_fingerprint, project_rows
 from annotation.selectors.agreement_changes import rows_checksum, table_checksums
 from annotation.services import agreement_state
 from annotation.services.agreement import dashboard_refresh
-from tests.factories import JudgementFactory, UserFactory
+from tests.factories import ComparisonFactory, JudgementFactory, UserFactory
 from tests.helpers.agreement_jsonl import import_file, synthetic_rows, write_jsonl
 
 pytestmark = pytest.mark.django_db
@@ -168,6 +168,18 @@ def test_comparison_prompt_or_response_changes_fall_back_to_a_full_read(project,
         comparison.delete()
     incremental, full = _refresh_both(project)
     assert incremental["read"]["reason"] == "comparisons, responses or prompts changed"
+    assert _figures(incremental) == _figures(full)
+
+
+def test_a_judgement_of_a_comparison_added_since_falls_back_to_a_full_read(project):
+    """A comparison imported after the rows were kept, judged since: the kept comparisons cannot
+    number it, so the refresh reads everything (it used to fail making the arrays)."""
+    dashboard_refresh(project=project, **BOOT)
+    added = ComparisonFactory(project=project)
+    JudgementFactory(comparison=added, annotator=UserFactory(username="gina"), choice="a")
+    incremental, full = _refresh_both(project)
+    assert incremental["read"] == {"how": "full", "reason": "comparisons added", "changed": 0,
+                                   "beside": False}  # fmt: skip
     assert _figures(incremental) == _figures(full)
 
 
