@@ -187,10 +187,14 @@ def staged_lines() -> tuple[int, int, int]:
     return count, low, high
 
 
+# The project's rows are looked up by key, one index probe per staged row ("LIMIT 1" subqueries,
+# which the planner cannot turn into joins): its estimate of how many rows the project has may be
+# stale (tables that grew from nothing in this transaction), and a hash join reads all of them,
+# every round, which made the import's time grow with the square of the file.
 _EXISTING_COUNT = f"""
     SELECT count(*) FROM (SELECT DISTINCT comparison_hash FROM {STAGE_ROWS} WHERE first) s
-    WHERE EXISTS (SELECT 1 FROM annotation_comparison c
-                  WHERE c.project_id = %s AND c.content_hash = s.comparison_hash)
+    WHERE (SELECT 1 FROM annotation_comparison c
+           WHERE c.project_id = %s AND c.content_hash = s.comparison_hash LIMIT 1) IS NOT NULL
 """  # noqa: S608 - constant table names; every value is a parameter  # nosec B608
 
 
@@ -275,7 +279,8 @@ _RESPONSES_INSERT = f"""
           UNION ALL
           SELECT prompt_hash, response_b, model_b, hash_b, line, 1
           FROM {STAGE_ROWS} WHERE line BETWEEN %(low)s AND %(high)s) r
-    JOIN annotation_prompt p ON p.project_id = %(project)s AND p.content_hash = r.prompt_hash
+    CROSS JOIN LATERAL (SELECT id FROM annotation_prompt
+                        WHERE project_id = %(project)s AND content_hash = r.prompt_hash LIMIT 1) p
     ORDER BY p.id, r.hash, r.line, r.side
     ON CONFLICT (prompt_id, content_hash) DO NOTHING
 """  # noqa: S608 - constant table names; every value is a parameter  # nosec B608
@@ -296,8 +301,8 @@ _COMPARISONS_INSERT = f"""
           ON v.comparison_hash = f.comparison_hash
     ), fresh AS (
         SELECT f.* FROM first f
-        WHERE NOT EXISTS (SELECT 1 FROM annotation_comparison c
-                          WHERE c.project_id = %(project)s AND c.content_hash = f.comparison_hash)
+        WHERE (SELECT 1 FROM annotation_comparison c WHERE c.project_id = %(project)s
+               AND c.content_hash = f.comparison_hash LIMIT 1) IS NULL
     ), top AS (
         SELECT coalesce(max(queue_position), 0) AS top FROM annotation_comparison
         WHERE project_id = %(project)s
@@ -307,9 +312,12 @@ _COMPARISONS_INSERT = f"""
         SELECT %(project)s, p.id, ra.id, rb.id, f.gold, f.external_id, f.comparison_hash,
                f.metadata, top.top + row_number() OVER (ORDER BY f.line), f.votes, 0, now()
         FROM fresh f CROSS JOIN top
-        JOIN annotation_prompt p ON p.project_id = %(project)s AND p.content_hash = f.prompt_hash
-        JOIN annotation_response ra ON ra.prompt_id = p.id AND ra.content_hash = f.hash_a
-        JOIN annotation_response rb ON rb.prompt_id = p.id AND rb.content_hash = f.hash_b
+        CROSS JOIN LATERAL (SELECT id FROM annotation_prompt WHERE project_id = %(project)s
+                            AND content_hash = f.prompt_hash LIMIT 1) p
+        CROSS JOIN LATERAL (SELECT id FROM annotation_response
+                            WHERE prompt_id = p.id AND content_hash = f.hash_a LIMIT 1) ra
+        CROSS JOIN LATERAL (SELECT id FROM annotation_response
+                            WHERE prompt_id = p.id AND content_hash = f.hash_b LIMIT 1) rb
         ORDER BY f.line
         RETURNING 1
     )
@@ -323,8 +331,8 @@ _JUDGEMENTS_INSERT = """
         SELECT c.id, u.{user_pk}, j.choice, j.strength, j.rationale, j.shown_left, j.elapsed_ms,
                NULL, '', now(), now()
         FROM {stage} j
-        JOIN annotation_comparison c
-          ON c.project_id = %(project)s AND c.content_hash = j.comparison_hash
+        CROSS JOIN LATERAL (SELECT id FROM annotation_comparison WHERE project_id = %(project)s
+                            AND content_hash = j.comparison_hash LIMIT 1) c
         JOIN {users} u ON u.{username} = j.annotator
         WHERE j.line BETWEEN %(low)s AND %(high)s
         ORDER BY j.line, j.position
