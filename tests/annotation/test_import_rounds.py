@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from annotation.models import Comparison, Judgement, Prompt
 from annotation.parsing import ImportValidationError
@@ -121,3 +122,42 @@ def test_read_ahead_stops_its_worker_and_closes_the_source_when_the_caller_stops
     ahead.close()
     assert closed.wait(5)
     assert not any(t.name == "read-ahead" for t in threading.enumerate())
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")
+def test_search_documents_of_shared_texts_equal_each_text_s_own(small_rounds):
+    """Migration 0020's insert trigger computes each distinct prompt's and response's document
+    once per statement: what it stores equals ``to_tsvector('english', text)`` of every
+    comparison's own prompt and responses (four answers to each question, in all six pairs, over
+    several rounds; a response shared by three pairs, a prompt by six)."""
+    project = project_get_or_create(slug="shared-texts")[0]
+    answers = ["The ocean reflects the sky", "Scattering of sunlight", "Nitrogen glows", "Magic"]
+    lines = [
+        json.dumps({"prompt": f"Why is the sky blue, asked {q} times?", "response_a": a,
+                    "response_b": b, "model_a": "m1", "model_b": "m2"})
+        for q in range(120)
+        for i, a in enumerate(answers)
+        for b in answers[i + 1 :]
+    ]  # fmt: skip
+    result = comparisons_import(project=project, lines=lines)
+    assert result.comparisons_created == 720
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), count(*) FILTER (WHERE "
+            "s.prompt_document = to_tsvector('english'::regconfig, p.text) "
+            "AND s.a_document = to_tsvector('english'::regconfig, ra.text) "
+            "AND s.b_document = to_tsvector('english'::regconfig, rb.text)) "
+            "FROM annotation_comparison c "
+            "JOIN annotation_comparisonsearch s ON s.comparison_id = c.id "
+            "JOIN annotation_prompt p ON p.id = c.prompt_id "
+            "JOIN annotation_response ra ON ra.id = c.response_a_id "
+            "JOIN annotation_response rb ON rb.id = c.response_b_id "
+            "WHERE c.project_id = %s",
+            [project.pk],
+        )
+        assert cursor.fetchone() == (720, 720)
+        cursor.execute(
+            "SELECT prosrc FROM pg_proc WHERE proname = %s",
+            ["annotation_comparison_search_inserted"],
+        )
+        assert "prompts AS MATERIALIZED" in cursor.fetchone()[0]  # 0020's function
