@@ -261,6 +261,7 @@ def _checked(
     if options.skip_invalid and isinstance(source, Path):
         plan.rejects_path = str(source.with_name(source.name + REJECTS_SUFFIX))
         rejects = open(plan.rejects_path + ".part", "w", encoding="utf-8")  # noqa: SIM115
+    reads: Iterator[_Read] | None = None
     try:
         reads = _source_reads(source, plan, options)
         if ahead:
@@ -337,6 +338,9 @@ def _checked(
             rejects.close()
             os.unlink(rejects.name)
         raise
+    finally:
+        if ahead and reads is not None:
+            reads.close()  # stops the reading thread at once, the caller's error or not
     if rejects is not None:
         rejects.close()
         os.replace(rejects.name, plan.rejects_path)
@@ -433,13 +437,16 @@ def _import_by_copy(
         import_copy.staging_create()
         rows = _checked(lines, options, progress, project, plan, ahead=True)
         staged = done = 0
-        while chunk := list(islice(rows, COPY_ROWS)):
-            if plan.rejected and not options.skip_invalid:
-                continue  # refused: read on for the errors (the raise rolls back what was written)
-            staged += import_copy.staging_copy(chunk)
-            if staged >= WRITE_LINES:
-                done += _staged_written(project, counts)
-                staged = 0
+        try:
+            while chunk := list(islice(rows, COPY_ROWS)):
+                if plan.rejected and not options.skip_invalid:
+                    continue  # refused: read on for the errors (the raise rolls back the writes)
+                staged += import_copy.staging_copy(chunk)
+                if staged >= WRITE_LINES:
+                    done += _staged_written(project, counts)
+                    staged = 0
+        finally:
+            rows.close()  # a failed write stops the reading thread now, not when collected
         if progress is not None:
             progress("importing", done, done + staged)
         done += _staged_written(project, counts)
