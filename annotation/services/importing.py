@@ -53,9 +53,10 @@ from annotation.services.read_ahead import read_ahead
 
 CHUNK_ROWS = 1000
 COPY_ROWS = 5000  # rows held in memory between two COPYs into the staging tables
-# Rows written by one round of set-based statements; the reading thread may run as far ahead (the
-# rows it holds are the import's largest use of memory after the per-comparison record).
-WRITE_LINES = 25_000
+WRITE_LINES = 25_000  # rows staged, then written by one round of set-based statements
+# Rows the reading thread may hold ahead of the writes (about 3 KB each: with 25,000, a 1,000,000-row
+# import peaked at 454 MB, near the 500 MB goal; the per-comparison record is most of the rest).
+READ_AHEAD_ROWS = 15_000
 MAX_ERRORS_KEPT = 1000
 REJECTS_SUFFIX = ".rejected.jsonl"
 
@@ -239,7 +240,7 @@ def _checked(
     """Read every record of ``source`` once, check it, and yield the valid rows (a judge's repeated
     vote left out where the format counts it once), each with whether it is the first row of its
     comparison, filling ``plan`` as it goes. ``ahead``: a worker thread reads, parses and hashes
-    the records (up to WRITE_LINES of them) while the caller waits for the database; the checks
+    the records (up to READ_AHEAD_ROWS of them) while the caller waits for the database; the checks
     against the rows before, and the stored answers' query, stay here.
 
     A comparison (one key: its id, or its content without one) may span several rows; each of its
@@ -265,7 +266,8 @@ def _checked(
     try:
         reads = _source_reads(source, plan, options)
         if ahead:
-            reads = read_ahead(_hashed(reads), batch=CHUNK_ROWS, depth=WRITE_LINES // CHUNK_ROWS)
+            depth = max(1, READ_AHEAD_ROWS // CHUNK_ROWS)
+            reads = read_ahead(_hashed(reads), batch=CHUNK_ROWS, depth=depth)
         while chunk := list(islice(reads, CHUNK_ROWS)):
             stored = _stored_answers(project, chunk)
             for item in chunk:
