@@ -28,7 +28,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from annotation.formats.base import MAX_RECORD_BYTES, RowError, load_record
 from annotation.models import MAX_STRENGTH, Choice, Side
@@ -65,8 +65,10 @@ class ImportValidationError(Exception):
         super().__init__(f"{self.total} error(s), nothing imported: {shown}{more}")
 
 
-@dataclass(frozen=True)
-class ImportedJudgement:
+class ImportedJudgement(NamedTuple):
+    """One checked judgement of a row (a named tuple: made three times a row, a frozen dataclass
+    costs several times as much to build)."""
+
     annotator: str
     choice: str
     strength: int
@@ -120,6 +122,21 @@ class ImportedComparison:
             return content_hash(["id", self.external_id])
         return self.content_key
 
+    @cached_property
+    def hash_a(self) -> str:
+        """Response A's key under its prompt (``response_hash``)."""
+        return response_hash(self.response_a, self.model_a)
+
+    @cached_property
+    def hash_b(self) -> str:
+        """Response B's key under its prompt (``response_hash``)."""
+        return response_hash(self.response_b, self.model_b)
+
+    def hashed(self) -> ImportedComparison:
+        """This row with every hash the import asks for computed (and cached); returns itself."""
+        self.prompt_hash, self.content_key, self.comparison_hash, self.hash_a, self.hash_b  # noqa: B018
+        return self
+
     @property
     def empty_responses(self) -> int:
         """How many of the two responses are empty or whitespace only (0-2)."""
@@ -132,9 +149,23 @@ def response_hash(text: str, model: str) -> str:
     return content_hash(text) if not model else content_hash([text, model])
 
 
+# json.dumps with these options builds a new encoder on every call; one made once writes the same
+# text (a hash is computed five times a row on import).
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+_json_string = json.encoder.encode_basestring  # a str as JSON, non-ASCII kept (ensure_ascii off)
+
+
 def content_hash(value: object) -> str:
-    """SHA-256 of the value's canonical JSON: equal content, equal hash, whatever the key order."""
-    canonical = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    """SHA-256 of the value's canonical JSON: equal content, equal hash, whatever the key order.
+
+    A text, or a list of texts (what the import hashes for every row), is written here from its
+    strings' JSON forms, the text the encoder would write, without its walk."""
+    if isinstance(value, str):
+        canonical = _json_string(value)
+    elif isinstance(value, list) and all(type(item) is str for item in value):
+        canonical = "[" + ",".join(map(_json_string, value)) + "]"
+    else:
+        canonical = _CANONICAL.encode(value)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -224,34 +255,41 @@ def _parse_judgements(row: _Row) -> tuple[ImportedJudgement, ...]:
     seen: set[str] = set()
     choices = _CHOICES
     for index, item in enumerate(raw):
-        where = f"judgements[{index}]"
+        # the field's name ("judgements[0].choice") is written only for an error
         if not isinstance(item, dict):
-            row.fail(where, "must be an object")
+            row.fail(f"judgements[{index}]", "must be an object")
             continue
         name = item.get("annotator")
         if not isinstance(name, str) or not name.strip() or len(name) > 150:
-            row.fail(f"{where}.annotator", "must be a non-empty name of at most 150 characters")
+            row.fail(
+                f"judgements[{index}].annotator",
+                "must be a non-empty name of at most 150 characters",
+            )
             continue
         if name in seen:
-            row.fail(f"{where}.annotator", f"{name!r} judges this comparison twice")
+            row.fail(f"judgements[{index}].annotator", f"{name!r} judges this comparison twice")
             continue
         seen.add(name)
         choice = item.get("choice")
         if choice not in choices:
             row.fail(
-                f"{where}.choice", f"unknown choice {choice!r}; expected one of {sorted(choices)}"
+                f"judgements[{index}].choice",
+                f"unknown choice {choice!r}; expected one of {sorted(choices)}",
             )
             continue
         strength = item.get("strength", 1)
         if isinstance(strength, bool) or not isinstance(strength, int):
-            row.fail(f"{where}.strength", "must be an integer")
+            row.fail(f"judgements[{index}].strength", "must be an integer")
             continue
         if not 1 <= strength <= MAX_STRENGTH:
-            row.fail(f"{where}.strength", f"must be between 1 and {MAX_STRENGTH}, got {strength}")
+            row.fail(
+                f"judgements[{index}].strength",
+                f"must be between 1 and {MAX_STRENGTH}, got {strength}",
+            )
             continue
         shown_left = item.get("shown_left", "")
         if shown_left not in _SIDES:
-            row.fail(f"{where}.shown_left", "must be 'a' or 'b'")
+            row.fail(f"judgements[{index}].shown_left", "must be 'a' or 'b'")
             continue
         elapsed = item.get("elapsed_ms")
         if elapsed is not None and (
@@ -259,11 +297,13 @@ def _parse_judgements(row: _Row) -> tuple[ImportedJudgement, ...]:
             or not isinstance(elapsed, int)
             or not 0 <= elapsed <= MAX_ELAPSED_MS
         ):
-            row.fail(f"{where}.elapsed_ms", f"must be an integer from 0 to {MAX_ELAPSED_MS}")
+            row.fail(
+                f"judgements[{index}].elapsed_ms", f"must be an integer from 0 to {MAX_ELAPSED_MS}"
+            )
             continue
         rationale = item.get("rationale", "")
         if not isinstance(rationale, str):
-            row.fail(f"{where}.rationale", "must be a string")
+            row.fail(f"judgements[{index}].rationale", "must be a string")
             continue
         parsed.append(
             ImportedJudgement(name.strip(), choice, strength, rationale, shown_left, elapsed)

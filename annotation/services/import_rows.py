@@ -19,7 +19,7 @@ from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db.models import F, Max
 
 from annotation.models import Comparison, Judgement, Project, Prompt, Response
-from annotation.parsing import ImportedComparison, ImportValidationError, LineError, response_hash
+from annotation.parsing import ImportedComparison, ImportValidationError, LineError
 from common.roles import ANNOTATOR
 
 
@@ -95,11 +95,11 @@ def _responses_for(
     wanted: dict[tuple[int, str], tuple[str, str]] = {}
     for row in rows:
         prompt_id = prompts[row.prompt_hash].pk
-        wanted[(prompt_id, response_hash(row.response_a, row.model_a))] = (
+        wanted[(prompt_id, row.hash_a)] = (
             row.response_a,
             row.model_a,
         )
-        wanted[(prompt_id, response_hash(row.response_b, row.model_b))] = (
+        wanted[(prompt_id, row.hash_b)] = (
             row.response_b,
             row.model_b,
         )
@@ -182,8 +182,8 @@ def chunk_write(
                 project=project,
                 queue_position=next_position + len(new),
                 prompt=prompt,
-                response_a=responses[(prompt.pk, response_hash(row.response_a, row.model_a))],
-                response_b=responses[(prompt.pk, response_hash(row.response_b, row.model_b))],
+                response_a=responses[(prompt.pk, row.hash_a)],
+                response_b=responses[(prompt.pk, row.hash_b)],
                 gold=row.gold,
                 external_id=row.external_id,
                 content_hash=row.comparison_hash,

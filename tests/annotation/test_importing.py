@@ -185,6 +185,18 @@ def test_oversized_line_is_refused(project):
         comparisons_import(project=project, lines=[huge])
 
 
+def test_rows_that_only_look_unstorable_import_as_written(project):
+    """The row's JSON text decides only whether its value is walked for NUL characters and depth:
+    an escaped backslash before "u0000" and brackets inside texts are ordinary text."""
+    lines = [
+        _line(response_a="C:\\u0000 is a path"),
+        _line(prompt="[" * 70 + "?", response_a="{" * 70, response_b="]"),
+    ]
+    assert comparisons_import(project=project, lines=lines).comparisons_created == 2
+    assert Response.objects.filter(text="C:\\u0000 is a path").exists()
+    assert Prompt.objects.filter(text="[" * 70 + "?").exists()
+
+
 def test_large_file_spanning_chunks_imports_exactly(tmp_path, project, monkeypatch):
     """2,500 rows over chunks of 1,000, with a repeated comparison in a later chunk merged into
     the first and a judgement on it from another annotator: counts and overlap slots are exact.
