@@ -74,3 +74,23 @@ def test_the_api_cancels_an_import_and_answers_409_once_it_has_finished(queued, 
     assert (cancelled.json()["id"], cancelled.json()["status"]) == (queued.pk, "cancelled")
     finished = client.post(url)
     assert finished.status_code == 409 and "nothing to cancel" in finished.json()["detail"]
+
+
+def test_a_stop_read_by_the_reading_thread_rolls_back_too(queued, tmp_path):
+    """1,001 rows: the first progress report comes while the rows are read (on PostgreSQL's path,
+    from the thread that reads ahead); the stop raised there reaches the import, which rolls back
+    and ends cancelled."""
+    rows = tmp_path / "many.jsonl"
+    rows.write_text(
+        "".join(
+            json.dumps({"prompt": f"Q{i}?", "chosen": f"Yes {i}.", "rejected": f"No {i}."}) + "\n"
+            for i in range(1001)
+        )
+    )
+    job = ImportJob.objects.create(
+        project=queued.project, path=str(rows), original_name="many.jsonl", size_bytes=10
+    )
+    cache.set(f"concord:import-job:{job.pk}:stop", "1", 60)
+    stopped = import_job_run(job_id=job.pk)
+    assert stopped.status == "cancelled"
+    assert not Comparison.objects.exists()

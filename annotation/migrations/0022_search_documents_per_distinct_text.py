@@ -76,6 +76,6 @@ def per_comparison(apps, schema_editor) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("annotation", "0019_item_browser_index_walks")]
+    dependencies = [("annotation", "0021_importjob_cancel_requested")]
 
     operations = [migrations.RunPython(per_distinct_text, per_comparison)]
