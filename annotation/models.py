@@ -380,7 +380,7 @@ class ComparisonSearch(models.Model):
     """A comparison's search documents, for the item browser's search on PostgreSQL: the English
     ``tsvector`` of its prompt and of each response, kept by database triggers (migration
     ``0010_comparison_search_documents``: on every insert of comparisons, the import's set-based
-    ones included, each distinct text's document computed once per statement since ``0020``, and
+    ones included, each distinct text's document computed once per statement since ``0022``, and
     when a comparison's texts change) and searched through one GIN index. Each
     text has its own document, so a comparison matches when one of its texts satisfies the query
     on its own, as the search has always read. Empty on SQLite, which searches with contains."""

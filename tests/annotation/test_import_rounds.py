@@ -126,7 +126,7 @@ def test_read_ahead_stops_its_worker_and_closes_the_source_when_the_caller_stops
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL full-text search")
 def test_search_documents_of_shared_texts_equal_each_text_s_own(small_rounds):
-    """Migration 0020's insert trigger computes each distinct prompt's and response's document
+    """Migration 0022's insert trigger computes each distinct prompt's and response's document
     once per statement: what it stores equals ``to_tsvector('english', text)`` of every
     comparison's own prompt and responses (four answers to each question, in all six pairs, over
     several rounds; a response shared by three pairs, a prompt by six)."""
@@ -160,4 +160,4 @@ def test_search_documents_of_shared_texts_equal_each_text_s_own(small_rounds):
             "SELECT prosrc FROM pg_proc WHERE proname = %s",
             ["annotation_comparison_search_inserted"],
         )
-        assert "prompts AS MATERIALIZED" in cursor.fetchone()[0]  # 0020's function
+        assert "prompts AS MATERIALIZED" in cursor.fetchone()[0]  # 0022's function
