@@ -11,6 +11,7 @@ from annotation.selectors.agreement import suggestion_report
 from annotation.services import agreement as agreement_services
 from annotation.services.projects import project_update
 from monitoring.services import judges as judge_services
+from tests.helpers.caches import private_cache
 from tests.helpers.judge_world import judge_outputs_by_hand, reward_model_judge
 
 pytestmark = pytest.mark.django_db
@@ -19,12 +20,7 @@ MAJORITY = ["a", "a", "a", "a", "b", "a"]  # ann1's choices on the 6 pairs (conf
 
 @pytest.fixture(autouse=True)
 def _private_cache(settings):
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-            "LOCATION": "judges",
-        }
-    }
+    private_cache(settings, "judges")
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from monitoring.services import eval_rounds as eval_services
 from monitoring.services import stopping_panel as panel_services
 from monitoring.stats import stopping
 from monitoring.tasks import stopping_panel_refresh
+from tests.helpers.caches import private_cache
 from tests.helpers.clients import logged_in
 from tests.helpers.eval_rounds import BASELINE
 
@@ -24,12 +25,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def _private_cache(settings):
     """A cache of the test's own: the debounce marks must not leak between tests."""
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-            "LOCATION": "stopping-panel-tests",
-        }
-    }
+    private_cache(settings, "stopping-panel-tests")
 
 
 @pytest.fixture

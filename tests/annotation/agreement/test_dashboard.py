@@ -11,6 +11,7 @@ from annotation.services import agreement as agreement_services
 from annotation.tasks import agreement_report_refresh
 from tests.factories import UserFactory
 from tests.helpers.agreement_jsonl import import_file, synthetic_rows, write_jsonl
+from tests.helpers.caches import private_cache
 
 pytestmark = pytest.mark.django_db
 
@@ -18,12 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def _private_cache(settings):
     """A cache of the test's own (the suite's Redis is shared with other tests and runs)."""
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-            "LOCATION": "agreement-dashboard-tests",
-        }
-    }
+    private_cache(settings, "agreement-dashboard-tests")
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from annotation.services import agreement_state
 from annotation.services.agreement import dashboard_refresh
 from tests.factories import ComparisonFactory, JudgementFactory, UserFactory
 from tests.helpers.agreement_jsonl import import_file, synthetic_rows, write_jsonl
+from tests.helpers.caches import private_cache
 
 pytestmark = pytest.mark.django_db
 BOOT = {"n_boot": 200, "pair_boot": 50}  # fewer draws than the worker's: same seeds, same rule
@@ -24,12 +25,7 @@ BOOT = {"n_boot": 200, "pair_boot": 50}  # fewer draws than the worker's: same s
 @pytest.fixture(autouse=True)
 def _private_cache(settings):
     """A cache of the test's own (the suite's Redis is shared with other tests and runs)."""
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-            "LOCATION": "agreement-incremental-tests",
-        }
-    }
+    private_cache(settings, "agreement-incremental-tests")
 
 
 @pytest.fixture
