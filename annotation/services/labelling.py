@@ -5,7 +5,9 @@ Concurrency: a claim is one short transaction that locks one comparison row with
 and records a lease. ``taken`` = active leases + judgements, so a comparison is never handed out beyond
 its overlap; PostgreSQL re-checks ``taken < overlap`` on the locked row, so two claims can never both
 take the last slot. Claims release expired leases (the slot returns to the pool): at most every
-RELEASE_EVERY_S seconds per project, and at once when a claim finds no free pair.
+RELEASE_EVERY_S seconds per project, and at once when a claim finds no free pair. A claim that finds
+every free pair locked by other claims looks again after pauses of milliseconds
+(``claims.BUSY_WAITS_S``) before it says that none is left.
 
 Sides: the response shown on the left alternates between the annotators of a comparison (its
 ``served`` counter's parity, started from the comparison id so that A is not always first), and is
@@ -16,6 +18,7 @@ back to the stored responses a and b.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -42,6 +45,7 @@ from annotation.services.suggestions import (
     suggestion_sql,
     suggests,
 )
+from annotation.work_queue.claims import BUSY_WAITS_S
 from annotation.work_queue.policy import (
     REPEAT_MIN_DISTANCE,
     due,
@@ -165,9 +169,7 @@ def _with_screen(assignment: Assignment, project: Project) -> Assignment:
 # than the rest of a claim, on every pair shown. A comparison's ``target_overlap`` (overlap reduction,
 # never below 1) lowers its slots below the project's overlap; NULL compares false, so it keeps the
 # overlap. Parameters: project, overlap (twice), annotator (twice).
-_CLAIM_NEXT_SQL = """
-UPDATE {comparison} SET taken = taken + 1, served = served + 1
-WHERE id = (
+_FREE_PAIR_SQL = """
     SELECT c.id FROM {comparison} c
     WHERE c.project_id = %s AND c.gold = ''
       AND c.taken < CASE WHEN c.target_overlap < %s THEN c.target_overlap ELSE %s END
@@ -176,9 +178,13 @@ WHERE id = (
       AND NOT EXISTS (SELECT 1 FROM {judgement} j
                       WHERE j.comparison_id = c.id AND j.annotator_id = %s)
     ORDER BY c.queue_position, c.id
-    LIMIT 1{lock})
-RETURNING id, served
-"""
+    LIMIT 1"""
+# (S608: the names filled in are the quoted model tables; every value is a parameter.)
+_CLAIM_NEXT_SQL = (
+    "UPDATE {comparison} SET taken = taken + 1, served = served + 1\nWHERE id = ("  # noqa: S608  # nosec B608
+    + _FREE_PAIR_SQL
+    + "{lock})\nRETURNING id, served"
+)
 
 
 def _labelling_sql(template: str, lock: str = "") -> str:
@@ -199,13 +205,23 @@ def _claim_normal(
 ) -> Assignment | None:
     skip_locked = connection.features.has_select_for_update_skip_locked
     sql = _labelling_sql(_CLAIM_NEXT_SQL, " FOR UPDATE SKIP LOCKED" if skip_locked else "")
+    params = [project.pk, project.overlap, project.overlap, annotator.pk, annotator.pk]
+    waits = iter(BUSY_WAITS_S if skip_locked else ())
     with connection.cursor() as cursor:
-        cursor.execute(
-            sql, [project.pk, project.overlap, project.overlap, annotator.pk, annotator.pk]
-        )
-        row = cursor.fetchone()
-    if row is None:
-        return None
+        while True:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+            if row is not None:
+                break
+            # Nothing unlocked is free. A free pair locked by another claim (about to commit
+            # within milliseconds) may still have a slot: look again after a pause.
+            pause = next(waits, None)
+            if pause is None:
+                return None
+            cursor.execute(_labelling_sql(_FREE_PAIR_SQL), params)
+            if cursor.fetchone() is None:
+                return None
+            time.sleep(pause)
     comparison_id, served = row
     shown_left = _side_for(Comparison(pk=comparison_id, served=served - 1))
     return _lease(comparison_id, project, annotator, Assignment.Kind.NORMAL, shown_left, ahead)

@@ -6,6 +6,9 @@ EvalItem and EvalAssignment; the queue knows nothing of them).
   so concurrent claims never wait on each other), count its taken places again under the lock,
   create the lease in a savepoint, and move on to the next slot when the slot filled up meanwhile
   or the lease cannot be made (an IntegrityError: the same person claiming in a second tab).
+  When every free slot is locked by other claims at that instant, it looks again a few times
+  after a pause of milliseconds (``BUSY_WAITS_S``) instead of saying that nothing is left: those
+  claims commit within milliseconds, and a slot they did not fill is free again.
 
 Expired leases of every table go back to the pool through one function, ``policy.release_expired``
 (with a ``taken`` counter on the slot, or, for eval items, places counted from the leases).
@@ -17,6 +20,7 @@ the overlap, one lease per person and pair.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -27,6 +31,9 @@ Lease = TypeVar("Lease")
 
 # Slots a claim looks at before it gives up (each one full or refused under the lock).
 TRIES = 20
+# Pauses (seconds) before looking again when every candidate slot is locked by other claims:
+# at most 0.35 s in all, far longer than a claim's transaction holds its lock.
+BUSY_WAITS_S = (0.01, 0.02, 0.04, 0.08, 0.2)
 
 
 def slot_claim(
@@ -48,17 +55,26 @@ def slot_claim(
     savepoint, so an IntegrityError undoes it and the next slot is tried.
 
     Runs inside the caller's transaction: the slot stays locked until it commits, so two claims
-    can never both take a slot's last place. At most ``tries`` slots are looked at."""
+    can never both take a slot's last place. At most ``tries`` slots are looked at. None only when
+    no candidate is left unlocked after the ``BUSY_WAITS_S`` pauses (a candidate locked by
+    another claim may still have a place once that claim commits)."""
     if not candidates.ordered:
         raise ValueError("slot_claim needs the candidates in queue order (order_by)")
     if not transaction.get_connection(candidates.db).in_atomic_block:
         raise RuntimeError("slot_claim runs inside a transaction (the lock lasts until commit)")
     passed: list[int] = []
-    for _ in range(tries):
+    waits = iter(BUSY_WAITS_S)
+    looked = 0
+    while looked < tries:
         pool = candidates.exclude(pk__in=passed) if passed else candidates
         slot = pool.select_for_update(skip_locked=True, of=("self",)).first()
         if slot is None:
-            return None
+            pause = next(waits, None)
+            if pause is None or not pool.exists():
+                return None  # nothing left, or still locked by others after every pause
+            time.sleep(pause)  # every free slot is locked by a claim about to commit
+            continue
+        looked += 1
         held = taken(slot)
         if capacity is None or held < capacity:
             try:

@@ -5,7 +5,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from annotation.models import Assignment, Comparison, Judgement, RepeatJudgement
@@ -371,6 +371,50 @@ def test_concurrent_claims_never_over_assign():
         assert len(judges) == 3 == len(set(judges)), comparison.pk
         assert comparison.taken == 3
     assert Judgement.objects.count() == 60
+
+
+@CONCURRENT_DB
+@pytest.mark.parametrize(("overlap", "claimed"), [(2, True), (1, False)])
+def test_a_claim_finding_the_free_pair_locked_looks_again_after_a_pause(
+    monkeypatch, overlap, claimed
+):
+    """One pair. Another annotator's claim holds its row lock (its transaction open), so the
+    claim finds nothing unlocked, pauses while the other commits (the patched sleep lets it) and
+    looks again: with overlap 2 it takes the pair's second slot; with overlap 1 the pair is full
+    and it says None after that one pause."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks with SKIP LOCKED need PostgreSQL (make test uses it)")
+    project, (comparison,) = _project(1, overlap=overlap)
+    first, second = _annotators(project, 2)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                labelling.assignment_claim(annotator=first, project=project)
+                holding.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=hold)
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:  # the holder commits during the pause
+        pauses.append(seconds)
+        release.set()
+        thread.join(timeout=30)
+
+    monkeypatch.setattr("annotation.services.labelling.time.sleep", pause)
+    thread.start()
+    assert holding.wait(timeout=30)
+    try:
+        got = labelling.assignment_claim(annotator=second, project=project)
+    finally:
+        release.set()
+        thread.join(timeout=30)
+    assert (got is not None) is claimed and len(pauses) == 1
+    assert Comparison.objects.get(pk=comparison.pk).taken == (2 if claimed else 1)
 
 
 @CONCURRENT_DB

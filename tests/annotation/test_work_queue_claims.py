@@ -164,3 +164,47 @@ def test_a_slot_locked_by_one_claim_is_skipped_by_another():
         release.set()
         thread.join(timeout=30)
     assert got == {"first": items[0].pk, "second": items[1].pk}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("overlap", "expected"), [(2, "item 0"), (1, None)])
+def test_a_claim_finding_every_free_slot_locked_looks_again_after_a_pause(
+    monkeypatch, overlap, expected
+):
+    """One item. Another claim holds its lock, so the claim finds nothing unlocked; the item is
+    still a candidate, so it pauses (the other claim commits meanwhile: the patched sleep lets it)
+    and looks again. Overlap 2: the item has a place left and the claim takes it. Overlap 1: the
+    other claim filled it, and the claim says None after one pause, not after all of them."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks with SKIP LOCKED need PostgreSQL (make test uses it)")
+    project, items = rating_project(1, overlap=overlap)
+    first, second = annotators(project, 2)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                _claim(project, first)
+                holding.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=hold)
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:  # the holder commits during the pause
+        pauses.append(seconds)
+        release.set()
+        thread.join(timeout=30)
+
+    monkeypatch.setattr("annotation.work_queue.claims.time.sleep", pause)
+    thread.start()
+    assert holding.wait(timeout=30)
+    try:
+        made = _claim(project, second)
+    finally:
+        release.set()
+        thread.join(timeout=30)
+    assert (made and f"item {items.index(made.item)}") == expected and len(pauses) == 1
+    assert TaskLease.objects.filter(item=items[0]).count() == (2 if expected else 1)
