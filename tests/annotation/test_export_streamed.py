@@ -71,3 +71,30 @@ def test_streamed_files_equal_the_files_written_before_streaming(project, option
     judged = calls[-1][1]
     assert calls[-1] == (judged, judged) and len(calls) == -(-judged // 3)
     assert [done for done, _ in calls] == sorted({done for done, _ in calls})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_reads_run_ahead_on_their_own_connection(project, tmp_path,
+                                                                           monkeypatch):  # fmt: skip
+    """A worker's export runs outside any transaction: on PostgreSQL a thread then reads the
+    chunks ahead in a transaction of its own (the judgements' cursor streams instead of being
+    computed whole first). The files are the same bytes, the progress the same, and the
+    caller's connection is left as it was (no transaction, still usable)."""
+    from django.db import connection
+
+    monkeypatch.setattr(exporting, "EXPORT_CHUNK", 3)
+    options = OPTIONS[0]
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir()
+    after.mkdir()
+    expected = write_files_before_streaming(project, before, **options)
+    assert not connection.in_atomic_block
+    calls = []
+    written = exporting._write_files(
+        project, after, **options, progress=lambda done, total: calls.append((done, total))
+    )
+    assert written == expected
+    for name in (exporting.PAIRS_FILE, exporting.JUDGEMENTS_FILE):
+        assert (after / name).read_bytes() == (before / name).read_bytes(), name
+    assert calls[-1][0] == calls[-1][1] and len(calls) == -(-calls[-1][1] // 3)
+    assert not connection.in_atomic_block and Comparison.objects.filter(project=project).exists()

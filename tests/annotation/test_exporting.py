@@ -1,6 +1,7 @@
 """Export: majority consensus with agreement and margin, ties by option, immutable hashed snapshots."""
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from django.core.management import call_command
@@ -167,3 +168,39 @@ def test_a_judgement_line_is_the_json_encoders_byte_for_byte(row):
         sort_keys=True,
     )  # fmt: skip
     assert _raw_line(row) == expected + "\n"
+
+
+def test_judgement_lines_from_the_database_are_the_json_encoders_byte_for_byte(tmp_path):
+    """On PostgreSQL the database builds each judgements.jsonl line (elsewhere ``_raw_line``):
+    usernames and rationales with every control character, quotes, backslashes, U+2028 and
+    non-ASCII text, a null elapsed time, an empty side and a timestamp with microseconds give the
+    bytes of ``json.dumps(row, ensure_ascii=False, sort_keys=True)``."""
+    from annotation.services.exporting import JUDGEMENTS_FILE, _write_files
+    from tests.factories import ComparisonFactory, JudgementFactory, UserFactory
+
+    comparison = ComparisonFactory()
+    awkward = "".join(map(chr, range(1, 32))) + ' "q" \\ / \u2028 \x7f é 日本 😀'
+    made = [
+        JudgementFactory(comparison=comparison, annotator=UserFactory(username='zoë "q"'),
+                         rationale=awkward, shown_left="", elapsed_ms=None, choice="tie"),
+        JudgementFactory(comparison=comparison, annotator=UserFactory(username="ana"),
+                         rationale="", strength=3, choice="b"),
+    ]  # fmt: skip
+    Judgement = type(made[0])
+    Judgement.objects.filter(pk=made[0].pk).update(
+        created_at=datetime(2026, 3, 1, 12, 0, 0, 4, tzinfo=UTC)
+    )
+    _write_files(comparison.project, tmp_path, keep_ties=True, min_judgements=1,
+                 consensus_rule="majority")  # fmt: skip
+    expected = []
+    for judgement in Judgement.objects.filter(pk__in=[j.pk for j in made]).order_by("pk"):
+        row = {
+            "comparison_id": judgement.comparison_id, "annotator": judgement.annotator.username,
+            "choice": judgement.choice, "strength": judgement.strength,
+            "shown_left": judgement.shown_left or None, "elapsed_ms": judgement.elapsed_ms,
+            "rationale": judgement.rationale,
+            "created_at": judgement.created_at.astimezone(UTC).isoformat(),
+        }  # fmt: skip
+        expected.append(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+    assert (tmp_path / JUDGEMENTS_FILE).read_text(encoding="utf-8") == "".join(expected)
+    assert awkward in json.loads(expected[0])["rationale"]
