@@ -11,8 +11,10 @@ import hashlib
 import json
 import math
 import tempfile
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from pathlib import Path
 
 from annotation.models import DatasetExport, Project
@@ -39,10 +41,14 @@ class HfExport:
     conversational: bool
 
 
+# ``json.dumps(prompt, sort_keys=True, ensure_ascii=False)`` without building an encoder per call.
+_KEY_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+
+
 def _prompt_key(prompt: object) -> str:
-    return hashlib.sha256(
-        json.dumps(prompt, sort_keys=True, ensure_ascii=False).encode("utf-8")
-    ).hexdigest()
+    """SHA-256 (hex) of ``json.dumps(prompt, sort_keys=True, ensure_ascii=False)``."""
+    text = encode_basestring(prompt) if isinstance(prompt, str) else _KEY_ENCODER.encode(prompt)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def prompts_for_test_split(prompts: dict[str, object], *, test_fraction: float) -> set[str]:
@@ -234,7 +240,8 @@ def hf_export_write(
     size, configs and splits; then a plain summary). ``datasets.load_dataset(str(out))`` loads it.
 
     Reads the export's frozen pairs.jsonl twice (prompts and clusters, then rows), writing Parquet
-    in batches of HF_BATCH_ROWS: memory holds one key per prompt, never the rows.
+    in batches of HF_BATCH_ROWS: memory holds one key per prompt, then one number per pair (its
+    prompt's, so the second reading hashes nothing), never the rows.
     ``progress(written, total)``: called every HF_BATCH_ROWS pairs written and at the end (pairs;
     the total is the export's ``n_pairs``).
     """
@@ -246,14 +253,28 @@ def hf_export_write(
             f"license must be one SPDX-style identifier (e.g. cc-by-4.0), got {license!r}"
         )
     pairs_path = Path(export.folder) / PAIRS_FILE
-    prompts: dict[str, object] = {}
+    # Each prompt's key once, numbered in order of appearance; each pair's prompt number, so the
+    # second reading does not hash the prompts again.
+    numbers: dict[str, int] = {}
+    clusters: list[object] = []
+    pair_prompt = array("I")
     conversational = False
     with pairs_path.open(encoding="utf-8") as handle:
         for line in handle:
             pair = json.loads(line)
-            prompts[_prompt_key(pair["prompt"])] = pair.get("cluster")
+            number = numbers.setdefault(_prompt_key(pair["prompt"]), len(numbers))
+            if number == len(clusters):
+                clusters.append(None)
+            clusters[number] = pair.get("cluster")
+            pair_prompt.append(number)
             conversational = conversational or not isinstance(pair["prompt"], str)
-    test_keys = prompts_for_test_split(prompts, test_fraction=test_fraction)
+    test_keys = prompts_for_test_split(
+        {key: clusters[number] for key, number in numbers.items()}, test_fraction=test_fraction
+    )
+    in_test = bytearray(len(clusters))
+    for key in test_keys:
+        in_test[numbers[key]] = 1
+    del numbers, clusters, test_keys
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)
     for stale in data.glob("*.parquet"):
@@ -270,9 +291,9 @@ def hf_export_write(
 
     try:
         with pairs_path.open(encoding="utf-8") as handle:
-            for line in handle:
+            for line, number in zip(handle, pair_prompt, strict=True):
                 pair = json.loads(line)
-                split = "test" if _prompt_key(pair["prompt"]) in test_keys else "train"
+                split = "test" if in_test[number] else "train"
                 batches[split].append(_hf_row(pair, conversational))
                 rows[split] += 1
                 if len(batches[split]) >= HF_BATCH_ROWS:
@@ -292,7 +313,7 @@ def hf_export_write(
             (data / f"{split}-00000-of-00001.parquet").unlink()
     # The card's agreement report reads every judgement: free the prompt keys and what Arrow's pool
     # kept from the Parquet batches first (the export's peak memory is the report's).
-    del prompts, test_keys
+    del pair_prompt, in_test
     pa.default_memory_pool().release_unused()
     card = _dataset_card(
         export=export, rows=rows, conversational=conversational, license=license,

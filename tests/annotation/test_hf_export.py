@@ -161,6 +161,24 @@ def test_split_keeps_every_cluster_in_train_and_is_deterministic():
         prompts_for_test_split(prompts, test_fraction=1.0)
 
 
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        'say "hi" \\ é 日本\n\x01',
+        [{"role": "user", "content": "z é"}, {"content": "x", "role": "a"}],
+    ],
+)
+def test_a_prompts_key_is_the_sha256_of_its_sorted_json(prompt):
+    """The split depends on these keys: a text or a message list hashes as
+    ``json.dumps(prompt, sort_keys=True, ensure_ascii=False)`` always did."""
+    import hashlib
+
+    from annotation.services.hf_export import _prompt_key
+
+    text = json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+    assert _prompt_key(prompt) == hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def test_lead_page_downloads_the_hf_dataset_as_a_zip(tmp_path, ml_engineer):
     """The first ask for the zip queues the job that builds it on the worker (run here by hand)
     and shows its page; then the same link serves the zip."""
