@@ -9,8 +9,8 @@ a fresh process of its own (its peak RSS is its own): ``dataset_export``
 (majority consensus: pairs.jsonl and judgements.jsonl) and ``hf_export_write`` (Parquet train/test
 splits and the dataset card), timed apart. ``--before PATH`` runs the same two calls from another
 checkout (e.g. ``git worktree add /tmp/before <commit>``) against the same database, for the
-side-by-side figure. Prints one JSON object: seconds per phase, pairs, peak RSS, CPU flags and the
-load average.
+side-by-side figure (with ``--stored-report``, both ways: cold and with the report stored).
+Prints one JSON object: seconds per phase, pairs, peak RSS, CPU flags and the load average.
 
 ``--stored-report`` adds the worker's agreement refresh (timed in its own process) and the export
 again with that report stored, whose dataset card then reads it instead of every judgement.
@@ -159,6 +159,10 @@ def main() -> None:
         )
         print(json.dumps(report["streamed_stored_report"]), file=sys.stderr, flush=True)
     if args.before is not None:
+        if args.stored_report:  # the report stored above is still current (the cold side drops it)
+            report["before_stored_report"] = _side(
+                args.before, args.database_url, args.scratch / "before-stored", mode="stored"
+            )
         report["before"] = _side(args.before, args.database_url, args.scratch / "before")
     print(json.dumps(report, indent=1))
 

@@ -50,11 +50,12 @@ import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import groupby
 from json.encoder import encode_basestring
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 from django.conf import settings
@@ -216,6 +217,7 @@ def dawid_skene_consensus(posterior: dict[str, float]) -> PairConsensus:
     )
 
 
+T = TypeVar("T")
 EXPORT_CHUNK = 2000  # comparisons whose rows are written together (memory holds one chunk)
 Progress = Callable[[int, int], None]  # (comparisons written, comparisons to write)
 
@@ -451,37 +453,52 @@ def _chunk_texts(project: Project, ids: list[int]) -> list[_PairTexts]:
     ]
 
 
-def _chunk_stream(project: Project) -> Iterator[tuple[list[Group], list[_PairTexts]]]:
-    """The export's chunks of judgement groups with their comparisons' texts, in order."""
-    for chunk in _chunks(_judgement_groups(project)):
-        yield chunk, _chunk_texts(project, [cid for cid, _ in chunk])
-
-
-def _in_own_transaction(project: Project) -> Iterator[tuple[list[Group], list[_PairTexts]]]:
-    """``_chunk_stream`` in a transaction on the running thread's own connection, closed after."""
+def _with_texts(
+    project: Project, chunks: Iterator[list[Group]]
+) -> Iterator[tuple[list[Group], list[_PairTexts]]]:
+    """Each chunk of judgement groups with its comparisons' texts, in order; closes ``chunks``."""
     try:
-        with transaction.atomic():
-            yield from _chunk_stream(project)
+        for chunk in chunks:
+            yield chunk, _chunk_texts(project, [cid for cid, _ in chunk])
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
+def _on_own_connection(items: Iterator[T], *, atomic: bool) -> Iterator[T]:
+    """``items`` read on the running thread's own connection (in a transaction when ``atomic``),
+    which is closed after."""
+    try:
+        with transaction.atomic() if atomic else nullcontext():
+            yield from items
     finally:
         connection.close()
 
 
 def _chunks_read_ahead(project: Project) -> Iterator[tuple[list[Group], list[_PairTexts]]]:
-    """``_chunk_stream``, on PostgreSQL read ahead by a worker thread (``read_ahead``, two chunks
-    at most), so the database works on the next chunk while this one is formatted and written:
-    the two took turns before, and at a million comparisons the database's share was 30 s of 70.
+    """The export's chunks of judgement groups with their comparisons' texts, in order. On
+    PostgreSQL two worker threads read ahead (``read_ahead``, two chunks each at most): one the
+    judgements, one the texts of the chunks it hands on, so the database works on the next chunks
+    while this thread formats and writes the current one. In turns, at a million comparisons,
+    the database's share was 30 s of 70.
 
-    Outside a transaction (a worker's export) the worker reads in a transaction of its own, on
-    its own connection: the judgements' server-side cursor then streams (outside a transaction
-    Django declares it WITH HOLD, and PostgreSQL computes every row before the first comes back:
-    19 s at 3,000,000 judgements), and this thread's progress writes stay visible as they are
-    made. Inside the caller's transaction (a test's, say) the worker shares the caller's
-    connection, and so sees what it sees."""
+    Outside a transaction (a worker's export) each worker reads on its own connection, the
+    judgements in a transaction of their own: their server-side cursor then streams (outside a
+    transaction Django declares it WITH HOLD, and PostgreSQL computes every row before the first
+    comes back: 19 s at 3,000,000 judgements), and this thread's progress writes stay visible as
+    they are made. Inside the caller's transaction (a test's, say) both share the caller's
+    connection, and so see what it sees."""
+    groups = _chunks(_judgement_groups(project))
     if connection.vendor != "postgresql":
-        return _chunk_stream(project)
+        return _with_texts(project, groups)
     if connection.in_atomic_block:
-        return read_ahead(_chunk_stream(project), batch=1, depth=2, share_db=connection.alias)
-    return read_ahead(_in_own_transaction(project), batch=1, depth=2)
+        shared = connection.alias
+        ahead = read_ahead(groups, batch=1, depth=2, share_db=shared)
+        return read_ahead(_with_texts(project, ahead), batch=1, depth=2, share_db=shared)
+    ahead = read_ahead(_on_own_connection(groups, atomic=True), batch=1, depth=2)
+    texts = _on_own_connection(_with_texts(project, ahead), atomic=False)
+    return read_ahead(texts, batch=1, depth=2)
 
 
 def _write_files(
