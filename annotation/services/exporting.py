@@ -477,25 +477,23 @@ def _on_own_connection(items: Iterator[T], *, atomic: bool) -> Iterator[T]:
 
 
 def _chunks_read_ahead(project: Project) -> Iterator[tuple[list[Group], list[_PairTexts]]]:
-    """The export's chunks of judgement groups with their comparisons' texts, in order. On
-    PostgreSQL two worker threads read ahead (``read_ahead``, two chunks each at most): one the
-    judgements, one the texts of the chunks it hands on, so the database works on the next chunks
-    while this thread formats and writes the current one. In turns, at a million comparisons,
-    the database's share was 30 s of 70.
+    """The export's chunks of judgement groups with their comparisons' texts, in order.
 
-    Outside a transaction (a worker's export) each worker reads on its own connection, the
-    judgements in a transaction of their own: their server-side cursor then streams (outside a
-    transaction Django declares it WITH HOLD, and PostgreSQL computes every row before the first
-    comes back: 19 s at 3,000,000 judgements), and this thread's progress writes stay visible as
-    they are made. Inside the caller's transaction (a test's, say) both share the caller's
-    connection, and so see what it sees."""
+    A worker's export (on PostgreSQL, outside any transaction) reads ahead on two threads
+    (``read_ahead``, two chunks each at most), each on a connection of its own: one the
+    judgements, in a read-only transaction of its own, one the texts of the chunks it hands on.
+    The database then works on the next chunks while this thread formats and writes the current
+    one; in turns, at a million comparisons, the database's share was 30 s of 70. In a
+    transaction the judgements' server-side cursor streams: outside one, Django declares it WITH
+    HOLD, and PostgreSQL computes every row before the first comes back (19 s at 3,000,000
+    judgements). This thread's progress writes stay outside that transaction, visible as made.
+
+    Inside the caller's transaction (a service that exports under a lock, a test) the chunks are
+    read here, in turns: other connections would not see the caller's uncommitted rows, and one
+    Django connection is not shared between threads."""
     groups = _chunks(_judgement_groups(project))
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
         return _with_texts(project, groups)
-    if connection.in_atomic_block:
-        shared = connection.alias
-        ahead = read_ahead(groups, batch=1, depth=2, share_db=shared)
-        return read_ahead(_with_texts(project, ahead), batch=1, depth=2, share_db=shared)
     ahead = read_ahead(_on_own_connection(groups, atomic=True), batch=1, depth=2)
     texts = _on_own_connection(_with_texts(project, ahead), atomic=False)
     return read_ahead(texts, batch=1, depth=2)
