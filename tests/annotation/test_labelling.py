@@ -5,7 +5,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from annotation.models import Assignment, Comparison, Judgement, RepeatJudgement
@@ -14,6 +14,7 @@ from annotation.services import labelling
 from annotation.services.labelling import LabellingError, Verdict
 from common.roles import ANNOTATOR
 from tests.factories import ComparisonFactory, ProjectFactory, UserFactory
+from tests.helpers.locks import claim_while_held
 
 pytestmark = pytest.mark.django_db
 
@@ -386,33 +387,12 @@ def test_a_claim_finding_the_free_pair_locked_looks_again_after_a_pause(
         pytest.skip("row locks with SKIP LOCKED need PostgreSQL (make test uses it)")
     project, (comparison,) = _project(1, overlap=overlap)
     first, second = _annotators(project, 2)
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                labelling.assignment_claim(annotator=first, project=project)
-                holding.set()
-                release.wait(timeout=30)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=hold)
-    pauses: list[float] = []
-
-    def pause(seconds: float) -> None:  # the holder commits during the pause
-        pauses.append(seconds)
-        release.set()
-        thread.join(timeout=30)
-
-    monkeypatch.setattr("annotation.services.labelling.time.sleep", pause)
-    thread.start()
-    assert holding.wait(timeout=30)
-    try:
-        got = labelling.assignment_claim(annotator=second, project=project)
-    finally:
-        release.set()
-        thread.join(timeout=30)
+    got, pauses = claim_while_held(
+        monkeypatch,
+        "annotation.services.labelling.time.sleep",
+        hold=lambda: labelling.assignment_claim(annotator=first, project=project),
+        claim=lambda: labelling.assignment_claim(annotator=second, project=project),
+    )
     assert (got is not None) is claimed and len(pauses) == 1
     assert Comparison.objects.get(pk=comparison.pk).taken == (2 if claimed else 1)
 

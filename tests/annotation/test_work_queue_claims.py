@@ -15,6 +15,7 @@ from django.utils import timezone
 from annotation.models import TaskItem, TaskLease
 from annotation.work_queue.claims import slot_claim
 from annotation.work_queue.policy import release_expired
+from tests.helpers.locks import claim_while_held
 from tests.helpers.task_items import annotators, rating_project
 
 pytestmark = pytest.mark.django_db
@@ -179,32 +180,11 @@ def test_a_claim_finding_every_free_slot_locked_looks_again_after_a_pause(
         pytest.skip("row locks with SKIP LOCKED need PostgreSQL (make test uses it)")
     project, items = rating_project(1, overlap=overlap)
     first, second = annotators(project, 2)
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                _claim(project, first)
-                holding.set()
-                release.wait(timeout=30)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=hold)
-    pauses: list[float] = []
-
-    def pause(seconds: float) -> None:  # the holder commits during the pause
-        pauses.append(seconds)
-        release.set()
-        thread.join(timeout=30)
-
-    monkeypatch.setattr("annotation.work_queue.claims.time.sleep", pause)
-    thread.start()
-    assert holding.wait(timeout=30)
-    try:
-        made = _claim(project, second)
-    finally:
-        release.set()
-        thread.join(timeout=30)
+    made, pauses = claim_while_held(
+        monkeypatch,
+        "annotation.work_queue.claims.time.sleep",
+        hold=lambda: _claim(project, first),
+        claim=lambda: _claim(project, second),
+    )
     assert (made and f"item {items.index(made.item)}") == expected and len(pauses) == 1
     assert TaskLease.objects.filter(item=items[0]).count() == (2 if expected else 1)
