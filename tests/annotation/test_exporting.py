@@ -155,7 +155,7 @@ def test_export_with_dawid_skene(tmp_path, settings):
 def test_a_judgement_line_is_the_json_encoders_byte_for_byte(row):
     """judgements.jsonl lines are filled in directly, not through a dict and the JSON encoder:
     the same bytes for non-ASCII text, quotes, control characters, nulls and an empty side."""
-    from annotation.services.exporting import _raw_line
+    from annotation.services.export_reads import raw_line
 
     cid, who, choice, strength, shown_left, elapsed, rationale, created = row
     expected = json.dumps(
@@ -167,11 +167,11 @@ def test_a_judgement_line_is_the_json_encoders_byte_for_byte(row):
         ensure_ascii=False,
         sort_keys=True,
     )  # fmt: skip
-    assert _raw_line(row) == expected + "\n"
+    assert raw_line(row) == expected + "\n"
 
 
 def test_judgement_lines_from_the_database_are_the_json_encoders_byte_for_byte(tmp_path):
-    """On PostgreSQL the database builds each judgements.jsonl line (elsewhere ``_raw_line``):
+    """On PostgreSQL the database builds each judgements.jsonl line (elsewhere ``raw_line``):
     usernames and rationales with every control character, quotes, backslashes, U+2028 and
     non-ASCII text, a null elapsed time, an empty side and a timestamp with microseconds give the
     bytes of ``json.dumps(row, ensure_ascii=False, sort_keys=True)``."""
