@@ -18,7 +18,6 @@ back to the stored responses a and b.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -45,7 +44,7 @@ from annotation.services.suggestions import (
     suggestion_sql,
     suggests,
 )
-from annotation.work_queue.claims import BUSY_WAITS_S
+from annotation.work_queue.claims import BUSY_WAITS_S, after_locks
 from annotation.work_queue.policy import (
     REPEAT_MIN_DISTANCE,
     due,
@@ -206,22 +205,19 @@ def _claim_normal(
     skip_locked = connection.features.has_select_for_update_skip_locked
     sql = _labelling_sql(_CLAIM_NEXT_SQL, " FOR UPDATE SKIP LOCKED" if skip_locked else "")
     params = [project.pk, project.overlap, project.overlap, annotator.pk, annotator.pk]
-    waits = iter(BUSY_WAITS_S if skip_locked else ())
     with connection.cursor() as cursor:
-        while True:
+
+        def take() -> tuple | None:
             cursor.execute(sql, params)
-            row = cursor.fetchone()
-            if row is not None:
-                break
-            # Nothing unlocked is free. A free pair locked by another claim (about to commit
-            # within milliseconds) may still have a slot: look again after a pause.
-            pause = next(waits, None)
-            if pause is None:
-                return None
+            return cursor.fetchone()
+
+        def locked_left() -> bool:  # a free pair another claim holds may still have a slot
             cursor.execute(_labelling_sql(_FREE_PAIR_SQL), params)
-            if cursor.fetchone() is None:
-                return None
-            time.sleep(pause)
+            return cursor.fetchone() is not None
+
+        row = after_locks(take, locked_left, iter(BUSY_WAITS_S if skip_locked else ()))
+    if row is None:
+        return None
     comparison_id, served = row
     shown_left = _side_for(Comparison(pk=comparison_id, served=served - 1))
     return _lease(comparison_id, project, annotator, Assignment.Kind.NORMAL, shown_left, ahead)

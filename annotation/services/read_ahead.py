@@ -4,7 +4,7 @@ The import's PostgreSQL path spends most of its time waiting for the server (COP
 statements); psycopg lets go of the GIL while it waits, so a thread that reads and checks the next
 rows of the file in the meantime takes time off the import instead of adding to it. The worker
 touches no database connection (Django's are per thread): it runs only the pure reading. The
-export's reads (annotation.services.exporting) run here too, each on the worker thread's own
+export's reads (annotation.services.export_reads) run here too, each on the worker thread's own
 connection, which they close when done.
 
 Memory stays bounded: the worker holds at most ``depth`` batches of ``batch`` items beyond what the

@@ -21,19 +21,34 @@ the overlap, one lease per person and pair.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from django.db import IntegrityError, models, transaction
 
 Slot = TypeVar("Slot", bound=models.Model)
 Lease = TypeVar("Lease")
+Got = TypeVar("Got")
 
 # Slots a claim looks at before it gives up (each one full or refused under the lock).
 TRIES = 20
 # Pauses (seconds) before looking again when every candidate slot is locked by other claims:
 # at most 0.35 s in all, far longer than a claim's transaction holds its lock.
 BUSY_WAITS_S = (0.01, 0.02, 0.04, 0.08, 0.2)
+
+
+def after_locks(
+    take: Callable[[], Got | None], locked_left: Callable[[], bool], waits: Iterator[float]
+) -> Got | None:
+    """``take()``'s result; when it finds nothing but ``locked_left()`` says a candidate is still
+    there (locked by another claim, about to commit), it pauses for the next of ``waits`` and
+    takes again. None when nothing is left, or still nothing after the last pause."""
+    while (got := take()) is None:
+        pause = next(waits, None)
+        if pause is None or not locked_left():
+            return None
+        time.sleep(pause)
+    return got
 
 
 def slot_claim(
@@ -67,13 +82,10 @@ def slot_claim(
     looked = 0
     while looked < tries:
         pool = candidates.exclude(pk__in=passed) if passed else candidates
-        slot = pool.select_for_update(skip_locked=True, of=("self",)).first()
+        locking = pool.select_for_update(skip_locked=True, of=("self",))
+        slot = after_locks(locking.first, pool.exists, waits)
         if slot is None:
-            pause = next(waits, None)
-            if pause is None or not pool.exists():
-                return None  # nothing left, or still locked by others after every pause
-            time.sleep(pause)  # every free slot is locked by a claim about to commit
-            continue
+            return None  # nothing left, or still locked by others after every pause
         looked += 1
         held = taken(slot)
         if capacity is None or held < capacity:

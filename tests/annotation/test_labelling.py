@@ -389,7 +389,7 @@ def test_a_claim_finding_the_free_pair_locked_looks_again_after_a_pause(
     first, second = _annotators(project, 2)
     got, pauses = claim_while_held(
         monkeypatch,
-        "annotation.services.labelling.time.sleep",
+        "annotation.work_queue.claims.time.sleep",
         hold=lambda: labelling.assignment_claim(annotator=first, project=project),
         claim=lambda: labelling.assignment_claim(annotator=second, project=project),
     )
