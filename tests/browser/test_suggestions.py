@@ -136,3 +136,21 @@ def test_the_dashboard_toggle_shows_the_judges_beside_the_humans(judged, page: P
     page.go_back()
     page.get_by_role("button", name="Hide the model judges").click()
     expect(page.get_by_test_id("judge-figures")).to_have_count(0)
+
+
+def test_the_annotators_table_stays_inside_its_card_on_a_narrow_screen(judged, page: Page) -> None:
+    """The annotators table has thirteen columns: on an 800-pixel screen it scrolls inside its
+    card (a wrapper of the card's width) instead of running past the card's right edge or making
+    the whole page scroll sideways."""
+    lead = UserFactory(username="lead", role=ML_ENGINEER)
+    page.set_viewport_size({"width": 800, "height": 800})
+    log_in(page, lead)
+    page.goto(f"/annotation/p/{judged.project.slug}/agreement/")
+    table = page.get_by_test_id("annotators")
+    expect(table).to_be_visible()
+    outside = table.evaluate(
+        "t => { const box = t.parentElement.getBoundingClientRect();"
+        " return [box.right - t.closest('section').getBoundingClientRect().right,"
+        " document.documentElement.scrollWidth - window.innerWidth]; }"
+    )
+    assert outside[0] <= 0 and outside[1] <= 0, outside
