@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 from annotation.services import projects as project_services
 from annotation.services.adjudication import guidelines_update
 from annotation.services.importing import comparisons_import, project_get_or_create
-from common.roles import ML_ENGINEER
+from common.roles import ADJUDICATOR, ANNOTATOR, ML_ENGINEER, REVIEWER, role_assign
 from config.celery import app as celery_app
 from tests.factories import UserFactory
 from tests.helpers.browser import log_in
@@ -306,3 +306,23 @@ def test_invite_link_has_a_copy_button(lead, page: Page) -> None:
     page.reload()
     expect(page.get_by_test_id("invite-link")).to_have_count(0)
     assert problems == []
+
+
+def test_narrow_screens_never_scroll_sideways(lead, page: Page) -> None:
+    """At 800 pixels an account holding every role (four role badges in the top bar) and a
+    project's wide tables (members, items, an item's judgements) stay within the window: the top
+    bar wraps and each table scrolls inside its card."""
+    for role in (ANNOTATOR, REVIEWER, ADJUDICATOR):
+        role_assign(user=lead, role=role)
+    project = project_get_or_create(slug="narrow", overlap=2)[0]
+    row = {"prompt": "Best pasta?", "response_a": "Boil it", "response_b": "Bake it",
+           "judgements": [{"annotator": "someone-with-a-long-name", "choice": "a"}]}  # fmt: skip
+    comparisons_import(project=project, lines=[json.dumps(row)])
+    comparison = project.comparisons.get()
+    page.set_viewport_size({"width": 800, "height": 700})
+    log_in(page, lead)
+    for path in ("/", "/annotation/p/narrow/members/", "/annotation/p/narrow/items/",
+                 f"/annotation/p/narrow/items/{comparison.pk}/"):  # fmt: skip
+        page.goto(path)
+        wider = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert wider <= 0, (path, wider)
