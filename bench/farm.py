@@ -85,7 +85,9 @@ class FarmConfig:
     runs, one per objective (mean, wco, uwo: Gao's shape for each) on the same ensemble;
     gold_every, kl_target: the peak-fit rule's gold points (every n-th checkpoint, as human-eval
     rounds are rarer than evaluations; the stopping panel sees only those) and the fixed-KL
-    rule's KL (nats), farm_rules' stop rules."""
+    rule's KL (nats), farm_rules' stop rules; hidden_size: the tiny models' width (the built-in
+    domain's topics need 128); tiny_learning_rate: the tiny reward models' and policies' learning
+    rate (SmolLM2's is 1e-5)."""
 
     name: str
     data: str = "synthetic"
@@ -111,6 +113,8 @@ class FarmConfig:
     gold_every: int = 3
     kl_target: float = 1.0
     annotators: tuple[str, ...] = ("careful", "left", "longer", "random")
+    hidden_size: int = 32
+    tiny_learning_rate: float = 1e-3
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -131,7 +135,15 @@ SYNTHETIC = FarmConfig(
     eval_every=2, rloo_k=2, batch_size=4, max_new_tokens=16, polite_bias=0.7, pretrain_steps=150,
     objectives=("mean", "wco", "uwo"), kl_target=2.0,
 )  # fmt: skip
-CONFIGS = {c.name: c for c in (SMALL, HH_SMALL, FULL, SYNTHETIC)}
+# The same domain where both tiny models can learn it (2026-12-07): at width 32 the pre-trained
+# policy's answers scored below zero under gold (it never learned which words go with a prompt's
+# topic) and the reward models ranked them against gold from the start; at width 128 with 1,500
+# pre-training steps and three times the labels, gold rises before it falls.
+SYNTHETIC_WIDE = dataclasses.replace(
+    SYNTHETIC, name="synthetic-wide", pairs=144, eval_prompts=32, label_budget=288, rm_steps=600,
+    rl_steps=24, pretrain_steps=1500, hidden_size=128,
+)  # fmt: skip
+CONFIGS = {c.name: c for c in (SMALL, HH_SMALL, FULL, SYNTHETIC, SYNTHETIC_WIDE)}
 
 
 # --- data -------------------------------------------------------------------------------------------
@@ -387,7 +399,8 @@ def run_pipeline(
 
 
 def _common(config: FarmConfig, seed: int) -> dict[str, Any]:
-    return {"max_length": 256, "learning_rate": 1e-3 if config.tiny else 1e-5, "seed": seed}
+    rate = config.tiny_learning_rate if config.tiny else 1e-5
+    return {"max_length": 256, "learning_rate": rate, "seed": seed}
 
 
 def rl_and_stop(
@@ -599,7 +612,9 @@ def run_farm(
     models = Path(settings.CONCORD_MODELS_DIR)
     base_model = "smollm2-135m-instruct"
     if config.tiny:
-        policy, rm_base = tiny_models(workdir / "tiny", farm_corpus(config, every))
+        policy, rm_base = tiny_models(
+            workdir / "tiny", farm_corpus(config, every), hidden_size=config.hidden_size
+        )
         if config.pretrain_steps:
             answers = [(p, a) for p, better, worse in every for a in (better, worse)]
             pretrain_policy(policy, answers, steps=config.pretrain_steps, seed=0)
@@ -638,6 +653,35 @@ def run_farm(
         "runs": results,
         "cpu_s_total": time.process_time() - started,
     }
+
+
+def config_override(
+    config: FarmConfig, assignments: Sequence[str], *, name: str | None = None
+) -> FarmConfig:
+    """``config`` with ``FIELD=VALUE`` assignments applied, each value read as its field's type
+    (a bool from true/false/1/0, a tuple from a comma-separated list). The result is named
+    ``name``, else after the configuration and the assignments (``synthetic-label_budget=240``).
+    ValueError for an unknown field, a malformed assignment or a value of the wrong type."""
+    fields = {f.name for f in dataclasses.fields(FarmConfig)} - {"name", "extra"}
+    changes: dict[str, Any] = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        if not sep or key not in fields:
+            raise ValueError(
+                f"expected FIELD=VALUE with FIELD one of {sorted(fields)}: {assignment!r}"
+            )
+        current = getattr(config, key)
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"{key} takes true or false, got {text!r}")
+            changes[key] = text.lower() in ("true", "1")
+        elif isinstance(current, tuple):
+            changes[key] = tuple(part for part in text.split(",") if part)
+        else:
+            changes[key] = type(current)(text)
+    suffix = "-".join(assignments)
+    label = name or (f"{config.name}-{suffix}" if suffix else config.name)
+    return dataclasses.replace(config, name=label, **changes)
 
 
 def _setup_django(*, eager: bool = True) -> Any:
@@ -689,6 +733,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--eval-every", type=int, help="RLOO evaluates this often (steps)")
     parser.add_argument(
+        "--set", nargs="+", default=[], metavar="FIELD=VALUE",
+        help="override fields of the configuration (label_budget=240 polite_bias=0.3; tuples "
+        "comma-separated); the report is named after them unless --name is given",
+    )  # fmt: skip
+    parser.add_argument("--name", help="the configuration's (and the report's) name")
+    parser.add_argument(
         "--no-side-tasks", action="store_true",
         help="send tasks to the broker with no worker: the dashboards' refreshes do not run",
     )  # fmt: skip
@@ -712,6 +762,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps, every = args.rl_steps or config.rl_steps, args.eval_every or config.eval_every
         name = f"{config.name}-{steps}steps"
         config = dataclasses.replace(config, name=name, rl_steps=steps, eval_every=every)
+    if args.set or args.name:
+        config = config_override(config, args.set, name=args.name)
     old_name = _setup_django(eager=not args.no_side_tasks)
     from django.conf import settings
     from django.db import connection

@@ -76,9 +76,11 @@ def tiny_llama(
     seed: int = 0,
     for_classification: bool = False,
     max_positions: int = 512,
+    hidden_size: int = 32,
 ) -> Path:
-    """A 2-layer Llama (hidden 32, 4 heads, 2 KV heads: grouped-query attention like SmolLM2) saved
-    with the tiny tokenizer, as a causal LM or a 1-label sequence classifier."""
+    """A 2-layer Llama (hidden ``hidden_size``, 32 by default, its MLP twice that; 4 heads, 2 KV
+    heads: grouped-query attention like SmolLM2) saved with the tiny tokenizer, as a causal LM or a
+    1-label sequence classifier."""
     from transformers import (
         AutoTokenizer,
         LlamaConfig,
@@ -89,8 +91,8 @@ def tiny_llama(
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
