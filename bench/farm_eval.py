@@ -97,7 +97,9 @@ def checkpoint_curve(
 ) -> list[dict[str, Any]]:
     """One row per checkpoint of ``run`` (step order) after a row for ``start_policy`` (step 0, KL
     0): ``answer_row`` of answers sampled at ``temperature`` (seed 0) to ``prompts``, with the step,
-    the run's logged KL at that step (nats) and its own ``eval_reward_mean`` (``proxy_app``). Gold's
+    the run's KL at that step (nats: its evaluation KL ``eval_kl`` when logged, else the training
+    batch's ``kl``, which is kept as ``kl_train``) and its own ``eval_reward_mean``
+    (``proxy_app``). Gold's
     mean is recorded as the run's ``gold_reward_mean`` metric (the stopping panel's gold points) at
     every ``gold_every``-th checkpoint, as rated rounds are rarer than evaluations (``gold_rated``
     marks those rows)."""
@@ -121,7 +123,8 @@ def checkpoint_curve(
                 run_id=run.pk, step=step, metrics={"gold_reward_mean": float(gold_scores.mean())}
             )
         rows.append(
-            {"step": step, "kl": 0.0 if step == 0 else logged.get("kl"),
+            {"step": step, "kl": 0.0 if step == 0 else logged.get("eval_kl", logged.get("kl")),
+             "kl_train": 0.0 if step == 0 else logged.get("kl"),
              "proxy_app": logged.get("eval_reward_mean"), "gold_rated": rated,
              **answer_row(prompts, answers, gold_scores, members)}
         )  # fmt: skip

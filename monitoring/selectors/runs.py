@@ -24,7 +24,7 @@ PREFERRED = (
     "reward/total_mean", "reward/shaped_mean", "kl", "kl_coef", "approx_kl", "clip_fraction",
     "entropy", "rewards/accuracy", "accuracy", "rewards/margin", "rewards/chosen",
     "rewards/rejected", "eval/accuracy", "eval/loss", "eval_reward_mean", "eval_reward_std",
-    "response_length", "eos_rate", "repetition_rate", "tokens_per_second", "samples_per_second",
+    "eval_kl", "response_length", "eos_rate", "repetition_rate", "tokens_per_second", "samples_per_second",
     "memory_fraction",
 )  # fmt: skip
 

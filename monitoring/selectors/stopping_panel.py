@@ -40,6 +40,9 @@ REWARD_METRICS = ("eval_reward_mean", "reward_mean")
 # A gold scorer's mean reward of the policy's held-out answers, logged beside the proxy's (the farm's
 # gold reward model, or a team's own stand-in for people): gold points of the peak estimate.
 GOLD_METRIC = "gold_reward_mean"
+# The policy's KL from its reference measured at each evaluation (training.recipes.eval_kl): the
+# peak line's axis when the run logs it, the training batch's "kl" otherwise.
+KL_METRIC = "eval_kl"
 # The stored figures' layout; a change of it (or of what they are computed from) bumps it, so older
 # rows read as stale and are recomputed.
 # 2: the peak's status peak / not_determined with a reason; each rated round's correlation.
@@ -245,7 +248,7 @@ def stopping_panel_fingerprint(run: TrainingRun) -> str:
     answers), the reviewers' ratings and the round judges' verdicts, the configured KL band and
     ``FIGURES_VERSION``. Two equal fingerprints: the figures would come out the same."""
     metrics = MetricPoint.objects.filter(
-        run=run, name__in=(*REWARD_METRICS, "kl", GOLD_METRIC)
+        run=run, name__in=(*REWARD_METRICS, "kl", KL_METRIC, GOLD_METRIC)
     ).aggregate(n=Count("pk"), last=Max("pk"), total=Sum("value"))
     checkpoints = Checkpoint.objects.filter(run=run).aggregate(n=Count("pk"), last=Max("pk"))
     rounds = list(
@@ -421,12 +424,14 @@ def _step_series(run: TrainingRun, name: str) -> dict[int, float]:
     )
 
 
-def _checkpoint_kl(checkpoint: Checkpoint, kl_by_step: dict[int, float]) -> float | None:
-    """The KL (nats) at ``checkpoint``: its own metrics' ``kl``, else the last logged at or before
-    its step. A sampled estimate can dip below zero near the reference (and a recipe can store
-    NaN when a step had no samples): KL itself is >= 0, so it is clamped, and a non-finite one is
-    unknown (None)."""
-    kl = checkpoint.metrics.get("kl", _kl_at(kl_by_step, checkpoint.step))
+def _checkpoint_kl(
+    checkpoint: Checkpoint, kl_by_step: dict[int, float], *, name: str = "kl"
+) -> float | None:
+    """The KL (nats) at ``checkpoint``: its own metrics' ``name`` (``kl`` or ``eval_kl``), else
+    the last logged at or before its step. A sampled estimate can dip below zero near the
+    reference (and a recipe can store NaN when a step had no samples): KL itself is >= 0, so it is
+    clamped, and a non-finite one is unknown (None)."""
+    kl = checkpoint.metrics.get(name, _kl_at(kl_by_step, checkpoint.step))
     if kl is None or not math.isfinite(float(kl)):
         return None
     return max(float(kl), 0.0)
@@ -439,7 +444,7 @@ def _kl_at(kl_by_step: dict[int, float], step: int) -> float | None:
 
 
 def _human_gold_points(
-    rated_rounds: list[EvalRound], kl_by_step: dict[int, float]
+    rated_rounds: list[EvalRound], kl_by_step: dict[int, float], *, kl_name: str = "kl"
 ) -> tuple[list[float], list[float]]:
     """(KL, reward) of each rated round's checkpoint with its mean usefulness put on the reward
     model's scale: a least-squares line reward_score ~ usefulness over the first rated round's
@@ -454,7 +459,7 @@ def _human_gold_points(
     slope, offset = np.polyfit([u for u, _ in pairs], [r for _, r in pairs], 1)
     kls, rewards = [], []
     for round_ in rated_rounds:
-        kl = _checkpoint_kl(round_.checkpoint, kl_by_step)
+        kl = _checkpoint_kl(round_.checkpoint, kl_by_step, name=kl_name)
         values = [j.usefulness for j in round_judgements(round_) if j.usefulness is not None]
         if kl is None or not values:
             continue
@@ -494,10 +499,13 @@ def run_peak_line(
     rounds' usefulness on the reward scale, ``_human_gold_points``), and the checkpoint nearest
     the estimate among the run's checkpoints (KL from its metrics or the metric points)."""
     # The logged KL is a sampled estimate (k1 can dip below zero near the reference); KL itself
-    # is >= 0, and the curve's axis is sqrt(KL).
+    # is >= 0, and the curve's axis is sqrt(KL). The evaluation KL (eval_kl: the held-out
+    # prompts, the same seeded draws each time) is read when the run logs it; the training
+    # batch's kl jumps from step to step with small batches.
+    kl_name = KL_METRIC if _step_series(run, KL_METRIC) else "kl"
     kl_by_step = {
         step: max(value, 0.0)
-        for step, value in _step_series(run, "kl").items()
+        for step, value in _step_series(run, kl_name).items()
         if math.isfinite(value)
     }
     proxy = _step_series(run, REWARD_METRICS[0])
@@ -505,10 +513,10 @@ def run_peak_line(
     gold = [
         (kl_by_step[s], r) for s, r in _step_series(run, GOLD_METRIC).items() if s in kl_by_step
     ]
-    human_kl, human_reward = _human_gold_points(rated_rounds, kl_by_step)
+    human_kl, human_reward = _human_gold_points(rated_rounds, kl_by_step, kl_name=kl_name)
     checkpoint_kls = {}
     for checkpoint in run.checkpoints.all():
-        kl = _checkpoint_kl(checkpoint, kl_by_step)
+        kl = _checkpoint_kl(checkpoint, kl_by_step, name=kl_name)
         if kl is not None:
             checkpoint_kls[f"step {checkpoint.step}"] = kl
     return peak_line(

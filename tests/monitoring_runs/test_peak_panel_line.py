@@ -86,3 +86,23 @@ def test_a_run_still_rising_names_no_checkpoint(make_run, ml_engineer):
     stopping_panel_refresh(run=run)
     page = logged_in(ml_engineer).get(f"/monitoring/runs/{run.pk}/").content.decode()
     assert "Peak not yet determined: reward still rising at KL 15 (the largest evaluated)" in page
+
+
+def test_the_evaluation_kl_is_the_axis_when_the_run_logs_it(make_run):
+    """The same curve with its KL logged as eval_kl, and a training-batch kl that jumps (the
+    curve's KL times 0.2, 3, 0.5, ... by turns): the line reads eval_kl, so the peak and the
+    checkpoint are those of the clean curve, and the current KL is the last eval_kl (15)."""
+    jumps = np.array([0.2, 3.0, 0.5, 2.5])[np.arange(len(KL)) % 4]
+    metrics = {}
+    for i, kl in enumerate(KL):
+        row = {"kl": float(kl * jumps[i]), "eval_kl": float(kl),
+               "eval_reward_mean": float(gao_curve(kl, 1.5, 0.5, 0.2))}  # fmt: skip
+        if i % 3 == 0:
+            row["gold_reward_mean"] = float(gao_curve(kl, 1.0, 0.5, 0.1))
+        metrics[10 * (i + 1)] = row
+    run = make_run(kind="rloo", metrics=metrics)
+    for step in (30, 60, 120):
+        Checkpoint.objects.create(run=run, step=step, path=f"checkpoints/step-{step}")
+    line = run_peak_line(run, rated_rounds=[], n_boot=200)
+    assert line.estimate.kl == pytest.approx(np.e**2, rel=1e-6)
+    assert line.current_kl == 15.0 and line.checkpoint == "step 60"

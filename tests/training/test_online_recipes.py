@@ -128,10 +128,11 @@ def test_high_variance_prompts_get_twice_the_samples(
 def test_rloo_evaluates_greedily_on_held_out_prompts_without_changing_training(
     tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path
 ):
-    """8 prompts: 1 held out. Evaluating every step logs eval_reward_mean/std at steps 1 and 2;
-    evaluating only at the last step logs it at step 2 alone, with the same value, and both runs
-    end with the same weights (greedy answers draw no randomness). The logged value is the reward
-    model's mean score of the final policy's greedy answers to the held-out prompt."""
+    """8 prompts: 1 held out. Evaluating every step logs eval_reward_mean/std and the evaluation
+    KL (eval_kl, >= 0) at steps 1 and 2; evaluating only at the last step logs them at step 2
+    alone, with the same values, and both runs end with the same weights (greedy answers draw no
+    randomness, and the KL's seeded draws leave the random state as it was). The logged value is
+    the reward model's mean score of the final policy's greedy answers to the held-out prompt."""
     from safetensors.torch import load_file
 
     every = train_rloo(
@@ -144,6 +145,9 @@ def test_rloo_evaluates_greedily_on_held_out_prompts_without_changing_training(
     assert all("eval_reward_mean" in r and "eval_reward_std" in r for r in rows_every)
     assert "eval_reward_mean" not in rows_last[0]
     assert rows_last[1]["eval_reward_mean"] == rows_every[1]["eval_reward_mean"]
+    assert [r["step"] for r in rows_every if "eval_kl" in r] == [1, 2]
+    assert all(r["eval_kl"] >= 0 for r in rows_every) and "eval_kl" not in rows_last[0]
+    assert rows_last[1]["eval_kl"] == pytest.approx(rows_every[1]["eval_kl"], abs=1e-9)
     assert every.summary["eval_prompts"] == 1 and every.summary["prompts"] == 7
     a = load_file(f"{every.final_model_dir}/model.safetensors")
     b = load_file(f"{last.final_model_dir}/model.safetensors")

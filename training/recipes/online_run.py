@@ -18,6 +18,7 @@ from training.recipes.checkpoint_files import checkpoint_step
 from training.recipes.config import OnlineRLConfig
 from training.recipes.data import EpochSampler, Messages, load_prompts
 from training.recipes.distributed import seed_rank_streams
+from training.recipes.eval_kl import evaluation_kl
 from training.recipes.loop import LoopEnd, Position, Run, StepOutcome, finish_run, run_steps
 from training.recipes.online import (
     OnlineModels,
@@ -72,10 +73,12 @@ class OnlineState:
         return step % self.config.eval_every == 0 or step == self.total_steps
 
     def evaluate(self, step: int) -> dict[str, float]:
-        """The held-out metrics when due at ``step`` (``evaluate_policy``), else {}."""
+        """The held-out metrics when due at ``step`` (``evaluate_policy``), with the policy's KL
+        from its reference on the same prompts (``eval_kl``, when the run has a reference:
+        ``eval_kl.evaluation_kl``), else {}."""
         if not eval_due(self.config, step, self.total_steps, len(self.eval_prompts)):
             return {}
-        return evaluate_policy(
+        metrics = evaluate_policy(
             self.models,
             self.eval_prompts,
             self.config,
@@ -83,6 +86,15 @@ class OnlineState:
             device=self.run.device,
             score=self.eval_score,
         )
+        kl = evaluation_kl(
+            self.models,
+            self.eval_prompts,
+            self.config,
+            ranks=self.run.ranks,
+            device=self.run.device,
+            token_logprobs=self.token_logprobs,
+        )
+        return metrics if kl is None else {**metrics, "eval_kl": kl}
 
     def token_logprobs(self, model: Any, sequences: list[Any]) -> tuple[torch.Tensor, Any]:
         """Per-token completion log-probs [M] of ``sequences`` (TokenizedSequence) under ``model``
