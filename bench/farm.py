@@ -8,7 +8,9 @@ One pipeline run (``run_pipeline``), all through the app:
 2. simulated annotators (``annotation.simulation``: gold's Bradley-Terry probability bent by the
    demo habits: careful, position bias, length bias, fast and noisy) label through the labelling
    services: ``assignment_claim`` (claims, leases, overlap, the side shown left) and
-   ``judgement_submit``, until the label budget is spent;
+   ``judgement_submit``, until the label budget is spent; *Concord* with ``active_rounds`` spends
+   it in rounds, the queue re-ordered between them by a provisional ensemble's acquisition scores
+   (``label_actively``);
 3. consensus and export (``dataset_export``: majority for *plain*, Dawid-Skene for *Concord*), a
    snapshot, a reward-model run and an RLOO run against it (``run_create``, ``run_launch``, the
    worker's ``run_execute``: metrics, checkpoints, samples and alerts land in the database);
@@ -87,7 +89,10 @@ class FarmConfig:
     rounds are rarer than evaluations; the stopping panel sees only those) and the fixed-KL
     rule's KL (nats), farm_rules' stop rules; hidden_size: the tiny models' width (the built-in
     domain's topics need 128); tiny_learning_rate: the tiny reward models' and policies' learning
-    rate (SmolLM2's is 1e-5)."""
+    rate (SmolLM2's is 1e-5); active_rounds, acquisition: the Concord pipeline's active
+    collection (``label_actively``): the label budget spent in ``active_rounds`` + 1 rounds, the
+    labelling queue re-ordered by the ``acquisition`` strategy (annotation.models.QueueOrder) of
+    a provisional ensemble after each round but the last (0: no active collection)."""
 
     name: str
     data: str = "synthetic"
@@ -115,10 +120,12 @@ class FarmConfig:
     annotators: tuple[str, ...] = ("careful", "left", "longer", "random")
     hidden_size: int = 32
     tiny_learning_rate: float = 1e-3
+    active_rounds: int = 0
+    acquisition: str = "disagreement"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-SMALL = FarmConfig(name="small")
+SMALL = FarmConfig(name="small", active_rounds=1)
 FULL = FarmConfig(
     name="full", data="hh", pairs=64, gold_pairs=600, held_out=120, eval_prompts=16,
     label_budget=128, rm_steps=40, rl_steps=24, eval_every=4, max_new_tokens=16, gold_steps=200,
@@ -362,10 +369,15 @@ def run_pipeline(
     scores_b = gold.score([g[0] for g in golden.values()], [g[2] for g in golden.values()])
     by_external = dict(zip(golden, zip(scores_a, scores_b, strict=True), strict=True))
     gold_of = {c.pk: by_external[c.external_id] for c in project.comparisons.all()}
-    labels = label_through_services(
-        project, gold_of, _annotators(config.annotators), config.label_budget, seed
-    )
+    people = _annotators(config.annotators)
     consensus = "majority" if pipeline == "plain" else "dawid_skene"
+    if pipeline == "concord" and config.active_rounds:
+        labels, active = label_actively(
+            config, project, gold_of, people, seed, engineer=engineer, base_model=base_model
+        )
+    else:
+        labels = label_through_services(project, gold_of, people, config.label_budget, seed)
+        active = []
     snapshot = services.snapshot_for(export=dataset_export(project=project, consensus=consensus))
     held_out = [
         json.dumps({"prompt": p, "response_a": a, "response_b": b, "id": f"held-out-{i}"})
@@ -373,18 +385,15 @@ def run_pipeline(
     ]  # after the export: prompts the runs never trained on, for the eval round
     comparisons_import(project=project, lines=held_out)
     size = 1 if pipeline == "plain" else config.ensemble_size
-    ensemble = {"ensemble_size": size, "ensemble_mode": "heads"} if size > 1 else {}
     rm = _execute(
         services.run_create(
             name=f"farm rm {pipeline} {seed}", kind="rm", base_model=base_model,
-            snapshot=snapshot, created_by=engineer,
-            config={**_common(config, seed), "max_steps": config.rm_steps, "batch_size": 4,
-                    "checkpoint_every": 0, "eval_fraction": 0.0, **ensemble},
+            snapshot=snapshot, created_by=engineer, config=_rm_config(config, seed, size),
         ),
         engineer,
     )  # fmt: skip
     shared = {"pipeline": pipeline, "seed": seed, "labels": labels, "consensus": consensus,
-              "ensemble_size": size, "rm_run": rm.pk}  # fmt: skip
+              "ensemble_size": size, "rm_run": rm.pk, "active": active}  # fmt: skip
     shared_cpu = time.process_time() - started
     results = []
     for objective in ("single",) if size == 1 else config.objectives:
@@ -401,6 +410,66 @@ def run_pipeline(
 def _common(config: FarmConfig, seed: int) -> dict[str, Any]:
     rate = config.tiny_learning_rate if config.tiny else 1e-5
     return {"max_length": 256, "learning_rate": rate, "seed": seed}
+
+
+def _rm_config(config: FarmConfig, seed: int, size: int) -> dict[str, Any]:
+    """A reward-model run's configuration: one model, or ``size`` heads on a shared encoder."""
+    ensemble = {"ensemble_size": size, "ensemble_mode": "heads"} if size > 1 else {}
+    return {**_common(config, seed), "max_steps": config.rm_steps, "batch_size": 4,
+            "checkpoint_every": 0, "eval_fraction": 0.0, **ensemble}  # fmt: skip
+
+
+def round_budgets(budget: int, rounds: int) -> list[int]:
+    """``budget`` labels in ``rounds`` + 1 rounds, as equal as whole labels allow, the larger
+    rounds first: [rounds + 1] ints summing to ``budget``. ValueError for a negative argument."""
+    if budget < 0 or rounds < 0:
+        raise ValueError(f"budget and rounds must be >= 0, got {budget} and {rounds}")
+    parts = rounds + 1
+    return [budget // parts + (1 if i < budget % parts else 0) for i in range(parts)]
+
+
+def label_actively(
+    config: FarmConfig,
+    project: Any,
+    gold_of: dict[int, tuple[float, float]],
+    people: list,
+    seed: int,
+    *,
+    engineer: Any,
+    base_model: str,
+) -> tuple[int, list[dict[str, Any]]]:
+    """Active collection, as a project runs it in the app: the project's queue order set to
+    ``config.acquisition`` (``project_update``), then the budget labelled in rounds
+    (``round_budgets``); after each round but the last, a provisional reward-model ensemble
+    (the final one's configuration) is trained on the Dawid-Skene export so far and scores every
+    comparison (``comparisons_score``: the preference and disagreement stored, the labelling
+    queue re-ordered by the strategy with its exploration share), so the next round's claims
+    take the pairs it ranks first. Returns (labels submitted, one row per re-ordering: the
+    labels before it, the provisional run's id, the comparisons scored)."""
+    from annotation.services.exporting import dataset_export
+    from annotation.services.projects import project_update
+    from training import services
+    from training.continuous_services import comparisons_score
+
+    project = project_update(project=project, actor=engineer, queue_order=config.acquisition)
+    budgets = round_budgets(config.label_budget, config.active_rounds)
+    done, rounds = 0, []
+    for index, budget in enumerate(budgets):
+        done += label_through_services(project, gold_of, people, budget, seed * 100 + index)
+        if index == len(budgets) - 1:
+            break
+        export = dataset_export(project=project, consensus="dawid_skene")
+        provisional = _execute(
+            services.run_create(
+                name=f"farm active rm {seed} round {index + 1}", kind="rm",
+                base_model=base_model, snapshot=services.snapshot_for(export=export),
+                created_by=engineer, config=_rm_config(config, seed, config.ensemble_size),
+            ),
+            engineer,
+        )  # fmt: skip
+        scored = comparisons_score(project=project, folder=Path(provisional.output_dir) / "final")
+        rounds.append({"labels": done, "rm_run": provisional.pk, "scored": scored})
+    return done, rounds
 
 
 def rl_and_stop(

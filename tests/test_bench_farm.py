@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from bench.farm import HH_FILE, HH_SMALL, SMALL, mean_interval, run_farm, win_rate
+from annotation.models import Project
+from bench.farm import HH_FILE, HH_SMALL, SMALL, mean_interval, round_budgets, run_farm, win_rate
 from bench.farm_eval import answer_row, gold_verdict
 from bench.farm_rules import ALARMS
 from monitoring.models import StopDecision
@@ -33,6 +34,7 @@ def test_the_small_farm_closes_the_loop(tmp_path, settings):
     report = _farm(tmp_path, settings, SMALL)
     assert report["gold"]["kind"] == "programmatic" and report["gold"]["accuracy"] == 1.0
     _check_loop(report)
+    _check_active_collection(report["runs"])
 
 
 def test_the_hh_farm_trains_and_measures_its_gold(tmp_path, settings):
@@ -99,3 +101,19 @@ def test_gold_verdict_and_answer_row_by_hand():
     assert row["phrase"] == 0.5 and row["words"] == 4.5 and row["rho"] is None  # 2 answers
     with pytest.raises(ValueError, match="members"):
         answer_row(["p"], ["a"], np.array([1.0]), np.array([[1.0, 2.0]]))
+
+
+def _check_active_collection(runs):
+    """Concord's active collection: the project ordered by the acquisition strategy, and one
+    provisional ensemble, trained after the first half of the labels, scored every training pair
+    (its preference and disagreement stored on the comparisons, the queue re-ordered by them)."""
+    assert runs[0]["active"] == [] and SMALL.active_rounds == 1
+    (active,) = runs[1]["active"]
+    assert active["labels"] == round_budgets(SMALL.label_budget, 1)[0]
+    assert active["scored"] == SMALL.pairs
+    project = Project.objects.get(slug="farm-concord-0")
+    assert project.queue_order == SMALL.acquisition
+    scored = project.comparisons.filter(ensemble_disagreement__isnull=False)
+    assert scored.count() == SMALL.pairs
+    provisional = TrainingRun.objects.get(pk=active["rm_run"])
+    assert provisional.status == TrainingRun.Status.SUCCEEDED and provisional.kind == "rm"
