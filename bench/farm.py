@@ -59,7 +59,7 @@ if str(ROOT) not in sys.path:
 
 from bench.farm_eval import checkpoint_curve, gold_rated_round, policy_answers  # noqa: E402
 from bench.farm_plot import plot  # noqa: E402
-from bench.farm_policy import pretrain_policy, tiny_models  # noqa: E402
+from bench.farm_policy import pretrained_tiny_models  # noqa: E402
 from bench.farm_rules import (  # noqa: E402
     alarm_signals,
     alarm_timeline,
@@ -667,10 +667,14 @@ def run_farm(
     *,
     partial: Path | None = None,
     pipelines: Sequence[str] = PIPELINES,
+    cache: Path | None = None,
 ) -> dict[str, Any]:
     """Gold, then the pipelines (both by default) at every seed; the summary with intervals. Needs
     Django set up with a database, and ``settings.CONCORD_MODELS_DIR`` writable (the base model
-    goes there). ``partial``: a file rewritten with the runs done so far after each pipeline."""
+    goes there). ``partial``: a file rewritten with the runs done so far after each pipeline;
+    ``cache``: where the tiny models' pre-trained policy is kept between farms
+    (``farm_policy.pretrained_tiny_models``; the report's ``cpu_s_total`` then leaves its
+    pre-training out, ``start_policy_cached`` says so)."""
     from django.conf import settings
 
     started = time.process_time()
@@ -680,13 +684,13 @@ def run_farm(
     eval_rows = every[config.gold_pairs + config.pairs :]
     models = Path(settings.CONCORD_MODELS_DIR)
     base_model = "smollm2-135m-instruct"
+    from_cache = False
     if config.tiny:
-        policy, rm_base = tiny_models(
-            workdir / "tiny", farm_corpus(config, every), hidden_size=config.hidden_size
-        )
-        if config.pretrain_steps:
-            answers = [(p, a) for p, better, worse in every for a in (better, worse)]
-            pretrain_policy(policy, answers, steps=config.pretrain_steps, seed=0)
+        answers = [(p, a) for p, better, worse in every for a in (better, worse)]
+        policy, rm_base, from_cache = pretrained_tiny_models(
+            workdir / "tiny", farm_corpus(config, every), answers,
+            hidden_size=config.hidden_size, steps=config.pretrain_steps, cache=cache,
+        )  # fmt: skip
         shutil.copytree(policy, models / base_model, dirs_exist_ok=True)
         gold_base, start_policy = rm_base, policy
     else:
@@ -721,6 +725,7 @@ def run_farm(
         "summary": summary,
         "runs": results,
         "cpu_s_total": time.process_time() - started,
+        "start_policy_cached": from_cache,
     }
 
 
@@ -811,6 +816,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-side-tasks", action="store_true",
         help="send tasks to the broker with no worker: the dashboards' refreshes do not run",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-cache", action="store_true",
+        help="pre-train the tiny policy again instead of copying it from var/cache/farm/",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.rescore:
         report = rescore_report(json.loads(args.rescore.read_text()))
@@ -847,7 +856,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 (work / "models").mkdir()
             args.out.mkdir(parents=True, exist_ok=True)
             partial = args.out / f"farm-{config.name}.partial.json"
-            report = run_farm(config, args.seeds, work, partial=partial, pipelines=args.pipelines)
+            cache = None if args.no_cache else ROOT / "var" / "cache" / "farm"
+            report = run_farm(
+                config, args.seeds, work, partial=partial, pipelines=args.pipelines, cache=cache
+            )
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
     report["machine"] = {"cpu_count": os.cpu_count(), "precision": "float32", "device": "cpu"}

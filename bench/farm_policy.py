@@ -6,6 +6,10 @@ the functions."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -75,3 +79,45 @@ def pretrain_policy(
         losses.append(float(out.loss.detach()))
     model.eval().save_pretrained(str(folder))
     return losses
+
+
+def pretrained_tiny_models(
+    folder: Path,
+    corpus: list[str],
+    conversations: Sequence[tuple[str, str]],
+    *,
+    hidden_size: int,
+    steps: int,
+    cache: Path | None = None,
+) -> tuple[Path, Path, bool]:
+    """``tiny_models`` in ``folder`` with the policy pre-trained for ``steps`` on
+    ``conversations`` (``pretrain_policy``, seed 0). With ``cache``, the two models are kept in a
+    sub-folder named by a hash of everything that decides them (corpus, conversations, width,
+    steps, torch's version and thread count: float sums differ with the threads) and copied from
+    there when present: every farm process of one configuration pre-trains the same policy, the
+    costliest part of a tiny farm (minutes of CPU at width 128). Returns (policy, rm, whether
+    they came from the cache)."""
+    import torch
+
+    key = hashlib.sha256(
+        json.dumps(
+            [corpus, list(map(list, conversations)), hidden_size, steps, torch.__version__,
+             torch.get_num_threads()]
+        ).encode()
+    ).hexdigest()[:16]  # fmt: skip
+    kept = None if cache is None else cache / f"tiny-{hidden_size}-{steps}-{key}"
+    if kept is not None and (kept / "done").exists():
+        shutil.copytree(kept, folder, dirs_exist_ok=True)
+        return folder / "policy", folder / "rm", True
+    policy, rm = tiny_models(folder, corpus, hidden_size=hidden_size)
+    if steps:
+        pretrain_policy(policy, conversations, steps=steps, seed=0)
+    if kept is not None:
+        staging = kept.with_name(f"{kept.name}.{os.getpid()}")
+        shutil.copytree(folder, staging, dirs_exist_ok=True)
+        (staging / "done").touch()
+        try:
+            staging.rename(kept)
+        except OSError:  # another process kept the same models first
+            shutil.rmtree(staging, ignore_errors=True)
+    return policy, rm, False
