@@ -81,6 +81,22 @@ def pretrain_policy(
     return losses
 
 
+def cache_name(
+    corpus: list[str], conversations: Sequence[tuple[str, str]], hidden_size: int, steps: int
+) -> str:
+    """The cache entry's folder name for ``pretrained_tiny_models``: the width, the steps and a
+    hash of everything else that decides the models (torch's version and thread count too)."""
+    import torch
+
+    key = hashlib.sha256(
+        json.dumps(
+            [corpus, list(map(list, conversations)), hidden_size, steps, torch.__version__,
+             torch.get_num_threads()]
+        ).encode()
+    ).hexdigest()[:16]  # fmt: skip
+    return f"tiny-{hidden_size}-{steps}-{key}"
+
+
 def pretrained_tiny_models(
     folder: Path,
     corpus: list[str],
@@ -97,15 +113,7 @@ def pretrained_tiny_models(
     there when present: every farm process of one configuration pre-trains the same policy, the
     costliest part of a tiny farm (minutes of CPU at width 128). Returns (policy, rm, whether
     they came from the cache)."""
-    import torch
-
-    key = hashlib.sha256(
-        json.dumps(
-            [corpus, list(map(list, conversations)), hidden_size, steps, torch.__version__,
-             torch.get_num_threads()]
-        ).encode()
-    ).hexdigest()[:16]  # fmt: skip
-    kept = None if cache is None else cache / f"tiny-{hidden_size}-{steps}-{key}"
+    kept = None if cache is None else cache / cache_name(corpus, conversations, hidden_size, steps)
     if kept is not None and (kept / "done").exists():
         shutil.copytree(kept, folder, dirs_exist_ok=True)
         return folder / "policy", folder / "rm", True
