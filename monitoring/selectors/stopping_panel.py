@@ -46,7 +46,8 @@ KL_METRIC = "eval_kl"
 # The stored figures' layout; a change of it (or of what they are computed from) bumps it, so older
 # rows read as stale and are recomputed.
 # 2: the peak's status peak / not_determined with a reason; each rated round's correlation.
-FIGURES_VERSION = 2
+# 3: each rated round's win rate against the run's base model (round_base_win_rates).
+FIGURES_VERSION = 3
 PANEL_BOOTSTRAP = 1000  # resamples of the usefulness interval; Bradley-Terry takes at most 300
 # Only the last values of the series decide their criteria (``stopping.reward_plateau`` and
 # ``kl_stability`` read the last ``window``): the stored figures keep these tails.
@@ -151,6 +152,7 @@ def stopping_panel_figures(run: TrainingRun, *, n_boot: int = PANEL_BOOTSTRAP) -
     rated_items = 0
     rated_rounds: list[EvalRound] = []
     round_rewards, round_win_rates, round_correlations = [], [], []
+    round_base_win_rates: list[dict[str, Any] | None] = []
     for round_ in rounds:
         # A round without a human rating has no human win rate (identical answers alone are none).
         counted = round_outcomes(round_)
@@ -167,6 +169,10 @@ def stopping_panel_figures(run: TrainingRun, *, n_boot: int = PANEL_BOOTSTRAP) -
             reward = before.values_list("value", flat=True).first()
         round_rewards.append(float("nan") if reward is None else float(reward))
         round_win_rates.append(win_rate.estimate)
+        against_base = (
+            round_.baseline_checkpoint_id is None and round_.baseline_model == run.base_model
+        )
+        round_base_win_rates.append(_interval_out(win_rate) if against_base else None)
         round_correlations.append(_round_correlation(round_))
     usefulness, prompts, item_rewards, item_useful = [], [], [], []
     if latest is not None:
@@ -222,6 +228,7 @@ def stopping_panel_figures(run: TrainingRun, *, n_boot: int = PANEL_BOOTSTRAP) -
         "round_rewards": [_out(r) for r in round_rewards],
         "round_win_rates": [_out(w) for w in round_win_rates],
         "round_correlations": [_out(c) for c in round_correlations],
+        "round_base_win_rates": round_base_win_rates,
         "latest_round": latest.pk if latest is not None else None,
         "n_rated_items": rated_items,
         "win_rate": None if latest_win_rate is None else _interval_out(latest_win_rate),
@@ -329,6 +336,9 @@ def stopping_panel_from_figures(
         round_rewards=[_in(r) for r in figures["round_rewards"]],
         round_win_rates=[_in(w) for w in figures["round_win_rates"]],
         round_correlations=[_in(c) for c in figures["round_correlations"]],
+        round_base_win_rates=[
+            None if w is None else _interval_in(w) for w in figures.get("round_base_win_rates", [])
+        ],
         config=stopping.StoppingConfig(kl_band=tuple(figures["kl_band"])),
         n_boot=figures["n_boot"],
         usefulness_choice=estimates["usefulness"] if estimates else None,

@@ -27,6 +27,7 @@ from scipy.special import expit
 from scipy.stats import spearmanr
 
 from common.ngrams import repeated_ngram_share
+from monitoring.stats.base_comparison import BaseComparison, base_comparison, keep_base_advice
 from monitoring.stats.correlation_fall import correlation_fall
 from monitoring.stats.intervals import EstimateChoice, Interval
 from monitoring.stats.win_rates import ArrayLike, outcomes_array, z_value
@@ -376,9 +377,20 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
-def _advice(criteria: list[Criterion], trend: HackingTrend, *, finished: bool) -> str:
+def _advice(
+    criteria: list[Criterion],
+    trend: HackingTrend,
+    *,
+    finished: bool,
+    base: BaseComparison | None = None,
+) -> str:
     """The panel's one-sentence recommendation. A finished run cannot be trained on: its advice is
-    which checkpoint to keep (the final one, or a roll back)."""
+    which checkpoint to keep (the final one, a roll back, or none: the base model when no rated
+    checkpoint beats it, ``keep_base_advice``, which comes first: rolling back to the best of
+    checkpoints that all lose to the base would still ship a worse model)."""
+    keep_base = None if base is None else keep_base_advice(base, finished=finished)
+    if keep_base is not None:
+        return keep_base
     best = (
         f"the checkpoint of round {trend.best_round + 1} (the best human win rate)"
         if trend.best_round is not None
@@ -425,6 +437,7 @@ def stopping_panel(
     round_rewards: ArrayLike = (),
     round_win_rates: ArrayLike = (),
     round_correlations: Sequence[float | None] = (),
+    round_base_win_rates: Sequence[Interval | None] = (),
     config: StoppingConfig | None = None,
     n_boot: int = 2000,
     seed: int = 0,
@@ -438,6 +451,9 @@ def stopping_panel(
     usefulness, usefulness_prompt_ids: [N] ratings of the latest round and the prompt of each.
     item_reward_scores, item_usefulness: [I] per item of the latest round (mean usefulness per item).
     round_rewards, round_win_rates: [R] proxy reward and human win rate of each round, in order.
+    round_base_win_rates: [R] per rated round, the win rate with its interval when the round's
+    baseline is the run's base model, else None (``base_comparison``: when no rated checkpoint
+    beats the base, the advice says to keep the base model).
     round_correlations: [R] Spearman rho of reward vs usefulness of each rated round, in order
     (None when undefined); the latest is replaced by the one from ``item_reward_scores``. The
     hacking alarm fires on a fall from the first (``correlation_fall``); empty: the latest round is
@@ -538,7 +554,8 @@ def stopping_panel(
         )
     )  # fmt: skip
 
-    advice = _advice(criteria, trend, finished=finished)
+    base = base_comparison(round_base_win_rates)
+    advice = _advice(criteria, trend, finished=finished, base=base)
     extras = {
         "usefulness": summary,
         "usefulness_choice": usefulness_choice,
@@ -546,5 +563,6 @@ def stopping_panel(
         "correlation_fall": fall,
         "trend": trend,
         "kl_mean": kl_mean,
+        "base": base,
     }
     return StoppingPanel(criteria, trend.red, advice, extras)

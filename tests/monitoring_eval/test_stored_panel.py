@@ -18,6 +18,7 @@ from monitoring.tasks import stopping_panel_refresh
 from tests.helpers.caches import private_cache
 from tests.helpers.clients import logged_in
 from tests.helpers.eval_rounds import BASELINE
+from training.models import TrainingRun
 
 pytestmark = pytest.mark.django_db
 
@@ -38,9 +39,12 @@ def queued(monkeypatch):
     return calls
 
 
-def _rated_round(run, reviewers, *, step: int = 4, usefulness: int = 4) -> EvalRound:
+def _rated_round(
+    run, reviewers, *, step: int = 4, usefulness: int = 4, baseline_wins: bool = False
+) -> EvalRound:
     """An open round of 4 hand-written items (answers that differ), rated by three reviewers:
-    the checkpoint wins every item but the first (a tie)."""
+    the checkpoint wins every item but the first (a tie); with ``baseline_wins`` the base model
+    wins every item."""
     round_ = eval_services.round_create(
         checkpoint=run.checkpoints.get(step=step), project=run.snapshot.export.project, size=4,
         created_by=None, baseline_model=BASELINE, enqueue=False,
@@ -56,6 +60,8 @@ def _rated_round(run, reviewers, *, step: int = 4, usefulness: int = 4) -> EvalR
         while a := eval_services.eval_claim_next(reviewer=reviewer, round_=round_):
             mine = "left" if a.shown_left == "checkpoint" else "right"
             pick = "tie" if a.item.position == 0 else mine
+            if baseline_wins:
+                pick = "right" if mine == "left" else "left"
             eval_services.eval_submit(
                 assignment=a, reviewer=reviewer, pick=pick, usefulness=usefulness
             )
@@ -138,6 +144,29 @@ def test_the_stored_panel_is_the_fresh_one(run_with_checkpoints, reviewers, queu
     criteria = {c.key: c for c in fresh["panel"].criteria}
     assert criteria["human_usefulness"].value == pytest.approx(5.0)  # the latest round's
     assert {row["label"] for row in fresh["bradley_terry"]} == {"step 4", "step 2", BASELINE}
+
+
+def test_a_finished_run_whose_rated_checkpoints_all_lose_to_the_base_is_told_to_keep_it(
+    run_with_checkpoints, reviewers, queued
+):
+    """Two rounds against the run's base model, the base preferred on every item: the stored
+    figures keep each round's win rate against the base, and the advice is to keep the base
+    model, not to roll back to the better of two losing checkpoints."""
+    run = run_with_checkpoints
+    assert run.base_model == BASELINE
+    _rated_round(run, reviewers, step=2, baseline_wins=True)
+    _rated_round(run, reviewers, step=4, baseline_wins=True)
+    TrainingRun.objects.filter(pk=run.pk).update(status=TrainingRun.Status.SUCCEEDED)
+    run.refresh_from_db()
+    stopping_panel_refresh.apply(args=[run.pk])
+    stored = StoppingPanelFigures.objects.get(run=run).payload
+    assert [w["estimate"] for w in stored["round_base_win_rates"]] == [0.0, 0.0]
+    shown = panel_services.stopping_panel_state(run=run, kappa_threshold=None)
+    assert shown["panel"].advice.startswith(
+        "No rated checkpoint beats the base model: both rounds against it gave a win rate under 0.5"
+    )
+    page = logged_in(reviewers[0]).get(reverse("monitoring:run-detail", args=[run.pk]))
+    assert "Keep the base model rather than a checkpoint of this run" in page.content.decode()
 
 
 def test_the_page_says_computing_before_the_first_figures_and_queues_them_at_once(
