@@ -373,8 +373,9 @@ def run_pipeline(
     consensus = "majority" if pipeline == "plain" else "dawid_skene"
     if pipeline == "concord" and config.active_rounds:
         labels, active = label_actively(
-            config, project, gold_of, people, seed, engineer=engineer, base_model=base_model
-        )
+            config, project, gold_of, people, seed,
+            engineer=engineer, base_model=base_model, consensus=consensus,
+        )  # fmt: skip
     else:
         labels = label_through_services(project, gold_of, people, config.label_budget, seed)
         active = []
@@ -437,11 +438,12 @@ def label_actively(
     *,
     engineer: Any,
     base_model: str,
+    consensus: str,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Active collection, as a project runs it in the app: the project's queue order set to
     ``config.acquisition`` (``project_update``), then the budget labelled in rounds
     (``round_budgets``); after each round but the last, a provisional reward-model ensemble
-    (the final one's configuration) is trained on the Dawid-Skene export so far and scores every
+    (the final one's configuration) is trained on the ``consensus`` export so far and scores every
     comparison (``comparisons_score``: the preference and disagreement stored, the labelling
     queue re-ordered by the strategy with its exploration share), so the next round's claims
     take the pairs it ranks first. Returns (labels submitted, one row per re-ordering: the
@@ -458,7 +460,7 @@ def label_actively(
         done += label_through_services(project, gold_of, people, budget, seed * 100 + index)
         if index == len(budgets) - 1:
             break
-        export = dataset_export(project=project, consensus="dawid_skene")
+        export = dataset_export(project=project, consensus=consensus)
         provisional = _execute(
             services.run_create(
                 name=f"farm active rm {seed} round {index + 1}", kind="rm",

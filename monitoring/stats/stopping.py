@@ -382,13 +382,13 @@ def _advice(
     trend: HackingTrend,
     *,
     finished: bool,
-    base: BaseComparison | None = None,
+    base: BaseComparison,
 ) -> str:
     """The panel's one-sentence recommendation. A finished run cannot be trained on: its advice is
     which checkpoint to keep (the final one, a roll back, or none: the base model when no rated
     checkpoint beats it, ``keep_base_advice``, which comes first: rolling back to the best of
     checkpoints that all lose to the base would still ship a worse model)."""
-    keep_base = None if base is None else keep_base_advice(base, finished=finished)
+    keep_base = keep_base_advice(base, finished=finished)
     if keep_base is not None:
         return keep_base
     best = (
