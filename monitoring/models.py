@@ -345,6 +345,7 @@ class StopDecision(models.Model):
         STOP = "stop", "Stop training"
         CONTINUE = "continue", "Continue"
         ROLLBACK = "rollback", "Roll back to a checkpoint"
+        REJECT = "reject", "Reject the run, keep the base model"
 
     run = models.ForeignKey(TrainingRun, on_delete=models.CASCADE, related_name="stop_decisions")
     round = models.ForeignKey(

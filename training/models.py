@@ -140,6 +140,11 @@ class TrainingRun(models.Model):
         related_name="+",
         help_text="The checkpoint chosen as this run's result (a roll back); default: the final model.",
     )
+    result_is_base = models.BooleanField(
+        default=False,
+        help_text="A reviewer rejected the run: no checkpoint of it beats its base model, which "
+        "stays the model to use.",
+    )
     cloned_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
     )

@@ -546,8 +546,11 @@ def decision_record(
     round_: EvalRound | None = None,
     kappa_threshold: float = DEFAULT_KAPPA_THRESHOLD,
 ) -> StopDecision:
-    """Record stop / continue / roll back. "stop" cancels a run that is still going (it stops at
-    its next step with a checkpoint); "rollback" marks ``checkpoint`` as the run's result.
+    """Record stop / continue / roll back / reject. "stop" cancels a run that is still going (it
+    stops at its next step with a checkpoint); "rollback" marks ``checkpoint`` as the run's result;
+    "reject" cancels a run that is still going and marks its base model as the result (no
+    checkpoint of it is kept: the stopping panel's advice when every rated checkpoint loses to the
+    base). A later roll back replaces a rejection, and a later rejection a roll back.
 
     With a rated ``round_`` the decision keeps the estimates the panel showed for it with the
     reviewer's ``kappa_threshold`` (``ppi_selectors.round_panel_estimates``): ``estimate_source``
@@ -562,7 +565,11 @@ def decision_record(
         if not checkpoint.on_disk:
             raise EvalError(checkpoint.missing_text)
     elif checkpoint is not None:
-        raise EvalError("only a roll back names a checkpoint")
+        raise EvalError(
+            "only a roll back names a checkpoint; a rejection keeps the base model"
+            if decision == StopDecision.Decision.REJECT
+            else "only a roll back names a checkpoint"
+        )
     if round_ is not None and round_.checkpoint.run_id != run.pk:
         raise EvalError(f"round {round_.pk} evaluates another run")
     if not -1 <= kappa_threshold <= 1:
@@ -582,9 +589,12 @@ def decision_record(
         reviewer=reviewer, estimate_source=source, estimate=estimate,
     )  # fmt: skip
     active = (TrainingRun.Status.DRAFT, TrainingRun.Status.QUEUED, TrainingRun.Status.RUNNING)
-    if decision == StopDecision.Decision.STOP and run.status in active:
+    ends = (StopDecision.Decision.STOP, StopDecision.Decision.REJECT)
+    if decision in ends and run.status in active:
         training_services.run_cancel(run=run, user=reviewer)
-    if decision == StopDecision.Decision.ROLLBACK:
-        TrainingRun.objects.filter(pk=run.pk).update(result_checkpoint=checkpoint)
+    if decision in (StopDecision.Decision.ROLLBACK, StopDecision.Decision.REJECT):
+        TrainingRun.objects.filter(pk=run.pk).update(
+            result_checkpoint=checkpoint, result_is_base=decision == StopDecision.Decision.REJECT
+        )
         run.refresh_from_db()
     return made

@@ -363,10 +363,14 @@ class Criterion:
 
 @dataclass(frozen=True)
 class StoppingPanel:
+    """The criteria, the red alarm, the advice, and whether that advice is to keep the base model
+    (``keep_base``: the reviewer's "reject" decision)."""
+
     criteria: list[Criterion]
     red_alarm: bool
     advice: str
     extras: dict[str, object] = field(default_factory=dict)
+    keep_base: bool = False
 
     @property
     def ready_to_stop(self) -> bool:
@@ -565,4 +569,5 @@ def stopping_panel(
         "kl_mean": kl_mean,
         "base": base,
     }
-    return StoppingPanel(criteria, trend.red, advice, extras)
+    keep_base = keep_base_advice(base, finished=finished) is not None
+    return StoppingPanel(criteria, trend.red, advice, extras, keep_base=keep_base)

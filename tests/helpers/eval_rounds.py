@@ -94,3 +94,32 @@ def make_round(run, **kwargs) -> EvalRound:
     args = {"project": run.snapshot.export.project, "size": 4, "created_by": None,
             "baseline_model": BASELINE, "sampling": TINY_SAMPLING, "enqueue": False}  # fmt: skip
     return eval_services.round_create(checkpoint=checkpoint, **{**args, **kwargs})
+
+
+def hand_rated_round(
+    run, reviewers, *, step: int = 4, usefulness: int = 4, baseline_wins: bool = False
+) -> EvalRound:
+    """An open round of 4 hand-written items (answers that differ), rated by three reviewers:
+    the checkpoint wins every item but the first (a tie); with ``baseline_wins`` the base model
+    wins every item."""
+    round_ = eval_services.round_create(
+        checkpoint=run.checkpoints.get(step=step), project=run.snapshot.export.project, size=4,
+        created_by=None, baseline_model=BASELINE, enqueue=False,
+    )  # fmt: skip
+    for item in round_.items.all():
+        EvalItem.objects.filter(pk=item.pk).update(
+            checkpoint_text=f"**CKPT** answer {item.position}", baseline_text="BASE answer",
+            checkpoint_tokens=8, baseline_tokens=4,
+        )  # fmt: skip
+    EvalRound.objects.filter(pk=round_.pk).update(status="open")
+    round_.refresh_from_db()
+    for reviewer in reviewers[:3]:
+        while a := eval_services.eval_claim_next(reviewer=reviewer, round_=round_):
+            mine = "left" if a.shown_left == "checkpoint" else "right"
+            pick = "tie" if a.item.position == 0 else mine
+            if baseline_wins:
+                pick = "right" if mine == "left" else "left"
+            eval_services.eval_submit(
+                assignment=a, reviewer=reviewer, pick=pick, usefulness=usefulness
+            )
+    return round_

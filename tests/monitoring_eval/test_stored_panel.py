@@ -11,13 +11,12 @@ from django.urls import reverse
 
 from monitoring.models import EvalItem, EvalJudgement, EvalRound, StoppingPanelFigures
 from monitoring.selectors import stopping_panel as panel_selectors
-from monitoring.services import eval_rounds as eval_services
 from monitoring.services import stopping_panel as panel_services
 from monitoring.stats import stopping
 from monitoring.tasks import stopping_panel_refresh
 from tests.helpers.caches import private_cache
 from tests.helpers.clients import logged_in
-from tests.helpers.eval_rounds import BASELINE
+from tests.helpers.eval_rounds import BASELINE, hand_rated_round
 from training.models import TrainingRun
 
 pytestmark = pytest.mark.django_db
@@ -39,35 +38,6 @@ def queued(monkeypatch):
     return calls
 
 
-def _rated_round(
-    run, reviewers, *, step: int = 4, usefulness: int = 4, baseline_wins: bool = False
-) -> EvalRound:
-    """An open round of 4 hand-written items (answers that differ), rated by three reviewers:
-    the checkpoint wins every item but the first (a tie); with ``baseline_wins`` the base model
-    wins every item."""
-    round_ = eval_services.round_create(
-        checkpoint=run.checkpoints.get(step=step), project=run.snapshot.export.project, size=4,
-        created_by=None, baseline_model=BASELINE, enqueue=False,
-    )  # fmt: skip
-    for item in round_.items.all():
-        EvalItem.objects.filter(pk=item.pk).update(
-            checkpoint_text=f"**CKPT** answer {item.position}", baseline_text="BASE answer",
-            checkpoint_tokens=8, baseline_tokens=4,
-        )  # fmt: skip
-    EvalRound.objects.filter(pk=round_.pk).update(status="open")
-    round_.refresh_from_db()
-    for reviewer in reviewers[:3]:
-        while a := eval_services.eval_claim_next(reviewer=reviewer, round_=round_):
-            mine = "left" if a.shown_left == "checkpoint" else "right"
-            pick = "tie" if a.item.position == 0 else mine
-            if baseline_wins:
-                pick = "right" if mine == "left" else "left"
-            eval_services.eval_submit(
-                assignment=a, reviewer=reviewer, pick=pick, usefulness=usefulness
-            )
-    return round_
-
-
 def _page_queries(client, run) -> int:
     with CaptureQueriesContext(connection) as captured:
         response = client.get(reverse("monitoring:run-detail", args=[run.pk]))
@@ -83,11 +53,11 @@ def test_the_page_reads_stored_figures_in_queries_independent_of_the_rounds(
     figures are one row; the rounds list and the decisions one query each)."""
     run = run_with_checkpoints
     client = logged_in(reviewers[0])
-    _rated_round(run, reviewers)
+    hand_rated_round(run, reviewers)
     panel_services.stopping_panel_refresh(run=run)
     one_round = _page_queries(client, run)
     for step, usefulness in ((2, 3), (4, 5), (2, 4)):
-        _rated_round(run, reviewers, step=step, usefulness=usefulness)
+        hand_rated_round(run, reviewers, step=step, usefulness=usefulness)
     panel_services.stopping_panel_refresh(run=run)
     assert EvalRound.objects.filter(checkpoint__run=run).count() == 4
     with django_assert_max_num_queries(one_round):
@@ -100,7 +70,7 @@ def test_a_page_view_runs_no_bootstrap(run_with_checkpoints, reviewers, queued, 
     """After the task ran, viewing the page (default and another kappa threshold) resamples
     nothing: the usefulness and Bradley-Terry bootstraps run in the task only."""
     run = run_with_checkpoints
-    _rated_round(run, reviewers)
+    hand_rated_round(run, reviewers)
     calls: list[str] = []
     for name in ("usefulness_summary", "bradley_terry"):
         original = getattr(stopping, name)
@@ -126,8 +96,8 @@ def test_the_stored_panel_is_the_fresh_one(run_with_checkpoints, reviewers, queu
     """Criteria, advice, estimates, Bradley-Terry scores and the hacking signs read back from the
     stored row (through PostgreSQL's JSON) equal a computation made now, at two thresholds."""
     run = run_with_checkpoints
-    _rated_round(run, reviewers, step=2, usefulness=3)
-    _rated_round(run, reviewers, step=4, usefulness=5)
+    hand_rated_round(run, reviewers, step=2, usefulness=3)
+    hand_rated_round(run, reviewers, step=4, usefulness=5)
     stopping_panel_refresh.apply(args=[run.pk])
     stored = StoppingPanelFigures.objects.get(run=run)
     assert stored.payload == panel_selectors.stopping_panel_figures(run)
@@ -154,8 +124,8 @@ def test_a_finished_run_whose_rated_checkpoints_all_lose_to_the_base_is_told_to_
     model, not to roll back to the better of two losing checkpoints."""
     run = run_with_checkpoints
     assert run.base_model == BASELINE
-    _rated_round(run, reviewers, step=2, baseline_wins=True)
-    _rated_round(run, reviewers, step=4, baseline_wins=True)
+    hand_rated_round(run, reviewers, step=2, baseline_wins=True)
+    hand_rated_round(run, reviewers, step=4, baseline_wins=True)
     TrainingRun.objects.filter(pk=run.pk).update(status=TrainingRun.Status.SUCCEEDED)
     run.refresh_from_db()
     stopping_panel_refresh.apply(args=[run.pk])
@@ -194,7 +164,7 @@ def test_ratings_make_the_figures_stale_and_a_burst_schedules_one_run(
     run = run_with_checkpoints
     panel_services.stopping_panel_refresh(run=run)
     with django_capture_on_commit_callbacks(execute=True):
-        round_ = _rated_round(run, reviewers)
+        round_ = hand_rated_round(run, reviewers)
     assert round_.items.filter(assignments__judgement__isnull=False).count() == 12
     assert [call["countdown"] for call in queued] == [panel_services.REFRESH_DELAY_SECONDS]
     page = logged_in(reviewers[0]).get(reverse("monitoring:run-detail", args=[run.pk]))
@@ -239,7 +209,7 @@ def test_a_new_metric_point_makes_the_figures_stale(run_with_checkpoints, review
 def _scored_round(run, reviewers, *, step: int, rising: bool) -> EvalRound:
     """A rated round whose items' usefulness rises with their position (2, 3, 4, 5) and whose
     reward-model scores rise with it (``rising``: rho 1) or fall against it (rho -1)."""
-    round_ = _rated_round(run, reviewers, step=step)
+    round_ = hand_rated_round(run, reviewers, step=step)
     for item in round_.items.all():
         EvalItem.objects.filter(pk=item.pk).update(
             reward_score=float(item.position if rising else -item.position)
