@@ -16,13 +16,15 @@ One pipeline run (``run_pipeline``), all through the app:
    worker's ``run_execute``: metrics, checkpoints, samples and alerts land in the database);
 4. gold scores the policy's answers at every evaluation (the run's stored samples): a
    ``gold_reward_mean`` metric point beside the proxy's ``eval_reward_mean``;
-5. the stop rule: *plain* keeps the last step (fixed steps); *Concord* reads the stopping panel's
-   peak line (``run_peak_line``: the proxy curve corrected by gold) and rolls back to the
-   checkpoint nearest the estimated peak, or keeps the checkpoint of the best gold point when the
-   peak is not determined (too few points, flat, still rising, or a turn within the noise).
-   Either way the decision is recorded (``decision_record``);
-6. gold win rate of the kept checkpoint against the starting policy on held-out prompts (greedy
-   answers, gold scores; a tie counts a half).
+5. the stop rule: *plain* keeps the last step (fixed steps); *Concord* rates each gold-rated
+   checkpoint against the base (the starting policy) in an eval round and follows the stopping
+   panel: when every round loses to the base it rejects the run and keeps the base; else it
+   reads the panel's peak line (``run_peak_line``: the proxy curve corrected by gold) and rolls
+   back to the checkpoint nearest the estimated peak, or keeps the checkpoint of the best gold
+   point when the peak is not determined (too few points, flat, still rising, or a turn within
+   the noise). Either way the decision is recorded (``decision_record``);
+6. gold win rate of the kept checkpoint (or the kept base) against the starting policy on
+   held-out prompts (greedy answers, gold scores; a tie counts a half).
 
 ``--small`` (the CI configuration, tiny 2-layer Llamas built from configs, a few minutes on a loaded
 CPU) checks the loop closes; it does not say anything about quality. The default configuration is
@@ -488,9 +490,11 @@ def rl_and_stop(
     start_policy: Path,
 ) -> dict[str, Any]:
     """One RLOO run against ``rm`` under ``objective`` (``single``: a plain reward model), its
-    checkpoints' curve, the stop decision (plain: the last step; concord: the stopping panel's peak
-    line, else the best gold-rated checkpoint), the decision recorded, a gold-rated eval round on
-    the kept checkpoint, its gold win rate, the alarms' timeline and the stop rules' verdicts."""
+    checkpoints' curve, *concord*'s gold-rated eval rounds against the base on each rated
+    checkpoint (``base_rounds``), the stop decision (``concord_decision``) recorded, a gold-rated
+    eval round on the kept checkpoint (none when the run is rejected: the starting policy is kept
+    and its win rate against itself is 0.5), the gold win rate, the alarms' timeline and the stop
+    rules' verdicts."""
     from monitoring.selectors.stopping_panel import run_peak_line
     from monitoring.services.eval_rounds import decision_record
     from training import services
@@ -515,39 +519,66 @@ def rl_and_stop(
         max_new_tokens=config.max_new_tokens, gold_every=config.gold_every,
     )  # fmt: skip
     peak = run_peak_line(rl, rated_rounds=[], n_boot=300)
-    checkpoints = {f"step {c.step}": c for c in rl.checkpoints.all()}
     rated_steps = {row["step"]: row["gold"] for row in curve if row.get("gold_rated")}
-    if pipeline == "plain" or not rated_steps:
-        kept, rule = rl.checkpoints.order_by("-step").first(), "fixed steps"
-    elif peak.checkpoint is not None:
-        kept, rule = checkpoints[str(peak.checkpoint)], "peak estimate"
-    else:
-        best = max(rated_steps, key=lambda step: rated_steps[step])
-        kept, rule = (
-            rl.checkpoints.get(step=best),
-            "best gold-rated checkpoint (peak not determined)",
-        )
+    round_of = {"project": rm.snapshot.export.project, "gold": gold, "baseline_model": base_model,
+                "size": len(eval_rows), "max_new_tokens": config.max_new_tokens, "seed": seed}  # fmt: skip
+    base_rounds = []
+    if pipeline == "concord":  # a gold-rated round against the base on each rated checkpoint
+        base_rounds = [
+            {"step": step, **gold_rated_round(checkpoint=rl.checkpoints.get(step=step), **round_of)}
+            for step in sorted(rated_steps)
+        ]
+    kept, decision, rule = concord_decision(rl, pipeline, rated_steps, peak)
     decision_record(
-        run=rl, decision="rollback", reviewer=engineer, checkpoint=kept,
+        run=rl, decision=decision, reviewer=engineer, checkpoint=kept,
         note=f"farm {pipeline}: {rule}; {peak.text}",
     )  # fmt: skip
-    rated = gold_rated_round(
-        checkpoint=kept, project=rm.snapshot.export.project, gold=gold,
-        baseline_model=base_model, size=len(eval_rows), max_new_tokens=config.max_new_tokens,
-        seed=seed,
-    )  # fmt: skip
+    eval_prompts = [p for p, _, _ in eval_rows]
     start = gold.score(
         eval_prompts, policy_answers(start_policy, eval_prompts, config.max_new_tokens)
     )
-    ours = gold.score(eval_prompts, policy_answers(kept.path, eval_prompts, config.max_new_tokens))
+    rated, ours = None, start  # rejected: the base (the starting policy) is the result
+    if kept is not None:
+        rated = next((r for r in base_rounds if r["step"] == kept.step), None)
+        rated = rated or gold_rated_round(checkpoint=kept, **round_of)
+        ours = gold.score(
+            eval_prompts, policy_answers(kept.path, eval_prompts, config.max_new_tokens)
+        )
     alerts = list(rl.alerts.order_by("step").values_list("metric", "step"))
     return {
-        "objective": objective, "rl_run": rl.pk, "kept_step": kept.step, "stop_rule": rule,
-        "peak_line": peak.text, "eval_round": rated, "gold_win_rate": win_rate(ours, start),
+        "objective": objective, "rl_run": rl.pk, "kept_step": 0 if kept is None else kept.step,
+        "decision": decision, "stop_rule": rule, "peak_line": peak.text, "eval_round": rated,
+        "base_rounds": base_rounds, "gold_win_rate": win_rate(ours, start),
         "gold_reward": float(ours.mean()), "gold_reward_start": float(start.mean()),
         "curve": curve, "alerts": [{"metric": m, "step": s} for m, s in alerts],
         **judge_curve(curve, config),
     }  # fmt: skip
+
+
+def concord_decision(
+    run: Any, pipeline: str, rated_steps: dict[int, float], peak: Any
+) -> tuple[Any, str, str]:
+    """(kept checkpoint or None, decision, rule) for a finished RL run. *plain*: the last step
+    (fixed steps). *concord*, in the stopping panel's order: reject the run and keep the base
+    (None) when the panel advises it (every gold-rated round against the base under 0.5); else
+    the checkpoint nearest the peak line's estimate; else the best gold-rated checkpoint."""
+    from monitoring.selectors.stopping_panel import run_stopping_panel
+
+    last = run.checkpoints.order_by("-step").first()
+    if pipeline == "plain" or not rated_steps:
+        return last, "rollback", "fixed steps"
+    panel = run_stopping_panel(run, n_boot=300)["panel"]
+    if panel is not None and panel.keep_base:
+        return None, "reject", "keep the base (every rated round lost to it)"
+    if peak.checkpoint is not None:  # "step N"
+        step = int(str(peak.checkpoint).removeprefix("step "))
+        return run.checkpoints.get(step=step), "rollback", "peak estimate"
+    best = max(rated_steps, key=lambda step: rated_steps[step])
+    return (
+        run.checkpoints.get(step=best),
+        "rollback",
+        "best gold-rated checkpoint (peak not determined)",
+    )
 
 
 def judge_curve(curve: list[dict[str, Any]], config: FarmConfig) -> dict[str, Any]:

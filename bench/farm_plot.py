@@ -85,7 +85,8 @@ def tables(report: dict[str, Any]) -> str:
         cells = [name, str(run["seed"]), f"{peak} ({curve[peak]['kl']:.2f})",
                  _step(timeline["fall_step"]),
                  *(_step(timeline["first_fired"].get(a)) for a in alarms), rules,
-                 str(run["kept_step"]), f"{run['gold_win_rate']:.2f}"]  # fmt: skip
+                 "base (rejected)" if run.get("decision") == "reject" else str(run["kept_step"]),
+                 f"{run['gold_win_rate']:.2f}"]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",

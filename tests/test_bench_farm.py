@@ -60,15 +60,24 @@ def _check_loop(report):
         rated = [row for row in run["curve"] if row["gold_rated"]]
         assert gold_points.count() == len(rated) == (len(run["curve"]) - 1) // SMALL.gold_every
         (decision,) = StopDecision.objects.filter(run=rl)
-        assert decision.decision == "rollback" and decision.checkpoint.step == run["kept_step"]
+        assert decision.decision == run["decision"]
         assert set(run["alarms"]["first_fired"]) == set(ALARMS)
-        # the kept checkpoint's eval round, rated from gold through the eval-round services
-        assert run["eval_round"]["ratings"] >= 3 and run["eval_round"]["status"] == "closed"
+        if run["decision"] == "reject":  # every round against the base lost: the base is kept
+            assert rl.result_is_base and run["kept_step"] == 0 and run["eval_round"] is None
+            assert run["gold_win_rate"] == 0.5
+        else:  # the kept checkpoint's eval round, rated from gold through the eval-round services
+            assert decision.checkpoint.step == run["kept_step"]
+            assert run["eval_round"]["ratings"] >= 3 and run["eval_round"]["status"] == "closed"
         assert [v["rule"] for v in run["stop_rules"]] == ["peak_fit", "plateau", "fixed_kl"]
     assert runs[0]["consensus"] == "majority" and runs[1]["consensus"] == "dawid_skene"
     assert (runs[0]["ensemble_size"], runs[1]["ensemble_size"]) == (1, SMALL.ensemble_size)
     assert runs[1]["curve"][1]["disagreement"] is not None  # the ensemble's spread is read
     assert runs[0]["kept_step"] == SMALL.rl_steps  # plain: fixed steps, the last one
+    assert runs[0]["decision"] == "rollback" and runs[0]["base_rounds"] == []
+    # concord: a round against the base on each gold-rated checkpoint, read by the panel
+    rated_steps = [row["step"] for row in runs[1]["curve"] if row["gold_rated"]]
+    assert [r["step"] for r in runs[1]["base_rounds"]] == rated_steps
+    assert all(r["status"] == "closed" for r in runs[1]["base_rounds"])
     assert set(report["summary"]) == {"plain", "concord"}
 
 
