@@ -17,9 +17,10 @@ from training.recipes.rloo import train_rloo
 CPU = torch.device("cpu")
 
 
-def _measure(config):
+def _measure(config, *, repeat: int = 1):
+    """The models and a measurement on the file's first 4 prompts, each ``repeat`` times in a row."""
     models = load_online_models(config, device=CPU)
-    prompts = load_prompts(config.data)[:4]
+    prompts = [p for p in load_prompts(config.data)[:4] for _ in range(repeat)]
 
     def token_logprobs(model, sequences):
         batch = build_batch(
@@ -64,3 +65,34 @@ def test_zero_against_itself_positive_once_trained_and_training_untouched(
     assert first is not None and first > 0
     assert measure() == first
     assert measure(dataclasses.replace(models, reference=None)) is None
+
+
+def test_more_answers_per_prompt_are_the_mean_over_all_of_them(
+    tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path
+):
+    """eval_kl_samples 3: each prompt answered 3 times in a row. Its value equals the one-answer
+    measurement on the list with every prompt repeated 3 times (the same seeded draws), is
+    repeatable, and 0 against itself; 0 answers per prompt is refused."""
+    trained = train_rloo(
+        rloo_config(
+            tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "a", learning_rate=0.05
+        )
+    )
+    three = rloo_config(
+        trained.final_model_dir, tiny_reward_dir, prompts_file, tmp_path / "b",
+        ref_model=str(tiny_llama_dir), eval_kl_samples=3,
+    )  # fmt: skip
+    models, measure = _measure(three)
+    value = measure()
+    assert value is not None and value > 0 and measure() == value
+    one = dataclasses.replace(three, eval_kl_samples=1)
+    _, measure_one = _measure(one, repeat=3)
+    assert measure_one() == pytest.approx(value, rel=1e-6)
+    itself = rloo_config(
+        tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "c", eval_kl_samples=3
+    )
+    assert _measure(itself)[1]() == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="eval_kl_samples"):
+        rloo_config(
+            tiny_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "d", eval_kl_samples=0
+        )

@@ -527,6 +527,12 @@ class OnlineRLConfig(TrainingConfig):
         "every this many steps (and at the last step), answer the held-out prompts greedily and "
         "log the reward model's mean and std as eval_reward_mean / eval_reward_std",
     )
+    eval_kl_samples: int = _f(
+        1,
+        "answers sampled per held-out prompt for the evaluation KL (eval_kl, from the same seed at "
+        "every evaluation): more give the stopping panel's peak fit a steadier KL axis, at the "
+        "cost of that many answers per prompt at each evaluation",
+    )
     deepspeed: str = _f(
         "none",
         "DeepSpeed ZeRO on CUDA (the gpu extra): 'none', 'zero2', 'zero2_offload' (optimizer "
@@ -550,6 +556,8 @@ class OnlineRLConfig(TrainingConfig):
             raise _invalid("eval_prompts", f"must be >= 0, got {self.eval_prompts}")
         if self.eval_every < 1:
             raise _invalid("eval_every", f"must be >= 1, got {self.eval_every}")
+        if self.eval_kl_samples < 1:
+            raise _invalid("eval_kl_samples", f"must be >= 1, got {self.eval_kl_samples}")
         if self.max_new_tokens < 1:
             raise _invalid("max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
         if self.temperature <= 0:

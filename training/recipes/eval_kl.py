@@ -3,8 +3,8 @@
 The ``kl`` an online recipe logs at a step is the mean over that step's training rollouts (a batch
 of a few prompts times K samples): with small batches it jumps from step to step, and the stopping
 panel's peak fit, which reads reward against sqrt(KL), cannot place a peak on such an axis. The
-evaluation KL is measured the same way every time: one answer per held-out prompt, sampled at the
-training temperature from a fixed seed (the same draws while the policy stays put), and the
+evaluation KL is measured the same way every time: ``eval_kl_samples`` answers (default 1) per
+held-out prompt, sampled at the training temperature from a fixed seed (the same draws while the policy stays put), and the
 reference's and the policy's log-probs of those answers. Per answer, the sum over its tokens of
 the k3 estimate ``(r - 1) - log r`` with ``r = pi_ref / pi`` (Schulman 2020: unbiased for the KL
 of samples from the policy, never below zero, less variance than the plain log-ratio); the metric
@@ -44,11 +44,13 @@ def evaluation_kl(
     device: torch.device,
     token_logprobs: TokenLogprobs,
 ) -> float | None:
-    """KL(policy || reference) in nats per answer on the held-out ``prompts`` (module docstring);
-    each rank answers its block of them, and the mean is over every rank's answers. None when the
-    run has no reference model or no held-out prompt."""
+    """KL(policy || reference) in nats per answer on the held-out ``prompts`` (module docstring),
+    ``config.eval_kl_samples`` answers to each; each rank answers its block of them, and the mean
+    is over every rank's answers. None when the run has no reference model or no held-out
+    prompt."""
     if models.reference is None or not prompts:
         return None
+    prompts = [prompt for prompt in prompts for _ in range(config.eval_kl_samples)]
     per_answer: list[float] = []
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):

@@ -180,7 +180,7 @@ FORM_SECTIONS: tuple[tuple[str, bool, str, str], ...] = (
         "Checkpoints and evaluation",
         False,
         "What is logged and saved, and how often.",
-        "log_every checkpoint_every keep_checkpoints eval_every reference_cache_dir",
+        "log_every checkpoint_every keep_checkpoints eval_every eval_kl_samples reference_cache_dir",
     ),
 )
 FALLBACK_SECTION = "Algorithm"
