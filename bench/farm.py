@@ -94,7 +94,8 @@ class FarmConfig:
     rate (SmolLM2's is 1e-5); active_rounds, acquisition: the Concord pipeline's active
     collection (``label_actively``): the label budget spent in ``active_rounds`` + 1 rounds, the
     labelling queue re-ordered by the ``acquisition`` strategy (annotation.models.QueueOrder) of
-    a provisional ensemble after each round but the last (0: no active collection)."""
+    a provisional ensemble after each round but the last (0: no active collection);
+    eval_kl_samples: the RLOO runs' answers per held-out prompt for the evaluation KL."""
 
     name: str
     data: str = "synthetic"
@@ -124,6 +125,7 @@ class FarmConfig:
     tiny_learning_rate: float = 1e-3
     active_rounds: int = 0
     acquisition: str = "disagreement"
+    eval_kl_samples: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -509,6 +511,7 @@ def rl_and_stop(
                     "eval_every": config.eval_every, "checkpoint_every": config.eval_every,
                     "keep_checkpoints": config.rl_steps // config.eval_every + 1,
                     "eval_prompts": config.eval_prompts, "missing_eos_penalty": 0.0,
+                    "eval_kl_samples": config.eval_kl_samples,
                     **({} if objective == "single" else {"reward_objective": objective})},
         ),
         engineer,
