@@ -12,8 +12,10 @@ from playwright.sync_api import Page, expect
 
 from monitoring.models import EvalItem, EvalRound
 from monitoring.services import eval_rounds as eval_services
+from monitoring.services.stopping_panel import stopping_panel_refresh
 from tests.helpers import eval_rounds as eval_world
 from tests.helpers.browser import log_in
+from training.models import TrainingRun
 
 # The eval fixtures, shared with tests/monitoring_eval (conftest fixtures reach only their folder).
 models_dir = eval_world.models_dir
@@ -137,3 +139,34 @@ def test_identical_answers_are_never_shown_and_count_as_ties(browser, page, open
     expect(page.get_by_test_id("win-rate-caption")).to_contain_text(
         "on 2 ratings of 2 items and 2 items with identical answers as ties: 0.750"
     )
+
+
+def test_a_reviewer_rejects_a_run_whose_checkpoints_all_lose_to_the_base(
+    browser, page, run_with_checkpoints, reviewers
+):
+    """Two rounds against the base, the base preferred on every item, on an ended run: the panel
+    advises keeping the base, the reject choice says (advised); choosing it and recording the
+    decision names the base model as the run's result and marks no checkpoint."""
+    run = run_with_checkpoints
+    for step in (2, 4):
+        eval_world.hand_rated_round(run, reviewers, step=step, baseline_wins=True)
+    TrainingRun.objects.filter(pk=run.pk).update(status=TrainingRun.Status.SUCCEEDED)
+    stopping_panel_refresh(run=run)  # the task the ratings scheduled
+    log_in(page, reviewers[0])
+    page.goto(f"/monitoring/runs/{run.pk}/")
+    panel = page.get_by_test_id("stopping-panel")
+    expect(panel).to_contain_text("No rated checkpoint beats the base model")
+    form = page.get_by_test_id("decision-form")
+    reject = form.get_by_test_id("decision-reject")
+    expect(form.locator("label:has([data-testid=decision-reject])")).to_have_text(
+        re.compile(r"^\s*Reject the run, keep the base model \(advised\)\s*$")
+    )
+    expect(page.get_by_test_id("result-is-base")).to_have_count(0)
+    reject.check()
+    form.get_by_label("Note").fill("both rounds lost to the base")
+    form.get_by_role("button", name="Record decision").click()
+    expect(page.get_by_test_id("result-is-base")).to_contain_text("Result: the base model")
+    expect(page.locator(".decisions")).to_contain_text("Reject the run, keep the base model")
+    expect(page.locator(".result-mark")).to_have_count(0)
+    run.refresh_from_db()
+    assert run.result_is_base and run.result_checkpoint is None
