@@ -95,7 +95,9 @@ class FarmConfig:
     collection (``label_actively``): the label budget spent in ``active_rounds`` + 1 rounds, the
     labelling queue re-ordered by the ``acquisition`` strategy (annotation.models.QueueOrder) of
     a provisional ensemble after each round but the last (0: no active collection);
-    eval_kl_samples: the RLOO runs' answers per held-out prompt for the evaluation KL."""
+    eval_kl_samples: the RLOO runs' answers per held-out prompt for the evaluation KL; clusters:
+    the Concord pipeline's cluster-balanced batches (``cluster_prompts``: the app's Sentence-BERT
+    and KMeans clustering of the prompts into this many clusters before labelling; 0: none)."""
 
     name: str
     data: str = "synthetic"
@@ -126,10 +128,11 @@ class FarmConfig:
     active_rounds: int = 0
     acquisition: str = "disagreement"
     eval_kl_samples: int = 1
+    clusters: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-SMALL = FarmConfig(name="small", active_rounds=1)
+SMALL = FarmConfig(name="small", active_rounds=1, clusters=2)
 FULL = FarmConfig(
     name="full", data="hh", pairs=64, gold_pairs=600, held_out=120, eval_prompts=16,
     label_budget=128, rm_steps=40, rl_steps=24, eval_every=4, max_new_tokens=16, gold_steps=200,
@@ -265,6 +268,23 @@ def _annotators(names: Sequence[str]) -> list[tuple[Any, Any]]:
     return people
 
 
+def cluster_prompts(project: Any, k: int) -> dict[str, Any] | None:
+    """Cluster-balanced batches, as a project gets them in the app: a clustering run of the
+    project's prompts (``clustering_run_request`` then ``clustering_run_execute`` in process:
+    Sentence-BERT embeddings, KMeans into ``k`` clusters), after which the project's default
+    queue order (cluster-balanced) hands pairs out in batches that mix the clusters; active
+    collection's orders mix them too. None for k 0 (no clustering). Returns the run's id, k and
+    the clusters' sizes (largest first)."""
+    if not k:
+        return None
+    from annotation.services.clustering import clustering_run_execute, clustering_run_request
+
+    run, _ = clustering_run_request(project=project, k=k)
+    run = clustering_run_execute(run_id=run.pk)
+    sizes = sorted(run.clusters.values_list("size", flat=True), reverse=True)
+    return {"run": run.pk, "k": run.k, "sizes": sizes, "queue_order": project.queue_order}
+
+
 def label_through_services(
     project: Any, gold_of: dict[int, tuple[float, float]], people: list, budget: int, seed: int
 ) -> int:
@@ -375,6 +395,7 @@ def run_pipeline(
     gold_of = {c.pk: by_external[c.external_id] for c in project.comparisons.all()}
     people = _annotators(config.annotators)
     consensus = "majority" if pipeline == "plain" else "dawid_skene"
+    clusters = cluster_prompts(project, config.clusters) if pipeline == "concord" else None
     if pipeline == "concord" and config.active_rounds:
         labels, active = label_actively(
             config, project, gold_of, people, seed,
@@ -398,7 +419,8 @@ def run_pipeline(
         engineer,
     )  # fmt: skip
     shared = {"pipeline": pipeline, "seed": seed, "labels": labels, "consensus": consensus,
-              "ensemble_size": size, "rm_run": rm.pk, "active": active}  # fmt: skip
+              "ensemble_size": size, "rm_run": rm.pk, "active": active,
+              "clusters": clusters}  # fmt: skip
     shared_cpu = time.process_time() - started
     results = []
     for objective in ("single",) if size == 1 else config.objectives:

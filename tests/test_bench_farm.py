@@ -35,6 +35,10 @@ def test_the_small_farm_closes_the_loop(tmp_path, settings):
     assert report["gold"]["kind"] == "programmatic" and report["gold"]["accuracy"] == 1.0
     _check_loop(report)
     _check_active_collection(report["runs"])
+    plain, concord = report["runs"]
+    # Concord's cluster-balanced batches: the app's clustering run over every training prompt
+    assert plain["clusters"] is None and concord["clusters"]["k"] == SMALL.clusters == 2
+    assert sum(concord["clusters"]["sizes"]) == SMALL.pairs
 
 
 def test_the_hh_farm_trains_and_measures_its_gold(tmp_path, settings):

@@ -388,7 +388,11 @@ def _cluster(run: ClusteringRun, encoder: Encoder | None) -> None:
         )
         if not finished:  # the reaper failed it meanwhile: keep the previous clusters
             raise ClusteringError(f"clustering run {run.pk} was stopped before it finished")
-        queue_rebalance(project=project)
+        # The queue by the project's own order: cluster-balanced, or its acquisition strategy
+        # (whose batches mix the new clusters); rebalancing alone would drop the strategy.
+        from annotation.services.active_queue import queue_order_apply
+
+        queue_order_apply(project=project)
 
 
 def cluster_rename(*, cluster: PromptCluster, name: str) -> PromptCluster:

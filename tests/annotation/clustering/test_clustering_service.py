@@ -8,9 +8,17 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from annotation.models import ClusteringRun, Prompt, PromptCluster, PromptEmbedding
+from annotation.models import (
+    ClusteringRun,
+    Comparison,
+    Prompt,
+    PromptCluster,
+    PromptEmbedding,
+    QueueOrder,
+)
 from annotation.selectors import clustering as selectors
 from annotation.services import clustering as service
+from annotation.services.active_queue import acquisition_order, ensemble_scores_store
 from annotation.tasks import cluster_prompts
 from tests.factories import ComparisonFactory, PromptFactory
 
@@ -237,3 +245,26 @@ def test_held_out_prompts_are_stratified(topic_project, encoder):
     _run(project, k=3)
     chosen = selectors.prompt_ids_held_out(project=project, size=6)
     assert sorted(topic_of[p] for p in chosen) == ["capital"] * 2 + ["python"] * 2 + ["sleep"] * 2
+
+
+def test_a_run_keeps_the_projects_acquisition_order(topic_project, encoder):
+    """A project ordered by ensemble disagreement, scored already (comparison i disagreement
+    0.1 * (i + 1)): after clustering, the queue is the acquisition order over the new clusters
+    (each batch mixing them), not the plain cluster-balanced one."""
+    project, topic_of = topic_project
+    project.queue_order, project.exploration_share = QueueOrder.DISAGREEMENT, 0.0
+    project.save(update_fields=["queue_order", "exploration_share"])
+    ids = [ComparisonFactory(project=project, prompt_id=p).pk for p in topic_of]
+    spread = 0.1 * np.arange(1, len(ids) + 1)
+    members = np.array([-1.0, 1.0, 0.0])[:, None] * spread * np.sqrt(1.5)
+    ensemble_scores_store(
+        project=project, comparison_ids=ids, rewards_a=members, rewards_b=np.zeros_like(members)
+    )
+    _run(project, k=3)
+    queue = list(
+        Comparison.objects.filter(project=project)
+        .order_by("queue_position")
+        .values_list("pk", flat=True)
+    )
+    assert queue == acquisition_order(project=project)
+    assert queue != selectors.comparison_ids_balanced(project=project, batch_size=3)
