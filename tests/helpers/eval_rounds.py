@@ -66,15 +66,13 @@ def reviewers(db):
     return [UserFactory(username=f"rev{k}", role=REVIEWER) for k in range(4)]
 
 
-@pytest.fixture
-def open_round(run_with_checkpoints):
-    """A round of 4 items open for ratings without generation: hand-written answers that differ
-    ("**CKPT** answer <position>" against "BASE answer"; identical ones would never be shown),
-    8 and 4 tokens long."""
+def hand_written_round(run, *, step: int = 4) -> EvalRound:
+    """A round of 4 items on ``run``'s checkpoint at ``step``, open for ratings without
+    generation: hand-written answers that differ ("**CKPT** answer <position>" against "BASE
+    answer"; identical ones would never be shown), 8 and 4 tokens long."""
     round_ = eval_services.round_create(
-        checkpoint=run_with_checkpoints.checkpoints.get(step=4),
-        project=run_with_checkpoints.snapshot.export.project, size=4, created_by=None,
-        baseline_model=BASELINE, enqueue=False,
+        checkpoint=run.checkpoints.get(step=step), project=run.snapshot.export.project, size=4,
+        created_by=None, baseline_model=BASELINE, enqueue=False,
     )  # fmt: skip
     for item in round_.items.all():
         EvalItem.objects.filter(pk=item.pk).update(
@@ -84,6 +82,12 @@ def open_round(run_with_checkpoints):
     EvalRound.objects.filter(pk=round_.pk).update(status="open")
     round_.refresh_from_db()
     return round_
+
+
+@pytest.fixture
+def open_round(run_with_checkpoints):
+    """``hand_written_round`` on the checkpoint at step 4."""
+    return hand_written_round(run_with_checkpoints)
 
 
 TINY_SAMPLING = {"max_new_tokens": 6, "temperature": 1.0, "seed": 0}
@@ -102,17 +106,7 @@ def hand_rated_round(
     """An open round of 4 hand-written items (answers that differ), rated by three reviewers:
     the checkpoint wins every item but the first (a tie); with ``baseline_wins`` the base model
     wins every item."""
-    round_ = eval_services.round_create(
-        checkpoint=run.checkpoints.get(step=step), project=run.snapshot.export.project, size=4,
-        created_by=None, baseline_model=BASELINE, enqueue=False,
-    )  # fmt: skip
-    for item in round_.items.all():
-        EvalItem.objects.filter(pk=item.pk).update(
-            checkpoint_text=f"**CKPT** answer {item.position}", baseline_text="BASE answer",
-            checkpoint_tokens=8, baseline_tokens=4,
-        )  # fmt: skip
-    EvalRound.objects.filter(pk=round_.pk).update(status="open")
-    round_.refresh_from_db()
+    round_ = hand_written_round(run, step=step)
     for reviewer in reviewers[:3]:
         while a := eval_services.eval_claim_next(reviewer=reviewer, round_=round_):
             mine = "left" if a.shown_left == "checkpoint" else "right"
