@@ -92,3 +92,5 @@ def test_the_page_advises_the_rejection_and_shows_the_base_as_the_result(
     assert "Reject the run, keep the base model by rev0: both rounds lost to the base" in page
     run.refresh_from_db()
     assert run.result_is_base and run.status == TrainingRun.Status.SUCCEEDED
+    runs_page = client.get(reverse("monitoring:runs")).content.decode()
+    assert 'data-testid="list-result-is-base"' in runs_page and "rejected: base kept" in runs_page
