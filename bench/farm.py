@@ -268,6 +268,33 @@ def _annotators(names: Sequence[str]) -> list[tuple[Any, Any]]:
     return people
 
 
+def consensus_accuracy(folder: Path, gold_of: dict[int, tuple[float, float]]) -> float | None:
+    """The share of an export's pairs (``pairs.jsonl`` in ``folder``; ties left out) whose
+    consensus chose gold's better answer: how much of the labels' truth the consensus rule kept.
+    ``gold_of``: comparison id -> gold rewards (A, B). None when nothing was exported."""
+    right = []
+    with (folder / "pairs.jsonl").open() as rows:
+        for line in rows:
+            row = json.loads(line)
+            if row["tie"]:
+                continue
+            g_a, g_b = gold_of[row["comparison_id"]]
+            right.append((row["chosen_side"] == "a") == (g_a > g_b))
+    return float(np.mean(right)) if right else None
+
+
+def reward_model_accuracy(folder: Path, rows: Sequence[tuple[str, str, str]]) -> float:
+    """The reward model's (an ensemble's member mean) pairwise accuracy on held-out ``rows``
+    (prompt, better, worse): the share where it scores the better answer higher (a tie a half)."""
+    from training.recipes.scoring import load_reward_ensemble
+
+    ensemble = load_reward_ensemble(folder, "cpu", max_length=256, prompt_budget=128)
+    prompts = [p for p, _, _ in rows]
+    better = ensemble.score(prompts, [b for _, b, _ in rows]).numpy().mean(axis=0)
+    worse = ensemble.score(prompts, [w for _, _, w in rows]).numpy().mean(axis=0)
+    return win_rate(better, worse)
+
+
 def cluster_prompts(project: Any, k: int) -> dict[str, Any] | None:
     """Cluster-balanced batches, as a project gets them in the app: a clustering run of the
     project's prompts (``clustering_run_request`` then ``clustering_run_execute`` in process:
@@ -418,7 +445,9 @@ def run_pipeline(
         ),
         engineer,
     )  # fmt: skip
-    shared = {"pipeline": pipeline, "seed": seed, "labels": labels, "consensus": consensus,
+    quality = {"consensus_accuracy": consensus_accuracy(Path(snapshot.export.folder), gold_of),
+               "rm_accuracy": reward_model_accuracy(Path(rm.output_dir) / "final", eval_rows)}  # fmt: skip
+    shared = {**quality, "pipeline": pipeline, "seed": seed, "labels": labels, "consensus": consensus,
               "ensemble_size": size, "rm_run": rm.pk, "active": active,
               "clusters": clusters}  # fmt: skip
     shared_cpu = time.process_time() - started

@@ -53,6 +53,8 @@ def _check_loop(report):
     assert [r["pipeline"] for r in runs] == ["plain", "concord"]
     for run in runs:
         assert 0 < run["labels"] <= SMALL.label_budget
+        # label and reward-model quality against gold: the consensus and the held-out pairs
+        assert 0 <= run["consensus_accuracy"] <= 1 and 0 <= run["rm_accuracy"] <= 1
         assert 0 <= run["gold_win_rate"] <= 1 and math.isfinite(run["gold_reward"])
         assert run["curve"] and all(math.isfinite(p["gold"]) for p in run["curve"])
         assert run["peak_line"].endswith(".")
@@ -130,3 +132,20 @@ def _check_active_collection(runs):
     assert scored.count() == SMALL.pairs
     provisional = TrainingRun.objects.get(pk=active["rm_run"])
     assert provisional.status == TrainingRun.Status.SUCCEEDED and provisional.kind == "rm"
+
+
+def test_consensus_accuracy_by_hand(tmp_path):
+    """Three exported pairs: comparison 1 chose A where gold prefers A (right), 2 chose B where
+    gold prefers A (wrong), 3 a tie (left out): 1 of 2. An empty export has none."""
+    import json
+
+    from bench.farm import consensus_accuracy
+
+    rows = [{"comparison_id": 1, "chosen_side": "a", "tie": False},
+            {"comparison_id": 2, "chosen_side": "b", "tie": False},
+            {"comparison_id": 3, "chosen_side": "a", "tie": True}]  # fmt: skip
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gold = {1: (1.0, 0.0), 2: (2.0, 1.0), 3: (0.0, 0.0)}
+    assert consensus_accuracy(tmp_path, gold) == 0.5
+    (tmp_path / "pairs.jsonl").write_text("")
+    assert consensus_accuracy(tmp_path, gold) is None
