@@ -165,7 +165,11 @@ def gold_rated_round(
     from monitoring.models import EvalAssignment
     from monitoring.services import eval_rounds as services
 
-    sampling = {"max_new_tokens": max_new_tokens, "temperature": 0.7, "seed": seed}
+    # The policies' own sampling, as in training and the curve (temperature 0.7, nothing cut):
+    # the rounds' defaults for chat models (top_p 0.9, repetition penalty 1.1) change which
+    # answers these tiny domain models give, and not alike for the start and its checkpoints.
+    sampling = {"max_new_tokens": max_new_tokens, "temperature": 0.7, "top_p": 1.0,
+                "repetition_penalty": 1.0, "seed": seed}  # fmt: skip
     round_ = services.round_create(
         checkpoint=checkpoint, project=project, size=size, created_by=None,
         baseline_model=baseline_model, sampling=sampling, seed=seed, enqueue=False,
