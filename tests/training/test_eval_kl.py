@@ -82,7 +82,7 @@ def test_more_answers_per_prompt_are_the_mean_over_all_of_them(
         trained.final_model_dir, tiny_reward_dir, prompts_file, tmp_path / "b",
         ref_model=str(tiny_llama_dir), eval_kl_samples=3,
     )  # fmt: skip
-    models, measure = _measure(three)
+    _, measure = _measure(three)
     value = measure()
     assert value is not None and value > 0 and measure() == value
     one = dataclasses.replace(three, eval_kl_samples=1)

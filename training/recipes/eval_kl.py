@@ -4,11 +4,12 @@ The ``kl`` an online recipe logs at a step is the mean over that step's training
 of a few prompts times K samples): with small batches it jumps from step to step, and the stopping
 panel's peak fit, which reads reward against sqrt(KL), cannot place a peak on such an axis. The
 evaluation KL is measured the same way every time: ``eval_kl_samples`` answers (default 1) per
-held-out prompt, sampled at the training temperature from a fixed seed (the same draws while the policy stays put), and the
-reference's and the policy's log-probs of those answers. Per answer, the sum over its tokens of
-the k3 estimate ``(r - 1) - log r`` with ``r = pi_ref / pi`` (Schulman 2020: unbiased for the KL
-of samples from the policy, never below zero, less variance than the plain log-ratio); the metric
-is the mean over answers, in nats per answer, the unit of the training ``kl``.
+held-out prompt, sampled at the training temperature from a fixed seed (the same draws while the
+policy stays put), and the reference's and the policy's log-probs of those answers. Per answer, the
+sum over its tokens of the k3 estimate ``(r - 1) - log r`` with ``r = pi_ref / pi`` (Schulman 2020:
+unbiased for the KL of samples from the policy, never below zero, less variance than the plain
+log-ratio); the metric is the mean over answers, in nats per answer, the unit of the training
+``kl``.
 
 The global random state is forked and restored around the sampling, so training draws exactly
 what it would without the measurement.
