@@ -445,7 +445,8 @@ def run_pipeline(
         ),
         engineer,
     )  # fmt: skip
-    quality = {"consensus_accuracy": consensus_accuracy(Path(snapshot.export.folder), gold_of),
+    quality = {"exported_pairs": snapshot.export.n_pairs,
+               "consensus_accuracy": consensus_accuracy(Path(snapshot.export.folder), gold_of),
                "rm_accuracy": reward_model_accuracy(Path(rm.output_dir) / "final", eval_rows)}  # fmt: skip
     shared = {**quality, "pipeline": pipeline, "seed": seed, "labels": labels, "consensus": consensus,
               "ensemble_size": size, "rm_run": rm.pk, "active": active,

@@ -55,6 +55,7 @@ def _check_loop(report):
         assert 0 < run["labels"] <= SMALL.label_budget
         # label and reward-model quality against gold: the consensus and the held-out pairs
         assert 0 <= run["consensus_accuracy"] <= 1 and 0 <= run["rm_accuracy"] <= 1
+        assert 0 < run["exported_pairs"] <= SMALL.pairs
         assert 0 <= run["gold_win_rate"] <= 1 and math.isfinite(run["gold_reward"])
         assert run["curve"] and all(math.isfinite(p["gold"]) for p in run["curve"])
         assert run["peak_line"].endswith(".")
