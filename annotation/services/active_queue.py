@@ -25,6 +25,7 @@ from annotation.acquisition import (
     rerank_queue,
 )
 from annotation.models import Choice, Comparison, Judgement, Project, QueueOrder
+from annotation.selectors.clustering import comparison_ids_balanced
 from annotation.selectors.labelling import BATCH_SIZE
 from common.errors import ConcordError
 
@@ -96,13 +97,24 @@ def acquisition_order(*, project: Project) -> list[int]:
     return [ids[i] for i in queue.order]
 
 
+def queue_rebalance(*, project: Project) -> int:
+    """Hand pairs to annotators in cluster-balanced batches: rewrite every comparison's queue
+    position from ``comparison_ids_balanced`` (batches the size of the labelling screen's). Returns
+    the number of comparisons placed."""
+    order = comparison_ids_balanced(project=project, batch_size=BATCH_SIZE)
+    position = {comparison_id: index for index, comparison_id in enumerate(order)}
+    comparisons = list(Comparison.objects.filter(project=project).only("id", "queue_position"))
+    for comparison in comparisons:
+        comparison.queue_position = position[comparison.pk]
+    Comparison.objects.bulk_update(comparisons, ["queue_position"], batch_size=2000)
+    return len(comparisons)
+
+
 def queue_order_apply(*, project: Project) -> int:
     """Rewrite every comparison's queue position by the project's queue order: cluster-balanced
     (``queue_rebalance``, today's order) or its acquisition strategy (``acquisition_order``).
     Returns the number of comparisons placed."""
     if project.queue_order == QueueOrder.BALANCED:
-        from annotation.services.clustering import queue_rebalance
-
         return queue_rebalance(project=project)
     order = acquisition_order(project=project)
     position = {cid: index for index, cid in enumerate(order)}

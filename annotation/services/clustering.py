@@ -27,14 +27,12 @@ from django.utils import timezone
 from annotation.clustering import central_members, cluster_embeddings, cluster_top_terms, project_2d
 from annotation.models import (
     ClusteringRun,
-    Comparison,
     Project,
     Prompt,
     PromptCluster,
     PromptEmbedding,
 )
-from annotation.selectors.clustering import comparison_ids_balanced
-from annotation.selectors.labelling import BATCH_SIZE
+from annotation.services.active_queue import queue_order_apply
 from common.errors import ConcordError
 from common.jobs import task_send
 from common.lifecycle import (
@@ -390,8 +388,6 @@ def _cluster(run: ClusteringRun, encoder: Encoder | None) -> None:
             raise ClusteringError(f"clustering run {run.pk} was stopped before it finished")
         # The queue by the project's own order: cluster-balanced, or its acquisition strategy
         # (whose batches mix the new clusters); rebalancing alone would drop the strategy.
-        from annotation.services.active_queue import queue_order_apply
-
         queue_order_apply(project=project)
 
 
@@ -404,16 +400,3 @@ def cluster_rename(*, cluster: PromptCluster, name: str) -> PromptCluster:
     cluster.name = name
     cluster.save(update_fields=["name"])
     return cluster
-
-
-def queue_rebalance(*, project: Project) -> int:
-    """Hand pairs to annotators in cluster-balanced batches: rewrite every comparison's queue
-    position from ``comparison_ids_balanced`` (batches the size of the labelling screen's). Returns
-    the number of comparisons placed."""
-    order = comparison_ids_balanced(project=project, batch_size=BATCH_SIZE)
-    position = {comparison_id: index for index, comparison_id in enumerate(order)}
-    comparisons = list(Comparison.objects.filter(project=project).only("id", "queue_position"))
-    for comparison in comparisons:
-        comparison.queue_position = position[comparison.pk]
-    Comparison.objects.bulk_update(comparisons, ["queue_position"], batch_size=2000)
-    return len(comparisons)

@@ -448,7 +448,7 @@ def test_concurrent_double_submission_stores_one_row(submitters):
 def test_claims_follow_the_cluster_balanced_queue():
     """After clustering, queue positions come from balanced batches: the first batch mixes clusters
     although the import put all of cluster 0 first; a later import joins the end of the queue."""
-    from annotation.services.clustering import queue_rebalance
+    from annotation.services.active_queue import queue_rebalance
 
     project, comparisons = _project(40, overlap=1)
     for index, comparison in enumerate(comparisons):
