@@ -101,13 +101,9 @@ def queue_rebalance(*, project: Project) -> int:
     """Hand pairs to annotators in cluster-balanced batches: rewrite every comparison's queue
     position from ``comparison_ids_balanced`` (batches the size of the labelling screen's). Returns
     the number of comparisons placed."""
-    order = comparison_ids_balanced(project=project, batch_size=BATCH_SIZE)
-    position = {comparison_id: index for index, comparison_id in enumerate(order)}
-    comparisons = list(Comparison.objects.filter(project=project).only("id", "queue_position"))
-    for comparison in comparisons:
-        comparison.queue_position = position[comparison.pk]
-    Comparison.objects.bulk_update(comparisons, ["queue_position"], batch_size=2000)
-    return len(comparisons)
+    return _queue_positions_write(
+        project, comparison_ids_balanced(project=project, batch_size=BATCH_SIZE)
+    )
 
 
 def queue_order_apply(*, project: Project) -> int:
@@ -116,8 +112,13 @@ def queue_order_apply(*, project: Project) -> int:
     Returns the number of comparisons placed."""
     if project.queue_order == QueueOrder.BALANCED:
         return queue_rebalance(project=project)
-    order = acquisition_order(project=project)
-    position = {cid: index for index, cid in enumerate(order)}
+    return _queue_positions_write(project, acquisition_order(project=project))
+
+
+def _queue_positions_write(project: Project, order: Sequence[int]) -> int:
+    """Every comparison of ``project`` gets its index in ``order`` (comparison ids, each once) as
+    its queue position. Returns the number of comparisons placed."""
+    position = {comparison_id: index for index, comparison_id in enumerate(order)}
     comparisons = list(Comparison.objects.filter(project=project).only("id", "queue_position"))
     for comparison in comparisons:
         comparison.queue_position = position[comparison.pk]
