@@ -27,7 +27,7 @@ from scipy.special import expit
 from scipy.stats import spearmanr
 
 from common.ngrams import repeated_ngram_share
-from monitoring.stats.base_comparison import BaseComparison, base_comparison, keep_base_advice
+from monitoring.stats.base_comparison import base_comparison, keep_base_advice
 from monitoring.stats.correlation_fall import correlation_fall
 from monitoring.stats.intervals import EstimateChoice, Interval
 from monitoring.stats.win_rates import ArrayLike, outcomes_array, z_value
@@ -386,13 +386,13 @@ def _advice(
     trend: HackingTrend,
     *,
     finished: bool,
-    base: BaseComparison,
+    keep_base: str | None,
 ) -> str:
     """The panel's one-sentence recommendation. A finished run cannot be trained on: its advice is
     which checkpoint to keep (the final one, a roll back, or none: the base model when no rated
-    checkpoint beats it, ``keep_base_advice``, which comes first: rolling back to the best of
-    checkpoints that all lose to the base would still ship a worse model)."""
-    keep_base = keep_base_advice(base, finished=finished)
+    checkpoint beats it). ``keep_base``: ``keep_base_advice``'s sentence, or None; it comes first,
+    as rolling back to the best of checkpoints that all lose to the base would still ship a worse
+    model."""
     if keep_base is not None:
         return keep_base
     best = (
@@ -559,7 +559,8 @@ def stopping_panel(
     )  # fmt: skip
 
     base = base_comparison(round_base_win_rates)
-    advice = _advice(criteria, trend, finished=finished, base=base)
+    keep_base = keep_base_advice(base, finished=finished)
+    advice = _advice(criteria, trend, finished=finished, keep_base=keep_base)
     extras = {
         "usefulness": summary,
         "usefulness_choice": usefulness_choice,
@@ -569,5 +570,4 @@ def stopping_panel(
         "kl_mean": kl_mean,
         "base": base,
     }
-    keep_base = keep_base_advice(base, finished=finished) is not None
-    return StoppingPanel(criteria, trend.red, advice, extras, keep_base=keep_base)
+    return StoppingPanel(criteria, trend.red, advice, extras, keep_base=keep_base is not None)
