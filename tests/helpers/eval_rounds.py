@@ -10,6 +10,7 @@ from annotation.services.importing import comparisons_import, project_get_or_cre
 from common.roles import REVIEWER
 from monitoring.models import EvalItem, EvalRound
 from monitoring.services import eval_rounds as eval_services
+from monitoring.tasks import stopping_panel_refresh
 from tests.factories import UserFactory
 from tests.helpers import tiny_models
 from tests.helpers.tiny_models import PAIRS, tiny_llama
@@ -59,6 +60,17 @@ def run_with_checkpoints(db, tmp_path, settings, tiny_tokenizer_dir, models_dir)
         folder = tiny_llama(tmp_path / f"ckpt-{step}", tiny_tokenizer_dir, seed=seed)
         Checkpoint.objects.create(run=run, step=step, path=str(folder), metrics={})
     return run
+
+
+@pytest.fixture
+def queued(monkeypatch):
+    """The stopping-panel task the services ask for (ratings, metric points), recorded instead of
+    sent to the broker: one dict of ``apply_async``'s arguments per call."""
+    calls: list[dict] = []
+    monkeypatch.setattr(
+        stopping_panel_refresh, "apply_async", lambda **kwargs: calls.append(kwargs)
+    )
+    return calls
 
 
 @pytest.fixture

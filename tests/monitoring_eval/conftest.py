@@ -3,6 +3,7 @@
 from tests.helpers.eval_rounds import (  # noqa: F401 (fixtures)
     models_dir,
     open_round,
+    queued,
     reviewers,
     run_with_checkpoints,
     tiny_tokenizer_dir,

@@ -23,12 +23,6 @@ def _private_cache(settings):
     private_cache(settings, "reject-decision-tests")
 
 
-@pytest.fixture
-def queued(monkeypatch):
-    """The panel task the ratings schedule, recorded instead of sent to the broker."""
-    monkeypatch.setattr(stopping_panel_refresh, "apply_async", lambda **kwargs: None)
-
-
 def test_a_rejection_cancels_a_running_run_and_keeps_no_checkpoint(run_with_checkpoints, reviewers):
     """On a running run: the cancel is requested and the result is the base; a roll back then
     names a checkpoint again and clears the flag; a second rejection clears the checkpoint."""

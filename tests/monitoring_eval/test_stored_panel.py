@@ -28,16 +28,6 @@ def _private_cache(settings):
     private_cache(settings, "stopping-panel-tests")
 
 
-@pytest.fixture
-def queued(monkeypatch):
-    """The task runs the services ask for, recorded instead of sent to the broker."""
-    calls: list[dict] = []
-    monkeypatch.setattr(
-        stopping_panel_refresh, "apply_async", lambda **kwargs: calls.append(kwargs)
-    )
-    return calls
-
-
 def _page_queries(client, run) -> int:
     with CaptureQueriesContext(connection) as captured:
         response = client.get(reverse("monitoring:run-detail", args=[run.pk]))
