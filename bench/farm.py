@@ -619,9 +619,8 @@ def concord_decision(
     the checkpoint nearest the peak line's estimate; else the best gold-rated checkpoint."""
     from monitoring.selectors.stopping_panel import run_stopping_panel
 
-    last = run.checkpoints.order_by("-step").first()
     if pipeline == "plain" or not rated_steps:
-        return last, "rollback", "fixed steps"
+        return run.checkpoints.order_by("-step").first(), "rollback", "fixed steps"
     panel = run_stopping_panel(run, n_boot=300)["panel"]
     if panel is not None and panel.keep_base:
         return None, "reject", "keep the base (every rated round lost to it)"
