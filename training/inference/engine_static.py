@@ -11,9 +11,9 @@ How a call runs:
   live slots, which are always the first B: a finished row's slot is refilled at once from the
   waiting rows, or, when none wait, the last live slot moves into it and the batch shrinks, so
   no step computes a row that is done.
-- Row r's t-th token is drawn with the t-th of its own uniform numbers (a table drawn up front
-  from the call's seed), so what a row samples does not depend on which rows share its steps,
-  and a seed gives the same tokens run to run.
+- Row r's t-th token is drawn with the t-th of its own uniform numbers (``rows.RowStreams``), so
+  what a row samples does not depend on which rows share its steps, and a seed gives the same
+  tokens run to run.
 - The weights are a snapshot of the policy's current ones in the engine's dtype: bfloat16 when
   the caller runs under bfloat16 autocast (the recipes' ``bf16``), else the policy's own.
 
@@ -30,14 +30,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from training.inference.engine import (
-    RolloutOutput,
-    SamplingSettings,
-    prompt_rows,
-    token_logprobs,
-)
+from training.inference.engine import RolloutOutput, SamplingSettings, prompt_rows
 from training.inference.engine_llama import LlamaWeights, decode_step, prefill
-from training.recipes.sampling import inverse_cdf_sample
+from training.inference.rows import RowStreams
 
 # Positions a decode step reads are rounded up to a multiple of this (fewer shapes to compile).
 LENGTH_BUCKET = 32
@@ -141,13 +136,9 @@ class _Run:
         shape = (self.slots, weights.kv_heads, self.capacity, weights.head_dim)
         self.keys = [torch.zeros(shape, dtype=weights.dtype, device=device) for _ in weights.layers]
         self.values = [torch.zeros_like(k) for k in self.keys]
-        generator = torch.Generator().manual_seed(seed)
-        self.uniforms = torch.rand(rows, settings.max_new_tokens, generator=generator).to(device)
-        self.seen: Tensor | None = None
-        if settings.repetition_penalty != 1.0:
-            self.seen = torch.zeros(self.slots, weights.embed.shape[0], dtype=torch.bool)
-            self.seen = self.seen.to(device)
-        self.eos = set(settings.eos_token_ids)
+        self.streams = RowStreams(
+            prompts, settings, seed, slots=self.slots, vocab=weights.embed.shape[0], device=device
+        )
         self.waiting = deque(range(rows))
         self.remaining: dict[tuple[int, ...], int] = {}
         for prompt in prompts:
@@ -158,9 +149,6 @@ class _Run:
         self.slot_row = [-1] * self.slots
         self.position = [0] * self.slots  # where the slot's next input token goes
         self.next_token = [0] * self.slots
-        self.tokens: list[list[int]] = [[] for _ in range(rows)]
-        self.logprobs: list[list[float]] = [[] for _ in range(rows)]
-        self.finished = [False] * rows
         self.stats = {"prefills": 0.0, "decode_steps": 0.0, "slot_moves": 0.0}  # prefill passes
 
     def _prefix(self, prompt: list[int]) -> tuple[list[Tensor], list[Tensor], Tensor]:
@@ -186,40 +174,6 @@ class _Run:
             del self.prefixes[key]  # every row of this prompt has its copy
         return found
 
-    def _draw(self, logits: Tensor, rows: list[int]) -> tuple[list[int], list[float]]:
-        """Each row's next token and its log-prob from ``logits`` [n, V] (float32)."""
-        settings = self.settings
-        steps = torch.tensor([len(self.tokens[r]) for r in rows], device=logits.device)
-        if settings.greedy:
-            tokens = logits.argmax(dim=-1)
-        else:
-            index = torch.tensor(rows, device=logits.device)
-            tokens = inverse_cdf_sample(
-                logits, temperature=settings.temperature, top_p=settings.top_p,
-                uniforms=self.uniforms[index, steps],
-            )  # fmt: skip
-        return tokens.tolist(), token_logprobs(logits, tokens, settings).tolist()
-
-    def _penalise(self, logits: Tensor, slots: slice | list[int]) -> Tensor:
-        if self.seen is None:
-            return logits
-        seen, penalty = self.seen[slots], self.settings.repetition_penalty
-        if seen.dim() == 1:
-            seen = seen[None]
-        scaled = torch.where(logits < 0, logits * penalty, logits / penalty)
-        return torch.where(seen, scaled, logits)
-
-    def _record(self, slot: int, row: int, token: int, logprob: float) -> bool:
-        """Append the row's token; True while it goes on generating."""
-        self.tokens[row].append(token)
-        self.logprobs[row].append(logprob)
-        if self.seen is not None:
-            self.seen[slot, token] = True
-        if token in self.eos:
-            self.finished[row] = True
-            return False
-        return len(self.tokens[row]) < self.settings.max_new_tokens
-
     def _admit(self, slot: int) -> bool:
         """Put waiting rows into ``slot`` until one is still generating after its first token;
         False when the waiting rows ran out first."""
@@ -231,11 +185,9 @@ class _Run:
             for cache_k, cache_v, k, v in zip(self.keys, self.values, keys, values, strict=True):
                 cache_k[slot, :, :n] = k
                 cache_v[slot, :, :n] = v
-            if self.seen is not None:
-                self.seen[slot] = False
-                self.seen[slot, torch.tensor(prompt, device=self.seen.device)] = True
-            tokens, logps = self._draw(self._penalise(logits[None], slot), [row])
-            if self._record(slot, row, tokens[0], logps[0]):
+            self.streams.start(slot, prompt)
+            tokens, logps = self.streams.draw(logits[None], [row], [slot])
+            if self.streams.record(slot, row, tokens[0], logps[0]):
                 self.slot_row[slot], self.position[slot] = row, n
                 self.next_token[slot] = tokens[0]
                 return True
@@ -244,8 +196,7 @@ class _Run:
     def _move(self, source: int, target: int) -> None:
         for cache in (*self.keys, *self.values):
             cache[target].copy_(cache[source])
-        if self.seen is not None:
-            self.seen[target] = self.seen[source]
+        self.streams.move(source, target)
         for state in (self.slot_row, self.position, self.next_token):
             state[target] = state[source]
         self.stats["slot_moves"] += 1
@@ -267,12 +218,12 @@ class _Run:
             )  # fmt: skip
             self.stats["decode_steps"] += 1
             rows = self.slot_row[:live]
-            tokens, logps = self._draw(self._penalise(logits, slice(0, live)), rows)
+            tokens, logps = self.streams.draw(logits, rows, slice(0, live))
             done = []
             for slot, (row, token, logp) in enumerate(zip(rows, tokens, logps, strict=True)):
                 self.position[slot] += 1
                 self.next_token[slot] = token
-                if not self._record(slot, row, token, logp):
+                if not self.streams.record(slot, row, token, logp):
                     done.append(slot)
             for slot in reversed(done):  # later slots first: those above are live
                 if self._admit(slot):
@@ -281,10 +232,4 @@ class _Run:
                 if slot != live:
                     self._move(live, slot)
         self.stats["seconds"] = time.perf_counter() - started
-        self.stats["tokens"] = float(sum(len(t) for t in self.tokens))
-        return RolloutOutput(
-            tokens=self.tokens,
-            logprobs=[torch.tensor(lp, dtype=torch.float32) for lp in self.logprobs],
-            finished=self.finished,
-            stats=self.stats,
-        )
+        return self.streams.output(self.stats)
