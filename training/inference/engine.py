@@ -7,6 +7,8 @@ Three engines stand behind it (``make_engine``):
   sampler (``engine_generate``), what the recipes always used; any causal LM, LoRA included.
 - ``static``: an in-process engine for Llama-family models with a preallocated KV cache and
   continuous batching (``engine_static``), CPU or any GPU, optionally ``torch.compile``d.
+- ``llamacpp``: llama.cpp in-process (``engine_llamacpp``; the serve extra) for Llama-family models
+  on the CPU, the policy's weights pushed as GGUF when they changed, our sampler on its logits.
 - ``vllm``: colocated vLLM on CUDA (``engine_vllm``; the gpu extra), the policy's weights pushed
   before each rollout, log-probabilities recomputed by the policy.
 
@@ -27,7 +29,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-ENGINES = ("auto", "generate", "static", "vllm")
+ENGINES = ("auto", "generate", "static", "llamacpp", "vllm")
 
 
 class EngineUnavailable(RuntimeError):
@@ -154,6 +156,20 @@ def static_supported(policy: Any) -> str | None:
     if inner is None or not hasattr(inner, "layers") or not hasattr(model, "lm_head"):
         return "the model has no decoder stack and output layer where LlamaForCausalLM keeps them"
     return None
+
+
+@torch.no_grad()
+def weights_fingerprint(policy: Any) -> tuple[int, ...]:
+    """A checksum per parameter of ``policy``: the sum of its values' bit patterns as integers
+    (int64), computed where the parameter lives. Any update an optimiser makes changes it, which
+    version counters do not promise: the fused AdamW the recipes use writes parameters without
+    bumping them. About 50 ms for SmolLM2-135M on 2 CPU threads."""
+    sums = []
+    for parameter in policy.parameters():
+        data = parameter.detach().reshape(-1)
+        bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[data.element_size()]
+        sums.append(data.view(bits).sum(dtype=torch.int64))
+    return tuple(torch.stack(sums).tolist()) if sums else ()
 
 
 @torch.no_grad()

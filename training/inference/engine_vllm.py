@@ -31,6 +31,7 @@ from training.inference.engine import (
     prompt_rows,
     trim_at_eos,
     unwrap_policy,
+    weights_fingerprint,
 )
 
 # Where vLLM keeps the in-process model across its versions (V0's driver worker, V1's in-process
@@ -65,11 +66,6 @@ def sampling_params(settings: SamplingSettings, seed: int) -> Any:
         seed=seed,
         detokenize=False,
     )
-
-
-def _weight_version(policy: Any) -> tuple[int, ...]:
-    """Changes whenever a parameter is written in place (an optimiser step)."""
-    return tuple(p._version for p in policy.parameters())
 
 
 class VLLMEngine:
@@ -123,7 +119,7 @@ class VLLMEngine:
 
     def push_weights(self, policy: Any) -> None:
         """Copy the policy's current weights into vLLM's model (skipped when unchanged)."""
-        version = _weight_version(policy)
+        version = weights_fingerprint(policy)
         if version == self._pushed:
             return
         weights = [(name, t.detach()) for name, t in policy.state_dict().items()]
