@@ -55,6 +55,7 @@ def run_engine(args: argparse.Namespace) -> dict:
 
     from training.inference.engine import SamplingSettings
     from training.inference.engine_generate import GenerateEngine
+    from training.inference.engine_llamacpp import LlamaCppEngine
     from training.inference.engine_static import StaticEngine
 
     torch.set_num_threads(args.threads)
@@ -62,14 +63,15 @@ def run_engine(args: argparse.Namespace) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     ids, mask = _prompts(tokenizer, args.batch)
-    engine = (
-        GenerateEngine()
-        if args.worker == "generate"
-        else StaticEngine(
+    if args.worker == "generate":
+        engine = GenerateEngine()
+    elif args.worker == "llamacpp":
+        engine = LlamaCppEngine()
+    else:
+        engine = StaticEngine(
             compile=args.worker == "static_compiled",
             threads=args.static_threads if args.worker == "static_threads" else None,
         )
-    )
     bf16 = args.precision == "bf16"
 
     def call(tokens: int) -> float:
@@ -147,6 +149,10 @@ def bench(args: argparse.Namespace) -> dict:
     precisions = ["fp32"] + (["bf16"] if native_bf16(torch.device("cpu")) else [])
     engines = ["generate", "static"] + (["static_compiled"] if args.compile else [])
     engines += ["static_threads"] if args.static_threads else []
+    llama_cpp = importlib.util.find_spec("llama_cpp") is not None
+    engines += ["llamacpp"] if llama_cpp else []
+    if args.engines:
+        engines = ["generate", *(e for e in engines[1:] if e in args.engines)]
     report: dict = {
         "benchmark": "rollout engines",
         "model": "smollm2-135m-instruct",
@@ -171,7 +177,7 @@ def bench(args: argparse.Namespace) -> dict:
                     report["runs"][f"{engine}/{precision}/batch{batch}"]["x_generate"] = round(
                         rate / base, 2
                     )
-    if not args.skip_llama_cpp and importlib.util.find_spec("llama_cpp") is not None:
+    if not args.skip_llama_cpp and llama_cpp:
         report["runs"]["llama_cpp_q4_1/batch1"] = side_by_side.run_worker(
             __file__, "--worker", "llama_cpp", *_worker_options(args, 1, "q4_1")
         )
@@ -189,7 +195,10 @@ def main() -> None:
     parser.add_argument(
         "--static-threads", type=int, default=0, help="also the static engine on N threads"
     )
-    parser.add_argument("--skip-llama-cpp", action="store_true")
+    parser.add_argument("--skip-llama-cpp", action="store_true", help="no Q4_1 single stream")
+    parser.add_argument(
+        "--engines", nargs="+", help="only these beside generate (static, llamacpp, ...)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)

@@ -116,6 +116,27 @@ def tiny_llama_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def engine_llama_dir(tmp_path_factory, tiny_tokenizer_dir):
+    """A 2-layer Llama with grouped-query attention, untied output layer and large initial
+    weights, so greedy answers vary from token to token (the tiny test model's tied embeddings
+    only repeat the prompt's last token)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("engine-llama")
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+        initializer_range=0.2, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="session")
 def tiny_reward_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
     """A tiny Llama with a one-output classification head (a reward model for PPO and RLOO)."""
     return tiny_llama(

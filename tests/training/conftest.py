@@ -7,6 +7,7 @@ import pytest
 
 from tests.helpers.tiny_models import (  # noqa: F401 (fixtures)
     PAIRS,
+    engine_llama_dir,
     tiny_bert_dir,
     tiny_llama_dir,
     tiny_reward_dir,

@@ -15,9 +15,11 @@ from training.inference.engine import (
     SamplingSettings,
     policy_logprobs,
     prompt_rows,
+    weights_fingerprint,
 )
 from training.inference.engine_choice import choose_engine, make_engine
 from training.inference.engine_generate import GenerateEngine
+from training.inference.engine_llamacpp import LlamaCppEngine
 from training.inference.engine_static import StaticEngine
 
 TEXTS = ["the cat sat", "a dog ran far away", "the cat sat", "Paris.", "a dog ran far away"]
@@ -30,27 +32,6 @@ def _load(folder):
     tokenizer = AutoTokenizer.from_pretrained(str(folder), padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     return model, tokenizer
-
-
-@pytest.fixture(scope="module")
-def engine_llama_dir(tmp_path_factory, tiny_tokenizer_dir):
-    """A 2-layer Llama with grouped-query attention, untied output layer and large initial
-    weights, so greedy answers vary from token to token (the tiny test model's tied embeddings
-    only repeat the prompt's last token)."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    folder = tmp_path_factory.mktemp("engine-llama")
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
-        initializer_range=0.2, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(str(folder))
-    tokenizer.save_pretrained(str(folder))
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +119,9 @@ def test_no_stop_tokens_run_every_row_to_the_length_limit(policy, monkeypatch):
         assert out.finished == [False, False]
 
 
+@pytest.mark.parametrize("engine", [StaticEngine, LlamaCppEngine])
 @pytest.mark.parametrize(("temperature", "top_p"), [(0.3, 1.0), (0.5, 0.6)])
-def test_the_engines_first_tokens_follow_the_tempered_nucleus(policy, temperature, top_p):
+def test_the_engines_first_tokens_follow_the_tempered_nucleus(policy, temperature, top_p, engine):
     """6,000 samples of one prompt's first token: each likely token's frequency (p >= 0.01), and
     the pooled frequency of the rest, is within 4 standard errors of softmax(logits / T)
     restricted to the top-p nucleus (from a policy forward pass), and no token outside the
@@ -148,7 +130,7 @@ def test_the_engines_first_tokens_follow_the_tempered_nucleus(policy, temperatur
     ids, mask = _batch(tokenizer, ["the cat sat"])
     rows = 6000
     settings = SamplingSettings(max_new_tokens=1, temperature=temperature, top_p=top_p, seed=3)
-    out = StaticEngine().generate(model, ids.expand(rows, -1), mask.expand(rows, -1), settings)
+    out = engine().generate(model, ids.expand(rows, -1), mask.expand(rows, -1), settings)
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask).logits[0, -1].double()
     probs = torch.softmax(logits / temperature, dim=-1)
@@ -205,6 +187,20 @@ def test_repetition_penalty_matches_generates(policy):
     settings = _settings(tokenizer, max_new_tokens=10, greedy=True, repetition_penalty=1.5)
     static = StaticEngine().generate(model, ids, mask, settings)
     assert static.tokens == GenerateEngine().generate(model, ids, mask, settings).tokens
+    assert static.tokens == LlamaCppEngine(max_batch=1).generate(model, ids, mask, settings).tokens
+
+
+def test_the_weights_fingerprint_sees_a_fused_adamw_step():
+    """The recipes' fused AdamW writes parameters without bumping their version counters (what
+    the vLLM engine once checked): the content checksum still changes, and only then."""
+    layer = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1, fused=True)
+    before, versions = weights_fingerprint(layer), [p._version for p in layer.parameters()]
+    assert weights_fingerprint(layer) == before
+    layer(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    assert weights_fingerprint(layer) != before
+    assert [p._version for p in layer.parameters()] == versions  # why versions are not enough
 
 
 def test_bf16_under_autocast_runs_in_bf16(policy):
@@ -255,6 +251,7 @@ def test_choosing_and_refusing_engines(policy, tiny_reward_dir):
         make_engine("static", reward)
     with pytest.raises(ValueError, match="engine must be one of"):
         choose_engine("fast", model)
+    assert choose_engine("llamacpp", reward) == "llamacpp"  # refused when built, below
     with pytest.raises(EngineUnavailable, match="vLLM"):
         make_engine("vllm", model)  # CPU, and vLLM is not installed here
 

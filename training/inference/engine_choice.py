@@ -1,5 +1,5 @@
 """Building a rollout engine (``engine.RolloutEngine``) by the name a config gives: 'generate',
-'static', 'vllm' or 'auto', and keeping it for the next call with the same policy (a compiled
+'static', 'llamacpp', 'vllm' or 'auto', and keeping it for the next call with the same policy (a compiled
 decode step and a started vLLM live as long as the policy does)."""
 
 from __future__ import annotations
@@ -40,16 +40,20 @@ def make_engine(name: str, policy: Any, **options: Any) -> RolloutEngine:
         from training.inference.engine_generate import GenerateEngine
 
         return GenerateEngine(**options)
-    if chosen == "static":
+    if chosen in ("static", "llamacpp"):
         reason = static_supported(policy)
         if reason is not None:
             raise EngineUnavailable(
-                f"engine 'static' cannot run this policy: {reason}; use "
+                f"engine {chosen!r} cannot run this policy: {reason}; use "
                 "engine 'generate' (or 'auto', which falls back to it)"
             )
-        from training.inference.engine_static import StaticEngine
+        if chosen == "static":
+            from training.inference.engine_static import StaticEngine
 
-        return StaticEngine(**options)
+            return StaticEngine(**options)
+        from training.inference.engine_llamacpp import LlamaCppEngine
+
+        return LlamaCppEngine(**options)
     from training.inference.engine_vllm import VLLMEngine
 
     return VLLMEngine(policy, **options)

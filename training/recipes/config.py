@@ -543,10 +543,11 @@ class OnlineRLConfig(TrainingConfig):
     engine: str = _f(
         "generate",
         "rollout engine: 'generate' (transformers, any model), 'static' (preallocated KV cache and "
-        "continuous batching, plain Llama-family policies), 'vllm' (colocated vLLM, CUDA and the "
-        "gpu extra) or 'auto' (static for a plain Llama-family policy on the CPU, where it measured "
-        "faster, else generate)",
-        choices=("auto", "generate", "static", "vllm"),
+        "continuous batching, plain Llama-family policies), 'llamacpp' (llama.cpp in-process on "
+        "the CPU, plain Llama-family policies, the serve extra), 'vllm' (colocated vLLM, CUDA and "
+        "the gpu extra) or 'auto' (static for a plain Llama-family policy on the CPU, where it "
+        "measured faster, else generate)",
+        choices=("auto", "generate", "static", "llamacpp", "vllm"),
     )
 
     def __post_init__(self) -> None:
