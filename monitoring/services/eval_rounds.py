@@ -385,7 +385,9 @@ def _generate_in_process(round_: EvalRound, conversations, config) -> dict[str, 
     for k, (side, folder) in enumerate(
         (("checkpoint", round_.checkpoint.path), ("baseline", None))
     ):
-        generator = ChatGenerator(folder or _baseline_dir(round_))
+        generator = ChatGenerator(
+            folder or _baseline_dir(round_), engine=settings.CONCORD_GENERATION_ENGINE
+        )
         outputs[side] = generator.generate(
             conversations, config, progress=_answers_counter(round_, k * len(conversations))
         )

@@ -412,7 +412,9 @@ def _llm_answerer(judge: Judge) -> Answerer:
     from training.inference.generation import ChatGenerator, SamplingConfig
 
     template = JudgingTemplate(judge.template, asks_usefulness=asks_for_usefulness(judge.template))
-    generator = ChatGenerator(model_get(judge.model_name).path)
+    generator = ChatGenerator(
+        model_get(judge.model_name).path, engine=settings.CONCORD_GENERATION_ENGINE
+    )
     config = SamplingConfig(
         max_new_tokens=judge.max_new_tokens, temperature=0.0, repetition_penalty=1.0
     )

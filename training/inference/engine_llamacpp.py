@@ -53,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 # Positions per sequence are allocated in multiples of this (llama.cpp pads contexts to it).
 CONTEXT_BLOCK = 256
+# Tokens one llama_decode takes (prompts and the live rows' tokens), and per pass inside it.
+MIN_BATCH_TOKENS, MAX_BATCH_TOKENS, MAX_UBATCH_TOKENS = 512, 8192, 2048
 _GGML_TYPE_F32, _GGML_TYPE_F16 = 0, 1
 _FLASH_ATTN_DISABLED, _FLASH_ATTN_ENABLED = 0, 1  # llama_flash_attn_type
 _LOG_ERROR = 4  # ggml_log_level: GGML_LOG_LEVEL_ERROR
@@ -132,7 +134,8 @@ class _Loaded:
             per_slot = -(-capacity // CONTEXT_BLOCK) * CONTEXT_BLOCK
             params = lib.llama_context_default_params()
             params.n_ctx = slots * per_slot
-            params.n_batch = params.n_ubatch = batch_tokens
+            params.n_batch = batch_tokens
+            params.n_ubatch = min(batch_tokens, MAX_UBATCH_TOKENS)
             params.n_seq_max = slots
             params.n_threads = params.n_threads_batch = threads
             params.kv_unified = False  # one stream per sequence: a row attends to its own keys only
@@ -242,11 +245,12 @@ class LlamaCppEngine:
         seed = 0 if settings.greedy else settings.resolved_seed()  # greedy draws nothing
         slots = min(len(prompts), self.max_batch)
         longest = max(len(p) for p in prompts)
+        # Room in one decode for every distinct prompt of the first rows (they all start on the
+        # first step, so none lags the others to the end), at least for a prompt beside every slot.
+        first = sum(len(p) for p in {tuple(p): p for p in prompts[:slots]}.values())
+        room = max(MIN_BATCH_TOKENS, slots + longest, min(first + slots, MAX_BATCH_TOKENS))
         context = loaded.context_for(
-            slots,
-            longest + settings.max_new_tokens,
-            max(512, slots + longest),
-            self.threads or torch.get_num_threads(),
+            slots, longest + settings.max_new_tokens, room, self.threads or torch.get_num_threads()
         )
         run = _Run(loaded, context, prompts, settings, seed, slots)
         output = run.loop()

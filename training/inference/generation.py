@@ -49,7 +49,7 @@ class Generation:
 class ChatGenerator:
     """Holds a model and tokenizer loaded from a local Hugging Face folder (CPU or CUDA).
     ``engine``: the rollout engine that generates (``training.inference.engine``): 'generate'
-    (transformers' sampling, the default), 'static', 'vllm' or 'auto'; the others draw with the
+    (transformers' sampling, the default), 'static', 'llamacpp', 'vllm' or 'auto'; the others draw with the
     inverse-CDF sampler, the same distribution from different random numbers."""
 
     def __init__(
