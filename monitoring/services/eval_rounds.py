@@ -382,12 +382,9 @@ def _generate_in_process(round_: EvalRound, conversations, config) -> dict[str, 
         if checkpoint is not None and not checkpoint.on_disk:
             raise EvalError(checkpoint.missing_text)  # pruned after the round was created
     outputs = {}
-    for k, (side, folder) in enumerate(
-        (("checkpoint", round_.checkpoint.path), ("baseline", None))
-    ):
-        generator = ChatGenerator(
-            folder or _baseline_dir(round_), engine=settings.CONCORD_GENERATION_ENGINE
-        )
+    sides = (("checkpoint", round_.checkpoint.path), ("baseline", _baseline_dir(round_)))
+    for k, (side, folder) in enumerate(sides):
+        generator = ChatGenerator(folder, engine=settings.CONCORD_GENERATION_ENGINE)
         outputs[side] = generator.generate(
             conversations, config, progress=_answers_counter(round_, k * len(conversations))
         )

@@ -1,15 +1,14 @@
 """The llama.cpp rollout engine (``training.inference.engine_llamacpp``) and the GGUF export it
 pushes the weights with: greedy tokens equal the static engine's and ``generate``'s, log-probs
 agree with the policy's within 1e-3 in float32, continuous batching keeps each row's tokens, a
-seed gives the same tokens, the weights are pushed again only after they change, and GRPO, PPO,
-RLOO and the chat generator run (and GRPO resumes exactly) on it. The sampler's frequency tests
-and the repetition penalty run through it in tests/training/test_rollout_engine.py."""
+seed gives the same tokens, and the weights are pushed again only after they change. The sampler's
+frequency tests, the repetition penalty, the chat generator, GRPO's exact resume and PPO and RLOO
+run through it in tests/training/test_rollout_engine.py."""
 
 import pytest
 import torch
 
-from tests.helpers.recipes import StopAfter, grpo_config, ppo_config, rloo_config
-from tests.helpers.tiny_models import smollm2_dir
+from tests.helpers.engines import left_padded, load_policy, smollm2_chat_batch
 from training.inference.engine import (
     EngineUnavailable,
     SamplingSettings,
@@ -25,22 +24,9 @@ from training.inference.gguf_export import export_gguf, interleave_rotary_rows
 TEXTS = ["the cat sat", "a dog ran far away", "the cat sat", "Paris.", "a dog ran far away"]
 
 
-def _load(folder):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(folder), padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
-    return model, tokenizer
-
-
 @pytest.fixture(scope="module")
 def policy(engine_llama_dir):
-    return _load(engine_llama_dir)
-
-
-def _batch(tokenizer, texts):
-    encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    return encoded["input_ids"], encoded["attention_mask"]
+    return load_policy(engine_llama_dir)
 
 
 def _worst_logprob_gap(model, ids, mask, out, temperature=1.0):
@@ -53,7 +39,7 @@ def test_greedy_tokens_are_the_static_engines_and_generates(policy):
     greedy tokens as the static and generate engines, row for row, and log-probs within 1e-3 of a
     policy forward pass."""
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     settings = SamplingSettings(max_new_tokens=12, greedy=True)
     out = LlamaCppEngine().generate(model, ids, mask, settings)
     assert out.tokens == StaticEngine().generate(model, ids, mask, settings).tokens
@@ -67,7 +53,7 @@ def test_continuous_batching_keeps_each_rows_tokens(policy):
     the live rows' tokens): each row's greedy and sampled tokens are those of eight slots, and
     each greedy row is what it is alone."""
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     stops = tuple(range(3, 300, 7))  # about one token in seven ends a row: rows of many lengths
     for settings in (
         SamplingSettings(max_new_tokens=10, greedy=True, eos_token_ids=stops),
@@ -87,7 +73,7 @@ def test_continuous_batching_keeps_each_rows_tokens(policy):
 
 def test_a_seed_gives_the_same_tokens_and_one_push_serves_unchanged_weights(policy):
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     engine = LlamaCppEngine()
     settings = SamplingSettings(max_new_tokens=8, temperature=0.9, top_p=0.9, seed=5)
     first = engine.generate(model, ids, mask, settings)
@@ -104,8 +90,8 @@ def test_a_seed_gives_the_same_tokens_and_one_push_serves_unchanged_weights(poli
 def test_changed_weights_are_pushed_again(engine_llama_dir):
     """An optimiser-like in-place update: the next call pushes the new weights, whose log-probs
     are the updated policy's."""
-    model, tokenizer = _load(engine_llama_dir)
-    ids, mask = _batch(tokenizer, TEXTS[:2])
+    model, tokenizer = load_policy(engine_llama_dir)
+    ids, mask = left_padded(tokenizer, TEXTS[:2])
     engine = LlamaCppEngine()
     settings = SamplingSettings(max_new_tokens=6, temperature=1.0, seed=1)
     engine.generate(model, ids, mask, settings)
@@ -119,7 +105,7 @@ def test_changed_weights_are_pushed_again(engine_llama_dir):
 
 def test_bf16_under_autocast_pushes_bf16_weights(policy):
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     engine = LlamaCppEngine()
     settings = SamplingSettings(max_new_tokens=6, greedy=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -133,7 +119,7 @@ def test_refusals(policy, tiny_reward_dir):
     from transformers import AutoModelForSequenceClassification
 
     _, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS[:1])
+    ids, mask = left_padded(tokenizer, TEXTS[:1])
     reward = AutoModelForSequenceClassification.from_pretrained(str(tiny_reward_dir))
     settings = SamplingSettings(max_new_tokens=2)
     with pytest.raises(EngineUnavailable, match="engine 'llamacpp' cannot run this policy"):
@@ -164,69 +150,13 @@ def test_the_export_refuses_what_llama_cpp_cannot_express(tiny_reward_dir, tmp_p
     assert not (tmp_path / "x.gguf").exists()
 
 
-def test_chat_generator_on_the_llamacpp_engine(engine_llama_dir):
-    from training.inference.generation import ChatGenerator, SamplingConfig
-
-    conversations = [[{"role": "user", "content": text}] for text in TEXTS[:3]]
-    config = SamplingConfig(max_new_tokens=8, temperature=0.0, repetition_penalty=1.2)
-    plain = ChatGenerator(engine_llama_dir, device="cpu").generate(conversations, config)
-    engine = ChatGenerator(engine_llama_dir, device="cpu", engine="llamacpp")
-    assert engine.generate(conversations, config) == plain
-
-
-def _weights(folder):
-    from safetensors.torch import load_file
-
-    return load_file(f"{folder}/model.safetensors")
-
-
-def test_grpo_on_the_llamacpp_engine_resumes_exactly(engine_llama_dir, prompts_file, tmp_path):
-    """Cancelled after step 1 and resumed: the same weights as 3 uninterrupted steps, with the KL
-    term and greedy evaluation on the engine (each step's new weights pushed)."""
-    from training.recipes.grpo import train_grpo
-
-    values = {"engine": "llamacpp", "max_steps": 3, "kl_coef": 0.04, "eval_prompts": 1}
-    straight = train_grpo(grpo_config(engine_llama_dir, prompts_file, tmp_path / "a", **values))
-    config = grpo_config(engine_llama_dir, prompts_file, tmp_path / "b", **values)
-    assert train_grpo(config, StopAfter(1)).status == "cancelled"
-    resumed = train_grpo(config)
-    assert resumed.status == "completed"
-    a, b = _weights(straight.final_model_dir), _weights(resumed.final_model_dir)
-    for name in a:
-        assert torch.equal(a[name], b[name]), name
-
-
-def test_ppo_and_rloo_run_on_the_llamacpp_engine(
-    engine_llama_dir, tiny_reward_dir, prompts_file, tmp_path
-):
-    from training.recipes.ppo import train_ppo
-    from training.recipes.rloo import train_rloo
-
-    ppo = ppo_config(
-        engine_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "p", engine="llamacpp"
-    )
-    assert train_ppo(ppo).status == "completed"
-    rloo = rloo_config(
-        engine_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "r", engine="llamacpp"
-    )
-    assert train_rloo(rloo).status == "completed"
-
-
 @pytest.mark.slow
 def test_llamacpp_greedy_tokens_and_logprobs_on_smollm2():
     """SmolLM2-135M-Instruct, fp32: three chat prompts (one repeated), 24 greedy tokens equal the
     static engine's, and sampled log-probs within 1e-3 of the policy's."""
-    folder = smollm2_dir()
-    if folder is None:
-        pytest.skip("SmolLM2 is not fetched (make models)")
-    model, tokenizer = _load(folder)
-    texts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False
-        )
-        for q in ("What is the capital of France?", "Name a colour.", "Name a colour.")
-    ]
-    ids, mask = _batch(tokenizer, texts)
+    model, _, ids, mask = smollm2_chat_batch(
+        ("What is the capital of France?", "Name a colour.", "Name a colour.")
+    )
     greedy = SamplingSettings(max_new_tokens=24, greedy=True)
     out = LlamaCppEngine().generate(model, ids, mask, greedy)
     assert out.tokens == StaticEngine().generate(model, ids, mask, greedy).tokens

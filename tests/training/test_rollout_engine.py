@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
+from tests.helpers.engines import left_padded, load_policy, smollm2_chat_batch
 from tests.helpers.recipes import StopAfter, grpo_config, ppo_config, rloo_config
-from tests.helpers.tiny_models import smollm2_dir
 from training.inference.engine import (
     EngineUnavailable,
     SamplingSettings,
@@ -26,22 +26,9 @@ TEXTS = ["the cat sat", "a dog ran far away", "the cat sat", "Paris.", "a dog ra
 STOPS = tuple(range(3, 300, 7))  # about one token in seven ends a row: rows of many lengths
 
 
-def _load(folder):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(folder), padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
-    return model, tokenizer
-
-
 @pytest.fixture(scope="module")
 def policy(engine_llama_dir):
-    return _load(engine_llama_dir)
-
-
-def _batch(tokenizer, texts):
-    encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    return encoded["input_ids"], encoded["attention_mask"]
+    return load_policy(engine_llama_dir)
 
 
 def _settings(tokenizer, **values):
@@ -52,7 +39,7 @@ def test_static_greedy_tokens_are_generates(policy):
     """Prompts of different lengths, two of them repeated: the static engine's greedy tokens equal
     plain ``model.generate``'s (no shared prefill) and the generate engine's, row for row."""
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     settings = _settings(tokenizer, max_new_tokens=12, greedy=True)
     static = StaticEngine().generate(model, ids, mask, settings)
     via_generate = GenerateEngine().generate(model, ids, mask, settings)
@@ -74,7 +61,7 @@ def test_continuous_batching_keeps_each_rows_tokens(policy):
     each row's greedy tokens are those it gets generated alone, and its sampled tokens (same seed)
     those it gets in a batch wide enough for all rows."""
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     greedy = SamplingSettings(max_new_tokens=9, greedy=True, eos_token_ids=STOPS)
     narrow = StaticEngine(max_batch=2).generate(model, ids, mask, greedy)
     for row in range(len(TEXTS)):
@@ -92,7 +79,7 @@ def test_finished_rows_are_dropped_not_padded(policy):
     """Rows that stop early leave the batch: the decode steps run fewer row-steps than rows x
     longest response."""
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     out = StaticEngine().generate(
         model, ids, mask, SamplingSettings(max_new_tokens=20, seed=1, eos_token_ids=STOPS)
     )
@@ -108,7 +95,7 @@ def test_no_stop_tokens_run_every_row_to_the_length_limit(policy, monkeypatch):
     ``max_new_tokens``, even when the model's own generation config names, as its EOS, a token
     the greedy answer emits (transformers must not fall back to it)."""
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS[:2])
+    ids, mask = left_padded(tokenizer, TEXTS[:2])
     settings = SamplingSettings(max_new_tokens=10, greedy=True)
     first = StaticEngine().generate(model, ids, mask, settings).tokens[0]
     monkeypatch.setattr(model.generation_config, "eos_token_id", first[2])
@@ -127,7 +114,7 @@ def test_the_engines_first_tokens_follow_the_tempered_nucleus(policy, temperatur
     restricted to the top-p nucleus (from a policy forward pass), and no token outside the
     nucleus is drawn (the sampler's frequency tests, through the engine)."""
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, ["the cat sat"])
+    ids, mask = left_padded(tokenizer, ["the cat sat"])
     rows = 6000
     settings = SamplingSettings(max_new_tokens=1, temperature=temperature, top_p=top_p, seed=3)
     out = engine().generate(model, ids.expand(rows, -1), mask.expand(rows, -1), settings)
@@ -152,7 +139,7 @@ def test_the_engines_first_tokens_follow_the_tempered_nucleus(policy, temperatur
 
 def test_a_seed_gives_the_same_tokens_and_the_global_rng_picks_one(policy):
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     engine = StaticEngine()
     seeded = _settings(tokenizer, max_new_tokens=8, seed=5)
     assert (
@@ -171,7 +158,7 @@ def test_a_seed_gives_the_same_tokens_and_the_global_rng_picks_one(policy):
 @pytest.mark.parametrize("engine", [StaticEngine(), StaticEngine(max_batch=2), GenerateEngine()])
 def test_engine_logprobs_agree_with_a_policy_forward_pass(policy, engine):
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     torch.manual_seed(0)
     settings = _settings(tokenizer, max_new_tokens=10, temperature=0.7)
     out = engine.generate(model, ids, mask, settings)
@@ -183,7 +170,7 @@ def test_engine_logprobs_agree_with_a_policy_forward_pass(policy, engine):
 
 def test_repetition_penalty_matches_generates(policy):
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS[:2])
+    ids, mask = left_padded(tokenizer, TEXTS[:2])
     settings = _settings(tokenizer, max_new_tokens=10, greedy=True, repetition_penalty=1.5)
     static = StaticEngine().generate(model, ids, mask, settings)
     assert static.tokens == GenerateEngine().generate(model, ids, mask, settings).tokens
@@ -205,7 +192,7 @@ def test_the_weights_fingerprint_sees_a_fused_adamw_step():
 
 def test_bf16_under_autocast_runs_in_bf16(policy):
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     settings = _settings(tokenizer, max_new_tokens=6, seed=1)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = StaticEngine().generate(model, ids, mask, settings)
@@ -216,7 +203,7 @@ def test_bf16_under_autocast_runs_in_bf16(policy):
 
 def test_a_failing_compile_falls_back_to_eager(policy, monkeypatch):
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     settings = _settings(tokenizer, max_new_tokens=6, greedy=True)
 
     def broken(*args, **kwargs):
@@ -230,7 +217,7 @@ def test_a_failing_compile_falls_back_to_eager(policy, monkeypatch):
 
 def test_threads_give_the_same_tokens_and_are_restored(policy):
     model, tokenizer = policy
-    ids, mask = _batch(tokenizer, TEXTS)
+    ids, mask = left_padded(tokenizer, TEXTS)
     settings = _settings(tokenizer, max_new_tokens=6, seed=4)
     before = torch.get_num_threads()
     one = StaticEngine(threads=1).generate(model, ids, mask, settings)
@@ -275,16 +262,17 @@ def test_the_config_names_the_engines(tiny_llama_dir, prompts_file, tmp_path):
         grpo_config(tiny_llama_dir, prompts_file, tmp_path, engine="fast")
 
 
-def test_chat_generator_on_the_static_engine(engine_llama_dir):
+@pytest.mark.parametrize("engine", ["static", "llamacpp"])
+def test_chat_generator_on_an_in_process_engine(engine_llama_dir, engine):
     from training.inference.generation import ChatGenerator, SamplingConfig
 
     conversations = [[{"role": "user", "content": text}] for text in TEXTS[:3]]
     config = SamplingConfig(max_new_tokens=8, temperature=0.0, repetition_penalty=1.2)
     plain = ChatGenerator(engine_llama_dir, device="cpu").generate(conversations, config)
-    static = ChatGenerator(engine_llama_dir, device="cpu", engine="static")
-    assert static.generate(conversations, config) == plain
+    generator = ChatGenerator(engine_llama_dir, device="cpu", engine=engine)
+    assert generator.generate(conversations, config) == plain
     sampled = SamplingConfig(max_new_tokens=8, temperature=0.7, seed=3)
-    assert static.generate(conversations, sampled) == static.generate(conversations, sampled)
+    assert generator.generate(conversations, sampled) == generator.generate(conversations, sampled)
 
 
 def _weights(folder):
@@ -293,13 +281,17 @@ def _weights(folder):
     return load_file(f"{folder}/model.safetensors")
 
 
-def test_grpo_on_the_static_engine_resumes_exactly(engine_llama_dir, prompts_file, tmp_path):
+@pytest.mark.parametrize("engine", ["static", "llamacpp"])
+def test_grpo_on_an_in_process_engine_resumes_exactly(
+    engine_llama_dir, prompts_file, tmp_path, engine
+):
     """Cancelled after step 1 and resumed: the same weights as 3 uninterrupted steps (the engine's
-    seed comes from the restored RNG), with the KL term and greedy evaluation on the engine."""
+    seed comes from the restored RNG; llamacpp: each step's new weights pushed), with the KL term
+    and greedy evaluation on the engine."""
     from training.recipes.grpo import train_grpo
 
     values = {
-        "engine": "static",
+        "engine": engine,
         "max_steps": 3,
         "kl_coef": 0.04,
         "eval_prompts": 1,
@@ -315,18 +307,17 @@ def test_grpo_on_the_static_engine_resumes_exactly(engine_llama_dir, prompts_fil
         assert torch.equal(a[name], b[name]), name
 
 
-def test_ppo_and_rloo_run_on_the_static_engine(
-    engine_llama_dir, tiny_reward_dir, prompts_file, tmp_path
+@pytest.mark.parametrize("engine", ["static", "llamacpp"])
+def test_ppo_and_rloo_run_on_an_in_process_engine(
+    engine_llama_dir, tiny_reward_dir, prompts_file, tmp_path, engine
 ):
     from training.recipes.ppo import train_ppo
     from training.recipes.rloo import train_rloo
 
-    ppo = ppo_config(
-        engine_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "p", engine="static"
-    )
+    ppo = ppo_config(engine_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "p", engine=engine)
     assert train_ppo(ppo).status == "completed"
     rloo = rloo_config(
-        engine_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "r", engine="static"
+        engine_llama_dir, tiny_reward_dir, prompts_file, tmp_path / "r", engine=engine
     )
     assert train_rloo(rloo).status == "completed"
 
@@ -334,17 +325,8 @@ def test_ppo_and_rloo_run_on_the_static_engine(
 @pytest.mark.slow
 def test_static_greedy_tokens_are_generates_on_smollm2():
     """SmolLM2-135M-Instruct, fp32: three chat prompts (one repeated), 24 greedy tokens."""
-    folder = smollm2_dir()
-    if folder is None:
-        pytest.skip("SmolLM2 is not fetched (make models)")
-    model, tokenizer = _load(folder)
-    texts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False
-        )
-        for q in ("What is the capital of France?", "Name a primary colour.")
-    ]
-    ids, mask = _batch(tokenizer, [texts[0], texts[1], texts[0]])
+    questions = ("What is the capital of France?", "Name a primary colour.")
+    model, tokenizer, ids, mask = smollm2_chat_batch((*questions, questions[0]))
     settings = _settings(tokenizer, max_new_tokens=24, greedy=True)
     static = StaticEngine().generate(model, ids, mask, settings)
     assert static.tokens == GenerateEngine().generate(model, ids, mask, settings).tokens

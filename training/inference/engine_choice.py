@@ -17,11 +17,10 @@ from training.inference.engine import (
 def choose_engine(name: str, policy: Any) -> str:
     """The engine ``name`` stands for with this policy; any name but ``auto`` is itself (checked
     when the engine is built). ``auto`` is ``static`` for a plain Llama-family policy on the CPU,
-    where bench/bench_rollout.py measured it 2.2x ``generate`` in float32 at batch 16 and level
-    with it under bfloat16 autocast and at batch 1 on a quiet machine (ahead in bfloat16 under
-    load; bench/README.md, issue 37), and ``generate`` elsewhere: for LoRA-wrapped or other
-    models (``static_supported``) and on GPUs, where the static engine has not been measured yet
-    (bench/gpu_check.py)."""
+    where bench/bench_rollout.py measured it the fastest at the 64 rows of a GRPO step (1.08x
+    ``generate`` in fp32, 1.17x in bf16; ``llamacpp`` is ahead for one to 16 rows, bench/README.md,
+    issue 37), and ``generate`` elsewhere: for LoRA-wrapped or other models (``static_supported``)
+    and on GPUs, where the static engine has not been measured yet (bench/gpu_check.py)."""
     if name not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {name!r}")
     if name != "auto":
