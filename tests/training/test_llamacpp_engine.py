@@ -128,8 +128,9 @@ def test_refusals(policy, tiny_reward_dir):
         make_engine("llamacpp", reward)
     with pytest.raises(ValueError, match="precision"):
         LlamaCppEngine(precision="q4")
-    with pytest.raises(ValueError, match="max_batch"):
-        LlamaCppEngine(max_batch=0)
+    for size in (0, 257):
+        with pytest.raises(ValueError, match="max_batch"):
+            LlamaCppEngine(max_batch=size)
 
 
 def test_rotary_rows_are_interleaved_per_head():

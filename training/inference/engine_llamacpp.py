@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 
 # Positions per sequence are allocated in multiples of this (llama.cpp pads contexts to it).
 CONTEXT_BLOCK = 256
+# llama.cpp's limit on sequences in one context (llama_max_parallel_sequences).
+MAX_SEQUENCES = 256
 # Tokens one llama_decode takes (prompts and the live rows' tokens), and per pass inside it.
 MIN_BATCH_TOKENS, MAX_BATCH_TOKENS, MAX_UBATCH_TOKENS = 512, 8192, 2048
 _GGML_TYPE_F32, _GGML_TYPE_F16 = 0, 1
@@ -189,8 +191,8 @@ class LlamaCppEngine:
         missing = llama_cpp_missing()
         if missing is not None:
             raise EngineUnavailable(f"engine 'llamacpp' cannot run here: {missing}")
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if not 1 <= max_batch <= MAX_SEQUENCES:
+            raise ValueError(f"max_batch must be in 1..{MAX_SEQUENCES}, got {max_batch}")
         if precision is not None and precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if threads is not None and threads < 1:

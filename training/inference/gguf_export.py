@@ -12,6 +12,7 @@ llama.cpp's own converter).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ from torch import Tensor
 from training.inference.engine import static_supported
 
 PRECISIONS = ("f32", "bf16", "f16")
+
+# The writer logs three INFO lines a file; a run pushes its weights once per optimiser step.
+logging.getLogger("gguf.gguf_writer").setLevel(logging.WARNING)
 
 
 def interleave_rotary_rows(weight: Tensor, heads: int) -> Tensor:
