@@ -93,7 +93,8 @@ def _library() -> Any:
 
 
 def _gguf_folder() -> str | None:
-    shm = Path("/dev/shm")  # noqa: S108 (mkstemp makes the file: unique name, mode 0600)
+    # mkstemp makes the file there: a unique name, mode 0600
+    shm = Path("/dev/shm")  # noqa: S108  # nosec B108
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
@@ -171,10 +172,10 @@ class _Loaded:
         self.model = None
 
     def __del__(self) -> None:
-        # no contextlib here: at interpreter shutdown module globals may already be None
+        # No contextlib here: at interpreter shutdown module globals (and the library) may be gone.
         try:  # noqa: SIM105
             self.close()
-        except Exception:  # noqa: S110 (the library itself may be gone at shutdown)
+        except Exception:  # noqa: S110  # nosec B110
             pass
 
 
