@@ -253,6 +253,8 @@ WORKERS = {"ours": run_ours, "trl": run_trl, "check": check_same_computation}
 
 
 def main() -> None:
+    from training.recipes.config import ROLLOUT_ENGINES  # no torch: the help stays quick
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
     parser.add_argument("--g", type=int, default=4, help="samples per prompt")
@@ -264,7 +266,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--check", action="store_true", help="check both compute the same")
     parser.add_argument(
-        "--engine", default="generate", choices=("auto", "generate", "static", "llamacpp", "vllm"),
+        "--engine", default="generate", choices=ROLLOUT_ENGINES,
         help="our side's rollout engine (training.inference.engine)",
     )  # fmt: skip
     args = side_by_side.parse_options(

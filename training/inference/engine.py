@@ -1,7 +1,7 @@
 """The rollout engine's one interface: prompts (token ids and attention), sampling settings and the
 current weights (the policy module) -> each row's generated token ids and their log-probabilities.
 
-Three engines stand behind it (``make_engine``):
+Four engines stand behind it (``make_engine``):
 
 - ``generate``: transformers' ``generate`` with the shared-prompt prefill and the inverse-CDF
   sampler (``engine_generate``), what the recipes always used; any causal LM, LoRA included.
@@ -29,7 +29,9 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-ENGINES = ("auto", "generate", "static", "llamacpp", "vllm")
+from training.recipes.config import ROLLOUT_ENGINES
+
+ENGINES = ROLLOUT_ENGINES
 
 
 class EngineUnavailable(RuntimeError):

@@ -1,6 +1,7 @@
 """Building a rollout engine (``engine.RolloutEngine``) by the name a config gives: 'generate',
-'static', 'llamacpp', 'vllm' or 'auto', and keeping it for the next call with the same policy (a compiled
-decode step and a started vLLM live as long as the policy does)."""
+'static', 'llamacpp', 'vllm' or 'auto', and keeping it for the next call with the same policy (a
+compiled decode step, a started vLLM and llama.cpp's pushed weights live as long as the policy
+does)."""
 
 from __future__ import annotations
 

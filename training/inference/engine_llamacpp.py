@@ -101,10 +101,10 @@ def _gguf_folder() -> str | None:
 class _Loaded:
     """One push of the weights: llama.cpp's model, and a context big enough for the last call."""
 
-    def __init__(self, policy: Any, precision: str) -> None:
+    def __init__(self, policy: Any, precision: str, fingerprint: tuple[int, ...]) -> None:
+        """``fingerprint``: ``weights_fingerprint(policy)``, which the caller has just computed."""
         lib = _library()
-        self.lib, self.precision = lib, precision
-        self.fingerprint = weights_fingerprint(policy)
+        self.lib, self.precision, self.fingerprint = lib, precision, fingerprint
         handle, name = tempfile.mkstemp(
             prefix="concord-rollout-", suffix=".gguf", dir=_gguf_folder()
         )
@@ -212,16 +212,12 @@ class LlamaCppEngine:
         return {torch.bfloat16: "bf16", torch.float16: "f16"}.get(dtype, "f32")
 
     def _weights(self, policy: Any, precision: str) -> _Loaded:
-        loaded = self._loaded
-        if (
-            loaded is None
-            or loaded.precision != precision
-            or loaded.fingerprint != weights_fingerprint(policy)
-        ):
+        loaded, fingerprint = self._loaded, weights_fingerprint(policy)
+        if loaded is None or loaded.precision != precision or loaded.fingerprint != fingerprint:
             if loaded is not None:
                 loaded.close()
-            self._loaded = None
-            self._loaded = loaded = _Loaded(policy, precision)
+            self._loaded = None  # stays None when the new push fails
+            self._loaded = loaded = _Loaded(policy, precision, fingerprint)
             self.pushes += 1
         return loaded
 
@@ -282,9 +278,14 @@ class _Run:
     ) -> None:
         self.lib, self.context, self.prompts = loaded.lib, context, prompts
         self.memory = self.lib.llama_get_memory(context)
-        self.vocab, self.slots, self.room = loaded.vocab, slots, loaded.batch_tokens
+        self.vocab, self.room = loaded.vocab, loaded.batch_tokens
         self.streams = RowStreams(
-            prompts, settings, seed, slots=slots, vocab=loaded.vocab, device=torch.device("cpu")
+            len(prompts),
+            settings,
+            seed,
+            slots=slots,
+            vocab=loaded.vocab,
+            device=torch.device("cpu"),
         )
         self.batch = self.lib.llama_batch_init(loaded.batch_tokens, 0, 1)
         self.waiting = deque(range(len(prompts)))

@@ -137,7 +137,7 @@ class _Run:
         self.keys = [torch.zeros(shape, dtype=weights.dtype, device=device) for _ in weights.layers]
         self.values = [torch.zeros_like(k) for k in self.keys]
         self.streams = RowStreams(
-            prompts, settings, seed, slots=self.slots, vocab=weights.embed.shape[0], device=device
+            rows, settings, seed, slots=self.slots, vocab=weights.embed.shape[0], device=device
         )
         self.waiting = deque(range(rows))
         self.remaining: dict[tuple[int, ...], int] = {}

@@ -22,13 +22,13 @@ from training.recipes.sampling import inverse_cdf_sample
 
 
 class RowStreams:
-    """The rows of one engine call: ``draw`` their next tokens from logits, ``record`` them, and
-    ``output`` the call's ``RolloutOutput``. ``slots``: how many rows decode at once (the
+    """The ``rows`` (R) of one engine call: ``draw`` their next tokens from logits, ``record``
+    them, and ``output`` the call's ``RolloutOutput``. ``slots``: how many rows decode at once (the
     repetition penalty's seen-token table is per slot); ``vocab``: V."""
 
     def __init__(
         self,
-        prompts: Sequence[Sequence[int]],
+        rows: int,
         settings: SamplingSettings,
         seed: int,
         *,
@@ -37,7 +37,6 @@ class RowStreams:
         device: torch.device,
     ) -> None:
         self.settings = settings
-        rows = len(prompts)
         generator = torch.Generator().manual_seed(seed)
         self.uniforms = torch.rand(rows, settings.max_new_tokens, generator=generator).to(device)
         self.seen: Tensor | None = None  # [S, V] bool, only under a repetition penalty

@@ -28,6 +28,8 @@ from training.recipes.lora import LoraSettings
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 # training.recipes.zero.ZERO_PRESETS' names, repeated for the same reason (checked by a test).
 ZERO_STAGES = ("none", "zero2", "zero2_offload", "zero3", "zero3_offload")
+# The rollout engines by name (training.inference.engine, which reads them from here: no torch here).
+ROLLOUT_ENGINES = ("auto", "generate", "static", "llamacpp", "vllm")
 # training.algorithms.grpo's ADVANTAGE_SCALES and GRPO_LOSS_NORMS, repeated for the same reason.
 GRPO_SCALES = ("group", "batch", "none")
 GRPO_LOSS_NORMS = ("token", "sequence", "constant")
@@ -547,7 +549,7 @@ class OnlineRLConfig(TrainingConfig):
         "the CPU, plain Llama-family policies, the serve extra), 'vllm' (colocated vLLM, CUDA and "
         "the gpu extra) or 'auto' (static for a plain Llama-family policy on the CPU, where it "
         "measured faster, else generate)",
-        choices=("auto", "generate", "static", "llamacpp", "vllm"),
+        choices=ROLLOUT_ENGINES,
     )
 
     def __post_init__(self) -> None:
