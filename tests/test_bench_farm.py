@@ -19,7 +19,7 @@ from training.models import MetricPoint, TrainingRun
 
 # Committed rows: the worker path's heartbeat thread reads the run on its own connection, and a run
 # it cannot see counts as reaped (cancelled), as in tests/training/test_runs_worker.py.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
 def _farm(tmp_path, settings, config):

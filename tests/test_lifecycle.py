@@ -244,7 +244,7 @@ def test_finish_refuses_a_state_that_is_no_end(snapshot):
     assert ImportJob.objects.get(pk=job.pk).status == "running"
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_the_heartbeat_thread_beats_while_the_job_runs_and_notices_it_stopped(snapshot):
     """Every 0.05 s on its own connection: the heartbeat moves on while the job runs; once the
     job is no longer running (here: the reaper failed it) the thread sets ``cancel``."""

@@ -151,7 +151,7 @@ def test_lockouts_are_listed_in_the_admin_and_deleting_one_ends_it(limits):
     assert _login("victim", PASSWORD, "10.8.0.2").status_code == 302
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_parallel_failures_are_all_counted_and_lock_once(limits):
     """8 threads record 25 failures each for one account (limit 200), as parallel web workers would:
     none is lost, so exactly one lockout is recorded, at 200 failures."""

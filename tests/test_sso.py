@@ -105,7 +105,7 @@ def test_the_login_page_names_the_provider(client, settings):
     assert 'href="/accounts/sso/login/"' in page and "Sign in with Test IdP" in page
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_callback_signs_in_a_new_user_with_no_role(sso):
     """The full code flow against the provider: grace is created (no role, no usable password),
     linked by (issuer, sub), and signed in; the callback sends her home."""
@@ -123,7 +123,7 @@ def test_callback_signs_in_a_new_user_with_no_role(sso):
     assert client.get("/").context["user"] == grace
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_wrong_issuer_is_refused(sso, settings, caplog):
     """The ID token's iss is the provider's, not CONCORD_OIDC_ISSUER: 400, nobody signed in,
     no account made."""
@@ -136,7 +136,7 @@ def test_a_wrong_issuer_is_refused(sso, settings, caplog):
     assert client.get("/").status_code == 302  # to the login page
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_token_signed_by_another_key_is_refused(sso, settings, caplog):
     """The provider's ID token checked against a key that is not the provider's (an attacker's
     key pinned by mistake, or a forged token): the signature fails, 400, no account."""
@@ -151,7 +151,7 @@ def test_a_token_signed_by_another_key_is_refused(sso, settings, caplog):
     assert not get_user_model().objects.exists()
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_tampered_or_forged_id_token_is_refused(sso):
     """A real ID token from the provider verifies; the same token with its payload changed (sub),
     or one signed by another key with the provider's key id, is refused."""
@@ -188,7 +188,7 @@ def test_a_tampered_or_forged_id_token_is_refused(sso):
         backend.verify_token(forged, nonce=state["nonce"])
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_an_unknown_state_is_refused(sso, caplog):
     """A callback whose state this session never issued (a forged or replayed redirect): 400."""
     client = Client()

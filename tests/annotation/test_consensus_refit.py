@@ -202,7 +202,7 @@ def test_a_row_whose_votes_changed_since_the_read_keeps_the_triggers_figures(jud
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's VACUUM")
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_refit_that_wrote_many_rows_vacuums_the_table_after_it_commits(monkeypatch):
     """Outside a transaction, a refit writing VACUUM_FROM_ROWS rows or more vacuums the stored
     consensus (the margin walks then read the index alone); inside a caller's transaction it

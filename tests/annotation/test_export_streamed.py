@@ -73,7 +73,7 @@ def test_streamed_files_equal_the_files_written_before_streaming(project, option
     assert [done for done, _ in calls] == sorted({done for done, _ in calls})
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_outside_a_transaction_the_reads_run_ahead_on_their_own_connection(project, tmp_path,
                                                                            monkeypatch):  # fmt: skip
     """A worker's export runs outside any transaction: on PostgreSQL a thread then reads the

@@ -348,7 +348,7 @@ def test_pause_releases_leases_stops_claims_keeps_judgements_and_resume_restores
     assert ProjectEvent.objects.get(kind=Kind.MEMBER_PAUSED).changes == {"released_leases": 2}
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_pause_waits_for_a_claim_in_flight_and_releases_its_lease(ml_engineer):
     """A claim holds the membership row until it commits; a pause asked meanwhile waits for it and
     then releases the lease it made, so a paused annotator never keeps a pair (PostgreSQL)."""

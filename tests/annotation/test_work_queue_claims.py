@@ -132,7 +132,7 @@ def test_release_without_a_counter_deletes_lapsed_active_leases_only():
 
 # Threads need committed rows: a transactional test. Not serialized_rollback: right after a plain
 # transactional test (whose flush re-creates the role groups) its restore would clash on them.
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_slot_locked_by_one_claim_is_skipped_by_another():
     """A claim outside a transaction is refused (its lock would end at once). While one claim
     holds item 0's lock (its transaction open), a claim on another connection does not wait: it
@@ -167,7 +167,7 @@ def test_a_slot_locked_by_one_claim_is_skipped_by_another():
     assert got == {"first": items[0].pk, "second": items[1].pk}
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 @pytest.mark.parametrize(("overlap", "expected"), [(2, "item 0"), (1, None)])
 def test_a_claim_finding_every_free_slot_locked_looks_again_after_a_pause(
     monkeypatch, overlap, expected

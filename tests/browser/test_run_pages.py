@@ -105,7 +105,10 @@ def test_a_runs_charts_show_one_point_hover_values_and_update_live(
     expect(
         page.locator('.chart-group[data-group="loss"] figure[data-metric="loss"]')
     ).to_have_attribute("data-points", "3")
-    expect(page.get_by_test_id("run-phase")).to_be_hidden()
+    # The poll that brought the accuracy may have come before the run's phase was cleared and its
+    # checkpoint written (the test writes them one after another): the next poll, 2 s on, brings
+    # them, later under load, hence the live timeout.
+    expect(page.get_by_test_id("run-phase")).to_be_hidden(timeout=LIVE_TIMEOUT_MS)
     low, high = page.evaluate(
         "() => { const y = ConcordCharts.live['eval/accuracy'].plot.scales.y; return [y.min, y.max]; }"
     )
@@ -129,8 +132,8 @@ def test_a_runs_charts_show_one_point_hover_values_and_update_live(
     expect(legend_value).to_have_text(re.compile(r"^0\.[0-9]+$"))
 
     rows = page.get_by_test_id("checkpoints").locator("tbody tr")
-    expect(rows).to_have_count(1)
-    expect(rows.first).to_contain_text("(result)")
+    expect(rows).to_have_count(1, timeout=LIVE_TIMEOUT_MS)
+    expect(rows.first).to_contain_text("(result)", timeout=LIVE_TIMEOUT_MS)
     expect(rows.first).to_contain_text("loss 0.6")
     expect(rows.first.get_by_role("link", name="start a human-eval round")).to_have_count(0)
 

@@ -15,7 +15,10 @@ from tests.helpers.clients import logged_in
 from tests.helpers.fake_chat_server import fake_chat_server
 from tests.helpers.judge_world import prefers_a
 
-pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.services,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
 
 
 def _wait_finished(judge: Judge, timeout: float = 180.0) -> Judge:

@@ -155,7 +155,7 @@ def test_a_bad_usefulness_from_the_screen_is_refused_by_the_plug_in(open_round, 
     assert not EvalJudgement.objects.exists()
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_concurrent_reviewers_never_over_assign_and_keep_the_sides(open_round, reviewers):
     """8 reviewer threads claim and rate at once, 3 reviewers per item, 4 items: every item ends
     with exactly 3 distinct reviewers (12 ratings), and each item's sides are those of

@@ -15,7 +15,10 @@ from tests.helpers.judged_rounds import judged_round, rm_judge
 
 gpu_worker, rm_judge = gpu_worker, rm_judge  # the fixtures, from their modules
 
-pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.services,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
 
 
 def _wait_finished(round_: EvalRound, timeout: float = 180.0) -> EvalRound:

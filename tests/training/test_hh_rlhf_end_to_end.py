@@ -32,7 +32,7 @@ from training.models import TrainingRun
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.services,
-    pytest.mark.django_db(transaction=True),
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
     # Each test trains eight kinds: an hour each (the suite's 600 s is per ordinary test).
     pytest.mark.timeout(3600),
     # Tens of minutes of CPU (PPO and RLOO sample 128 tokens at the defaults): asked for, not in the

@@ -18,7 +18,10 @@ from training.tasks import run_training_task
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.services,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
 
 
 @pytest.fixture

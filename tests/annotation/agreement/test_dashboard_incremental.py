@@ -235,7 +235,7 @@ def test_kept_columns_are_stored_narrow_and_come_back_whole(project):
     np.testing.assert_array_equal(kept.rows.comparisons, rows.comparisons)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_outside_a_transaction_the_maths_runs_beside_the_checksums(project):
     """In the worker (autocommit) the checksums are taken on a connection of their own while the
     report is computed from the rows patched by id: new judgements keep that result, an edit
