@@ -50,3 +50,23 @@ def _no_throttle_counts():
     keys = list(redis.scan_iter(match="*concord:throttle:*", count=1000))
     if keys:
         redis.delete(*keys)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a transactional test that does not restore the migrated data. A plain
+    ``transaction=True`` flush sends post_migrate, which makes the role groups again under new
+    ids; a later ``serialized_rollback=True`` test then restores the migrated groups under their
+    old ids and fails on the unique name, so the suite would depend on its order."""
+    plain = [
+        item.nodeid
+        for item in items
+        if (marker := item.get_closest_marker("django_db")) is not None
+        and marker.kwargs.get("transaction")
+        and not marker.kwargs.get("serialized_rollback")
+    ]
+    if plain:
+        raise pytest.UsageError(
+            "transactional tests must also set serialized_rollback=True "
+            "(pytest.mark.django_db(transaction=True, serialized_rollback=True)): "
+            + ", ".join(plain[:5])
+        )
